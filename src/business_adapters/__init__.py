@@ -1,0 +1,1 @@
+"""Application-specific adapters (capability providers, tool packs); they implement contracts."""

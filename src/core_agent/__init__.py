@@ -1,0 +1,49 @@
+"""core-agent: a hexagonal, local-first agent kernel.
+
+``import core_agent`` is cheap: the public names below load on first use, and no model
+library (litellm), vector library or tokenizer is imported until a task needs it.
+
+    from core_agent import create_kernel, tool
+    from shared.agent_protocol import TaskRequest
+
+    async with create_kernel() as kernel:
+        result = await kernel.execute_task(TaskRequest(task="What is 6 * 7?"))
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core_agent.container import KernelContainer, create_kernel
+    from core_agent.contracts.settings import AgentSettings
+    from core_agent.kernel.agent_kernel import AgentKernel
+    from core_agent.tooling.function_tool import FunctionTool, tool
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "AgentKernel": "core_agent.kernel.agent_kernel",
+    "AgentSettings": "core_agent.contracts.settings",
+    "FunctionTool": "core_agent.tooling.function_tool",
+    "KernelContainer": "core_agent.container",
+    "create_kernel": "core_agent.container",
+    "tool": "core_agent.tooling.function_tool",
+}
+
+__all__ = [
+    "AgentKernel",
+    "AgentSettings",
+    "FunctionTool",
+    "KernelContainer",
+    "__version__",
+    "create_kernel",
+    "tool",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'core_agent' has no attribute {name!r}")

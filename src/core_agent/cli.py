@@ -1,0 +1,257 @@
+"""The ``core-agent`` command.
+
+Only ``argparse`` is imported at start-up so ``core-agent --help`` stays fast; each command
+imports what it needs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from core_agent.kernel.agent_kernel import AgentKernel
+    from shared.agent_protocol import TaskCanceled, TaskFailed, TaskSucceeded
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="core-agent",
+        description="Run LLM agent tasks locally: tools, traces and task history in SQLite.",
+        epilog="Configuration comes from AGENT_* variables (AGENT_MODEL, AGENT_DATA_DIR, ...).",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run a task and stream its answer")
+    run.add_argument("task", help="what to do, in natural language")
+    run.add_argument("--session", help="attach the task to this session id")
+    run.add_argument("--mode", choices=["react", "plan_execute"], help="force a strategy")
+    run.add_argument("--max-turns", type=int, help="turn limit for this task")
+    run.add_argument("--json", action="store_true", help="print events as JSON lines")
+
+    tasks = commands.add_parser("tasks", help="list recent tasks")
+    tasks.add_argument("--limit", type=int, default=20)
+    tasks.add_argument(
+        "--status",
+        choices=["queued", "running", "waiting_approval", "succeeded", "failed", "canceled"],
+    )
+    tasks.add_argument("--json", action="store_true", help="print JSON")
+
+    trace = commands.add_parser("trace", help="print the spans of a task")
+    trace.add_argument("task_id")
+    trace.add_argument("--json", action="store_true", help="print JSON")
+
+    commands.add_parser("schema", help="print the JSON Schema of the protocol messages")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``core-agent``; returns the exit status."""
+    args = _parser().parse_args(argv)
+    from core_agent.contracts.errors import UsageError
+
+    try:
+        if args.command == "schema":
+            return _schema()
+        import anyio
+
+        handler = {"run": _run, "tasks": _tasks, "trace": _trace}[args.command]
+        result: int = anyio.run(handler, args)
+        return result
+    except UsageError as exc:
+        print(f"core-agent: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+def _schema() -> int:
+    from shared.agent_protocol import protocol_json_schema
+
+    print(json.dumps(protocol_json_schema(), indent=2))
+    return EXIT_OK
+
+
+def _kernel() -> tuple[AgentKernel, Any]:
+    from core_agent.container import create_kernel
+    from core_agent.contracts.settings import AgentSettings
+
+    settings = AgentSettings()
+    return create_kernel(settings), settings
+
+
+async def _run(args: argparse.Namespace) -> int:
+    from contextlib import aclosing
+
+    from rich.console import Console
+
+    from shared.agent_protocol import (
+        LLMDelta,
+        TaskCanceled,
+        TaskFailed,
+        TaskQueued,
+        TaskRequest,
+        TaskSucceeded,
+        ToolCompleted,
+        ToolStarted,
+    )
+
+    out, err = Console(highlight=False), Console(stderr=True, highlight=False)
+    kernel, settings = _kernel()
+    if settings.gateway_name == "scripted" and settings.scripted_model_script is None:
+        from core_agent.contracts.settings import MODEL_CONFIGURATION_HELP
+
+        err.print(
+            "[yellow]Using the shipped scripted demo model: it follows fixed rules (arithmetic "
+            "and the time), it is not a language model.[/yellow]\n"
+            + MODEL_CONFIGURATION_HELP
+            + "\n",
+            markup=True,
+        )
+    request = TaskRequest(
+        task=args.task, session_id=args.session, force_mode=args.mode, max_turns=args.max_turns
+    )
+    status = EXIT_FAILED
+    trace_id = ""
+    async with kernel, aclosing(kernel.stream_task(request)) as events:
+        async for event in events:
+            if args.json:
+                out.print(event.model_dump_json(), soft_wrap=True, markup=False)
+            elif isinstance(event, TaskQueued):
+                trace_id = event.trace_id
+            elif isinstance(event, LLMDelta):
+                out.print(event.text, end="", markup=False, soft_wrap=True)
+            elif isinstance(event, ToolStarted):
+                call = event.tool_call
+                shown = (
+                    json.dumps(call.arguments) if call.arguments is not None else call.raw_arguments
+                )
+                err.print(f"\n→ {call.name}({shown})", style="cyan", markup=False)
+            elif isinstance(event, ToolCompleted):
+                result = event.result
+                style = "red" if result.is_error else "green"
+                err.print(f"← {result.content[:500]}", style=style, markup=False)
+            if isinstance(event, TaskSucceeded | TaskFailed | TaskCanceled):
+                status = EXIT_OK if isinstance(event, TaskSucceeded) else EXIT_FAILED
+                if not args.json:
+                    _print_summary(err, event, trace_id)
+    return status
+
+
+def _print_summary(
+    console: Console, event: TaskSucceeded | TaskFailed | TaskCanceled, trace_id: str
+) -> None:
+    usage = event.usage
+    cost = "unknown" if usage.cost_usd is None else f"${usage.cost_usd:.6f}"
+    status = event.kind.removeprefix("task.")
+    console.print()
+    if event.kind == "task.failed":
+        console.print(f"error ({event.error_type}): {event.error}", style="red", markup=False)
+    console.print(
+        f"status: {status}  task: {event.task_id}  trace: {trace_id}  "
+        f"tokens: {usage.input_tokens} in / {usage.output_tokens} out  cost: {cost}",
+        markup=False,
+    )
+
+
+async def _tasks(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from shared.agent_protocol import TaskStatus
+
+    kernel, _ = _kernel()
+    async with kernel:
+        tasks = await kernel.list_tasks(
+            status=TaskStatus(args.status) if args.status else None, limit=args.limit
+        )
+    if args.json:
+        print(json.dumps([t.model_dump(mode="json") for t in tasks], indent=2))
+        return EXIT_OK
+    table = Table("task", "status", "created", "tokens", "task text")
+    for task in tasks:
+        table.add_row(
+            task.task_id,
+            task.status.value,
+            task.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            f"{task.usage.input_tokens}/{task.usage.output_tokens}",
+            task.request.task[:60],
+        )
+    Console().print(table)
+    return EXIT_OK
+
+
+async def _trace(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    kernel, _ = _kernel()
+    async with kernel:
+        task = await kernel.get_task(args.task_id)
+        spans = await kernel.task_spans(args.task_id)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "task_id": task.task_id,
+                    "trace_id": task.trace_id,
+                    "status": task.status.value,
+                    "spans": [
+                        {
+                            "span_id": s.span_id,
+                            "parent_span_id": s.parent_span_id,
+                            "kind": s.kind,
+                            "name": s.name,
+                            "status": s.status,
+                            "started_at": s.started_at.isoformat(),
+                            "latency_ms": round(s.latency_ms, 3),
+                            "tokens_in": s.tokens_in,
+                            "tokens_out": s.tokens_out,
+                            "cost_usd": s.cost_usd,
+                            "error": s.error,
+                            "attributes": s.attributes,
+                        }
+                        for s in spans
+                    ],
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return EXIT_OK
+    table = Table(
+        "kind",
+        "name",
+        "status",
+        "latency ms",
+        "tokens in",
+        "tokens out",
+        "cost",
+        "detail",
+        title=f"trace {task.trace_id} (task {task.task_id}, {task.status.value})",
+    )
+    for s in spans:
+        detail = s.error or json.dumps(s.attributes, default=str)
+        table.add_row(
+            s.kind,
+            s.name,
+            s.status,
+            f"{s.latency_ms:.2f}",
+            "" if s.tokens_in is None else str(s.tokens_in),
+            "" if s.tokens_out is None else str(s.tokens_out),
+            "" if s.cost_usd is None else f"{s.cost_usd:.6f}",
+            detail[:80],
+        )
+    Console().print(table)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The composition root: settings in, a wired kernel out.
+
+Adapters are found by name through entry points (``core_agent.llm_gateways``,
+``core_agent.task_stores``, ``core_agent.trace_stores``, ``core_agent.tools``), so the kernel never
+imports a provider and a third-party package adds one by declaring an entry point. Every entry
+point names a factory taking ``AgentSettings``. Tests swap any adapter with
+``container.<name>.override(fake)``.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, TypeVar
+
+from dependency_injector import containers, providers
+
+from core_agent.contracts.errors import ConfigurationError, ProviderNotFoundError
+from core_agent.contracts.llm_gateway import ILLMGateway
+from core_agent.contracts.settings import AgentSettings
+from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.tool import ITool
+from core_agent.contracts.trace_store import ITraceStore
+from core_agent.kernel.agent_kernel import AgentKernel
+from core_agent.kernel.event_bus import InProcessEventBus
+from core_agent.orchestration.react_executor import ReActExecutor
+from core_agent.tooling.registry import ToolRegistry
+
+LLM_GATEWAYS = "core_agent.llm_gateways"
+TASK_STORES = "core_agent.task_stores"
+TRACE_STORES = "core_agent.trace_stores"
+TOOLS = "core_agent.tools"
+
+T = TypeVar("T")
+
+
+def _entry_points(group: str) -> dict[str, EntryPoint]:
+    return {ep.name: ep for ep in entry_points(group=group)}
+
+
+def installed_providers(group: str) -> list[str]:
+    """Names registered in an entry-point group, sorted."""
+    return sorted(_entry_points(group))
+
+
+def load_provider(group: str, name: str, settings: AgentSettings, port: type[T]) -> T:
+    """Build the provider registered as ``name`` in ``group`` and check it implements ``port``.
+
+    Raises:
+        ProviderNotFoundError: No such name; the error lists the installed ones.
+        ConfigurationError: The factory failed or returned something else than a ``port``.
+    """
+    available = _entry_points(group)
+    if name not in available:
+        raise ProviderNotFoundError(group, name, list(available))
+    factory = available[name].load()
+    instance = factory(settings)
+    if not isinstance(instance, port):
+        raise ConfigurationError(
+            f"provider {name!r} in {group!r} returned {type(instance).__name__}, "
+            f"not a {port.__name__}"
+        )
+    return instance
+
+
+def load_tools(settings: AgentSettings) -> ToolRegistry:
+    """A registry with the installed tools that ``settings.tools`` enables (all when unset)."""
+    available = installed_providers(TOOLS)
+    wanted = list(settings.tools) if settings.tools is not None else available
+    return ToolRegistry(load_provider(TOOLS, name, settings, ITool) for name in wanted)  # type: ignore[type-abstract]
+
+
+def _executors(**executors: Any) -> dict[str, Any]:
+    return executors
+
+
+class KernelContainer(containers.DeclarativeContainer):
+    """Wires settings, adapters, executors and the kernel; every provider is overridable."""
+
+    settings = providers.Singleton(AgentSettings)
+
+    llm_gateway = providers.Singleton(
+        load_provider, LLM_GATEWAYS, settings.provided.gateway_name, settings, ILLMGateway
+    )
+    task_store = providers.Singleton(
+        load_provider, TASK_STORES, settings.provided.task_store, settings, ITaskStore
+    )
+    trace_store = providers.Singleton(
+        load_provider, TRACE_STORES, settings.provided.trace_store, settings, ITraceStore
+    )
+    event_bus = providers.Singleton(InProcessEventBus)
+    tool_registry = providers.Singleton(load_tools, settings)
+
+    react_executor = providers.Singleton(
+        ReActExecutor,
+        llm=llm_gateway,
+        tools=tool_registry,
+        trace_store=trace_store,
+        tool_timeout_s=settings.provided.tool_timeout_s,
+        temperature=settings.provided.model_temperature,
+    )
+
+    kernel = providers.Singleton(
+        AgentKernel,
+        task_store=task_store,
+        trace_store=trace_store,
+        event_bus=event_bus,
+        executors=providers.Dict(react=react_executor),
+        strategy_mode=settings.provided.strategy_mode,
+        max_turns=settings.provided.max_turns,
+    )
+
+
+def create_kernel(settings: AgentSettings | None = None) -> AgentKernel:
+    """Build a kernel from ``settings`` (or ``AGENT_*`` variables), resolving every provider now.
+
+    Raises:
+        ProviderNotFoundError: A configured provider name is not installed.
+        ModelNotConfiguredError: The litellm gateway was chosen but no model is set.
+    """
+    container = KernelContainer()
+    if settings is not None:
+        container.settings.override(providers.Object(settings))
+    kernel: AgentKernel = container.kernel()
+    return kernel

@@ -1,0 +1,169 @@
+"""The kernel's error tree.
+
+Misuse (a bug or a configuration mistake in the host, fixed by changing code or settings) is
+kept apart from run failures (something went wrong while a task ran; the task records it and
+fails, and the host may retry)::
+
+    CoreAgentError
+    ├── UsageError                      misuse: raised to the caller, never stored as a result
+    │   ├── ConfigurationError          bad or missing settings
+    │   │   ├── ProviderNotFoundError   no installed provider has that name
+    │   │   └── ModelNotConfiguredError no model to call
+    │   ├── InvalidTransitionError      a task status change the state machine forbids
+    │   ├── TaskNotFoundError           no task with that id
+    │   └── ToolRegistrationError       a tool with a bad name, schema or a duplicate name
+    └── RunError                        a run failure: the task ends ``failed`` with it
+        ├── ModelError                  the model call failed (status and body kept)
+        │   ├── ModelTimeoutError
+        │   ├── ModelRateLimitError
+        │   └── ModelAuthenticationError
+        ├── ToolError                   a tool call could not produce a result
+        │   ├── ToolNotFoundError       the model named a tool that is not available
+        │   ├── ToolArgumentsError      arguments are not JSON or fail the tool's schema
+        │   ├── ToolTimeoutError
+        │   └── ToolExecutionError      the tool itself raised
+        ├── StorageError                a store could not read or write
+        └── TurnLimitExceededError      the executor ran out of turns
+
+Inside a ReAct loop a ``ToolError`` is shown to the model as the tool's result (it may correct
+itself); it only fails the task when it escapes an executor. Adapters map vendor exceptions to
+this tree with ``raise ...Error(...) from exc`` so no vendor type crosses a port.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+
+class CoreAgentError(Exception):
+    """Root of every error the kernel and its adapters raise on purpose."""
+
+
+class UsageError(CoreAgentError):
+    """The caller used the kernel wrongly; fix the code or the configuration."""
+
+
+class ConfigurationError(UsageError):
+    """Settings are missing, malformed or contradict each other."""
+
+
+class ProviderNotFoundError(ConfigurationError):
+    """No installed provider is registered under the requested name."""
+
+    def __init__(self, group: str, name: str, installed: list[str]) -> None:
+        self.group = group
+        self.name = name
+        self.installed = sorted(installed)
+        names = ", ".join(self.installed) or "none"
+        super().__init__(
+            f"no provider named {name!r} in entry-point group {group!r}; installed: {names}"
+        )
+
+
+class ModelNotConfiguredError(ConfigurationError):
+    """A model is needed but none is configured."""
+
+
+class InvalidTransitionError(UsageError):
+    """A task status change that the state machine does not allow."""
+
+    def __init__(self, task_id: str, current: str, requested: str) -> None:
+        self.task_id = task_id
+        self.current = current
+        self.requested = requested
+        super().__init__(f"task {task_id}: cannot move from {current!r} to {requested!r}")
+
+
+class TaskNotFoundError(UsageError):
+    """No task has the given id."""
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"no task with id {task_id!r}")
+
+
+class ToolRegistrationError(UsageError):
+    """A tool cannot be registered: bad name, bad schema, or its name is taken."""
+
+
+class RunError(CoreAgentError):
+    """A failure while a task runs; the task ends ``failed`` with this error."""
+
+
+class ModelError(RunError):
+    """The model call failed.
+
+    Attributes:
+        status_code: HTTP status of the provider's answer, when there was one.
+        body: The provider's error body or message, for diagnosis.
+        retryable: Whether the same call may succeed later.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        body: str | None = None,
+        retryable: bool = False,
+    ) -> None:
+        self.status_code = status_code
+        self.body = body
+        self.retryable = retryable
+        super().__init__(message)
+
+
+class ModelTimeoutError(ModelError):
+    """The model did not answer in time."""
+
+
+class ModelRateLimitError(ModelError):
+    """The provider refused the call for rate or quota reasons."""
+
+
+class ModelAuthenticationError(ModelError):
+    """The provider refused the credentials."""
+
+
+class ToolError(RunError):
+    """A tool call could not produce a result."""
+
+    def __init__(self, message: str, *, tool_name: str) -> None:
+        self.tool_name = tool_name
+        super().__init__(message)
+
+
+class ToolNotFoundError(ToolError):
+    """The requested tool is not registered or not allowed for this task."""
+
+
+class ToolArgumentsError(ToolError):
+    """The arguments are not a JSON object or do not satisfy the tool's schema."""
+
+    @classmethod
+    def from_validation_error(cls, tool_name: str, exc: ValidationError) -> ToolArgumentsError:
+        """A message that tells the model which argument is wrong and how."""
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or '(arguments)'}: {err['msg']}"
+            for err in exc.errors(include_url=False)
+        )
+        return cls(f"invalid arguments for tool {tool_name!r}: {problems}", tool_name=tool_name)
+
+
+class ToolTimeoutError(ToolError):
+    """The tool did not finish within its time limit."""
+
+
+class ToolExecutionError(ToolError):
+    """The tool raised while running."""
+
+
+class StorageError(RunError):
+    """A store could not read or write; nothing partial was committed."""
+
+
+class TurnLimitExceededError(RunError):
+    """The executor used all its turns without reaching an answer."""

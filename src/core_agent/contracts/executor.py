@@ -1,0 +1,79 @@
+"""Port for a strategy that runs a task to an answer (ReAct, plan-and-execute)."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from shared.agent_protocol import ChatMessage, StrategyMode, TaskRequest, TokenUsage
+
+
+class EventSink(Protocol):
+    """Publishes an event of ``event_type`` for the running task.
+
+    The kernel fills in ``event_id``, ``task_id``, ``seq`` and ``occurred_at``; the caller gives
+    the event's own fields. Awaiting it persists the event (unless it is ephemeral) before
+    subscribers see it.
+    """
+
+    async def __call__(self, event_type: type[BaseModel], /, **fields: Any) -> None:
+        """Publish one event."""
+
+
+@dataclass(slots=True)
+class RunStats:
+    """What a run has consumed so far; kept up to date even when the run fails."""
+
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    turns: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+
+
+@dataclass(slots=True)
+class ExecutionContext:
+    """Everything an executor needs to know about the task it runs."""
+
+    task_id: str
+    session_id: str
+    trace_id: str
+    request: TaskRequest
+    messages: list[ChatMessage]
+    """The conversation so far: system prompt and user task, in order. The executor appends."""
+    max_turns: int
+    emit: EventSink
+    parent_span_id: str | None = None
+    stats: RunStats = field(default_factory=RunStats)
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionOutcome:
+    """The answer of a run that succeeded."""
+
+    output: str
+
+
+class IExecutor(abc.ABC):
+    """Runs one task with one strategy until it has an answer.
+
+    An executor records a span for every model and tool call and publishes the matching
+    events through ``context.emit``. It keeps ``context.stats`` current as it goes, so usage
+    is known even when it fails.
+    """
+
+    @property
+    @abc.abstractmethod
+    def strategy(self) -> StrategyMode:
+        """The strategy this executor implements."""
+
+    @abc.abstractmethod
+    async def run(self, context: ExecutionContext) -> ExecutionOutcome:
+        """Run the task to an answer.
+
+        Raises:
+            RunError: The task cannot finish (model error, turn limit...); the kernel records
+                the task as failed with this error. Cancellation propagates unchanged.
+        """

@@ -1,0 +1,98 @@
+"""Port to a language model: one chat completion, whole or streamed."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shared.agent_protocol import AssistantMessage, ChatMessage, TokenUsage
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDefinition:
+    """A tool as the model sees it: name, description and JSON Schema of its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class LLMRequest:
+    """One chat-completion call."""
+
+    messages: Sequence[ChatMessage]
+    tools: Sequence[ToolDefinition] = ()
+    temperature: float | None = None
+    max_tokens: int | None = None
+    response_format: dict[str, Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class LLMResponse:
+    """A finished model turn, with what it cost."""
+
+    message: AssistantMessage
+    usage: TokenUsage
+    model: str
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LLMTextDelta:
+    """A piece of the answer's text as it streams in."""
+
+    text: str
+
+
+LLMStreamItem = LLMTextDelta | LLMResponse
+
+
+class ILLMGateway(abc.ABC):
+    """Calls a chat model.
+
+    Implementations translate ``LLMRequest`` into a provider's protocol and the answer back;
+    they never let a vendor exception out: every failure is a ``ModelError`` (or a subclass)
+    carrying the provider's status code and body. Calls are awaitable and must not block the
+    event loop.
+    """
+
+    @property
+    @abc.abstractmethod
+    def model_name(self) -> str:
+        """The model this gateway calls, as it appears in traces (e.g. ``openai/gpt-4o``)."""
+
+    @abc.abstractmethod
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """Run one completion and return the whole answer.
+
+        Args:
+            request: Messages, tool definitions and sampling options.
+
+        Returns:
+            The assistant message (text and/or tool calls) with token usage and cost.
+            A tool call whose arguments are not a JSON object has ``arguments=None`` and the
+            raw text in ``raw_arguments``; it is not an error at this level.
+
+        Raises:
+            ModelError: The call failed; ``status_code``/``body`` say how. Subclasses mark
+                timeouts, rate limits and refused credentials.
+        """
+
+    @abc.abstractmethod
+    def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
+        """Run one completion, yielding text as it arrives.
+
+        Args:
+            request: As for ``complete``.
+
+        Returns:
+            An async iterator of ``LLMTextDelta`` items followed by exactly one
+            ``LLMResponse``, the last item, equal to what ``complete`` would return.
+
+        Raises:
+            ModelError: While iterating, as for ``complete``; deltas already yielded stand.
+        """

@@ -1,0 +1,51 @@
+"""Port for long-term memory: facts and preferences kept across tasks."""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+MemoryScope = Literal["session", "long_term"]
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryItem:
+    """One remembered value under ``scope/namespace/key``."""
+
+    scope: MemoryScope
+    namespace: str
+    key: str
+    value: Any
+    created_at: datetime
+    updated_at: datetime
+
+
+class IMemoryStore(abc.ABC):
+    """Keyed memory. Writes replace the value under the same key atomically.
+
+    Methods are awaitable; failures raise ``StorageError``.
+    """
+
+    @abc.abstractmethod
+    async def put(self, scope: MemoryScope, namespace: str, key: str, value: Any) -> MemoryItem:
+        """Store a JSON-serializable ``value``.
+
+        Raises:
+            UsageError: Empty key or a value that is not JSON-serializable.
+        """
+
+    @abc.abstractmethod
+    async def get(self, scope: MemoryScope, namespace: str, key: str) -> MemoryItem | None:
+        """The item under the key, or ``None``."""
+
+    @abc.abstractmethod
+    async def search(
+        self, scope: MemoryScope, namespace: str, query: str, limit: int = 10
+    ) -> list[MemoryItem]:
+        """Items whose key or value mentions ``query``, most recently updated first."""
+
+    @abc.abstractmethod
+    async def delete(self, scope: MemoryScope, namespace: str, key: str) -> bool:
+        """Remove the key; ``True`` when it existed."""

@@ -1,0 +1,106 @@
+"""The configuration contract: every setting the kernel and its providers read.
+
+Values come from ``AGENT_*`` environment variables (and a ``.env`` file when present). The
+container passes one ``AgentSettings`` to every provider factory, so a third-party provider reads
+its options from the same place.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from shared.agent_protocol import RiskLevel
+
+MODEL_CONFIGURATION_HELP = """No model is configured.
+Set AGENT_MODEL to any litellm model string, e.g.:
+  AGENT_MODEL=openai/gpt-4o-mini                   (with OPENAI_API_KEY set)
+  AGENT_MODEL=anthropic/claude-3-5-haiku-latest    (with ANTHROPIC_API_KEY set)
+  AGENT_MODEL=ollama/llama3.2                      (a local Ollama; add
+      AGENT_MODEL_API_BASE=http://host:11434 when it is not on localhost)
+  AGENT_MODEL=openai/<model-name> AGENT_MODEL_API_BASE=http://localhost:8080/v1
+                                                   (llama.cpp, vLLM or any OpenAI-compatible server)
+AGENT_MODEL_API_KEY overrides the provider's own key variable."""
+"""What to tell a user who has not configured a model."""
+
+
+def _default_data_dir() -> Path:
+    return Path.home() / ".local" / "share" / "core-agent"
+
+
+class AgentSettings(BaseSettings):
+    """Kernel configuration, read from ``AGENT_*`` variables."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="AGENT_", env_file=".env", extra="ignore", frozen=True
+    )
+
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    """Where the SQLite database and LanceDB folders live."""
+
+    model: str | None = None
+    """A litellm model string, e.g. ``openai/gpt-4o-mini`` or ``ollama/llama3.2``."""
+
+    model_provider: str | None = None
+    """litellm provider prefix, joined to a ``model`` that has none (``ollama`` + ``llama3.2``)."""
+
+    model_api_base: str | None = None
+    """Base URL of an OpenAI-compatible or other server (Ollama, llama.cpp, vLLM)."""
+
+    model_api_key: SecretStr | None = None
+    """API key; when unset, litellm reads the provider's own variable (``OPENAI_API_KEY``...)."""
+
+    model_timeout_s: float = Field(default=120.0, gt=0)
+    model_max_retries: int = Field(default=2, ge=0, le=10)
+    model_temperature: float | None = Field(default=None, ge=0, le=2)
+
+    llm_gateway: str | None = None
+    """Entry-point name of the gateway; ``litellm`` when a model is set, else ``scripted``."""
+
+    scripted_model_script: Path | None = None
+    """JSON script for the scripted model; its built-in demo policy when unset."""
+
+    task_store: str = "sqlite"
+    trace_store: str = "sqlite"
+
+    tools: Annotated[tuple[str, ...] | None, NoDecode] = None
+    """Names of the installed tools to enable (comma-separated); all when unset."""
+
+    strategy_mode: Literal["adaptive", "react", "plan_execute"] = "adaptive"
+    max_turns: int = Field(default=12, ge=1, le=1000)
+    tool_timeout_s: float = Field(default=60.0, gt=0)
+
+    vector_provider: str = "sqlite_vec"
+    vector_migration_dual_write: bool = False
+    policy_approval_required_risk: RiskLevel = RiskLevel.HIGH
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _split_tools(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(name.strip() for name in value.split(",") if name.strip())
+        return value
+
+    @property
+    def database_path(self) -> Path:
+        """The kernel's SQLite database file."""
+        return self.data_dir / "core_agent.db"
+
+    @property
+    def resolved_model(self) -> str | None:
+        """``model`` with ``model_provider`` prefixed when the model string has no provider."""
+        if self.model is None:
+            return None
+        if self.model_provider and "/" not in self.model:
+            return f"{self.model_provider}/{self.model}"
+        return self.model
+
+    @property
+    def gateway_name(self) -> str:
+        """The gateway to load: the explicit setting, else by whether a model is set."""
+        if self.llm_gateway:
+            return self.llm_gateway
+        return "litellm" if self.model else "scripted"

@@ -1,0 +1,1 @@
+"""Sessions, the task state machine, the event bus and the public facade."""

@@ -1,0 +1,1 @@
+"""Short-term window, long-term facts, semantic memory and hybrid retrieval logic."""

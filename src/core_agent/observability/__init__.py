@@ -1,0 +1,1 @@
+"""Tracer, metrics and replay."""

@@ -1,0 +1,1 @@
+"""Strategies that run tasks: the ReAct executor (plan-and-execute and routing to come)."""

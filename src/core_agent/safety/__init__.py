@@ -1,0 +1,1 @@
+"""Policy engine, risk grading, approval flow and injection checks."""

@@ -1,0 +1,1 @@
+"""Tool registry, schema generation from type hints, argument validation, tool execution."""

@@ -1,0 +1,219 @@
+"""``@tool``: turn a typed Python function into an ``ITool``.
+
+The argument schema comes from the function's type hints (or from the single pydantic model it
+takes), so what the model is told and what is validated are the same thing.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, get_type_hints, overload
+
+import anyio.to_thread
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+
+from core_agent.contracts.errors import ToolArgumentsError, ToolRegistrationError
+from core_agent.contracts.tool import TOOL_NAME_PATTERN, Capability, ITool, ToolContext, ToolSpec
+
+_SECTION = re.compile(r"^[A-Z][A-Za-z ]*:$")
+_ARG_SECTIONS = frozenset({"Args:", "Arguments:", "Parameters:"})
+_ARG_LINE = re.compile(r"^\*{0,2}(\w+)(?:\s*\([^)]*\))?:\s*(.*)$")
+
+
+def _split_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """Summary text and per-argument descriptions from a Google-style docstring."""
+    if not doc:
+        return "", {}
+    summary: list[str] = []
+    arg_docs: dict[str, str] = {}
+    section: str | None = None
+    current: str | None = None
+    arg_indent: int | None = None
+    for line in inspect.cleandoc(doc).splitlines():
+        stripped = line.strip()
+        if not line.startswith(" ") and _SECTION.match(stripped):
+            section, current, arg_indent = stripped, None, None
+            continue
+        if section is None:
+            summary.append(line)
+        elif section in _ARG_SECTIONS and stripped:
+            indent = len(line) - len(line.lstrip())
+            match = _ARG_LINE.match(stripped)
+            if match and (arg_indent is None or indent <= arg_indent):
+                arg_indent, current = indent, match.group(1)
+                arg_docs[current] = match.group(2)
+            elif current is not None:
+                arg_docs[current] = f"{arg_docs[current]} {stripped}".strip()
+    return "\n".join(summary).strip(), arg_docs
+
+
+class FunctionTool(ITool):
+    """An ``ITool`` backed by a Python function, sync or async.
+
+    Sync functions run in a worker thread so they never block the event loop.
+    """
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        capabilities: Iterable[Capability | str] = (),
+        idempotent: bool = False,
+        timeout_s: float | None = None,
+    ) -> None:
+        self._func = func
+        tool_name = name or func.__name__
+        if not TOOL_NAME_PATTERN.match(tool_name):
+            raise ToolRegistrationError(
+                f"tool name {tool_name!r} must match {TOOL_NAME_PATTERN.pattern}"
+            )
+        summary, arg_docs = _split_docstring(func.__doc__)
+        tool_description = description or summary
+        if not tool_description:
+            raise ToolRegistrationError(
+                f"tool {tool_name!r} needs a description: give a docstring or description="
+            )
+        self._is_async = inspect.iscoroutinefunction(func)
+        self._context_param: str | None = None
+        self._model_param: str | None = None
+        self._args_model = self._build_args_model(tool_name, func, arg_docs)
+        parameters = self._args_model.model_json_schema()
+        parameters.pop("title", None)
+        self._spec = ToolSpec(
+            name=tool_name,
+            description=tool_description,
+            parameters=parameters,
+            capabilities=frozenset(Capability(c) for c in capabilities),
+            idempotent=idempotent,
+            timeout_s=timeout_s,
+        )
+        functools.update_wrapper(self, func)
+
+    def _build_args_model(
+        self, tool_name: str, func: Callable[..., Any], arg_docs: dict[str, str]
+    ) -> type[BaseModel]:
+        try:
+            hints = get_type_hints(func, include_extras=True)
+        except Exception as exc:
+            raise ToolRegistrationError(
+                f"tool {tool_name!r}: unresolvable type hints: {exc}"
+            ) from exc
+        fields: dict[str, Any] = {}
+        for param in inspect.signature(func).parameters.values():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise ToolRegistrationError(f"tool {tool_name!r}: *args/**kwargs are not supported")
+            annotation = hints.get(param.name, inspect.Parameter.empty)
+            if annotation is ToolContext:
+                self._context_param = param.name
+                continue
+            if annotation is inspect.Parameter.empty:
+                raise ToolRegistrationError(
+                    f"tool {tool_name!r}: parameter {param.name!r} needs a type annotation"
+                )
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[param.name] = (annotation, Field(default, description=arg_docs.get(param.name)))
+        if len(fields) == 1:
+            ((only_name, (annotation, _)),) = fields.items()
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                self._model_param = only_name
+                return annotation
+        model: type[BaseModel] = create_model(
+            f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        return model
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The tool's name, description, schema and capabilities."""
+        return self._spec
+
+    def validate_arguments(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Validate against the derived model; errors name the argument at fault."""
+        try:
+            instance = self._args_model.model_validate(dict(arguments))
+        except ValidationError as exc:
+            raise ToolArgumentsError.from_validation_error(self._spec.name, exc) from exc
+        if self._model_param is not None:
+            return {self._model_param: instance}
+        return {name: getattr(instance, name) for name in type(instance).model_fields}
+
+    async def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        """Call the function; sync functions in a worker thread."""
+        kwargs = dict(arguments)
+        if self._context_param is not None:
+            kwargs[self._context_param] = context
+        if self._is_async:
+            result = await self._func(**kwargs)
+        else:
+            # Abandoned on cancel, so a time limit returns control even if the function hangs.
+            result = await anyio.to_thread.run_sync(
+                functools.partial(self._func, **kwargs), abandon_on_cancel=True
+            )
+        return render_tool_output(result)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying function directly (for tests and reuse)."""
+        return self._func(*args, **kwargs)
+
+
+def render_tool_output(result: Any) -> str:
+    """Text for the model: strings as they are, models and data as JSON."""
+    if isinstance(result, str):
+        return result
+    if isinstance(result, BaseModel):
+        return result.model_dump_json()
+    return json.dumps(result, ensure_ascii=False, default=str)
+
+
+@overload
+def tool(func: Callable[..., Any], /) -> FunctionTool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    capabilities: Iterable[Capability | str] = (),
+    idempotent: bool = False,
+    timeout_s: float | None = None,
+) -> Callable[[Callable[..., Any]], FunctionTool]: ...
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    capabilities: Iterable[Capability | str] = (),
+    idempotent: bool = False,
+    timeout_s: float | None = None,
+) -> FunctionTool | Callable[[Callable[..., Any]], FunctionTool]:
+    """Make a tool of a typed function, with or without options.
+
+    Examples:
+        ``@tool`` on ``def add(a: int, b: int) -> int`` gives a tool ``add`` whose schema
+        requires two integers; ``@tool(capabilities={"read"}, idempotent=True)`` declares
+        what the tool does for the policy engine. A function taking a single pydantic model
+        uses that model as its schema. A parameter annotated ``ToolContext`` receives the
+        calling task's context and is not part of the schema.
+    """
+
+    def wrap(f: Callable[..., Any]) -> FunctionTool:
+        return FunctionTool(
+            f,
+            name=name,
+            description=description,
+            capabilities=capabilities,
+            idempotent=idempotent,
+            timeout_s=timeout_s,
+        )
+
+    return wrap(func) if func is not None else wrap

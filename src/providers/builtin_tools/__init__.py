@@ -1,0 +1,1 @@
+"""Tools shipped with the kernel, each registered under the ``core_agent.tools`` entry point."""

@@ -1,0 +1,244 @@
+"""``ILLMGateway`` through litellm: any provider litellm speaks, local servers included.
+
+litellm takes about five seconds to import and, unless told otherwise, fetches a price table
+from the network on import; so it is imported on the first call, never at start-up, with
+``LITELLM_LOCAL_MODEL_COST_MAP=True`` set first so the bundled table is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import AsyncIterator
+from types import ModuleType
+from typing import Any
+
+from core_agent.contracts.errors import (
+    ModelAuthenticationError,
+    ModelError,
+    ModelNotConfiguredError,
+    ModelRateLimitError,
+    ModelTimeoutError,
+)
+from core_agent.contracts.llm_gateway import (
+    ILLMGateway,
+    LLMRequest,
+    LLMResponse,
+    LLMStreamItem,
+    LLMTextDelta,
+)
+from core_agent.contracts.settings import MODEL_CONFIGURATION_HELP, AgentSettings
+from shared.agent_protocol import (
+    AssistantMessage,
+    ChatMessage,
+    SystemMessage,
+    TokenUsage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+
+_import_lock = threading.Lock()
+_litellm: ModuleType | None = None
+
+
+def _load_litellm() -> ModuleType:
+    global _litellm
+    with _import_lock:
+        if _litellm is None:
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm
+
+            litellm.telemetry = False
+            litellm.suppress_debug_info = True
+            _litellm = litellm
+        return _litellm
+
+
+def to_openai_message(message: ChatMessage) -> dict[str, Any]:
+    """A protocol message in the chat-completions wire format."""
+    if isinstance(message, SystemMessage | UserMessage):
+        return {"role": message.kind, "content": message.content}
+    if isinstance(message, ToolMessage):
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    wire: dict[str, Any] = {"role": "assistant", "content": message.content}
+    if message.tool_calls:
+        wire["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {
+                    "name": call.name,
+                    "arguments": json.dumps(call.arguments)
+                    if call.arguments is not None
+                    else (call.raw_arguments or ""),
+                },
+            }
+            for call in message.tool_calls
+        ]
+    return wire
+
+
+def parse_tool_call(call_id: str, name: str, raw: str | None) -> ToolCall:
+    """A tool call; arguments that are not a JSON object are kept raw for the error message."""
+    try:
+        parsed = json.loads(raw) if raw and raw.strip() else {}
+    except ValueError:
+        parsed = None
+    arguments = parsed if isinstance(parsed, dict) else None
+    return ToolCall(id=call_id, name=name, arguments=arguments, raw_arguments=raw)
+
+
+class LiteLLMGateway(ILLMGateway):
+    """Calls ``litellm.acompletion``; maps its exceptions to the kernel's ``ModelError`` tree."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 2,
+        temperature: float | None = None,
+    ) -> None:
+        self._model = model
+        self._api_base = api_base
+        self._api_key = api_key
+        self._timeout_s = timeout_s
+        self._max_retries = max_retries
+        self._temperature = temperature
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings) -> LiteLLMGateway:
+        """Configured from ``AGENT_MODEL*``; ``ModelNotConfiguredError`` without a model."""
+        model = settings.resolved_model
+        if not model:
+            raise ModelNotConfiguredError(MODEL_CONFIGURATION_HELP)
+        return cls(
+            model,
+            api_base=settings.model_api_base,
+            api_key=settings.model_api_key.get_secret_value() if settings.model_api_key else None,
+            timeout_s=settings.model_timeout_s,
+            max_retries=settings.model_max_retries,
+            temperature=settings.model_temperature,
+        )
+
+    @property
+    def model_name(self) -> str:
+        """The litellm model string."""
+        return self._model
+
+    def _arguments(self, request: LLMRequest) -> dict[str, Any]:
+        arguments: dict[str, Any] = {
+            "model": self._model,
+            "messages": [to_openai_message(m) for m in request.messages],
+            "timeout": self._timeout_s,
+            "num_retries": self._max_retries,
+        }
+        if request.tools:
+            arguments["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                }
+                for tool in request.tools
+            ]
+        temperature = request.temperature if request.temperature is not None else self._temperature
+        if temperature is not None:
+            arguments["temperature"] = temperature
+        if request.max_tokens is not None:
+            arguments["max_tokens"] = request.max_tokens
+        if request.response_format is not None:
+            arguments["response_format"] = request.response_format
+        if self._api_base:
+            arguments["api_base"] = self._api_base
+        if self._api_key:
+            arguments["api_key"] = self._api_key
+        return arguments
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """One non-streamed completion."""
+        litellm = _load_litellm()
+        try:
+            response = await litellm.acompletion(**self._arguments(request))
+        except Exception as exc:
+            raise _map_error(litellm, exc) from exc
+        return self._to_response(litellm, response)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
+        """Streamed completion; the final item is rebuilt from all chunks by litellm."""
+        litellm = _load_litellm()
+        arguments = self._arguments(request)
+        chunks: list[Any] = []
+        try:
+            stream = await litellm.acompletion(
+                **arguments, stream=True, stream_options={"include_usage": True}
+            )
+            async for chunk in stream:
+                chunks.append(chunk)
+                for choice in getattr(chunk, "choices", None) or ():
+                    text = getattr(choice.delta, "content", None)
+                    if text:
+                        yield LLMTextDelta(text)
+            if not chunks:
+                raise ModelError("the model's stream ended without any chunk")
+            response = litellm.stream_chunk_builder(chunks, messages=arguments["messages"])
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise _map_error(litellm, exc) from exc
+        if response is None:
+            raise ModelError("the model's stream could not be assembled into a response")
+        yield self._to_response(litellm, response)
+
+    def _to_response(self, litellm: ModuleType, response: Any) -> LLMResponse:
+        try:
+            choice = response.choices[0]
+        except (AttributeError, IndexError) as exc:
+            raise ModelError("the model returned no choices", body=str(response)[:2000]) from exc
+        message = choice.message
+        calls = tuple(
+            parse_tool_call(call.id or f"call_{n}", call.function.name, call.function.arguments)
+            for n, call in enumerate(getattr(message, "tool_calls", None) or (), start=1)
+        )
+        usage = getattr(response, "usage", None)
+        return LLMResponse(
+            message=AssistantMessage(content=message.content or None, tool_calls=calls),
+            usage=TokenUsage(
+                input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+                output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+                cost_usd=self._cost(litellm, response),
+            ),
+            model=str(getattr(response, "model", None) or self._model),
+            finish_reason=getattr(choice, "finish_reason", None),
+        )
+
+    def _cost(self, litellm: ModuleType, response: Any) -> float | None:
+        try:
+            cost = litellm.completion_cost(completion_response=response, model=self._model)
+        except Exception:
+            return None  # litellm has no price for this model (a local server, say)
+        return float(cost) if cost is not None else None
+
+
+def _map_error(litellm: ModuleType, exc: Exception) -> ModelError:
+    """The kernel's error for a litellm (or openai) exception; vendor types stop here."""
+    errors = litellm.exceptions
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    body = str(getattr(exc, "message", None) or exc)[:4000]
+    message = f"model call failed: {type(exc).__name__}: {body}"
+    if isinstance(exc, errors.Timeout):
+        return ModelTimeoutError(message, status_code=status, body=body, retryable=True)
+    if isinstance(exc, errors.RateLimitError):
+        return ModelRateLimitError(message, status_code=status, body=body, retryable=True)
+    if isinstance(exc, errors.AuthenticationError | errors.PermissionDeniedError):
+        return ModelAuthenticationError(message, status_code=status, body=body)
+    retryable = isinstance(exc, errors.APIConnectionError) or (status is not None and status >= 500)
+    return ModelError(message, status_code=status, body=body, retryable=retryable)

@@ -1,0 +1,217 @@
+"""A deterministic model for demos and tests: it answers from a script, tool calls included.
+
+Like httpx's ``MockTransport``, this is a real adapter of the port, shipped with the product.
+It is stateless: the reply to a request is chosen by how many assistant turns the request
+already holds, so turn 1 of every task gets script entry 1, and concurrent tasks do not
+interfere.
+
+Without a script it follows a small demo policy: arithmetic in the task goes to the
+``calculator`` tool, a question about the time goes to ``current_time``, and the tool's result
+is reported back. It does not understand language; it says so when it cannot help.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core_agent.contracts.errors import ConfigurationError, ModelError
+from core_agent.contracts.llm_gateway import (
+    ILLMGateway,
+    LLMRequest,
+    LLMResponse,
+    LLMStreamItem,
+    LLMTextDelta,
+)
+from core_agent.contracts.settings import AgentSettings
+from shared.agent_protocol import (
+    AssistantMessage,
+    ChatMessage,
+    TokenUsage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+
+
+class ScriptedToolCall(BaseModel):
+    """A tool call the script makes; ``raw_arguments`` simulates a model sending broken JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arguments: dict[str, object] | None = None
+    raw_arguments: str | None = None
+    id: str | None = None
+
+
+class ScriptedError(BaseModel):
+    """A model failure the script simulates."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    message: str
+    status_code: int | None = 500
+
+
+class ScriptedTurn(BaseModel):
+    """One model turn: text, tool calls, or an error."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str | None = None
+    tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
+    error: ScriptedError | None = None
+
+
+Policy = Callable[[Sequence[ChatMessage]], ScriptedTurn]
+
+_ARITHMETIC = re.compile(r"[-+(]*\d[\d.\s]*(?:[-+*/%^()]+\s*[-+(]*\s*\d[\d.\s]*\)*\s*)+")
+_TIME_WORDS = re.compile(r"\b(time|date|today|clock|day is it)\b", re.IGNORECASE)
+
+DEMO_NOTICE = (
+    "I am core-agent's scripted demo model: I follow fixed rules, not language understanding. "
+    "I can work out arithmetic (with the calculator tool) and tell the time (with the "
+    "current_time tool). Set AGENT_MODEL to a litellm model string to use a real model."
+)
+
+
+def demo_policy(messages: Sequence[ChatMessage]) -> ScriptedTurn:
+    """The built-in rules used when no script is given."""
+    last = messages[-1] if messages else None
+    if isinstance(last, ToolMessage):
+        if last.is_error:
+            return ScriptedTurn(content=f"The {last.name} tool reported an error: {last.content}")
+        return ScriptedTurn(content=_describe_result(messages, last))
+    task = next((m.content for m in reversed(messages) if isinstance(m, UserMessage)), "")
+    match = _ARITHMETIC.search(task)
+    if match:
+        expression = match.group(0).strip().rstrip("=?").strip().replace("^", "**")
+        return ScriptedTurn(
+            tool_calls=[ScriptedToolCall(name="calculator", arguments={"expression": expression})]
+        )
+    if _TIME_WORDS.search(task):
+        return ScriptedTurn(tool_calls=[ScriptedToolCall(name="current_time", arguments={})])
+    return ScriptedTurn(content=DEMO_NOTICE)
+
+
+def _describe_result(messages: Sequence[ChatMessage], result: ToolMessage) -> str:
+    call = next(
+        (
+            c
+            for m in reversed(messages)
+            if isinstance(m, AssistantMessage)
+            for c in m.tool_calls
+            if c.id == result.tool_call_id
+        ),
+        None,
+    )
+    if result.name == "calculator" and call and call.arguments:
+        return f"{call.arguments.get('expression')} = {result.content}"
+    if result.name == "current_time":
+        return f"The current time is {result.content}."
+    return f"The {result.name} tool returned: {result.content}"
+
+
+def _estimate_tokens(text: str) -> int:
+    # About four characters per token for English; an estimate, labelled as such in docs.
+    return max(1, math.ceil(len(text) / 4)) if text else 0
+
+
+class ScriptedLLMGateway(ILLMGateway):
+    """Answers from a list of turns (turn *n* of each task gets entry *n*) or a policy."""
+
+    def __init__(
+        self,
+        script: Sequence[ScriptedTurn] | None = None,
+        *,
+        policy: Policy | None = None,
+        model_name: str = "scripted/demo",
+    ) -> None:
+        if script is not None and policy is not None:
+            raise ConfigurationError("give the scripted model a script or a policy, not both")
+        self._script = list(script) if script is not None else None
+        self._policy = policy or demo_policy
+        self._model_name = model_name
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings) -> ScriptedLLMGateway:
+        """The script in ``AGENT_SCRIPTED_MODEL_SCRIPT`` (a JSON list of turns), or the demo."""
+        if settings.scripted_model_script is None:
+            return cls()
+        return cls.from_file(settings.scripted_model_script)
+
+    @classmethod
+    def from_file(cls, path: Path) -> ScriptedLLMGateway:
+        """Load a JSON script: a list of ``{"content": ..., "tool_calls": [...], "error": ...}``."""
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            turns = [ScriptedTurn.model_validate(item) for item in data]
+        except (OSError, ValueError, TypeError, ValidationError) as exc:
+            raise ConfigurationError(f"cannot load scripted model script {path}: {exc}") from exc
+        return cls(turns, model_name=f"scripted/{Path(path).stem}")
+
+    @property
+    def model_name(self) -> str:
+        """``scripted/<name>``."""
+        return self._model_name
+
+    def _turn_for(self, messages: Sequence[ChatMessage]) -> ScriptedTurn:
+        if self._script is None:
+            return self._policy(messages)
+        index = sum(isinstance(m, AssistantMessage) for m in messages)
+        if index >= len(self._script):
+            raise ModelError(
+                f"scripted model has no turn {index + 1} (the script has {len(self._script)})",
+                status_code=None,
+                body=None,
+            )
+        return self._script[index]
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """The scripted reply to ``request``."""
+        turn = self._turn_for(request.messages)
+        if turn.error is not None:
+            raise ModelError(
+                turn.error.message,
+                status_code=turn.error.status_code,
+                body=turn.error.message,
+                retryable=(turn.error.status_code or 0) >= 500,
+            )
+        index = sum(isinstance(m, AssistantMessage) for m in request.messages)
+        calls = tuple(
+            ToolCall(
+                id=call.id or f"call_{index + 1}_{n + 1}",
+                name=call.name,
+                arguments=call.arguments if call.raw_arguments is None else None,
+                raw_arguments=call.raw_arguments
+                if call.raw_arguments is not None
+                else json.dumps(call.arguments or {}),
+            )
+            for n, call in enumerate(turn.tool_calls)
+        )
+        message = AssistantMessage(content=turn.content, tool_calls=calls)
+        prompt = "".join(m.model_dump_json() for m in request.messages)
+        completion = (turn.content or "") + "".join(c.raw_arguments or "" for c in calls)
+        return LLMResponse(
+            message=message,
+            usage=TokenUsage(
+                input_tokens=_estimate_tokens(prompt),
+                output_tokens=_estimate_tokens(completion),
+                cost_usd=0.0,
+            ),
+            model=self._model_name,
+            finish_reason="tool_calls" if calls else "stop",
+        )
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
+        """The same reply, its text in word-sized deltas first."""
+        response = await self.complete(request)
+        for piece in re.findall(r"\S+\s*|\s+", response.message.content or ""):
+            yield LLMTextDelta(piece)
+        yield response

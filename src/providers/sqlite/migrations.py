@@ -1,0 +1,97 @@
+"""Versioned schema migrations, tracked with ``PRAGMA user_version``.
+
+Append a migration to ``MIGRATIONS``; never edit one that has shipped. Each runs in its own
+transaction with the version bump, so a crash leaves the schema at a known version.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from providers.sqlite.database import transaction
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: sessions, tasks, task events, traces.
+    """
+    CREATE TABLE agent_sessions (
+        id            TEXT PRIMARY KEY,
+        user_id       TEXT,
+        created_at    TEXT NOT NULL,
+        updated_at    TEXT NOT NULL,
+        metadata_json TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE TABLE agent_tasks (
+        id          TEXT PRIMARY KEY,
+        session_id  TEXT NOT NULL REFERENCES agent_sessions(id),
+        trace_id    TEXT NOT NULL,
+        status      TEXT NOT NULL CHECK (status IN
+                    ('queued','running','waiting_approval','succeeded','failed','canceled')),
+        strategy    TEXT,
+        risk_level  TEXT,
+        input_json  TEXT NOT NULL,
+        output_json TEXT,
+        error_text  TEXT,
+        usage_json  TEXT NOT NULL DEFAULT '{}',
+        created_at  TEXT NOT NULL,
+        updated_at  TEXT NOT NULL
+    );
+    CREATE INDEX agent_tasks_by_session ON agent_tasks(session_id, created_at);
+    CREATE INDEX agent_tasks_by_created ON agent_tasks(created_at);
+    CREATE INDEX agent_tasks_by_status ON agent_tasks(status);
+    CREATE TABLE agent_task_events (
+        id           TEXT PRIMARY KEY,
+        task_id      TEXT NOT NULL REFERENCES agent_tasks(id),
+        seq          INTEGER NOT NULL,
+        event_type   TEXT NOT NULL,
+        payload_json TEXT NOT NULL,
+        occurred_at  TEXT NOT NULL,
+        UNIQUE (task_id, seq)
+    );
+    CREATE TABLE agent_traces (
+        id           TEXT PRIMARY KEY,
+        trace_id     TEXT NOT NULL,
+        task_id      TEXT NOT NULL,
+        parent_id    TEXT,
+        span         TEXT NOT NULL,
+        kind         TEXT NOT NULL,
+        status       TEXT NOT NULL CHECK (status IN ('ok','error')),
+        started_at   TEXT NOT NULL,
+        ended_at     TEXT NOT NULL,
+        latency_ms   REAL NOT NULL,
+        token_in     INTEGER,
+        token_out    INTEGER,
+        cost_usd     REAL,
+        error_text   TEXT,
+        payload_json TEXT NOT NULL DEFAULT '{}'
+    );
+    CREATE INDEX agent_traces_by_task ON agent_traces(task_id, started_at);
+    CREATE INDEX agent_traces_by_trace ON agent_traces(trace_id, started_at);
+    """,
+)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    """The migration number the database is at (0 for a new file)."""
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Apply every pending migration in order; returns the resulting version.
+
+    Safe to call from several processes at once: ``BEGIN IMMEDIATE`` serializes them and the
+    version is re-read inside the transaction.
+    """
+    for number, script in enumerate(MIGRATIONS, start=1):
+        with transaction(conn):
+            if schema_version(conn) >= number:
+                continue
+            for statement in _statements(script):
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {number}")
+    return schema_version(conn)
+
+
+def _statements(script: str) -> list[str]:
+    # executescript() would COMMIT the surrounding transaction; split instead. The schema
+    # contains no semicolons inside literals.
+    return [part.strip() for part in script.split(";") if part.strip()]

@@ -1,0 +1,1 @@
+"""Types shared across layers and processes; imports nothing else of ours."""

@@ -1,0 +1,51 @@
+"""Approval requests shown to a human and the decisions that answer them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.agent_protocol.messages import ToolCall
+from shared.agent_protocol.risk import RiskLevel
+
+ApprovalScope = Literal["once", "task", "session", "pattern"]
+
+
+class ApprovalRequest(BaseModel):
+    """A risky tool call waiting for a human decision.
+
+    ``call_hash`` binds the request to the exact call: a decision applies to that hash only.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["approval_request"] = "approval_request"
+    request_id: str
+    task_id: str
+    session_id: str
+    tool_call: ToolCall
+    call_hash: str
+    risk: RiskLevel
+    rule: str | None = Field(default=None, description="The policy rule that graded the call.")
+    reason: str = ""
+    created_at: datetime
+    expires_at: datetime | None = None
+
+
+class ApprovalDecision(BaseModel):
+    """A human's answer to one approval request."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["approval_decision"] = "approval_decision"
+    request_id: str
+    approved: bool
+    scope: ApprovalScope = "once"
+    pattern: str | None = Field(
+        default=None, description="With scope 'pattern': the calls this decision covers."
+    )
+    expires_at: datetime | None = None
+    reason: str = ""
+    decided_by: str | None = None

@@ -1,0 +1,158 @@
+"""Events the kernel publishes while a task runs, discriminated by ``kind``.
+
+Every event carries the task it belongs to and ``seq``, its position in that task's stream
+(1, 2, 3, ...), so a consumer can order and de-duplicate what it receives.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.agent_protocol.approval import ApprovalDecision, ApprovalRequest
+from shared.agent_protocol.messages import AssistantMessage, ToolCall, ToolResult
+from shared.agent_protocol.tasks import StrategyMode, TaskRequest, TokenUsage
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_id: str
+    task_id: str
+    seq: int = Field(ge=0)
+    occurred_at: datetime
+
+
+class TaskQueued(_Event):
+    """The task was accepted and persisted."""
+
+    kind: Literal["task.queued"] = "task.queued"
+    session_id: str
+    trace_id: str
+    request: TaskRequest
+
+
+class TaskStarted(_Event):
+    """The task left the queue and runs."""
+
+    kind: Literal["task.started"] = "task.started"
+
+
+class StrategySelected(_Event):
+    """The router chose how to run the task, and why."""
+
+    kind: Literal["task.strategy_selected"] = "task.strategy_selected"
+    strategy: StrategyMode
+    reason: str
+    features: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskWaitingApproval(_Event):
+    """The task is suspended until a human answers an approval request."""
+
+    kind: Literal["task.waiting_approval"] = "task.waiting_approval"
+    request_id: str
+
+
+class TaskResumed(_Event):
+    """The task runs again after waiting for approval."""
+
+    kind: Literal["task.resumed"] = "task.resumed"
+
+
+class TaskSucceeded(_Event):
+    """The task finished with an answer."""
+
+    kind: Literal["task.succeeded"] = "task.succeeded"
+    output: str
+    usage: TokenUsage
+
+
+class TaskFailed(_Event):
+    """The task stopped on an error; ``error_type`` names the kernel error class."""
+
+    kind: Literal["task.failed"] = "task.failed"
+    error: str
+    error_type: str
+    usage: TokenUsage
+
+
+class TaskCanceled(_Event):
+    """The task was canceled by its host."""
+
+    kind: Literal["task.canceled"] = "task.canceled"
+    reason: str = ""
+    usage: TokenUsage
+
+
+class LLMDelta(_Event):
+    """A piece of model text as it streams; not persisted, only published."""
+
+    kind: Literal["llm.delta"] = "llm.delta"
+    text: str
+
+
+class LLMCompleted(_Event):
+    """One model call finished."""
+
+    kind: Literal["llm.completed"] = "llm.completed"
+    model: str
+    message: AssistantMessage
+    usage: TokenUsage
+    latency_ms: float
+
+
+class ToolStarted(_Event):
+    """A tool call is about to run."""
+
+    kind: Literal["tool.started"] = "tool.started"
+    tool_call: ToolCall
+
+
+class ToolCompleted(_Event):
+    """A tool call finished, successfully or with an error given back to the model."""
+
+    kind: Literal["tool.completed"] = "tool.completed"
+    result: ToolResult
+    latency_ms: float
+
+
+class ApprovalRequested(_Event):
+    """A tool call needs a human decision."""
+
+    kind: Literal["approval.requested"] = "approval.requested"
+    request: ApprovalRequest
+
+
+class ApprovalResolved(_Event):
+    """A human decided on an approval request."""
+
+    kind: Literal["approval.resolved"] = "approval.resolved"
+    decision: ApprovalDecision
+
+
+AgentEvent = Annotated[
+    TaskQueued
+    | TaskStarted
+    | StrategySelected
+    | TaskWaitingApproval
+    | TaskResumed
+    | TaskSucceeded
+    | TaskFailed
+    | TaskCanceled
+    | LLMDelta
+    | LLMCompleted
+    | ToolStarted
+    | ToolCompleted
+    | ApprovalRequested
+    | ApprovalResolved,
+    Field(discriminator="kind"),
+]
+
+TERMINAL_EVENT_KINDS = frozenset({"task.succeeded", "task.failed", "task.canceled"})
+"""Kinds after which a task's stream has no more events."""
+
+EPHEMERAL_EVENT_KINDS = frozenset({"llm.delta"})
+"""Kinds published to subscribers but not written to the task store."""

@@ -1,0 +1,112 @@
+"""Task requests, task status and task results."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class TaskStatus(StrEnum):
+    """Lifecycle of a task.
+
+    ``queued -> running -> (waiting_approval <-> running) -> succeeded | failed | canceled``.
+    """
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING_APPROVAL = "waiting_approval"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether no transition leaves this status."""
+        return self in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELED)
+
+
+StrategyMode = Literal["react", "plan_execute"]
+
+
+class TaskRequest(BaseModel):
+    """What a host asks the kernel to do."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["task_request"] = "task_request"
+    task: str = Field(min_length=1, description="The instruction, in natural language.")
+    session_id: str | None = Field(
+        default=None, description="Session to attach the task to; a new one when absent."
+    )
+    system_prompt: str | None = Field(default=None, description="Overrides the default prompt.")
+    force_mode: StrategyMode | None = Field(
+        default=None, description="Skip routing and run this strategy."
+    )
+    max_turns: int | None = Field(default=None, ge=1, le=1000)
+    tools: tuple[str, ...] | None = Field(
+        default=None, description="Names of the tools this task may use; all when absent."
+    )
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class TokenUsage(BaseModel):
+    """Tokens and cost of one or more model calls.
+
+    ``cost_usd`` is ``None`` when the price of the model is unknown (a local server, say).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cost_usd: float | None = Field(default=None, ge=0)
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        if self.cost_usd is None and other.cost_usd is None:
+            cost = None
+        else:
+            cost = (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
+        return TokenUsage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cost_usd=cost,
+        )
+
+
+class TaskState(BaseModel):
+    """A task as stored: its status and what it has produced so far."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["task_state"] = "task_state"
+    task_id: str
+    session_id: str
+    trace_id: str
+    status: TaskStatus
+    request: TaskRequest
+    strategy: StrategyMode | None = None
+    output: str | None = None
+    error: str | None = None
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    created_at: datetime
+    updated_at: datetime
+
+
+class TaskResult(BaseModel):
+    """The outcome of a task that has finished or stopped to wait for a human."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["task_result"] = "task_result"
+    task_id: str
+    session_id: str
+    trace_id: str
+    status: TaskStatus
+    output: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    turns: int = 0
