@@ -117,7 +117,11 @@ class FunctionTool(ITool):
                     f"tool {tool_name!r}: parameter {param.name!r} needs a type annotation"
                 )
             default = ... if param.default is inspect.Parameter.empty else param.default
-            fields[param.name] = (annotation, Field(default, description=arg_docs.get(param.name)))
+            described = param.name in arg_docs
+            fields[param.name] = (
+                annotation,
+                Field(default, description=arg_docs[param.name]) if described else default,
+            )
         if len(fields) == 1:
             ((only_name, (annotation, _)),) = fields.items()
             if isinstance(annotation, type) and issubclass(annotation, BaseModel):

@@ -1,0 +1,88 @@
+"""In-memory fakes of the stores, recording what happened, for unit tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from pydantic import BaseModel
+
+from core_agent.contracts.errors import (
+    InvalidTransitionError,
+    StorageError,
+    TaskNotFoundError,
+    UsageError,
+)
+from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.trace_store import ITraceStore, Span
+from shared.agent_protocol import TaskState, TaskStatus, TokenUsage
+
+
+class FakeTaskStore(ITaskStore):
+    def __init__(self) -> None:
+        self.tasks: dict[str, TaskState] = {}
+        self.events: dict[str, list[BaseModel]] = {}
+        self.closed = False
+
+    async def create_task(self, task: TaskState, queued_event: BaseModel) -> None:
+        self.tasks[task.task_id] = task
+        self.events[task.task_id] = [queued_event]
+
+    async def get_task(self, task_id: str) -> TaskState:
+        if task_id not in self.tasks:
+            raise TaskNotFoundError(task_id)
+        return self.tasks[task_id]
+
+    async def list_tasks(self, *, session_id=None, status=None, limit=50) -> list[TaskState]:
+        tasks = [t for t in self.tasks.values()
+                 if (session_id is None or t.session_id == session_id)
+                 and (status is None or t.status == status)]
+        return sorted(tasks, key=lambda t: t.created_at, reverse=True)[:limit]
+
+    async def transition(self, task_id: str, *, from_status: TaskStatus, to_status: TaskStatus,
+                         event: BaseModel | None = None, strategy: str | None = None,
+                         output: str | None = None, error: str | None = None,
+                         usage: TokenUsage | None = None) -> None:
+        task = await self.get_task(task_id)
+        if task.status != from_status:
+            raise InvalidTransitionError(task_id, task.status.value, to_status.value)
+        update = {"status": to_status}
+        for key, value in (("strategy", strategy), ("output", output), ("error", error),
+                           ("usage", usage)):
+            if value is not None:
+                update[key] = value
+        self.tasks[task_id] = task.model_copy(update=update)
+        if event is not None:
+            self.events[task_id].append(event)
+
+    async def append_event(self, event: BaseModel) -> None:
+        self.events[event.task_id].append(event)  # type: ignore[attr-defined]
+
+    async def list_events(self, task_id: str) -> Sequence[BaseModel]:
+        return list(self.events.get(task_id, []))
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class FakeTraceStore(ITraceStore):
+    def __init__(self, *, fail_on_kind: str | None = None) -> None:
+        self.spans: list[Span] = []
+        self.fail_on_kind = fail_on_kind
+        self.closed = False
+
+    async def record(self, span: Span) -> None:
+        if span.kind == self.fail_on_kind:
+            raise StorageError(f"trace store refused a {span.kind} span")
+        self.spans.append(replace(span))
+
+    async def list_spans(self, *, task_id=None, trace_id=None) -> list[Span]:
+        if task_id is None and trace_id is None:
+            raise UsageError("list_spans needs task_id or trace_id")
+        return sorted((s for s in self.spans
+                       if (task_id is None or s.task_id == task_id)
+                       and (trace_id is None or s.trace_id == trace_id)),
+                      key=lambda s: s.started_at)
+
+    async def close(self) -> None:
+        self.closed = True

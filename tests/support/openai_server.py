@@ -1,0 +1,173 @@
+"""A real HTTP server on loopback that speaks the OpenAI chat-completions protocol.
+
+Tests queue replies (text, tool calls, errors) and point litellm at ``server.base_url``, so
+litellm's real client code (the openai SDK over httpx) runs over a socket. Streaming follows
+the protocol: ``data: {chunk}`` lines, tool-call arguments split across chunks, a usage chunk
+when ``stream_options.include_usage`` is set, then ``data: [DONE]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    """One scripted answer: text and/or tool calls, or an HTTP error."""
+
+    content: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    """Each ``{"name": ..., "arguments": <dict or raw string>}``."""
+    status: int = 200
+    error_message: str = ""
+
+
+def _tokens(text: str) -> int:
+    return max(1, math.ceil(len(text) / 4))
+
+
+class OpenAIServer:
+    """Start with ``with OpenAIServer() as server:``; queue replies with ``server.reply(...)``."""
+
+    def __init__(self) -> None:
+        self.replies: deque[Reply] = deque()
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if not self.path.endswith("/chat/completions"):
+                    self._json(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                with server._lock:
+                    server.requests.append(body)
+                    reply = server.replies.popleft() if server.replies else None
+                if reply is None:
+                    self._json(500, {"error": {"message": "test server has no reply queued",
+                                               "type": "server_error"}})
+                    return
+                if reply.status != 200:
+                    self._json(reply.status, {"error": {"message": reply.error_message,
+                                                        "type": "test_error", "code": None}})
+                    return
+                if body.get("stream"):
+                    self._stream(body, reply)
+                else:
+                    self._json(200, server._completion(body, reply))
+
+            def _json(self, status: int, payload: dict[str, Any]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _stream(self, body: dict[str, Any], reply: Reply) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for chunk in server._chunks(body, reply):
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def reply(self, content: str | None = None, *, tool_calls: list[dict[str, Any]] | None = None,
+              status: int = 200, error_message: str = "") -> None:
+        self.replies.append(Reply(content, tool_calls or [], status, error_message))
+
+    def __enter__(self) -> OpenAIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    @staticmethod
+    def _arguments_text(call: dict[str, Any]) -> str:
+        arguments = call.get("arguments", {})
+        return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+    def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:
+        prompt = _tokens(json.dumps(body.get("messages", [])))
+        completion = _tokens((reply.content or "") + "".join(
+            self._arguments_text(c) for c in reply.tool_calls)) if (
+            reply.content or reply.tool_calls) else 0
+        return {"prompt_tokens": prompt, "completion_tokens": completion,
+                "total_tokens": prompt + completion}
+
+    def _tool_calls(self, reply: Reply) -> list[dict[str, Any]]:
+        return [
+            {"id": call.get("id", f"call_{uuid.uuid4().hex[:8]}"), "type": "function",
+             "function": {"name": call["name"], "arguments": self._arguments_text(call)}}
+            for call in reply.tool_calls
+        ]
+
+    def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = self._tool_calls(reply)
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "test-model"),
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+            "usage": self._usage(body, reply),
+        }
+
+    def _chunks(self, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": body.get("model", "test-model")}
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        chunks = [chunk({"role": "assistant", "content": ""})]
+        text = reply.content or ""
+        for start in range(0, len(text), 7):
+            chunks.append(chunk({"content": text[start:start + 7]}))
+        for index, call in enumerate(self._tool_calls(reply)):
+            arguments = call["function"]["arguments"]
+            chunks.append(chunk({"tool_calls": [{"index": index, "id": call["id"],
+                                                 "type": "function",
+                                                 "function": {"name": call["function"]["name"],
+                                                              "arguments": ""}}]}))
+            for start in range(0, len(arguments), 5):
+                chunks.append(chunk({"tool_calls": [{"index": index, "function": {
+                    "arguments": arguments[start:start + 5]}}]}))
+        chunks.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**base, "choices": [], "usage": self._usage(body, reply)})
+        return chunks

@@ -1,0 +1,174 @@
+"""The facade's behaviour, with in-memory fakes swapped in through the container."""
+
+from contextlib import aclosing
+
+import anyio
+import pytest
+
+from core_agent import tool
+from core_agent.container import KernelContainer
+from core_agent.contracts.errors import ConfigurationError, InvalidTransitionError
+from core_agent.tooling.registry import ToolRegistry
+from fakes.stores import FakeTaskStore, FakeTraceStore
+from providers.scripted_gateway import (
+    ScriptedError,
+    ScriptedLLMGateway,
+    ScriptedToolCall,
+    ScriptedTurn,
+)
+from shared.agent_protocol import TaskRequest, TaskStatus
+
+pytestmark = pytest.mark.anyio
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return {"capital_fr": "Paris"}.get(key, "unknown")
+
+
+@tool
+async def wait_forever() -> str:
+    """Block until canceled."""
+    await anyio.sleep(3600)
+    return "never"
+
+
+def build(container: KernelContainer, *turns: ScriptedTurn):
+    tasks, traces = FakeTaskStore(), FakeTraceStore()
+    container.task_store.override(tasks)
+    container.trace_store.override(traces)
+    container.tool_registry.override(ToolRegistry([lookup, wait_forever]))
+    container.llm_gateway.override(ScriptedLLMGateway(list(turns)))
+    return container.kernel(), tasks, traces
+
+
+def call(name: str, **arguments) -> ScriptedTurn:
+    return ScriptedTurn(tool_calls=[ScriptedToolCall(name=name, arguments=arguments)])
+
+
+async def test_a_tool_using_task_succeeds_with_events_in_order(container) -> None:
+    kernel, tasks, traces = build(
+        container, call("lookup", key="capital_fr"), ScriptedTurn(content="It is Paris.")
+    )
+    result = await kernel.execute_task(TaskRequest(task="Capital of France?"))
+    assert result.status is TaskStatus.SUCCEEDED
+    assert result.output == "It is Paris."
+    assert result.turns == 2
+    events = tasks.events[result.task_id]
+    assert [e.kind for e in events] == [
+        "task.queued", "task.started", "task.strategy_selected",
+        "llm.completed", "tool.started", "tool.completed", "llm.completed", "task.succeeded",
+    ]
+    assert [e.seq for e in events] == sorted(e.seq for e in events)
+    assert events[5].result.content == "Paris"
+    assert events[-1].usage == result.usage
+
+
+async def test_stream_yields_deltas_live_and_ends_with_the_final_event(container) -> None:
+    kernel, _, _ = build(container, ScriptedTurn(content="Hello there, world."))
+    kinds, text = [], ""
+    async for event in kernel.stream_task(TaskRequest(task="greet")):
+        kinds.append(event.kind)
+        if event.kind == "llm.delta":
+            text += event.text
+    assert text == "Hello there, world."
+    assert kinds[0] == "task.queued" and kinds[-1] == "task.succeeded"
+    assert kinds.index("llm.delta") < kinds.index("llm.completed")
+
+
+async def test_a_model_error_fails_the_task_with_the_reason(container) -> None:
+    kernel, tasks, traces = build(
+        container, ScriptedTurn(error=ScriptedError(message="upstream exploded", status_code=502))
+    )
+    result = await kernel.execute_task(TaskRequest(task="anything"))
+    assert result.status is TaskStatus.FAILED
+    assert result.error_type == "ModelError"
+    assert "upstream exploded" in result.error
+    stored = tasks.tasks[result.task_id]
+    assert stored.status is TaskStatus.FAILED and "upstream exploded" in stored.error
+    llm_span = next(s for s in traces.spans if s.kind == "llm")
+    assert llm_span.status == "error" and "upstream exploded" in llm_span.error
+
+
+async def test_unknown_tools_and_bad_arguments_go_back_to_the_model(container) -> None:
+    kernel, tasks, _ = build(
+        container,
+        call("teleport", to="mars"),
+        ScriptedTurn(tool_calls=[ScriptedToolCall(name="lookup", raw_arguments="{key: oops")]),
+        call("lookup", key=7),
+        ScriptedTurn(content="I give up."),
+    )
+    result = await kernel.execute_task(TaskRequest(task="x"))
+    assert result.status is TaskStatus.SUCCEEDED
+    results = [e.result for e in tasks.events[result.task_id] if e.kind == "tool.completed"]
+    assert [r.error_type for r in results] == [
+        "ToolNotFoundError", "ToolArgumentsError", "ToolArgumentsError"
+    ]
+    assert "available tools: lookup, wait_forever" in results[0].content
+    assert "must be a JSON object" in results[1].content
+    assert "key: Input should be a valid string" in results[2].content
+
+
+async def test_the_turn_limit_fails_the_task(container) -> None:
+    kernel, _, _ = build(container, *[call("lookup", key="k")] * 5)
+    result = await kernel.execute_task(TaskRequest(task="loop", max_turns=3))
+    assert result.status is TaskStatus.FAILED
+    assert result.error_type == "TurnLimitExceededError"
+    assert result.turns == 3
+    assert result.usage.input_tokens > 0
+
+
+async def test_a_trace_store_failure_fails_the_task_without_leaving_it_running(container) -> None:
+    tasks, traces = FakeTaskStore(), FakeTraceStore(fail_on_kind="tool")
+    container.task_store.override(tasks)
+    container.trace_store.override(traces)
+    container.llm_gateway.override(
+        ScriptedLLMGateway([call("lookup", key="k"), ScriptedTurn(content="done")])
+    )
+    result = await container.kernel().execute_task(TaskRequest(task="x"))
+    assert result.status is TaskStatus.FAILED
+    assert result.error_type == "StorageError"
+    assert tasks.tasks[result.task_id].status is TaskStatus.FAILED
+
+
+async def test_forcing_a_strategy_that_is_not_installed_is_a_misuse(container) -> None:
+    kernel, tasks, _ = build(container, ScriptedTurn(content="hi"))
+    with pytest.raises(ConfigurationError, match="plan_execute"):
+        await kernel.execute_task(TaskRequest(task="x", force_mode="plan_execute"))
+    assert tasks.tasks == {}
+
+
+async def test_finished_tasks_cannot_be_canceled(container) -> None:
+    kernel, _, _ = build(container, ScriptedTurn(content="hi"))
+    result = await kernel.execute_task(TaskRequest(task="x"))
+    with pytest.raises(InvalidTransitionError, match="'succeeded' to 'canceled'"):
+        await kernel.cancel_task(result.task_id)
+
+
+async def test_cancel_interrupts_a_running_task(container) -> None:
+    kernel, tasks, traces = build(container, call("wait_forever"), ScriptedTurn(content="x"))
+    results = []
+
+    async def run() -> None:
+        results.append(await kernel.execute_task(TaskRequest(task="x")))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run)
+        while not any(e.kind == "tool.started" for evs in tasks.events.values() for e in evs):
+            await anyio.sleep(0.01)
+        await kernel.cancel_task(next(iter(tasks.tasks)))
+    assert results[0].status is TaskStatus.CANCELED
+    assert tasks.events[results[0].task_id][-1].kind == "task.canceled"
+    tool_span = next(s for s in traces.spans if s.kind == "tool")
+    assert tool_span.status == "error"
+
+
+async def test_leaving_a_stream_early_cancels_the_task(container) -> None:
+    kernel, tasks, _ = build(container, call("wait_forever"), ScriptedTurn(content="x"))
+    async with aclosing(kernel.stream_task(TaskRequest(task="x"))) as events:
+        async for event in events:
+            if event.kind == "tool.started":
+                break
+    (task,) = tasks.tasks.values()
+    assert task.status is TaskStatus.CANCELED

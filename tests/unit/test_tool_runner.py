@@ -1,0 +1,73 @@
+import anyio
+import pytest
+
+from core_agent import tool
+from core_agent.contracts.tool import ToolContext
+from core_agent.tooling.registry import ToolRegistry
+from core_agent.tooling.tool_runner import ToolRunner
+from shared.agent_protocol import ToolCall
+
+pytestmark = pytest.mark.anyio
+CTX = ToolContext(task_id="t", session_id="s", call_id="c")
+
+
+@tool
+def double(x: int) -> int:
+    """Double a number."""
+    return 2 * x
+
+
+@tool
+def explode() -> str:
+    """Always fails."""
+    raise RuntimeError("disk on fire")
+
+
+@tool(timeout_s=0.05)
+async def slow() -> str:
+    """Never finishes in time."""
+    await anyio.sleep(30)
+    return "late"
+
+
+@pytest.fixture
+def runner() -> ToolRunner:
+    return ToolRunner(ToolRegistry([double, explode, slow]), default_timeout_s=5)
+
+
+async def test_a_good_call_returns_the_output(runner: ToolRunner) -> None:
+    result = await runner.run(ToolCall(id="1", name="double", arguments={"x": 21}), CTX)
+    assert (result.content, result.is_error) == ("42", False)
+
+
+@pytest.mark.parametrize(
+    ("call", "error_type", "fragment"),
+    [
+        (ToolCall(id="1", name="triple", arguments={}), "ToolNotFoundError",
+         "available tools: double, explode, slow"),
+        (ToolCall(id="1", name="double", raw_arguments='{"x": 2'), "ToolArgumentsError",
+         "must be a JSON object"),
+        (ToolCall(id="1", name="double", arguments={"x": "two"}), "ToolArgumentsError",
+         "x: Input should be a valid integer"),
+        (ToolCall(id="1", name="explode", arguments={}), "ToolExecutionError",
+         "RuntimeError: disk on fire"),
+        (ToolCall(id="1", name="slow", arguments={}), "ToolTimeoutError",
+         "did not finish within 0.05 s"),
+    ],
+)
+async def test_every_failure_becomes_an_error_result_for_the_model(
+    runner: ToolRunner, call: ToolCall, error_type: str, fragment: str
+) -> None:
+    result = await runner.run(call, CTX)
+    assert result.is_error
+    assert result.error_type == error_type
+    assert fragment in result.content
+    assert result.call_id == "1"
+
+
+async def test_tools_outside_the_allowed_set_are_unknown(runner: ToolRunner) -> None:
+    result = await runner.run(
+        ToolCall(id="1", name="explode", arguments={}), CTX, allowed=["double"]
+    )
+    assert result.error_type == "ToolNotFoundError"
+    assert "available tools: double" in result.content
