@@ -34,21 +34,36 @@ class FakeTaskStore(ITaskStore):
         return self.tasks[task_id]
 
     async def list_tasks(self, *, session_id=None, status=None, limit=50) -> list[TaskState]:
-        tasks = [t for t in self.tasks.values()
-                 if (session_id is None or t.session_id == session_id)
-                 and (status is None or t.status == status)]
+        tasks = [
+            t
+            for t in self.tasks.values()
+            if (session_id is None or t.session_id == session_id)
+            and (status is None or t.status == status)
+        ]
         return sorted(tasks, key=lambda t: t.created_at, reverse=True)[:limit]
 
-    async def transition(self, task_id: str, *, from_status: TaskStatus, to_status: TaskStatus,
-                         event: BaseModel | None = None, strategy: str | None = None,
-                         output: str | None = None, error: str | None = None,
-                         usage: TokenUsage | None = None) -> None:
+    async def transition(
+        self,
+        task_id: str,
+        *,
+        from_status: TaskStatus,
+        to_status: TaskStatus,
+        event: BaseModel | None = None,
+        strategy: str | None = None,
+        output: str | None = None,
+        error: str | None = None,
+        usage: TokenUsage | None = None,
+    ) -> None:
         task = await self.get_task(task_id)
         if task.status != from_status:
             raise InvalidTransitionError(task_id, task.status.value, to_status.value)
         update = {"status": to_status}
-        for key, value in (("strategy", strategy), ("output", output), ("error", error),
-                           ("usage", usage)):
+        for key, value in (
+            ("strategy", strategy),
+            ("output", output),
+            ("error", error),
+            ("usage", usage),
+        ):
             if value is not None:
                 update[key] = value
         self.tasks[task_id] = task.model_copy(update=update)
@@ -79,10 +94,15 @@ class FakeTraceStore(ITraceStore):
     async def list_spans(self, *, task_id=None, trace_id=None) -> list[Span]:
         if task_id is None and trace_id is None:
             raise UsageError("list_spans needs task_id or trace_id")
-        return sorted((s for s in self.spans
-                       if (task_id is None or s.task_id == task_id)
-                       and (trace_id is None or s.trace_id == trace_id)),
-                      key=lambda s: s.started_at)
+        return sorted(
+            (
+                s
+                for s in self.spans
+                if (task_id is None or s.task_id == task_id)
+                and (trace_id is None or s.trace_id == trace_id)
+            ),
+            key=lambda s: s.started_at,
+        )
 
     async def close(self) -> None:
         self.closed = True

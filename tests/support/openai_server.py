@@ -59,12 +59,27 @@ class OpenAIServer:
                     server.requests.append(body)
                     reply = server.replies.popleft() if server.replies else None
                 if reply is None:
-                    self._json(500, {"error": {"message": "test server has no reply queued",
-                                               "type": "server_error"}})
+                    self._json(
+                        500,
+                        {
+                            "error": {
+                                "message": "test server has no reply queued",
+                                "type": "server_error",
+                            }
+                        },
+                    )
                     return
                 if reply.status != 200:
-                    self._json(reply.status, {"error": {"message": reply.error_message,
-                                                        "type": "test_error", "code": None}})
+                    self._json(
+                        reply.status,
+                        {
+                            "error": {
+                                "message": reply.error_message,
+                                "type": "test_error",
+                                "code": None,
+                            }
+                        },
+                    )
                     return
                 if body.get("stream"):
                     self._stream(body, reply)
@@ -101,8 +116,14 @@ class OpenAIServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def reply(self, content: str | None = None, *, tool_calls: list[dict[str, Any]] | None = None,
-              status: int = 200, error_message: str = "") -> None:
+    def reply(
+        self,
+        content: str | None = None,
+        *,
+        tool_calls: list[dict[str, Any]] | None = None,
+        status: int = 200,
+        error_message: str = "",
+    ) -> None:
         self.replies.append(Reply(content, tool_calls or [], status, error_message))
 
     def __enter__(self) -> OpenAIServer:
@@ -120,16 +141,26 @@ class OpenAIServer:
 
     def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:
         prompt = _tokens(json.dumps(body.get("messages", [])))
-        completion = _tokens((reply.content or "") + "".join(
-            self._arguments_text(c) for c in reply.tool_calls)) if (
-            reply.content or reply.tool_calls) else 0
-        return {"prompt_tokens": prompt, "completion_tokens": completion,
-                "total_tokens": prompt + completion}
+        completion = (
+            _tokens(
+                (reply.content or "") + "".join(self._arguments_text(c) for c in reply.tool_calls)
+            )
+            if (reply.content or reply.tool_calls)
+            else 0
+        )
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
 
     def _tool_calls(self, reply: Reply) -> list[dict[str, Any]]:
         return [
-            {"id": call.get("id", f"call_{uuid.uuid4().hex[:8]}"), "type": "function",
-             "function": {"name": call["name"], "arguments": self._arguments_text(call)}}
+            {
+                "id": call.get("id", f"call_{uuid.uuid4().hex[:8]}"),
+                "type": "function",
+                "function": {"name": call["name"], "arguments": self._arguments_text(call)},
+            }
             for call in reply.tool_calls
         ]
 
@@ -142,14 +173,23 @@ class OpenAIServer:
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "test-model"),
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if reply.tool_calls else "stop"}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                }
+            ],
             "usage": self._usage(body, reply),
         }
 
     def _chunks(self, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
-        base = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": body.get("model", "test-model")}
+        base = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model", "test-model"),
+        }
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
             return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
@@ -157,16 +197,36 @@ class OpenAIServer:
         chunks = [chunk({"role": "assistant", "content": ""})]
         text = reply.content or ""
         for start in range(0, len(text), 7):
-            chunks.append(chunk({"content": text[start:start + 7]}))
+            chunks.append(chunk({"content": text[start : start + 7]}))
         for index, call in enumerate(self._tool_calls(reply)):
             arguments = call["function"]["arguments"]
-            chunks.append(chunk({"tool_calls": [{"index": index, "id": call["id"],
-                                                 "type": "function",
-                                                 "function": {"name": call["function"]["name"],
-                                                              "arguments": ""}}]}))
+            chunks.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call["id"],
+                                "type": "function",
+                                "function": {"name": call["function"]["name"], "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
             for start in range(0, len(arguments), 5):
-                chunks.append(chunk({"tool_calls": [{"index": index, "function": {
-                    "arguments": arguments[start:start + 5]}}]}))
+                chunks.append(
+                    chunk(
+                        {
+                            "tool_calls": [
+                                {
+                                    "index": index,
+                                    "function": {"arguments": arguments[start : start + 5]},
+                                }
+                            ]
+                        }
+                    )
+                )
         chunks.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
         if (body.get("stream_options") or {}).get("include_usage"):
             chunks.append({**base, "choices": [], "usage": self._usage(body, reply)})

@@ -11,9 +11,17 @@ pytestmark = pytest.mark.anyio
 
 @pytest.mark.parametrize(
     ("expression", "expected"),
-    [("17 * 23 + 4", "395"), ("(2 + 3) ** 2", "25"), ("0.1 + 0.2", "0.3"), ("7 // 2", "3"),
-     ("-7 % 3", "2"), ("sqrt(16) + max(1, 5)", "9"), ("2 ** 100", str(2**100)),
-     ("round(pi, 4)", "3.1416"), ("10 / 4", "2.5")],
+    [
+        ("17 * 23 + 4", "395"),
+        ("(2 + 3) ** 2", "25"),
+        ("0.1 + 0.2", "0.3"),
+        ("7 // 2", "3"),
+        ("-7 % 3", "2"),
+        ("sqrt(16) + max(1, 5)", "9"),
+        ("2 ** 100", str(2**100)),
+        ("round(pi, 4)", "3.1416"),
+        ("10 / 4", "2.5"),
+    ],
 )
 async def test_arithmetic_is_exact(expression: str, expected: str) -> None:
     tool = CalculatorTool()
@@ -23,9 +31,25 @@ async def test_arithmetic_is_exact(expression: str, expected: str) -> None:
 
 @pytest.mark.parametrize(
     "expression",
-    ["__import__('os').system('id')", "open('/etc/passwd')", "(1).__class__", "x + 1",
-     "[1, 2]", "lambda: 1", "9 ** 9 ** 9", "2 ** 100000", "10 ** 5000", "factorial(100000)",
-     "1 / 0", "1e308 * 10", "sqrt(-1)", "True + 1", "'a' * 3", "1 +", "1" * 600],
+    [
+        "__import__('os').system('id')",
+        "open('/etc/passwd')",
+        "(1).__class__",
+        "x + 1",
+        "[1, 2]",
+        "lambda: 1",
+        "9 ** 9 ** 9",
+        "2 ** 100000",
+        "10 ** 5000",
+        "factorial(100000)",
+        "1 / 0",
+        "1e308 * 10",
+        "sqrt(-1)",
+        "True + 1",
+        "'a' * 3",
+        "1 +",
+        "1" * 600,
+    ],
 )
 def test_anything_but_bounded_arithmetic_is_refused(expression: str) -> None:
     with pytest.raises(CalculationError):
@@ -39,6 +63,6 @@ async def test_refusals_reach_the_model_as_tool_errors() -> None:
         await tool.invoke(tool.validate_arguments({"expression": "os.getcwd()"}), ctx)
 
 
-@given(st.integers(-10**6, 10**6), st.integers(-10**6, 10**6), st.sampled_from("+-*"))
+@given(st.integers(-(10**6), 10**6), st.integers(-(10**6), 10**6), st.sampled_from("+-*"))
 def test_integer_arithmetic_matches_python(a: int, b: int, op: str) -> None:
-    assert evaluate(f"({a}) {op} ({b})") == eval(f"({a}) {op} ({b})")  # noqa: S307
+    assert evaluate(f"({a}) {op} ({b})") == eval(f"({a}) {op} ({b})")

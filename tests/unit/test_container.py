@@ -1,6 +1,12 @@
 import pytest
 
-from core_agent.container import LLM_GATEWAYS, TOOLS, KernelContainer, create_kernel, installed_providers
+from core_agent.container import (
+    LLM_GATEWAYS,
+    TOOLS,
+    KernelContainer,
+    create_kernel,
+    installed_providers,
+)
 from core_agent.contracts.errors import ModelNotConfiguredError, ProviderNotFoundError
 from core_agent.contracts.settings import AgentSettings
 from fakes.stores import FakeTaskStore, FakeTraceStore
@@ -16,9 +22,11 @@ def test_builtin_providers_are_registered_by_entry_point() -> None:
 
 @pytest.mark.parametrize(
     ("field", "value", "group"),
-    [("llm_gateway", "gpt5000", "core_agent.llm_gateways"),
-     ("task_store", "postgres", "core_agent.task_stores"),
-     ("trace_store", "jaeger", "core_agent.trace_stores")],
+    [
+        ("llm_gateway", "gpt5000", "core_agent.llm_gateways"),
+        ("task_store", "postgres", "core_agent.task_stores"),
+        ("trace_store", "jaeger", "core_agent.trace_stores"),
+    ],
 )
 def test_an_unknown_provider_fails_at_start_up_listing_installed_names(
     tmp_path, field: str, value: str, group: str

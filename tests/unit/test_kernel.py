@@ -16,7 +16,7 @@ from providers.scripted_gateway import (
     ScriptedToolCall,
     ScriptedTurn,
 )
-from shared.agent_protocol import TaskRequest, TaskStatus
+from shared.agent_protocol import TaskRequest, TaskStatus, ToolStarted
 
 pytestmark = pytest.mark.anyio
 
@@ -48,7 +48,7 @@ def call(name: str, **arguments) -> ScriptedTurn:
 
 
 async def test_a_tool_using_task_succeeds_with_events_in_order(container) -> None:
-    kernel, tasks, traces = build(
+    kernel, tasks, _ = build(
         container, call("lookup", key="capital_fr"), ScriptedTurn(content="It is Paris.")
     )
     result = await kernel.execute_task(TaskRequest(task="Capital of France?"))
@@ -57,8 +57,14 @@ async def test_a_tool_using_task_succeeds_with_events_in_order(container) -> Non
     assert result.turns == 2
     events = tasks.events[result.task_id]
     assert [e.kind for e in events] == [
-        "task.queued", "task.started", "task.strategy_selected",
-        "llm.completed", "tool.started", "tool.completed", "llm.completed", "task.succeeded",
+        "task.queued",
+        "task.started",
+        "task.strategy_selected",
+        "llm.completed",
+        "tool.started",
+        "tool.completed",
+        "llm.completed",
+        "task.succeeded",
     ]
     assert [e.seq for e in events] == sorted(e.seq for e in events)
     assert events[5].result.content == "Paris"
@@ -103,7 +109,9 @@ async def test_unknown_tools_and_bad_arguments_go_back_to_the_model(container) -
     assert result.status is TaskStatus.SUCCEEDED
     results = [e.result for e in tasks.events[result.task_id] if e.kind == "tool.completed"]
     assert [r.error_type for r in results] == [
-        "ToolNotFoundError", "ToolArgumentsError", "ToolArgumentsError"
+        "ToolNotFoundError",
+        "ToolArgumentsError",
+        "ToolArgumentsError",
     ]
     assert "available tools: lookup, wait_forever" in results[0].content
     assert "must be a JSON object" in results[1].content
@@ -149,14 +157,15 @@ async def test_finished_tasks_cannot_be_canceled(container) -> None:
 async def test_cancel_interrupts_a_running_task(container) -> None:
     kernel, tasks, traces = build(container, call("wait_forever"), ScriptedTurn(content="x"))
     results = []
+    tool_started = anyio.Event()
+    kernel.event_bus.subscribe(ToolStarted, lambda event: tool_started.set())
 
     async def run() -> None:
         results.append(await kernel.execute_task(TaskRequest(task="x")))
 
     async with anyio.create_task_group() as group:
         group.start_soon(run)
-        while not any(e.kind == "tool.started" for evs in tasks.events.values() for e in evs):
-            await anyio.sleep(0.01)
+        await tool_started.wait()
         await kernel.cancel_task(next(iter(tasks.tasks)))
     assert results[0].status is TaskStatus.CANCELED
     assert tasks.events[results[0].task_id][-1].kind == "task.canceled"

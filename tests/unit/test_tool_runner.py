@@ -43,16 +43,31 @@ async def test_a_good_call_returns_the_output(runner: ToolRunner) -> None:
 @pytest.mark.parametrize(
     ("call", "error_type", "fragment"),
     [
-        (ToolCall(id="1", name="triple", arguments={}), "ToolNotFoundError",
-         "available tools: double, explode, slow"),
-        (ToolCall(id="1", name="double", raw_arguments='{"x": 2'), "ToolArgumentsError",
-         "must be a JSON object"),
-        (ToolCall(id="1", name="double", arguments={"x": "two"}), "ToolArgumentsError",
-         "x: Input should be a valid integer"),
-        (ToolCall(id="1", name="explode", arguments={}), "ToolExecutionError",
-         "RuntimeError: disk on fire"),
-        (ToolCall(id="1", name="slow", arguments={}), "ToolTimeoutError",
-         "did not finish within 0.05 s"),
+        (
+            ToolCall(id="1", name="triple", arguments={}),
+            "ToolNotFoundError",
+            "available tools: double, explode, slow",
+        ),
+        (
+            ToolCall(id="1", name="double", raw_arguments='{"x": 2'),
+            "ToolArgumentsError",
+            "must be a JSON object",
+        ),
+        (
+            ToolCall(id="1", name="double", arguments={"x": "two"}),
+            "ToolArgumentsError",
+            "x: Input should be a valid integer",
+        ),
+        (
+            ToolCall(id="1", name="explode", arguments={}),
+            "ToolExecutionError",
+            "RuntimeError: disk on fire",
+        ),
+        (
+            ToolCall(id="1", name="slow", arguments={}),
+            "ToolTimeoutError",
+            "did not finish within 0.05 s",
+        ),
     ],
 )
 async def test_every_failure_becomes_an_error_result_for_the_model(

@@ -1,7 +1,8 @@
 """Events the kernel publishes while a task runs, discriminated by ``kind``.
 
-Every event carries the task it belongs to and ``seq``, its position in that task's stream
-(1, 2, 3, ...), so a consumer can order and de-duplicate what it receives.
+Every event carries the task it belongs to and ``seq``, its position in that task's live
+stream (1, 2, 3, ...), so a consumer can order and de-duplicate what it receives. The
+persisted log leaves out ephemeral events (text deltas), so its ``seq`` values rise with gaps.
 """
 
 from __future__ import annotations

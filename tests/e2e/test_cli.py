@@ -1,0 +1,111 @@
+"""The ``core-agent`` command, run as a user runs it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CLI = Path(sys.executable).with_name("core-agent")
+
+
+def run(*args: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    return subprocess.run(
+        [str(CLI), *args],
+        env={**base, "AGENT_DATA_DIR": str(data_dir), "COLUMNS": "200", **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_run_streams_the_answer_and_ends_with_a_summary(tmp_path) -> None:
+    result = run("run", "What is 12 * (3 + 4)?", data_dir=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "12 * (3 + 4) = 84" in result.stdout
+    assert "scripted demo model" in result.stderr  # said plainly
+    assert "AGENT_MODEL" in result.stderr
+    assert "→ calculator" in result.stderr
+    summary = result.stderr.strip().splitlines()[-1]
+    assert summary.startswith("status: succeeded")
+    for field in ("task:", "trace:", "tokens:", "cost:"):
+        assert field in summary
+
+
+def test_tasks_and_trace_show_what_ran(tmp_path) -> None:
+    run("run", "2 ** 10", data_dir=tmp_path)
+    listed = json.loads(run("tasks", "--json", data_dir=tmp_path).stdout)
+    assert [t["status"] for t in listed] == ["succeeded"]
+    task_id = listed[0]["task_id"]
+    assert listed[0]["output"] == "2 ** 10 = 1024"
+
+    trace = json.loads(run("trace", task_id, "--json", data_dir=tmp_path).stdout)
+    assert [s["kind"] for s in trace["spans"]] == ["task", "llm", "tool", "llm"]
+    assert all(s["tokens_in"] > 0 for s in trace["spans"] if s["kind"] == "llm")
+
+    table = run("trace", task_id, data_dir=tmp_path)
+    assert table.returncode == 0 and "calculator" in table.stdout
+
+
+def test_run_against_an_openai_compatible_server(tmp_path, openai_server) -> None:
+    openai_server.reply("Hello from the server.")
+    result = run(
+        "run",
+        "Say hello",
+        data_dir=tmp_path,
+        AGENT_MODEL="openai/local-model",
+        AGENT_MODEL_API_BASE=openai_server.base_url,
+        AGENT_MODEL_API_KEY="sk-x",
+        AGENT_MODEL_MAX_RETRIES="0",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Hello from the server." in result.stdout
+    assert "scripted" not in result.stderr
+    assert "cost: unknown" in result.stderr  # no price for a local model, and we say so
+
+
+def test_a_failed_task_exits_non_zero_with_the_reason(tmp_path, openai_server) -> None:
+    openai_server.reply(status=500, error_message="model is down")
+    result = run(
+        "run",
+        "hi",
+        data_dir=tmp_path,
+        AGENT_MODEL="openai/local-model",
+        AGENT_MODEL_API_BASE=openai_server.base_url,
+        AGENT_MODEL_API_KEY="sk-x",
+        AGENT_MODEL_MAX_RETRIES="0",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+    )
+    assert result.returncode == 1
+    assert "model is down" in result.stderr
+    assert "status: failed" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"AGENT_LLM_GATEWAY": "litellm"}, "Set AGENT_MODEL to any litellm model string"),
+        ({"AGENT_TASK_STORE": "redis"}, "installed: sqlite"),
+        ({"AGENT_LLM_GATEWAY": "nope"}, "installed: litellm, scripted"),
+    ],
+)
+def test_misconfiguration_is_a_clear_usage_error(tmp_path, env, fragment) -> None:
+    result = run("run", "hi", data_dir=tmp_path, **env)
+    assert result.returncode == 2
+    assert fragment in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unknown_task_id_is_a_usage_error(tmp_path) -> None:
+    result = run("trace", "does-not-exist", data_dir=tmp_path)
+    assert result.returncode == 2 and "no task with id" in result.stderr
+
+
+def test_schema_prints_the_protocol(tmp_path) -> None:
+    schema = json.loads(run("schema", data_dir=tmp_path).stdout)
+    assert "task.succeeded" in schema["discriminator"]["mapping"]

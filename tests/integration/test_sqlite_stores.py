@@ -1,0 +1,192 @@
+import sqlite3
+from datetime import UTC, datetime
+
+import pytest
+
+from core_agent.contracts.errors import InvalidTransitionError, StorageError, TaskNotFoundError
+from core_agent.contracts.trace_store import Span
+from providers.sqlite.database import SqliteDatabase, connect, sqlite_driver
+from providers.sqlite.migrations import MIGRATIONS, schema_version
+from providers.sqlite.task_store import SqliteTaskStore
+from providers.sqlite.trace_store import SqliteTraceStore
+from shared.agent_protocol import (
+    TaskQueued,
+    TaskRequest,
+    TaskStarted,
+    TaskState,
+    TaskStatus,
+    TokenUsage,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def test_sqlite_vec_loads_even_where_stdlib_sqlite3_cannot_load_extensions(tmp_path) -> None:
+    conn = connect(tmp_path / "v.db")
+    (version,) = conn.execute("SELECT vec_version()").fetchone()
+    assert version.startswith("v")
+    conn.execute("CREATE VIRTUAL TABLE v USING vec0(embedding float[3])")
+    conn.execute("INSERT INTO v(rowid, embedding) VALUES (1, '[1, 0, 0]'), (2, '[0, 1, 0]')")
+    nearest = conn.execute(
+        "SELECT rowid FROM v WHERE embedding MATCH '[0.9, 0.1, 0]' AND k = 1"
+    ).fetchall()
+    assert nearest == [(1,)]
+    if not hasattr(sqlite3.Connection, "enable_load_extension"):
+        # This machine's Python: the fallback driver is what made the above work.
+        assert sqlite_driver().__name__ == "sqlean"
+
+
+def test_the_database_is_wal_and_migrated_to_the_latest_version(tmp_path) -> None:
+    db = SqliteDatabase(tmp_path / "k.db")
+    assert db.call(lambda c: c.execute("PRAGMA journal_mode").fetchone()[0]) == "wal"
+    assert db.call(schema_version) == len(MIGRATIONS)
+    tables = {
+        r[0]
+        for r in db.call(
+            lambda c: c.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+        )
+    }
+    assert {"agent_sessions", "agent_tasks", "agent_task_events", "agent_traces"} <= tables
+    # Opening again (a restart) re-runs nothing and keeps the version.
+    assert SqliteDatabase(tmp_path / "k.db").call(schema_version) == len(MIGRATIONS)
+
+
+def _task(task_id: str = "t1") -> tuple[TaskState, TaskQueued]:
+    now = datetime.now(UTC)
+    state = TaskState(
+        task_id=task_id,
+        session_id="s1",
+        trace_id="tr",
+        status=TaskStatus.QUEUED,
+        request=TaskRequest(task="do it"),
+        created_at=now,
+        updated_at=now,
+    )
+    queued = TaskQueued(
+        event_id=f"{task_id}-e1",
+        task_id=task_id,
+        seq=1,
+        occurred_at=now,
+        session_id="s1",
+        trace_id="tr",
+        request=state.request,
+    )
+    return state, queued
+
+
+def _started(task_id: str = "t1", seq: int = 2) -> TaskStarted:
+    return TaskStarted(
+        event_id=f"{task_id}-e{seq}", task_id=task_id, seq=seq, occurred_at=datetime.now(UTC)
+    )
+
+
+async def test_tasks_and_events_survive_a_restart(tmp_path) -> None:
+    store = SqliteTaskStore(tmp_path / "k.db")
+    state, queued = _task()
+    await store.create_task(state, queued)
+    await store.transition(
+        "t1",
+        from_status=TaskStatus.QUEUED,
+        to_status=TaskStatus.RUNNING,
+        event=_started(),
+        strategy="react",
+    )
+    await store.close()
+
+    reopened = SqliteTaskStore(tmp_path / "k.db")
+    task = await reopened.get_task("t1")
+    assert task.status is TaskStatus.RUNNING and task.strategy == "react"
+    assert task.request == state.request
+    assert [e.kind for e in await reopened.list_events("t1")] == ["task.queued", "task.started"]
+    assert [t.task_id for t in await reopened.list_tasks(session_id="s1")] == ["t1"]
+
+
+async def test_a_stale_transition_is_refused_and_writes_nothing(tmp_path) -> None:
+    store = SqliteTaskStore(tmp_path / "k.db")
+    state, queued = _task()
+    await store.create_task(state, queued)
+    with pytest.raises(InvalidTransitionError, match="'queued' to 'succeeded'"):
+        await store.transition(
+            "t1",
+            from_status=TaskStatus.RUNNING,
+            to_status=TaskStatus.SUCCEEDED,
+            event=_started(),
+            output="x",
+            usage=TokenUsage(input_tokens=5),
+        )
+    task = await store.get_task("t1")
+    assert task.status is TaskStatus.QUEUED and task.output is None
+    assert len(await store.list_events("t1")) == 1
+    with pytest.raises(TaskNotFoundError):
+        await store.transition("nope", from_status=TaskStatus.QUEUED, to_status=TaskStatus.RUNNING)
+
+
+async def test_a_failed_write_rolls_back_the_whole_transition(tmp_path) -> None:
+    store = SqliteTaskStore(tmp_path / "k.db")
+    state, queued = _task()
+    await store.create_task(state, queued)
+    duplicate_seq = _started(seq=1)  # seq 1 is taken: the event insert fails
+    with pytest.raises(StorageError):
+        await store.transition(
+            "t1", from_status=TaskStatus.QUEUED, to_status=TaskStatus.RUNNING, event=duplicate_seq
+        )
+    assert (await store.get_task("t1")).status is TaskStatus.QUEUED
+
+
+async def test_creating_a_task_twice_leaves_the_first_intact(tmp_path) -> None:
+    store = SqliteTaskStore(tmp_path / "k.db")
+    state, queued = _task()
+    await store.create_task(state, queued)
+    with pytest.raises(StorageError):
+        await store.create_task(
+            state.model_copy(update={"request": TaskRequest(task="other")}), queued
+        )
+    assert (await store.get_task("t1")).request.task == "do it"
+    assert len(await store.list_events("t1")) == 1
+
+
+async def test_spans_round_trip_in_start_order(tmp_path) -> None:
+    store = SqliteTraceStore(tmp_path / "k.db")
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    later = datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC)
+    await store.record(
+        Span(
+            span_id="b",
+            trace_id="tr",
+            task_id="t1",
+            kind="tool",
+            name="calc",
+            started_at=later,
+            ended_at=later,
+            status="error",
+            error="boom",
+        )
+    )
+    await store.record(
+        Span(
+            span_id="a",
+            trace_id="tr",
+            task_id="t1",
+            kind="llm",
+            name="m",
+            started_at=t0,
+            ended_at=later,
+            tokens_in=10,
+            tokens_out=3,
+            cost_usd=0.001,
+            attributes={"turn": 1},
+        )
+    )
+    spans = await store.list_spans(task_id="t1")
+    assert [s.span_id for s in spans] == ["a", "b"]
+    assert spans[0].latency_ms == 1000.0
+    assert (spans[0].tokens_in, spans[0].tokens_out, spans[0].attributes) == (10, 3, {"turn": 1})
+    assert spans[1].error == "boom"
+    assert await store.list_spans(trace_id="tr") == spans
+
+
+async def test_a_closed_store_raises_a_storage_error(tmp_path) -> None:
+    store = SqliteTaskStore(tmp_path / "k.db")
+    await store.close()
+    with pytest.raises(StorageError, match="closed"):
+        await store.get_task("t1")
