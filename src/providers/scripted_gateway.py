@@ -118,6 +118,13 @@ def _describe_result(messages: Sequence[ChatMessage], result: ToolMessage) -> st
     return f"The {result.name} tool returned: {result.content}"
 
 
+def _message_text(message: ChatMessage) -> str:
+    if isinstance(message, AssistantMessage):
+        calls = "".join(f"{c.name}{c.raw_arguments or c.arguments}" for c in message.tool_calls)
+        return (message.content or "") + calls
+    return message.content
+
+
 def _estimate_tokens(text: str) -> int:
     # About four characters per token for English; an estimate, labelled as such in docs.
     return max(1, math.ceil(len(text) / 4)) if text else 0
@@ -196,7 +203,7 @@ class ScriptedLLMGateway(ILLMGateway):
             for n, call in enumerate(turn.tool_calls)
         )
         message = AssistantMessage(content=turn.content, tool_calls=calls)
-        prompt = "".join(m.model_dump_json() for m in request.messages)
+        prompt = "".join(_message_text(m) for m in request.messages)
         completion = (turn.content or "") + "".join(c.raw_arguments or "" for c in calls)
         return LLMResponse(
             message=message,

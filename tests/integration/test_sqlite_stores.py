@@ -190,3 +190,34 @@ async def test_a_closed_store_raises_a_storage_error(tmp_path) -> None:
     await store.close()
     with pytest.raises(StorageError, match="closed"):
         await store.get_task("t1")
+
+
+async def test_a_writer_locked_out_by_another_process_waits_off_the_event_loop(tmp_path) -> None:
+    import anyio
+
+    store = SqliteTaskStore(tmp_path / "k.db")
+    other = connect(tmp_path / "k.db")  # stands for another process holding the write lock
+    other.execute("BEGIN IMMEDIATE")
+    ticks = 0
+    done = anyio.Event()
+
+    async def write() -> None:
+        state, queued = _task()
+        await store.create_task(state, queued)
+        done.set()
+
+    async def heartbeat() -> None:
+        nonlocal ticks
+        while not done.is_set():
+            ticks += 1
+            await anyio.sleep(0.01)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(write)
+        group.start_soon(heartbeat)
+        await anyio.sleep(0.2)
+        assert not done.is_set()  # still waiting for the lock...
+        other.execute("COMMIT")  # ...until the other writer lets go
+    assert ticks >= 3  # the loop kept running while the write waited
+    assert (await store.get_task("t1")).status is TaskStatus.QUEUED
+    assert len(await store.list_events("t1")) == 1

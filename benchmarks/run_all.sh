@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Runs every benchmark with the project's virtual environment.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+"$PY" benchmarks/react_step_overhead.py
+"$PY" benchmarks/startup.py
