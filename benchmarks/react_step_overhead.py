@@ -9,27 +9,24 @@ spans written, the bus, validation, the thread hops. Steps are timed between con
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import anyio
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from stats import summary  # noqa: E402
-
-from core_agent import KernelContainer, tool  # noqa: E402
-from core_agent.contracts.settings import AgentSettings  # noqa: E402
-from core_agent.tooling.registry import ToolRegistry  # noqa: E402
-from providers.scripted_gateway import (  # noqa: E402
+from benchmarks.stats import summary
+from core_agent import KernelContainer, tool
+from core_agent.contracts.settings import AgentSettings
+from core_agent.tooling.registry import ToolRegistry
+from providers.scripted_gateway import (
     ScriptedLLMGateway,
     ScriptedToolCall,
     ScriptedTurn,
 )
-from shared.agent_protocol import TaskRequest, ToolCompleted  # noqa: E402
+from shared.agent_protocol import TaskRequest, ToolCompleted
 
 
 @tool
@@ -53,7 +50,7 @@ async def measure(tasks: int, steps: int, data_dir: Path) -> list[float]:
             marks.clear()
             result = await kernel.execute_task(TaskRequest(task="benchmark"))
             assert result.status.value == "succeeded", result.error
-            samples.extend((b - a) * 1000.0 for a, b in zip(marks, marks[1:], strict=False))
+            samples.extend((b - a) * 1000.0 for a, b in itertools.pairwise(marks))
     return samples
 
 

@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
-"$PY" benchmarks/react_step_overhead.py
-"$PY" benchmarks/startup.py
+"$PY" -m benchmarks.react_step_overhead
+"$PY" -m benchmarks.startup

@@ -41,11 +41,23 @@ def main() -> None:
     for name, (command, target) in COMMANDS.items():
         samples = time_command(command, args.runs)
         median = statistics.median(samples)
-        print(json.dumps({"benchmark": "startup", "command": name, "median_ms": median,
-                          "min_ms": min(samples), "max_ms": max(samples),
-                          "target_ms": target}))
-        verdict = "" if target is None else (
-            f" ({'meets' if median < target else 'MISSES'} the < {target:.0f} ms target)")
+        print(
+            json.dumps(
+                {
+                    "benchmark": "startup",
+                    "command": name,
+                    "median_ms": median,
+                    "min_ms": min(samples),
+                    "max_ms": max(samples),
+                    "target_ms": target,
+                }
+            )
+        )
+        verdict = (
+            ""
+            if target is None
+            else (f" ({'meets' if median < target else 'MISSES'} the < {target:.0f} ms target)")
+        )
         print(f"{name}: median {median:.1f} ms over {args.runs} runs{verdict}")
 
 
