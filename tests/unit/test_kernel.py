@@ -181,3 +181,38 @@ async def test_leaving_a_stream_early_cancels_the_task(container) -> None:
                 break
     (task,) = tasks.tasks.values()
     assert task.status is TaskStatus.CANCELED
+
+
+async def test_a_task_left_queued_by_another_process_can_be_canceled(container) -> None:
+    from datetime import UTC, datetime
+
+    from shared.agent_protocol import TaskQueued, TaskState
+
+    kernel, tasks, _ = build(container)
+    now = datetime.now(UTC)
+    request = TaskRequest(task="x")
+    state = TaskState(
+        task_id="t9",
+        session_id="s",
+        trace_id="tr",
+        status=TaskStatus.QUEUED,
+        request=request,
+        created_at=now,
+        updated_at=now,
+    )
+    await tasks.create_task(
+        state,
+        TaskQueued(
+            event_id="e1",
+            task_id="t9",
+            seq=1,
+            occurred_at=now,
+            session_id="s",
+            trace_id="tr",
+            request=request,
+        ),
+    )
+    await kernel.cancel_task("t9", reason="user changed their mind")
+    assert tasks.tasks["t9"].status is TaskStatus.CANCELED
+    last = tasks.events["t9"][-1]
+    assert (last.kind, last.seq, last.reason) == ("task.canceled", 2, "user changed their mind")

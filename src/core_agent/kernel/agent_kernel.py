@@ -53,8 +53,11 @@ def _now() -> datetime:
 class _TaskEvents:
     """Numbers, persists and publishes one task's events, in order."""
 
-    def __init__(self, kernel: AgentKernel, task_id: str, next_seq: int = 1) -> None:
-        self._kernel = kernel
+    def __init__(
+        self, task_store: ITaskStore, event_bus: IEventBus, task_id: str, next_seq: int = 1
+    ) -> None:
+        self._task_store = task_store
+        self._event_bus = event_bus
         self._task_id = task_id
         self._seq = next_seq
 
@@ -72,8 +75,8 @@ class _TaskEvents:
     async def __call__(self, event_type: type[BaseModel], /, **fields: Any) -> None:
         event = self.make(event_type, **fields)
         if getattr(event, "kind", None) not in EPHEMERAL_EVENT_KINDS:
-            await self._kernel._task_store.append_event(event)
-        await self._kernel._event_bus.publish(event)
+            await self._task_store.append_event(event)
+        await self._event_bus.publish(event)
 
 
 class AgentKernel:
@@ -198,9 +201,9 @@ class AgentKernel:
             return
         state = await self._task_store.get_task(task_id)
         check_transition(task_id, state.status, TaskStatus.CANCELED)
-        events = _TaskEvents(
-            self, task_id, next_seq=len(await self._task_store.list_events(task_id)) + 1
-        )
+        persisted = await self._task_store.list_events(task_id)
+        next_seq = max((getattr(e, "seq", 0) for e in persisted), default=0) + 1
+        events = _TaskEvents(self._task_store, self._event_bus, task_id, next_seq)
         event = events.make(TaskCanceled, reason=reason, usage=state.usage)
         await self._task_store.transition(
             task_id, from_status=state.status, to_status=TaskStatus.CANCELED, event=event
@@ -237,7 +240,7 @@ class AgentKernel:
             created_at=now,
             updated_at=now,
         )
-        events = _TaskEvents(self, task_id)
+        events = _TaskEvents(self._task_store, self._event_bus, task_id)
         queued = events.make(
             TaskQueued, session_id=state.session_id, trace_id=state.trace_id, request=request
         )
