@@ -10,10 +10,11 @@ point names a factory taking ``AgentSettings``. Tests swap any adapter with
 from __future__ import annotations
 
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from dependency_injector import containers, providers
 
+from core_agent.contracts.checkpoint_store import ICheckpointStore
 from core_agent.contracts.errors import ConfigurationError, ProviderNotFoundError
 from core_agent.contracts.llm_gateway import ILLMGateway
 from core_agent.contracts.settings import AgentSettings
@@ -22,12 +23,21 @@ from core_agent.contracts.tool import ITool
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.kernel.event_bus import InProcessEventBus
+from core_agent.orchestration.plan_execute_executor import (
+    PlanExecuteExecutor,
+    PlanExecuteLimits,
+)
+from core_agent.orchestration.planner import LLMPlanner
 from core_agent.orchestration.react_executor import ReActExecutor
+from core_agent.orchestration.react_loop import ReActLimits, ReActLoop
+from core_agent.orchestration.strategy_router import AdaptiveStrategyRouter, RoutingThresholds
+from core_agent.orchestration.task_classifier import TaskClassifier
 from core_agent.tooling.registry import ToolRegistry
 
 LLM_GATEWAYS = "core_agent.llm_gateways"
 TASK_STORES = "core_agent.task_stores"
 TRACE_STORES = "core_agent.trace_stores"
+CHECKPOINT_STORES = "core_agent.checkpoint_stores"
 TOOLS = "core_agent.tools"
 
 T = TypeVar("T")
@@ -69,8 +79,18 @@ def load_tools(settings: AgentSettings) -> ToolRegistry:
     return ToolRegistry(load_provider(TOOLS, name, settings, ITool) for name in wanted)  # type: ignore[type-abstract]
 
 
-def _executors(**executors: Any) -> dict[str, Any]:
-    return executors
+def build_router(settings: AgentSettings) -> AdaptiveStrategyRouter:
+    """The router as configured by ``AGENT_STRATEGY_MODE`` and ``AGENT_ROUTER_*``."""
+    return AdaptiveStrategyRouter(
+        TaskClassifier(),
+        mode=settings.strategy_mode,
+        thresholds=RoutingThresholds(
+            min_sub_goals=settings.router_min_sub_goals,
+            min_dependent_sub_goals=settings.router_min_dependent_sub_goals,
+            min_list_items=settings.router_min_list_items,
+            long_context_tokens=settings.router_long_context_tokens,
+        ),
+    )
 
 
 class KernelContainer(containers.DeclarativeContainer):
@@ -90,13 +110,51 @@ class KernelContainer(containers.DeclarativeContainer):
     event_bus = providers.Singleton(InProcessEventBus)
     tool_registry = providers.Singleton(load_tools, settings)
 
-    react_executor = providers.Singleton(
-        ReActExecutor,
+    checkpoint_store = providers.Singleton(
+        load_provider,
+        CHECKPOINT_STORES,
+        settings.provided.checkpoint_store,
+        settings,
+        ICheckpointStore,
+    )
+    router = providers.Singleton(build_router, settings)
+
+    react_loop = providers.Singleton(
+        ReActLoop,
         llm=llm_gateway,
         tools=tool_registry,
         trace_store=trace_store,
         tool_timeout_s=settings.provided.tool_timeout_s,
         temperature=settings.provided.model_temperature,
+        limits=providers.Factory(
+            ReActLimits,
+            max_observation_chars=settings.provided.max_observation_chars,
+            max_parallel_tools=settings.provided.max_parallel_tools,
+            error_streak_warning=settings.provided.tool_error_streak_warning,
+        ),
+    )
+    planner = providers.Singleton(
+        LLMPlanner,
+        llm=llm_gateway,
+        trace_store=trace_store,
+        max_attempts=settings.provided.plan_max_attempts,
+        max_steps=settings.provided.plan_max_steps,
+        temperature=settings.provided.model_temperature,
+    )
+    react_executor = providers.Singleton(ReActExecutor, loop=react_loop)
+    plan_execute_executor = providers.Singleton(
+        PlanExecuteExecutor,
+        planner=planner,
+        loop=react_loop,
+        trace_store=trace_store,
+        checkpoints=checkpoint_store,
+        limits=providers.Factory(
+            PlanExecuteLimits,
+            max_parallel_steps=settings.provided.plan_max_parallel_steps,
+            step_max_turns=settings.provided.plan_step_max_turns,
+            max_replans=settings.provided.plan_max_replans,
+            fallback_max_turns=settings.provided.fallback_max_turns,
+        ),
     )
 
     kernel = providers.Singleton(
@@ -104,9 +162,11 @@ class KernelContainer(containers.DeclarativeContainer):
         task_store=task_store,
         trace_store=trace_store,
         event_bus=event_bus,
-        executors=providers.Dict(react=react_executor),
-        strategy_mode=settings.provided.strategy_mode,
+        router=router,
+        tools=tool_registry,
+        executors=providers.Dict(react=react_executor, plan_execute=plan_execute_executor),
         max_turns=settings.provided.max_turns,
+        closables=providers.List(checkpoint_store),
     )
 
 

@@ -3,7 +3,9 @@
 Like httpx's ``MockTransport``, this is a real adapter of the port, shipped with the product.
 It is stateless: the reply to a request is chosen by how many assistant turns the request
 already holds, so turn 1 of every task gets script entry 1, and concurrent tasks do not
-interfere.
+interfere. A strategy that holds several conversations per task (a planner, plan steps, a
+final synthesis) is scripted with *conversations*: each has a regular expression matched
+against the conversation's first user message, and its own list of turns.
 
 Without a script it follows a small demo policy: arithmetic in the task goes to the
 ``calculator`` tool, a question about the time goes to ``current_time``, and the tool's result
@@ -67,6 +69,23 @@ class ScriptedTurn(BaseModel):
     content: str | None = None
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
     error: ScriptedError | None = None
+
+
+class ScriptedConversation(BaseModel):
+    """Turns for the conversations whose first user message matches ``match`` (a regex)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    match: str = ""
+    turns: list[ScriptedTurn]
+
+
+class ScriptFile(BaseModel):
+    """A script file: plain turns (a JSON list) or ``{"conversations": [...]}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    conversations: list[ScriptedConversation]
 
 
 Policy = Callable[[Sequence[ChatMessage]], ScriptedTurn]
@@ -137,12 +156,19 @@ class ScriptedLLMGateway(ILLMGateway):
         self,
         script: Sequence[ScriptedTurn] | None = None,
         *,
+        conversations: Sequence[ScriptedConversation] | None = None,
         policy: Policy | None = None,
         model_name: str = "scripted/demo",
     ) -> None:
-        if script is not None and policy is not None:
-            raise ConfigurationError("give the scripted model a script or a policy, not both")
-        self._script = list(script) if script is not None else None
+        given = [x for x in (script, conversations, policy) if x is not None]
+        if len(given) > 1:
+            raise ConfigurationError(
+                "give the scripted model one of a script, conversations or a policy"
+            )
+        if script is not None:
+            conversations = [ScriptedConversation(turns=list(script))]
+        self._conversations = list(conversations) if conversations is not None else None
+        self._patterns = [re.compile(c.match, re.DOTALL) for c in self._conversations or ()]
         self._policy = policy or demo_policy
         self._model_name = model_name
 
@@ -158,10 +184,15 @@ class ScriptedLLMGateway(ILLMGateway):
         """Load a JSON script: a list of ``{"content": ..., "tool_calls": [...], "error": ...}``."""
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-            turns = [ScriptedTurn.model_validate(item) for item in data]
-        except (OSError, ValueError, TypeError, ValidationError) as exc:
+            if isinstance(data, list):
+                conversations = [ScriptedConversation.model_validate({"turns": data})]
+            else:
+                conversations = ScriptFile.model_validate(data).conversations
+            for conversation in conversations:
+                re.compile(conversation.match)
+        except (OSError, ValueError, TypeError, ValidationError, re.error) as exc:
             raise ConfigurationError(f"cannot load scripted model script {path}: {exc}") from exc
-        return cls(turns, model_name=f"scripted/{Path(path).stem}")
+        return cls(conversations=conversations, model_name=f"scripted/{Path(path).stem}")
 
     @property
     def model_name(self) -> str:
@@ -169,16 +200,21 @@ class ScriptedLLMGateway(ILLMGateway):
         return self._model_name
 
     def _turn_for(self, messages: Sequence[ChatMessage]) -> ScriptedTurn:
-        if self._script is None:
+        if self._conversations is None:
             return self._policy(messages)
+        opening = next((m.content for m in messages if isinstance(m, UserMessage)), "")
+        for conversation, pattern in zip(self._conversations, self._patterns, strict=True):
+            if pattern.search(opening):
+                break
+        else:
+            raise ModelError(f"no scripted conversation matches {opening[:200]!r}")
         index = sum(isinstance(m, AssistantMessage) for m in messages)
-        if index >= len(self._script):
+        if index >= len(conversation.turns):
             raise ModelError(
-                f"scripted model has no turn {index + 1} (the script has {len(self._script)})",
-                status_code=None,
-                body=None,
+                f"scripted model has no turn {index + 1} for {opening[:80]!r} "
+                f"(its conversation has {len(conversation.turns)})"
             )
-        return self._script[index]
+        return conversation.turns[index]
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """The scripted reply to ``request``."""

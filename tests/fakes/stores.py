@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import replace
 
 from pydantic import BaseModel
 
+from core_agent.contracts.checkpoint_store import ICheckpointStore
 from core_agent.contracts.errors import (
     InvalidTransitionError,
     StorageError,
@@ -103,6 +105,27 @@ class FakeTraceStore(ITraceStore):
             ),
             key=lambda s: s.started_at,
         )
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class FakeCheckpointStore(ICheckpointStore):
+    def __init__(self) -> None:
+        self.saved: dict[tuple[str, str], dict] = {}
+        self.history: list[tuple[str, str, dict]] = []
+        self.closed = False
+
+    async def save(self, task_id: str, key: str, state: dict) -> None:
+        snapshot = json.loads(json.dumps(state))  # what a real store would keep
+        self.saved[(task_id, key)] = snapshot
+        self.history.append((task_id, key, snapshot))
+
+    async def load(self, task_id: str, key: str) -> dict | None:
+        return self.saved.get((task_id, key))
+
+    async def list_keys(self, task_id: str) -> list[str]:
+        return list(dict.fromkeys(k for t, k, _ in self.history if t == task_id))
 
     async def close(self) -> None:
         self.closed = True

@@ -9,7 +9,7 @@ from core_agent.container import (
 )
 from core_agent.contracts.errors import ModelNotConfiguredError, ProviderNotFoundError
 from core_agent.contracts.settings import AgentSettings
-from fakes.stores import FakeTaskStore, FakeTraceStore
+from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
 from providers.scripted_gateway import ScriptedLLMGateway
 
 pytestmark = pytest.mark.anyio
@@ -73,6 +73,7 @@ async def test_adapters_are_swapped_through_the_container(settings) -> None:
     tasks, traces = FakeTaskStore(), FakeTraceStore()
     container.task_store.override(tasks)
     container.trace_store.override(traces)
+    container.checkpoint_store.override(FakeCheckpointStore())
     container.llm_gateway.override(ScriptedLLMGateway())
     kernel = container.kernel()
     from shared.agent_protocol import TaskRequest
@@ -80,5 +81,5 @@ async def test_adapters_are_swapped_through_the_container(settings) -> None:
     result = await kernel.execute_task(TaskRequest(task="2 + 2"))
     assert result.output == "2 + 2 = 4"
     assert tasks.tasks[result.task_id].status.value == "succeeded"
-    assert {s.kind for s in traces.spans} == {"task", "llm", "tool"}
+    assert {s.kind for s in traces.spans} == {"planning", "task", "llm", "tool"}
     assert not (settings.data_dir / "core_agent.db").exists()

@@ -8,8 +8,10 @@ import pytest
 from core_agent import tool
 from core_agent.container import KernelContainer
 from core_agent.contracts.errors import ConfigurationError, InvalidTransitionError
+from core_agent.kernel.agent_kernel import AgentKernel
+from core_agent.kernel.event_bus import InProcessEventBus
 from core_agent.tooling.registry import ToolRegistry
-from fakes.stores import FakeTaskStore, FakeTraceStore
+from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
 from providers.scripted_gateway import (
     ScriptedError,
     ScriptedLLMGateway,
@@ -38,6 +40,7 @@ def build(container: KernelContainer, *turns: ScriptedTurn):
     tasks, traces = FakeTaskStore(), FakeTraceStore()
     container.task_store.override(tasks)
     container.trace_store.override(traces)
+    container.checkpoint_store.override(FakeCheckpointStore())
     container.tool_registry.override(ToolRegistry([lookup, wait_forever]))
     container.llm_gateway.override(ScriptedLLMGateway(list(turns)))
     return container.kernel(), tasks, traces
@@ -141,8 +144,13 @@ async def test_a_trace_store_failure_fails_the_task_without_leaving_it_running(c
 
 
 async def test_forcing_a_strategy_that_is_not_installed_is_a_misuse(container) -> None:
-    kernel, tasks, _ = build(container, ScriptedTurn(content="hi"))
-    with pytest.raises(ConfigurationError, match="plan_execute"):
+    _, tasks, traces = build(container, ScriptedTurn(content="hi"))
+    kernel = AgentKernel(
+        task_store=tasks, trace_store=traces, event_bus=InProcessEventBus(),
+        router=container.router(), tools=container.tool_registry(),
+        executors={"react": container.react_executor()},
+    )
+    with pytest.raises(ConfigurationError, match="'plan_execute' is not installed"):
         await kernel.execute_task(TaskRequest(task="x", force_mode="plan_execute"))
     assert tasks.tasks == {}
 

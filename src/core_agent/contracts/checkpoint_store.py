@@ -15,7 +15,12 @@ class ICheckpointStore(abc.ABC):
 
     @abc.abstractmethod
     async def save(self, task_id: str, key: str, state: dict[str, Any]) -> None:
-        """Persist ``state`` for ``(task_id, key)``."""
+        """Persist ``state`` for ``(task_id, key)``.
+
+        Raises:
+            UsageError: ``state`` is not JSON-serializable (nothing is written).
+            StorageError: The write failed (the previous checkpoint stands).
+        """
 
     @abc.abstractmethod
     async def load(self, task_id: str, key: str) -> dict[str, Any] | None:
@@ -24,3 +29,7 @@ class ICheckpointStore(abc.ABC):
     @abc.abstractmethod
     async def list_keys(self, task_id: str) -> list[str]:
         """Keys saved for the task, in the order they were first saved."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""

@@ -23,7 +23,10 @@ fails, and the host may retry)::
         │   ├── ToolTimeoutError
         │   └── ToolExecutionError      the tool itself raised
         ├── StorageError                a store could not read or write
-        └── TurnLimitExceededError      the executor ran out of turns
+        ├── TurnLimitExceededError      the executor ran out of turns
+        ├── PlanningError               no valid plan within the retry bound
+        ├── StructuredOutputError       the answer does not fit the requested model
+        └── TaskFailedError             a task run for a typed result did not succeed
 
 Inside a ReAct loop a ``ToolError`` is shown to the model as the tool's result (it may correct
 itself); it only fails the task when it escapes an executor. Adapters map vendor exceptions to
@@ -167,3 +170,35 @@ class StorageError(RunError):
 
 class TurnLimitExceededError(RunError):
     """The executor used all its turns without reaching an answer."""
+
+
+class PlanningError(RunError):
+    """The planner produced no valid plan; ``attempts`` holds why each try was refused."""
+
+    def __init__(self, message: str, *, attempts: list[str] | None = None) -> None:
+        self.attempts = list(attempts or [])
+        super().__init__(message)
+
+
+class StructuredOutputError(RunError):
+    """The model's answer does not fit the requested model, even after repair.
+
+    Raised after JSON repair and one self-correction round; both the raw text and the
+    validation error are kept.
+    """
+
+    def __init__(self, message: str, *, raw_text: str, validation_error: str) -> None:
+        self.raw_text = raw_text
+        self.validation_error = validation_error
+        super().__init__(message)
+
+
+class TaskFailedError(RunError):
+    """A task run for a typed result did not succeed.
+
+    Raised by ``execute_task(..., response_model=...)``; ``result`` is the task's result.
+    """
+
+    def __init__(self, result: object, message: str) -> None:
+        self.result = result
+        super().__init__(message)

@@ -47,13 +47,30 @@ class ExecutionContext:
     emit: EventSink
     parent_span_id: str | None = None
     stats: RunStats = field(default_factory=RunStats)
+    output_type: type[BaseModel] | None = None
+    """When set, the answer must validate against this model (see ``ExecutionOutcome``)."""
+    guidance: str | None = None
+    """A human's guidance when the task resumes after waiting for one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Escalation:
+    """A question for a human: the run cannot go on without one."""
+
+    question: str
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
 class ExecutionOutcome:
-    """The answer of a run that succeeded."""
+    """How a run ended without error: an answer, or a question for a human.
 
-    output: str
+    ``structured`` holds the validated answer (as JSON data) when ``output_type`` was set.
+    """
+
+    output: str = ""
+    structured: dict[str, Any] | None = None
+    escalation: Escalation | None = None
 
 
 class IExecutor(abc.ABC):
@@ -71,7 +88,7 @@ class IExecutor(abc.ABC):
 
     @abc.abstractmethod
     async def run(self, context: ExecutionContext) -> ExecutionOutcome:
-        """Run the task to an answer.
+        """Run the task to an answer, or to a question for a human (``escalation``).
 
         Raises:
             RunError: The task cannot finish (model error, turn limit...); the kernel records

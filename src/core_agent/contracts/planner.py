@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from shared.agent_protocol import TaskRequest
+from core_agent.contracts.executor import ExecutionContext
+from core_agent.contracts.tool import ToolSpec
 
 
 class PlanStep(BaseModel):
@@ -30,15 +32,24 @@ class IPlanner(abc.ABC):
 
     @abc.abstractmethod
     async def plan(
-        self, request: TaskRequest, available_tools: list[str], feedback: str | None = None
+        self,
+        context: ExecutionContext,
+        available_tools: Sequence[ToolSpec],
+        feedback: str | None = None,
     ) -> Plan:
-        """Produce a plan for ``request``.
+        """Produce a valid plan for the task in ``context``.
+
+        A plan is valid when it has at least one step, unique step ids, dependencies that name
+        existing steps, and no cycle. An invalid answer is shown back to the model with the
+        reason, a bounded number of times. Model calls are traced and counted in
+        ``context.stats``.
 
         Args:
-            request: The task.
+            context: The running task (its request, trace and stats).
             available_tools: Tools the steps may name as hints.
-            feedback: Why the previous plan failed, when replanning.
+            feedback: Why the previous plan failed and what is already done, when replanning.
 
         Raises:
-            RunError: No valid plan (cycle, unknown dependency, empty) within the retry bound.
+            PlanningError: No valid plan within the retry bound; ``attempts`` says why.
+            ModelError: The model call itself failed.
         """

@@ -65,6 +65,7 @@ class AgentSettings(BaseSettings):
 
     task_store: str = "sqlite"
     trace_store: str = "sqlite"
+    checkpoint_store: str = "sqlite"
 
     tools: Annotated[tuple[str, ...] | None, NoDecode] = None
     """Names of the installed tools to enable (comma-separated); all when unset."""
@@ -72,6 +73,26 @@ class AgentSettings(BaseSettings):
     strategy_mode: Literal["adaptive", "react", "plan_execute"] = "adaptive"
     max_turns: int = Field(default=12, ge=1, le=1000)
     tool_timeout_s: float = Field(default=60.0, gt=0)
+    max_observation_chars: int = Field(default=8000, ge=200)
+    """Tool output longer than this keeps its head and tail around a truncation marker."""
+    max_parallel_tools: int = Field(default=4, ge=1, le=64)
+    """How many tool calls of one model turn run at once."""
+    tool_error_streak_warning: int = Field(default=3, ge=1)
+    """After this many failed tool calls in a row, the model is asked to step back."""
+
+    router_classifier: Literal["deterministic", "model"] = "deterministic"
+    """``model`` also asks the model to count sub-goals (one cheap call per task)."""
+    router_min_sub_goals: int = Field(default=3, ge=2)
+    router_min_dependent_sub_goals: int = Field(default=2, ge=2)
+    router_min_list_items: int = Field(default=2, ge=2)
+    router_long_context_tokens: int = Field(default=600, ge=1)
+
+    plan_max_attempts: int = Field(default=3, ge=1, le=10)
+    plan_max_steps: int = Field(default=8, ge=1, le=50)
+    plan_max_parallel_steps: int = Field(default=3, ge=1, le=32)
+    plan_step_max_turns: int = Field(default=6, ge=1, le=100)
+    plan_max_replans: int = Field(default=1, ge=0, le=10)
+    fallback_max_turns: int = Field(default=8, ge=1, le=100)
 
     vector_provider: str = "sqlite_vec"
     vector_migration_dual_write: bool = False

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-SpanKind = Literal["task", "planning", "llm", "tool", "policy", "approval", "memory", "retrieval"]
+SpanKind = Literal[
+    "task", "planning", "step", "llm", "tool", "policy", "approval", "memory", "retrieval"
+]
 SpanStatus = Literal["ok", "error"]
 
 

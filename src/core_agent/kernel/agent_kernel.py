@@ -1,28 +1,42 @@
-"""The public facade: run tasks, stream their events, inspect tasks and traces."""
+"""The public facade: run tasks, stream their events, inspect tasks and traces.
+
+It also answers the questions a task asks a human (``resolve_approval``).
+"""
 
 from __future__ import annotations
 
 import logging
 import math
 import uuid
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import anyio
 from pydantic import BaseModel
 
-from core_agent.contracts.errors import ConfigurationError, RunError
+from core_agent.contracts.errors import (
+    ConfigurationError,
+    RunError,
+    TaskFailedError,
+    UsageError,
+)
 from core_agent.contracts.event_bus import IEventBus
-from core_agent.contracts.executor import ExecutionContext, IExecutor
+from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
+from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
 from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.kernel.state_machine import check_transition
 from core_agent.observability.tracer import Tracer, new_trace_id
 from shared.agent_protocol import (
     EPHEMERAL_EVENT_KINDS,
     AgentEvent,
-    StrategyMode,
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRequested,
+    ApprovalResolved,
+    RiskLevel,
     StrategySelected,
     SystemMessage,
     TaskCanceled,
@@ -30,14 +44,17 @@ from shared.agent_protocol import (
     TaskQueued,
     TaskRequest,
     TaskResult,
+    TaskResumed,
     TaskStarted,
     TaskState,
     TaskStatus,
     TaskSucceeded,
+    TaskWaitingApproval,
     UserMessage,
 )
 
 log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a capable assistant working inside an application. Use the available tools when "
@@ -80,7 +97,7 @@ class _TaskEvents:
 
 
 class AgentKernel:
-    """Runs tasks through an executor, keeping their state, events and spans durable.
+    """Routes each task to a strategy and runs it, keeping state, events and spans durable.
 
     Use as an async context manager (or call ``aclose``) so stores are closed.
     """
@@ -91,20 +108,24 @@ class AgentKernel:
         task_store: ITaskStore,
         trace_store: ITraceStore,
         event_bus: IEventBus,
+        router: IStrategyRouter,
+        tools: IToolRegistry,
         executors: Mapping[str, IExecutor],
-        strategy_mode: str = "adaptive",
         max_turns: int = 12,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        closables: tuple[Any, ...] = (),
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
         self._task_store = task_store
         self._trace_store = trace_store
         self._event_bus = event_bus
+        self._router = router
+        self._tools = tools
         self._executors = dict(executors)
-        self._strategy_mode = strategy_mode
         self._max_turns = max_turns
         self._system_prompt = system_prompt
+        self._closables = closables
         self._running: dict[str, anyio.CancelScope] = {}
 
     @property
@@ -122,57 +143,93 @@ class AgentKernel:
         """Close the stores."""
         await self._task_store.close()
         await self._trace_store.close()
+        for closable in self._closables:
+            await closable.close()
 
-    async def execute_task(self, request: TaskRequest) -> TaskResult:
-        """Run ``request`` to the end and return its result.
+    async def route(self, request: TaskRequest) -> RoutingDecision:
+        """The strategy the kernel would use for ``request``, without running it."""
+        return await self._router.route(request, self._specs(request))
 
-        A run failure (model error, turn limit...) gives a ``failed`` result with the reason;
-        misuse (e.g. forcing a strategy that is not installed) raises ``UsageError`` before a
+    @overload
+    async def execute_task(self, request: TaskRequest) -> TaskResult: ...
+
+    @overload
+    async def execute_task(self, request: TaskRequest, *, response_model: type[M]) -> M: ...
+
+    async def execute_task(
+        self, request: TaskRequest, *, response_model: type[M] | None = None
+    ) -> TaskResult | M:
+        """Run ``request`` to the end.
+
+        Without ``response_model``: the task's result, whatever its status (a run failure is
+        a ``failed`` result with the reason; a question for a human is ``waiting_approval``).
+
+        With ``response_model``: the validated answer. The model's JSON is extracted, repaired
+        and validated, with one self-correction round; if the task does not succeed,
+        ``TaskFailedError`` carries its result (for an invalid answer, with the raw text and
+        the validation error).
+
+        Misuse (e.g. forcing a strategy that is not installed) raises ``UsageError`` before a
         task is created.
         """
-        return await self._execute(request, uuid.uuid4().hex)
+        result = await self._execute(request, uuid.uuid4().hex, response_model)
+        if response_model is None:
+            return result
+        if result.status is not TaskStatus.SUCCEEDED or result.structured_output is None:
+            raise TaskFailedError(
+                result, f"task {result.task_id} ended {result.status.value}: {result.error}"
+            )
+        return response_model.model_validate(result.structured_output)
 
-    async def stream_task(self, request: TaskRequest) -> AsyncGenerator[AgentEvent, None]:
+    def stream_task(self, request: TaskRequest) -> AsyncGenerator[AgentEvent, None]:
         """Run ``request`` and yield its events as they happen, ending with the final one.
 
         Leaving the loop early cancels the task (it ends ``canceled``). Wrap the iterator in
         ``contextlib.aclosing`` when you may break out of it, so it closes in your task.
         """
         task_id = uuid.uuid4().hex
-        send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=math.inf)
-        failure: list[BaseException] = []
+        return self._stream(task_id, lambda: self._execute(request, task_id, None))
 
-        def forward(event: BaseModel) -> None:
-            if getattr(event, "task_id", None) == task_id:
-                send.send_nowait(event)
+    async def resolve_approval(self, request_id: str, decision: ApprovalDecision) -> TaskResult:
+        """Answer a task's pending question and, if approved, resume it to the end.
 
-        subscription = self._event_bus.subscribe(None, forward)
+        Works after a restart: the request is found in the task store. An approval resumes
+        the task with the decision's ``reason`` as guidance; a denial fails it.
 
-        async def run() -> None:
-            try:
-                await self._execute(request, task_id)
-            except Exception as exc:
-                failure.append(exc)
-            finally:
-                send.close()
-
-        closed_early = False
-        try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(run)
-                async with receive:
-                    try:
-                        async for event in receive:
-                            yield event
-                    except GeneratorExit:
-                        # The consumer stopped listening: cancel the run (it ends "canceled")
-                        # and wait for it here, instead of letting the exit tear the group.
-                        closed_early = True
-                        group.cancel_scope.cancel()
-        finally:
-            subscription.cancel()
-        if failure and not closed_early:
-            raise failure[0]
+        Raises:
+            UsageError: No task is waiting on ``request_id`` (unknown, or already resolved),
+                or ``decision.request_id`` names another request.
+        """
+        if decision.request_id != request_id:
+            raise UsageError(
+                f"the decision is for request {decision.request_id!r}, not {request_id!r}"
+            )
+        state, request = await self._pending_request(request_id)
+        persisted = await self._task_store.list_events(state.task_id)
+        next_seq = max((getattr(e, "seq", 0) for e in persisted), default=0) + 1
+        events = _TaskEvents(self._task_store, self._event_bus, state.task_id, next_seq)
+        context = self._context(state, events, None)
+        context.stats.usage = state.usage
+        # The decision is recorded with the status change it causes, so of two concurrent
+        # resolutions exactly one takes effect; the other gets InvalidTransitionError.
+        resolved = events.make(ApprovalResolved, decision=decision)
+        if not decision.approved:
+            error = f"a human declined to continue: {decision.reason or 'no reason given'}"
+            await self._move(
+                state, TaskStatus.WAITING_APPROVAL, TaskStatus.FAILED, resolved, error=error
+            )
+            await events(TaskFailed, error=error, error_type="ApprovalDenied", usage=state.usage)
+            return self._result(
+                state, context, TaskStatus.FAILED, error=error, error_type="ApprovalDenied"
+            )
+        executor = self._executors.get(state.strategy or "react") or self._executors["react"]
+        context.guidance = (
+            f"A human reviewed earlier failures of this task.\n{request.question}\n"
+            f"Their guidance: {decision.reason or '(none: retry as you see fit)'}"
+        )
+        await self._move(state, TaskStatus.WAITING_APPROVAL, TaskStatus.RUNNING, resolved)
+        await events(TaskResumed)
+        return await self._drive(state, executor, context, events)
 
     async def get_task(self, task_id: str) -> TaskState:
         """The stored task; ``TaskNotFoundError`` if there is none."""
@@ -193,8 +250,18 @@ class AgentKernel:
         """The spans of a task, in start order."""
         return await self._trace_store.list_spans(task_id=task_id)
 
+    async def pending_approvals(self) -> list[ApprovalRequest]:
+        """Questions that tasks wait on, oldest first (they survive restarts)."""
+        waiting = await self._task_store.list_tasks(status=TaskStatus.WAITING_APPROVAL, limit=1000)
+        pending = []
+        for state in waiting:
+            request = _open_request(await self._task_store.list_events(state.task_id))
+            if request is not None:
+                pending.append(request)
+        return sorted(pending, key=lambda r: r.created_at)
+
     async def cancel_task(self, task_id: str, reason: str = "canceled by host") -> None:
-        """Cancel a task: running here, it is interrupted; queued elsewhere, it is marked."""
+        """Cancel a task: running here, it is interrupted; queued or waiting, it is marked."""
         scope = self._running.get(task_id)
         if scope is not None:
             scope.cancel()
@@ -210,26 +277,60 @@ class AgentKernel:
         )
         await self._event_bus.publish(event)
 
-    def _pick_executor(self, request: TaskRequest) -> tuple[IExecutor, str]:
-        if request.force_mode is not None:
-            wanted: StrategyMode = request.force_mode
-            reason = f"forced by the request (force_mode={wanted})"
-        elif self._strategy_mode != "adaptive":
-            wanted = "plan_execute" if self._strategy_mode == "plan_execute" else "react"
-            reason = f"forced by configuration (AGENT_STRATEGY_MODE={self._strategy_mode})"
-        else:
-            wanted = "react"
-            reason = "adaptive routing: react is the only strategy installed"
-        executor = self._executors.get(wanted)
+    async def _stream(
+        self, task_id: str, run: Callable[[], Awaitable[TaskResult]]
+    ) -> AsyncGenerator[AgentEvent, None]:
+        send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=math.inf)
+        failure: list[BaseException] = []
+
+        def forward(event: BaseModel) -> None:
+            if getattr(event, "task_id", None) == task_id:
+                send.send_nowait(event)
+
+        subscription = self._event_bus.subscribe(None, forward)
+
+        async def drive() -> None:
+            try:
+                await run()
+            except Exception as exc:
+                failure.append(exc)
+            finally:
+                send.close()
+
+        closed_early = False
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(drive)
+                async with receive:
+                    try:
+                        async for event in receive:
+                            yield event
+                    except GeneratorExit:
+                        # The consumer stopped listening: cancel the run (it ends "canceled")
+                        # and wait for it here, instead of letting the exit tear the group.
+                        closed_early = True
+                        group.cancel_scope.cancel()
+        finally:
+            subscription.cancel()
+        if failure and not closed_early:
+            raise failure[0]
+
+    def _specs(self, request: TaskRequest) -> list[Any]:
+        names = list(request.tools) if request.tools is not None else None
+        return self._tools.specs(names)
+
+    async def _execute(
+        self, request: TaskRequest, task_id: str, response_model: type[BaseModel] | None
+    ) -> TaskResult:
+        routed_at = _now()
+        decision = await self._router.route(request, self._specs(request))
+        routed_until = _now()
+        executor = self._executors.get(decision.strategy)
         if executor is None:
             raise ConfigurationError(
-                f"strategy {wanted!r} is not installed; "
+                f"strategy {decision.strategy!r} is not installed; "
                 f"available: {', '.join(sorted(self._executors))}"
             )
-        return executor, reason
-
-    async def _execute(self, request: TaskRequest, task_id: str) -> TaskResult:
-        executor, reason = self._pick_executor(request)
         now = _now()
         state = TaskState(
             task_id=task_id,
@@ -246,7 +347,51 @@ class AgentKernel:
         )
         await self._task_store.create_task(state, queued)
         await self._event_bus.publish(queued)
-        return await self._run(state, executor, reason, events)
+        await self._move(
+            state,
+            TaskStatus.QUEUED,
+            TaskStatus.RUNNING,
+            events.make(TaskStarted),
+            strategy=executor.strategy,
+        )
+        tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
+        await tracer.record(
+            "planning",
+            "route",
+            started_at=routed_at,
+            ended_at=routed_until,
+            attributes={
+                "strategy": decision.strategy,
+                "reason": decision.reason,
+                "forced": decision.forced,
+                "features": decision.features,
+            },
+        )
+        await events(
+            StrategySelected,
+            strategy=decision.strategy,
+            reason=decision.reason,
+            features=decision.features,
+        )
+        context = self._context(state, events, response_model)
+        return await self._drive(state, executor, context, events)
+
+    def _context(
+        self, state: TaskState, events: _TaskEvents, response_model: type[BaseModel] | None
+    ) -> ExecutionContext:
+        return ExecutionContext(
+            task_id=state.task_id,
+            session_id=state.session_id,
+            trace_id=state.trace_id,
+            request=state.request,
+            messages=[
+                SystemMessage(content=state.request.system_prompt or self._system_prompt),
+                UserMessage(content=state.request.task),
+            ],
+            max_turns=state.request.max_turns or self._max_turns,
+            emit=events,
+            output_type=response_model,
+        )
 
     async def _move(
         self,
@@ -262,29 +407,14 @@ class AgentKernel:
         )
         await self._event_bus.publish(event)
 
-    async def _run(
-        self, state: TaskState, executor: IExecutor, reason: str, events: _TaskEvents
+    async def _drive(
+        self,
+        state: TaskState,
+        executor: IExecutor,
+        context: ExecutionContext,
+        events: _TaskEvents,
     ) -> TaskResult:
-        context = ExecutionContext(
-            task_id=state.task_id,
-            session_id=state.session_id,
-            trace_id=state.trace_id,
-            request=state.request,
-            messages=[
-                SystemMessage(content=state.request.system_prompt or self._system_prompt),
-                UserMessage(content=state.request.task),
-            ],
-            max_turns=state.request.max_turns or self._max_turns,
-            emit=events,
-        )
-        await self._move(
-            state,
-            TaskStatus.QUEUED,
-            TaskStatus.RUNNING,
-            events.make(TaskStarted),
-            strategy=executor.strategy,
-        )
-        await events(StrategySelected, strategy=executor.strategy, reason=reason, features={})
+        """Run a ``running`` task's executor and record how it ended."""
         tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
         try:
             with anyio.CancelScope() as scope:
@@ -313,6 +443,8 @@ class AgentKernel:
             raise
         finally:
             self._running.pop(state.task_id, None)
+        if outcome.escalation is not None:
+            return await self._wait_for_human(state, context, events, outcome)
         usage = context.stats.usage
         await self._move(
             state,
@@ -322,7 +454,55 @@ class AgentKernel:
             output=outcome.output,
             usage=usage,
         )
-        return self._result(state, context, TaskStatus.SUCCEEDED, output=outcome.output)
+        return self._result(
+            state,
+            context,
+            TaskStatus.SUCCEEDED,
+            output=outcome.output,
+            structured=outcome.structured,
+        )
+
+    async def _wait_for_human(
+        self,
+        state: TaskState,
+        context: ExecutionContext,
+        events: _TaskEvents,
+        outcome: ExecutionOutcome,
+    ) -> TaskResult:
+        assert outcome.escalation is not None
+        request = ApprovalRequest(
+            request_id=uuid.uuid4().hex,
+            task_id=state.task_id,
+            session_id=state.session_id,
+            question=outcome.escalation.question,
+            risk=RiskLevel.HIGH,
+            reason=outcome.escalation.reason,
+            created_at=_now(),
+        )
+        await events(ApprovalRequested, request=request)
+        usage = context.stats.usage
+        await self._move(
+            state,
+            TaskStatus.RUNNING,
+            TaskStatus.WAITING_APPROVAL,
+            events.make(TaskWaitingApproval, request_id=request.request_id),
+            usage=usage,
+        )
+        return self._result(
+            state,
+            context,
+            TaskStatus.WAITING_APPROVAL,
+            error=outcome.escalation.reason,
+            pending_approval=request.request_id,
+        )
+
+    async def _pending_request(self, request_id: str) -> tuple[TaskState, ApprovalRequest]:
+        waiting = await self._task_store.list_tasks(status=TaskStatus.WAITING_APPROVAL, limit=1000)
+        for state in waiting:
+            request = _open_request(await self._task_store.list_events(state.task_id))
+            if request is not None and request.request_id == request_id:
+                return state, request
+        raise UsageError(f"no task is waiting on approval request {request_id!r}")
 
     async def _finish_failed(
         self, state: TaskState, context: ExecutionContext, events: _TaskEvents, exc: Exception
@@ -364,6 +544,8 @@ class AgentKernel:
         output: str | None = None,
         error: str | None = None,
         error_type: str | None = None,
+        structured: dict[str, Any] | None = None,
+        pending_approval: str | None = None,
     ) -> TaskResult:
         return TaskResult(
             task_id=state.task_id,
@@ -375,4 +557,17 @@ class AgentKernel:
             error_type=error_type,
             usage=context.stats.usage,
             turns=context.stats.turns,
+            structured_output=structured,
+            pending_approval=pending_approval,
         )
+
+
+def _open_request(events: Any) -> ApprovalRequest | None:
+    """The last approval request in a task's log that has no decision yet."""
+    open_requests: dict[str, ApprovalRequest] = {}
+    for event in events:
+        if isinstance(event, ApprovalRequested):
+            open_requests[event.request.request_id] = event.request
+        elif isinstance(event, ApprovalResolved):
+            open_requests.pop(event.decision.request_id, None)
+    return list(open_requests.values())[-1] if open_requests else None

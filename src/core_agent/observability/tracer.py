@@ -74,6 +74,31 @@ class Tracer:
             raise
         await self._write(open_span)
 
+    async def record(
+        self,
+        kind: SpanKind,
+        name: str,
+        *,
+        started_at: datetime,
+        ended_at: datetime,
+        parent_span_id: str | None = None,
+        attributes: dict[str, Any] | None = None,
+    ) -> None:
+        """Write a span for a step that was timed elsewhere (before the task existed, say)."""
+        await self._store.record(
+            Span(
+                span_id=new_span_id(),
+                trace_id=self.trace_id,
+                task_id=self.task_id,
+                kind=kind,
+                name=name,
+                started_at=started_at,
+                ended_at=ended_at,
+                parent_span_id=parent_span_id,
+                attributes=attributes or {},
+            )
+        )
+
     async def _write(self, open_span: OpenSpan) -> None:
         await self._store.record(
             Span(

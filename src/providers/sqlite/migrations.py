@@ -67,6 +67,17 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX agent_traces_by_task ON agent_traces(task_id, started_at);
     CREATE INDEX agent_traces_by_trace ON agent_traces(trace_id, started_at);
     """,
+    # 2: checkpoints a task resumes from.
+    """
+    CREATE TABLE agent_checkpoints (
+        task_id    TEXT NOT NULL,
+        key        TEXT NOT NULL,
+        state_json TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        PRIMARY KEY (task_id, key)
+    );
+    """,
 )
 
 

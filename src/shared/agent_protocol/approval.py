@@ -14,9 +14,10 @@ ApprovalScope = Literal["once", "task", "session", "pattern"]
 
 
 class ApprovalRequest(BaseModel):
-    """A risky tool call waiting for a human decision.
+    """A risky tool call, or a question about a stuck task, waiting for a human decision.
 
-    ``call_hash`` binds the request to the exact call: a decision applies to that hash only.
+    For a tool call, ``call_hash`` binds the request to the exact call: a decision applies to
+    that hash only. Without a tool call, ``question`` says what the human is asked.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -25,8 +26,9 @@ class ApprovalRequest(BaseModel):
     request_id: str
     task_id: str
     session_id: str
-    tool_call: ToolCall
-    call_hash: str
+    tool_call: ToolCall | None = None
+    call_hash: str | None = None
+    question: str = ""
     risk: RiskLevel
     rule: str | None = Field(default=None, description="The policy rule that graded the call.")
     reason: str = ""

@@ -50,6 +50,41 @@ class StrategySelected(_Event):
     features: dict[str, Any] = Field(default_factory=dict)
 
 
+class StrategyFallback(_Event):
+    """The chosen strategy gave up and the task continues with another, and why."""
+
+    kind: Literal["task.strategy_fallback"] = "task.strategy_fallback"
+    from_strategy: StrategyMode
+    to_strategy: StrategyMode
+    reason: str
+
+
+class PlanCreated(_Event):
+    """The planner produced a valid plan (``revision`` 0, then 1, 2... after replanning)."""
+
+    kind: Literal["plan.created"] = "plan.created"
+    revision: int
+    steps: list[dict[str, Any]]
+
+
+class PlanStepStarted(_Event):
+    """A plan step began; steps whose dependencies are done run concurrently."""
+
+    kind: Literal["plan.step_started"] = "plan.step_started"
+    step_id: str
+    goal: str
+
+
+class PlanStepCompleted(_Event):
+    """A plan step ended with a result, or failed with an error."""
+
+    kind: Literal["plan.step_completed"] = "plan.step_completed"
+    step_id: str
+    succeeded: bool
+    output: str = ""
+    error: str = ""
+
+
 class TaskWaitingApproval(_Event):
     """The task is suspended until a human answers an approval request."""
 
@@ -138,6 +173,10 @@ AgentEvent = Annotated[
     TaskQueued
     | TaskStarted
     | StrategySelected
+    | StrategyFallback
+    | PlanCreated
+    | PlanStepStarted
+    | PlanStepCompleted
     | TaskWaitingApproval
     | TaskResumed
     | TaskSucceeded

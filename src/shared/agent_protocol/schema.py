@@ -12,6 +12,10 @@ from shared.agent_protocol.events import (
     ApprovalResolved,
     LLMCompleted,
     LLMDelta,
+    PlanCreated,
+    PlanStepCompleted,
+    PlanStepStarted,
+    StrategyFallback,
     StrategySelected,
     TaskCanceled,
     TaskFailed,
@@ -48,6 +52,10 @@ ProtocolMessage = Annotated[
     | TaskQueued
     | TaskStarted
     | StrategySelected
+    | StrategyFallback
+    | PlanCreated
+    | PlanStepStarted
+    | PlanStepCompleted
     | TaskWaitingApproval
     | TaskResumed
     | TaskSucceeded

@@ -110,3 +110,9 @@ class TaskResult(BaseModel):
     error_type: str | None = None
     usage: TokenUsage = Field(default_factory=TokenUsage)
     turns: int = 0
+    structured_output: dict[str, Any] | None = Field(
+        default=None, description="The validated answer when a response model was requested."
+    )
+    pending_approval: str | None = Field(
+        default=None, description="With status waiting_approval: the request to resolve."
+    )

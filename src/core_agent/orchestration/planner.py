@@ -1,0 +1,162 @@
+"""Asking the model for a plan graph, and refusing plans that cannot run."""
+
+from __future__ import annotations
+
+import graphlib
+import json
+import time
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from core_agent.contracts.errors import PlanningError
+from core_agent.contracts.executor import ExecutionContext
+from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest
+from core_agent.contracts.planner import IPlanner, Plan
+from core_agent.contracts.tool import ToolSpec
+from core_agent.contracts.trace_store import ITraceStore
+from core_agent.observability.tracer import Tracer
+from core_agent.orchestration.structured_output import OutputParseError, parse_model_output
+from shared.agent_protocol import (
+    AssistantMessage,
+    ChatMessage,
+    LLMCompleted,
+    SystemMessage,
+    UserMessage,
+)
+
+PLANNER_SYSTEM_PROMPT = """You are the planner of an agent. Break the user's task into a small
+plan of steps that another agent will carry out with tools. Steps that do not depend on each
+other run in parallel, so only add a dependency when a step needs another step's result.
+
+Reply with only a JSON object, no prose, of this form:
+{"steps": [{"id": "s1", "goal": "what this step must achieve", "depends_on": [],
+            "tool_hints": ["tool_name"], "success_criterion": "how to tell it is done"}]}
+
+Rules: 1 to MAX_STEPS steps; ids are short and unique; depends_on lists ids of earlier steps;
+no cycles; tool_hints name only available tools."""
+
+PLAN_REQUEST_MARKER = "Plan this task:"
+"""Opens the planner's user message (scripted models and tests match on it)."""
+
+
+def check_plan(plan: Plan, *, max_steps: int) -> list[str]:
+    """Why ``plan`` cannot run (empty list when it can)."""
+    problems: list[str] = []
+    ids = [step.id for step in plan.steps]
+    if len(ids) > max_steps:
+        problems.append(f"the plan has {len(ids)} steps; at most {max_steps} are allowed")
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        problems.append(f"duplicate step ids: {', '.join(duplicates)}")
+    known = set(ids)
+    for step in plan.steps:
+        unknown = [d for d in step.depends_on if d not in known]
+        if unknown:
+            problems.append(f"step {step.id!r} depends on unknown steps: {', '.join(unknown)}")
+        if step.id in step.depends_on:
+            problems.append(f"step {step.id!r} depends on itself")
+    if not problems:
+        try:
+            graphlib.TopologicalSorter({s.id: s.depends_on for s in plan.steps}).prepare()
+        except graphlib.CycleError as exc:
+            cycle = " -> ".join(str(node) for node in exc.args[1])
+            problems.append(f"the dependencies form a cycle: {cycle}")
+    return problems
+
+
+class LLMPlanner(IPlanner):
+    """Plans with a model call; an invalid plan is shown back with the reason, boundedly."""
+
+    def __init__(
+        self,
+        llm: ILLMGateway,
+        trace_store: ITraceStore,
+        *,
+        max_attempts: int = 3,
+        max_steps: int = 8,
+        temperature: float | None = None,
+    ) -> None:
+        self._llm = llm
+        self._trace_store = trace_store
+        self._max_attempts = max_attempts
+        self._max_steps = max_steps
+        self._temperature = temperature
+
+    async def plan(
+        self,
+        context: ExecutionContext,
+        available_tools: Sequence[ToolSpec],
+        feedback: str | None = None,
+    ) -> Plan:
+        """A valid plan for ``context.request``, or ``PlanningError`` with every refusal."""
+        tools = "\n".join(f"- {t.name}: {t.description}" for t in available_tools) or "(none)"
+        prompt = f"{PLAN_REQUEST_MARKER}\n{context.request.task}\n\nAvailable tools:\n{tools}"
+        if feedback:
+            prompt += f"\n\nEarlier attempt:\n{feedback}\nPlan only the work that remains."
+        messages: list[ChatMessage] = [
+            SystemMessage(content=PLANNER_SYSTEM_PROMPT.replace("MAX_STEPS", str(self._max_steps))),
+            UserMessage(content=prompt),
+        ]
+        tracer = Tracer(self._trace_store, trace_id=context.trace_id, task_id=context.task_id)
+        tool_names = {t.name for t in available_tools}
+        refusals: list[str] = []
+        for attempt in range(1, self._max_attempts + 1):
+            text = await self._ask(context, tracer, messages, attempt)
+            try:
+                plan = parse_model_output(text, Plan)
+                problems = check_plan(plan, max_steps=self._max_steps)
+            except (OutputParseError, ValidationError) as exc:
+                problems = [f"not a valid plan object: {exc}"]
+            if not problems:
+                return _without_unknown_hints(plan, tool_names)
+            refusal = "; ".join(problems)
+            refusals.append(f"attempt {attempt}: {refusal}")
+            messages.append(AssistantMessage(content=text))
+            messages.append(
+                UserMessage(
+                    content=f"That plan cannot be used: {refusal}. Reply with a corrected "
+                    "plan as a JSON object only."
+                )
+            )
+        raise PlanningError(
+            f"no valid plan after {self._max_attempts} attempts ({' | '.join(refusals)})",
+            attempts=refusals,
+        )
+
+    async def _ask(
+        self, context: ExecutionContext, tracer: Tracer, messages: list[ChatMessage], attempt: int
+    ) -> str:
+        started = time.perf_counter()
+        async with tracer.span(
+            "llm", self._llm.model_name, parent_span_id=context.parent_span_id
+        ) as span:
+            span.attributes.update(purpose="plan", attempt=attempt)
+            response = await self._llm.complete(
+                LLMRequest(messages=tuple(messages), temperature=self._temperature)
+            )
+            span.tokens_in = response.usage.input_tokens
+            span.tokens_out = response.usage.output_tokens
+            span.cost_usd = response.usage.cost_usd
+        context.stats.llm_calls += 1
+        context.stats.usage = context.stats.usage + response.usage
+        await context.emit(
+            LLMCompleted,
+            model=response.model,
+            message=response.message,
+            usage=response.usage,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+        )
+        return response.message.content or json.dumps(
+            [c.arguments for c in response.message.tool_calls]
+        )
+
+
+def _without_unknown_hints(plan: Plan, tool_names: set[str]) -> Plan:
+    # A hint is advice, not a contract: an unknown one is dropped rather than failing the plan.
+    return Plan(
+        steps=[
+            step.model_copy(update={"tool_hints": [h for h in step.tool_hints if h in tool_names]})
+            for step in plan.steps
+        ]
+    )

@@ -1,0 +1,429 @@
+"""The reason-act loop shared by every strategy, hardened against the ways models go wrong.
+
+* a turn limit;
+* loop detection: a call whose tool name and arguments hash to one already made in this loop
+  is not executed again; the model is told, with the earlier result, and asked to change
+  course;
+* observations (tool output) longer than a limit keep their head and tail, with a marker
+  saying how much was cut;
+* after a streak of failed tool calls, a notice asks the model to step back;
+* the tool calls of one model turn run concurrently, with a bound;
+* with a response model, a ``final_answer`` tool carries the typed answer, and a text answer
+  is extracted, repaired and validated, with one self-correction round.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import anyio
+from pydantic import BaseModel, ValidationError
+
+from core_agent.contracts.errors import ModelError, StructuredOutputError, TurnLimitExceededError
+from core_agent.contracts.executor import ExecutionContext
+from core_agent.contracts.llm_gateway import (
+    ILLMGateway,
+    LLMRequest,
+    LLMResponse,
+    LLMTextDelta,
+    ToolDefinition,
+)
+from core_agent.contracts.tool import ToolContext
+from core_agent.contracts.tool_registry import IToolRegistry
+from core_agent.contracts.trace_store import ITraceStore
+from core_agent.observability.tracer import Tracer
+from core_agent.orchestration.structured_output import (
+    OutputParseError,
+    parse_model_output,
+    schema_instruction,
+)
+from core_agent.tooling.tool_runner import ToolRunner
+from shared.agent_protocol import (
+    ChatMessage,
+    LLMCompleted,
+    LLMDelta,
+    ToolCall,
+    ToolCompleted,
+    ToolMessage,
+    ToolResult,
+    ToolStarted,
+    UserMessage,
+)
+
+FINAL_ANSWER_TOOL = "final_answer"
+NOTICE_PREFIX = "[core-agent notice]"
+
+
+@dataclass(frozen=True, slots=True)
+class ReActLimits:
+    """Bounds of one loop; see ``AgentSettings`` for the variables that set them."""
+
+    max_observation_chars: int = 8000
+    max_parallel_tools: int = 4
+    error_streak_warning: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class LoopResult:
+    """The loop's answer: text, and the validated data when a response model was given."""
+
+    output: str
+    structured: dict[str, object] | None = None
+
+
+@dataclass(slots=True)
+class _LoopState:
+    results_by_fingerprint: dict[str, str] = field(default_factory=dict)
+    error_streak: int = 0
+    corrections_left: int = 1
+    last_output_error: StructuredOutputError | None = None
+
+
+def truncate_observation(text: str, limit: int) -> str:
+    """``text`` if short enough, else its head and tail around a marker, within ``limit``."""
+    if len(text) <= limit:
+        return text
+    marker = "\n[... {n} characters truncated ...]\n"
+    keep = max(limit - len(marker.format(n=len(text))), 0)
+    head, tail = keep - keep // 2, keep // 2
+    omitted = len(text) - head - tail
+    return text[:head] + marker.format(n=omitted) + (text[-tail:] if tail else "")
+
+
+def call_fingerprint(call: ToolCall) -> str:
+    """A hash of the tool name and its arguments, insensitive to key order."""
+    arguments = (
+        json.dumps(call.arguments, sort_keys=True, separators=(",", ":"), default=str)
+        if call.arguments is not None
+        else f"raw:{call.raw_arguments}"
+    )
+    return hashlib.sha256(f"{call.name}\0{arguments}".encode()).hexdigest()
+
+
+class ReActLoop:
+    """Runs one conversation to an answer through an ``ILLMGateway`` and the tool registry."""
+
+    def __init__(
+        self,
+        *,
+        llm: ILLMGateway,
+        tools: IToolRegistry,
+        trace_store: ITraceStore,
+        tool_timeout_s: float,
+        temperature: float | None = None,
+        limits: ReActLimits | None = None,
+    ) -> None:
+        self._llm = llm
+        self._tools = tools
+        self._runner = ToolRunner(tools, default_timeout_s=tool_timeout_s)
+        self._trace_store = trace_store
+        self._temperature = temperature
+        self._limits = limits or ReActLimits()
+
+    @property
+    def llm(self) -> ILLMGateway:
+        """The gateway the loop calls (planners and synthesizers reuse it)."""
+        return self._llm
+
+    @property
+    def tools(self) -> IToolRegistry:
+        """The tools the loop may call."""
+        return self._tools
+
+    async def run(
+        self,
+        context: ExecutionContext,
+        messages: list[ChatMessage],
+        *,
+        max_turns: int,
+        allowed: Sequence[str],
+        parent_span_id: str | None,
+        output_type: type[BaseModel] | None = None,
+    ) -> LoopResult:
+        """Loop model turns and tool calls until the model answers; appends to ``messages``.
+
+        Raises:
+            TurnLimitExceededError: No answer within ``max_turns``.
+            StructuredOutputError: With ``output_type``, the answer never validated.
+            ModelError: A model call failed.
+        """
+        tracer = Tracer(self._trace_store, trace_id=context.trace_id, task_id=context.task_id)
+        definitions = [
+            ToolDefinition(spec.name, spec.description, spec.parameters)
+            for spec in self._tools.specs(allowed)
+        ]
+        if output_type is not None:
+            definitions.append(_final_answer_definition(output_type))
+        state = _LoopState()
+        for _ in range(max_turns):
+            context.stats.turns += 1
+            response = await self._call_model(
+                context, tracer, messages, definitions, parent_span_id
+            )
+            messages.append(response.message)
+            calls = list(response.message.tool_calls)
+            if output_type is not None:
+                final = self._final_answer(calls, output_type, state)
+                if final is not None:
+                    return final
+            if not calls:
+                text = response.message.content or ""
+                if output_type is None:
+                    return LoopResult(output=text)
+                result = self._parse_text_answer(text, output_type, state, messages)
+                if result is not None:
+                    return result
+                continue
+            await self._run_tools(
+                context, tracer, calls, allowed, messages, state, parent_span_id, output_type
+            )
+        if state.last_output_error is not None:
+            raise state.last_output_error
+        raise TurnLimitExceededError(
+            f"no final answer after {max_turns} turns (raise max_turns or simplify the task)"
+        )
+
+    def _final_answer(
+        self, calls: list[ToolCall], output_type: type[BaseModel], state: _LoopState
+    ) -> LoopResult | None:
+        for call in calls:
+            if call.name != FINAL_ANSWER_TOOL:
+                continue
+            raw = call.raw_arguments or json.dumps(call.arguments)
+            try:
+                if call.arguments is None:
+                    instance = parse_model_output(raw, output_type)
+                else:
+                    instance = output_type.model_validate(call.arguments)
+            except (OutputParseError, ValidationError) as exc:
+                state.last_output_error = _output_error(raw, exc)
+                continue
+            return LoopResult(instance.model_dump_json(), instance.model_dump(mode="json"))
+        return None
+
+    def _parse_text_answer(
+        self,
+        text: str,
+        output_type: type[BaseModel],
+        state: _LoopState,
+        messages: list[ChatMessage],
+    ) -> LoopResult | None:
+        try:
+            instance = parse_model_output(text, output_type)
+        except OutputParseError as exc:
+            state.last_output_error = _output_error(text, exc)
+            if state.corrections_left == 0:
+                raise state.last_output_error from exc
+            state.corrections_left -= 1
+            messages.append(
+                UserMessage(
+                    content=f"{NOTICE_PREFIX} Your answer could not be used: {exc}. "
+                    + schema_instruction(output_type)
+                )
+            )
+            return None
+        return LoopResult(instance.model_dump_json(), instance.model_dump(mode="json"))
+
+    async def _call_model(
+        self,
+        context: ExecutionContext,
+        tracer: Tracer,
+        messages: list[ChatMessage],
+        definitions: list[ToolDefinition],
+        parent_span_id: str | None,
+    ) -> LLMResponse:
+        request = LLMRequest(
+            messages=tuple(messages), tools=definitions, temperature=self._temperature
+        )
+        started = time.perf_counter()
+        async with tracer.span("llm", self._llm.model_name, parent_span_id=parent_span_id) as span:
+            span.attributes["turn"] = context.stats.turns
+            response: LLMResponse | None = None
+            async for item in self._llm.stream(request):
+                if isinstance(item, LLMTextDelta):
+                    await context.emit(LLMDelta, text=item.text)
+                else:
+                    response = item
+            if response is None:
+                raise ModelError("the model's stream ended without a final response")
+            span.tokens_in = response.usage.input_tokens
+            span.tokens_out = response.usage.output_tokens
+            span.cost_usd = response.usage.cost_usd
+            span.attributes["finish_reason"] = response.finish_reason
+            span.attributes["tool_calls"] = [call.name for call in response.message.tool_calls]
+        context.stats.llm_calls += 1
+        context.stats.usage = context.stats.usage + response.usage
+        await context.emit(
+            LLMCompleted,
+            model=response.model,
+            message=response.message,
+            usage=response.usage,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
+        )
+        return response
+
+    async def _run_tools(
+        self,
+        context: ExecutionContext,
+        tracer: Tracer,
+        calls: list[ToolCall],
+        allowed: Sequence[str],
+        messages: list[ChatMessage],
+        state: _LoopState,
+        parent_span_id: str | None,
+        output_type: type[BaseModel] | None,
+    ) -> None:
+        results: list[ToolResult | None] = [None] * len(calls)
+        to_run: list[int] = []
+        for index, call in enumerate(calls):
+            if output_type is not None and call.name == FINAL_ANSWER_TOOL:
+                error = state.last_output_error
+                results[index] = _error_result(
+                    call,
+                    "StructuredOutputError",
+                    f"{error.validation_error if error else ''}"
+                    f". Call {FINAL_ANSWER_TOOL} again with arguments that fit its schema.",
+                )
+                continue
+            fingerprint = call_fingerprint(call)
+            if fingerprint in state.results_by_fingerprint:
+                earlier = state.results_by_fingerprint[fingerprint][:300]
+                results[index] = await self._refuse_repeat(
+                    context, tracer, call, earlier, parent_span_id
+                )
+                continue
+            state.results_by_fingerprint[fingerprint] = ""
+            to_run.append(index)
+
+        limiter = anyio.CapacityLimiter(self._limits.max_parallel_tools)
+
+        async def run_one(index: int) -> None:
+            async with limiter:
+                results[index] = await self._call_tool(
+                    context, tracer, calls[index], allowed, parent_span_id
+                )
+
+        if len(to_run) == 1:
+            await run_one(to_run[0])
+        else:
+            async with anyio.create_task_group() as group:
+                for index in to_run:
+                    group.start_soon(run_one, index)
+
+        for call, result in zip(calls, results, strict=True):
+            assert result is not None
+            if call.name != FINAL_ANSWER_TOOL:
+                state.results_by_fingerprint[call_fingerprint(call)] = result.content
+            messages.append(
+                ToolMessage(
+                    tool_call_id=call.id,
+                    name=call.name,
+                    content=result.content,
+                    is_error=result.is_error,
+                )
+            )
+            state.error_streak = state.error_streak + 1 if result.is_error else 0
+            if state.error_streak >= self._limits.error_streak_warning:
+                messages.append(UserMessage(content=_streak_notice(state.error_streak)))
+                state.error_streak = 0
+
+    async def _call_tool(
+        self,
+        context: ExecutionContext,
+        tracer: Tracer,
+        call: ToolCall,
+        allowed: Sequence[str],
+        parent_span_id: str | None,
+    ) -> ToolResult:
+        await context.emit(ToolStarted, tool_call=call)
+        started = time.perf_counter()
+        async with tracer.span("tool", call.name, parent_span_id=parent_span_id) as span:
+            span.attributes["call_id"] = call.id
+            span.attributes["arguments"] = (
+                json.dumps(call.arguments) if call.arguments is not None else call.raw_arguments
+            )
+            result = await self._runner.run(
+                call,
+                ToolContext(
+                    task_id=context.task_id, session_id=context.session_id, call_id=call.id
+                ),
+                allowed=allowed,
+            )
+            limit = self._limits.max_observation_chars
+            if len(result.content) > limit:
+                span.attributes["truncated_from_chars"] = len(result.content)
+                result = result.model_copy(
+                    update={"content": truncate_observation(result.content, limit)}
+                )
+            if result.is_error:
+                span.error = result.content
+                span.attributes["error_type"] = result.error_type
+        context.stats.tool_calls += 1
+        await context.emit(
+            ToolCompleted, result=result, latency_ms=(time.perf_counter() - started) * 1000.0
+        )
+        return result
+
+    async def _refuse_repeat(
+        self,
+        context: ExecutionContext,
+        tracer: Tracer,
+        call: ToolCall,
+        earlier: str,
+        parent_span_id: str | None,
+    ) -> ToolResult:
+        result = _error_result(
+            call,
+            "LoopDetected",
+            f"you already called {call.name} with exactly these arguments in this task, so "
+            f"the call was not repeated. Its result was: {earlier!r}. Do not repeat it: use "
+            "that result, change the arguments, try another tool, or give your answer",
+        )
+        await context.emit(ToolStarted, tool_call=call)
+        async with tracer.span("tool", call.name, parent_span_id=parent_span_id) as span:
+            span.attributes.update(call_id=call.id, skipped=True, error_type="LoopDetected")
+            span.error = result.content
+        await context.emit(ToolCompleted, result=result, latency_ms=0.0)
+        return result
+
+
+def _error_result(call: ToolCall, error_type: str, message: str) -> ToolResult:
+    return ToolResult(
+        call_id=call.id,
+        name=call.name,
+        content=f"Error: {message}",
+        is_error=True,
+        error_type=error_type,
+    )
+
+
+def _streak_notice(streak: int) -> str:
+    return (
+        f"{NOTICE_PREFIX} The last {streak} tool calls failed. Step back before the next one: "
+        "re-read the error messages, check the tool names and their argument schemas, and "
+        "try a different approach, or answer with what you have."
+    )
+
+
+def _output_error(raw: str, exc: Exception) -> StructuredOutputError:
+    return StructuredOutputError(
+        f"the answer does not match the requested model: {exc}; raw answer: {raw[:2000]!r}",
+        raw_text=raw,
+        validation_error=str(exc),
+    )
+
+
+def _final_answer_definition(output_type: type[BaseModel]) -> ToolDefinition:
+    schema = output_type.model_json_schema()
+    if schema.get("type") != "object":
+        schema = {"type": "object", "properties": {"result": schema}, "required": ["result"]}
+    return ToolDefinition(
+        FINAL_ANSWER_TOOL,
+        "Give your final answer to the task. Call it once, when you are done, with the answer "
+        "as its arguments.",
+        schema,
+    )
