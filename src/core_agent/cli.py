@@ -48,6 +48,13 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("task_id")
     trace.add_argument("--json", action="store_true", help="print JSON")
 
+    route = commands.add_parser(
+        "route", help="show which strategy a task would get, and why, without running it"
+    )
+    route.add_argument("task")
+    route.add_argument("--mode", choices=["react", "plan_execute"], help="force a strategy")
+    route.add_argument("--json", action="store_true", help="print JSON")
+
     commands.add_parser("schema", help="print the JSON Schema of the protocol messages")
     return parser
 
@@ -60,6 +67,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "schema":
             return _schema()
+        if args.command == "route":
+            return _route(args)
         import anyio
 
         handler = {"run": _run, "tasks": _tasks, "trace": _trace}[args.command]
@@ -76,6 +85,30 @@ def _schema() -> int:
     from shared.agent_protocol import protocol_json_schema
 
     print(json.dumps(protocol_json_schema(), indent=2))
+    return EXIT_OK
+
+
+def _route(args: argparse.Namespace) -> int:
+    from core_agent.container import KernelContainer
+    from shared.agent_protocol import TaskRequest
+
+    # Only the router and the tool specs: no model, no store is opened.
+    container = KernelContainer()
+    request = TaskRequest(task=args.task, force_mode=args.mode)
+    names = list(request.tools) if request.tools is not None else None
+    decision = container.router().decide(request, container.tool_registry().specs(names))
+    payload = {
+        "strategy": decision.strategy,
+        "reason": decision.reason,
+        "forced": decision.forced,
+        "features": decision.features,
+    }
+    if args.json:
+        print(json.dumps(payload, indent=2))
+    else:
+        print(f"strategy: {decision.strategy}\nreason: {decision.reason}")
+        for name, value in decision.features.items():
+            print(f"  {name}: {value}")
     return EXIT_OK
 
 

@@ -203,16 +203,21 @@ class ScriptedLLMGateway(ILLMGateway):
         if self._conversations is None:
             return self._policy(messages)
         opening = next((m.content for m in messages if isinstance(m, UserMessage)), "")
-        for conversation, pattern in zip(self._conversations, self._patterns, strict=True):
-            if pattern.search(opening):
-                break
-        else:
+        conversation = next(
+            (
+                candidate
+                for candidate, pattern in zip(self._conversations, self._patterns, strict=True)
+                if pattern.search(opening)
+            ),
+            None,
+        )
+        if conversation is None:
             raise ModelError(f"no scripted conversation matches {opening[:200]!r}")
         index = sum(isinstance(m, AssistantMessage) for m in messages)
         if index >= len(conversation.turns):
             raise ModelError(
-                f"scripted model has no turn {index + 1} for {opening[:80]!r} "
-                f"(its conversation has {len(conversation.turns)})"
+                f"scripted model has no turn {index + 1} in the conversation matching "
+                f"{conversation.match!r} (it has {len(conversation.turns)})"
             )
         return conversation.turns[index]
 

@@ -146,8 +146,11 @@ async def test_a_trace_store_failure_fails_the_task_without_leaving_it_running(c
 async def test_forcing_a_strategy_that_is_not_installed_is_a_misuse(container) -> None:
     _, tasks, traces = build(container, ScriptedTurn(content="hi"))
     kernel = AgentKernel(
-        task_store=tasks, trace_store=traces, event_bus=InProcessEventBus(),
-        router=container.router(), tools=container.tool_registry(),
+        task_store=tasks,
+        trace_store=traces,
+        event_bus=InProcessEventBus(),
+        router=container.router(),
+        tools=container.tool_registry(),
         executors={"react": container.react_executor()},
     )
     with pytest.raises(ConfigurationError, match="'plan_execute' is not installed"):

@@ -188,35 +188,36 @@ class PlanExecuteExecutor(IExecutor):
                     output = exc
             send.send_nowait((step.id, output))
 
-        async with anyio.create_task_group() as group:
-            in_flight = 0
-            while sorter.is_active():
-                for step_id in sorter.get_ready():
-                    if step_id in results:  # done before a restart: reuse the result
-                        sorter.done(step_id)
-                    else:
-                        group.start_soon(run_step, steps[step_id])
-                        in_flight += 1
-                if in_flight == 0:
-                    continue
-                step_id, outcome = await receive.receive()
-                in_flight -= 1
-                if isinstance(outcome, RunError):
-                    failure = _StepFailed(step_id, outcome)
-                    group.cancel_scope.cancel()
-                    break
-                results[step_id] = outcome
-                sorter.done(step_id)
-                await self._checkpoints.save(
-                    context.task_id,
-                    CHECKPOINT_KEY,
-                    {
-                        "plan": plan.model_dump(),
-                        "results": results,
-                        "revision": revision,
-                        "prior": prior,
-                    },
-                )
+        with send, receive:
+            async with anyio.create_task_group() as group:
+                in_flight = 0
+                while sorter.is_active():
+                    for step_id in sorter.get_ready():
+                        if step_id in results:  # done before a restart: reuse the result
+                            sorter.done(step_id)
+                        else:
+                            group.start_soon(run_step, steps[step_id])
+                            in_flight += 1
+                    if in_flight == 0:
+                        continue
+                    step_id, outcome = await receive.receive()
+                    in_flight -= 1
+                    if isinstance(outcome, RunError):
+                        failure = _StepFailed(step_id, outcome)
+                        group.cancel_scope.cancel()
+                        break
+                    results[step_id] = outcome
+                    sorter.done(step_id)
+                    await self._checkpoints.save(
+                        context.task_id,
+                        CHECKPOINT_KEY,
+                        {
+                            "plan": plan.model_dump(),
+                            "results": results,
+                            "revision": revision,
+                            "prior": prior,
+                        },
+                    )
         if failure is not None:
             raise failure
 

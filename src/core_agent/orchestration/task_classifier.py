@@ -61,7 +61,11 @@ _DATA_FLOW = re.compile(
     r"accordingly)\b",
     re.IGNORECASE,
 )
-_ORDINALS = re.compile(r"\b(?:first|second|third|fourth|fifth)(?:ly)?\b[,:]?", re.IGNORECASE)
+_ORDINALS = re.compile(
+    # Only where a sentence starts: "First, ...", not "the first line".
+    r"(?:^|[.;:!?]\s+)(?:first|second|third|fourth|fifth)(?:ly)?\b",
+    re.IGNORECASE | re.MULTILINE,
+)
 _LIST_ITEM = re.compile(r"^\s*(?:\d+[.)]|[-*\u2022]|[a-z][.)])\s+", re.MULTILINE)
 _SENTENCE_END = re.compile(r"(?<=[.!?;:])\s+|\n+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*")
