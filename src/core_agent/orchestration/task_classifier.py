@@ -49,9 +49,11 @@ _QUESTION_WORDS = frozenset(
     "what which who whom whose when where why how is are does do can".split()
 )
 _SEQUENCE = re.compile(
-    r"\b(?:and\s+then|then|after\s+that|afterwards|afterward|next|finally|lastly|subsequently|"
-    r"followed\s+by|once\s+(?:that|done|finished|this)|when\s+(?:done|finished))\b",
-    re.IGNORECASE,
+    r"\b(?:and\s+then|then|after\s+that|afterwards|afterward|finally|lastly|subsequently|"
+    r"followed\s+by|once\s+(?:that|done|finished|this)|when\s+(?:done|finished))\b"
+    # "next" only as a connective ("..., next check"), not as in "the next train".
+    r"|(?:^|[,;.:]\s*|\band\s+)next\b",
+    re.IGNORECASE | re.MULTILINE,
 )
 _DATA_FLOW = re.compile(
     r"\b(?:based\s+on\s+(?:that|this|those|these|them|it|the\s+\w+)|"
@@ -136,7 +138,7 @@ def _words(text: str) -> list[str]:
 
 
 _LEAD_IN = frozenset("please then and also now finally next first lastly so just".split())
-_CONNECTIVES = frozenset("and then or also finally next lastly afterwards after that".split())
+_CONNECTIVES = frozenset("and then or also finally lastly afterwards after that".split())
 _TRAILING_CONNECTIVES = re.compile(r"(?:[\s,]+(?:and|then|or|also|finally|next|lastly))+\s*$", re.I)
 
 

@@ -8,6 +8,7 @@ SQLite with extension loading enabled.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -23,8 +24,11 @@ import sqlite_vec
 from core_agent.contracts.errors import StorageError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 BUSY_TIMEOUT_MS = 30_000
+CHECKPOINT_EVERY_CALLS = 500
+"""Run a passive WAL checkpoint in the background after this many calls."""
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 
 
@@ -64,7 +68,11 @@ def connect(path: Path | str) -> sqlite3.Connection:
         # last commits, in exchange for no fsync per commit.
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        # No waiting on the inline path (see ``run``); the thread path waits.
+        conn.execute("PRAGMA busy_timeout=0")
+        # A checkpoint fsyncs the database file (milliseconds); SqliteDatabase runs them in a
+        # background thread instead of inside whichever commit crosses the threshold.
+        conn.execute("PRAGMA wal_autocheckpoint=0")
         conn.enable_load_extension(True)
         try:
             sqlite_vec.load(conn)
@@ -104,6 +112,8 @@ class SqliteDatabase:
         self._conn = connect(path)
         self._lock = threading.Lock()
         self._closed = False
+        self._calls_since_checkpoint = 0
+        self._checkpoint_lock = threading.Lock()
         self.call(migrate)
 
     @property
@@ -112,12 +122,19 @@ class SqliteDatabase:
         return type(self._conn).__module__.split(".")[0]
 
     def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(connection)`` in the calling thread, holding the connection's lock."""
+        """Run ``fn(connection)`` in the calling thread, holding the connection's lock.
+
+        SQLite waits up to ``BUSY_TIMEOUT_MS`` here for another writer to finish.
+        """
         with self._lock:
             if self._closed:
                 raise StorageError(f"database {self.path} is closed")
             try:
-                return fn(self._conn)
+                self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+                try:
+                    return fn(self._conn)
+                finally:
+                    self._conn.execute("PRAGMA busy_timeout=0")
             except self._driver_errors as exc:
                 raise StorageError(f"database {self.path}: {exc}") from exc
 
@@ -135,27 +152,59 @@ class SqliteDatabase:
             try:
                 if self._closed:
                     raise StorageError(f"database {self.path} is closed")
-                self._conn.execute("PRAGMA busy_timeout=0")
                 try:
-                    result = fn(self._conn)
+                    result = fn(self._conn)  # busy_timeout is 0 between calls
                 except self._driver_errors as exc:
                     if not _is_busy(exc):
                         raise StorageError(f"database {self.path}: {exc}") from exc
                 else:
+                    self._count_call()
                     await anyio.lowlevel.checkpoint()
                     return result
-                finally:
-                    self._conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             finally:
                 self._lock.release()
-        return await anyio.to_thread.run_sync(self.call, fn)
+        result = await anyio.to_thread.run_sync(self.call, fn)
+        self._count_call()
+        return result
+
+    def _count_call(self) -> None:
+        self._calls_since_checkpoint += 1
+        if self._calls_since_checkpoint >= CHECKPOINT_EVERY_CALLS and (
+            self._checkpoint_lock.acquire(blocking=False)
+        ):
+            self._calls_since_checkpoint = 0
+            threading.Thread(target=self._checkpoint, name="wal-checkpoint", daemon=True).start()
+
+    def _checkpoint(self) -> None:
+        """Copy committed WAL frames into the database file, off the event loop.
+
+        PASSIVE never waits for readers or writers; what it cannot copy now is copied by a
+        later checkpoint. Runs on its own short-lived connection, holding ``_checkpoint_lock``.
+        """
+        try:
+            conn = sqlite_driver().connect(str(self.path), isolation_level=None, timeout=1.0)
+            try:
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            finally:
+                conn.close()
+        except self._driver_errors:
+            log.warning(
+                "WAL checkpoint of %s failed; the next one will retry", self.path, exc_info=True
+            )
+        finally:
+            self._checkpoint_lock.release()
 
     async def close(self) -> None:
         """Close the connection; later calls raise ``StorageError``."""
 
         def close() -> None:
-            with self._lock:
+            with self._checkpoint_lock, self._lock:
                 if not self._closed:
+                    # Fold the WAL back into the database file so it is self-contained.
+                    try:
+                        self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                    except self._driver_errors:
+                        log.warning("final WAL checkpoint of %s failed", self.path, exc_info=True)
                     self._conn.close()
                     self._closed = True
 

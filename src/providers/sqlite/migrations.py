@@ -39,7 +39,7 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX agent_tasks_by_created ON agent_tasks(created_at);
     CREATE INDEX agent_tasks_by_status ON agent_tasks(status);
     CREATE TABLE agent_task_events (
-        id           TEXT PRIMARY KEY,
+        id           TEXT NOT NULL,
         task_id      TEXT NOT NULL REFERENCES agent_tasks(id),
         seq          INTEGER NOT NULL,
         event_type   TEXT NOT NULL,
@@ -48,7 +48,7 @@ MIGRATIONS: tuple[str, ...] = (
         UNIQUE (task_id, seq)
     );
     CREATE TABLE agent_traces (
-        id           TEXT PRIMARY KEY,
+        id           TEXT NOT NULL,
         trace_id     TEXT NOT NULL,
         task_id      TEXT NOT NULL,
         parent_id    TEXT,

@@ -59,17 +59,16 @@ def _row_to_task(row: tuple[Any, ...]) -> TaskState:
 
 
 def _insert_event(conn: sqlite3.Connection, event: BaseModel) -> None:
-    data = event.model_dump(mode="json")
     conn.execute(
         "INSERT INTO agent_task_events (id, task_id, seq, event_type, payload_json, occurred_at)"
         " VALUES (?, ?, ?, ?, ?, ?)",
         (
-            data["event_id"],
-            data["task_id"],
-            data["seq"],
-            data["kind"],
-            json.dumps(data, ensure_ascii=False),
-            data["occurred_at"],
+            getattr(event, "event_id"),  # noqa: B009 - events are typed by the protocol union
+            getattr(event, "task_id"),  # noqa: B009
+            getattr(event, "seq"),  # noqa: B009
+            getattr(event, "kind"),  # noqa: B009
+            event.model_dump_json(),
+            _iso(getattr(event, "occurred_at")),  # noqa: B009
         ),
     )
 
