@@ -4,4 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.react_step_overhead
+"$PY" -m benchmarks.plan_step_overhead
+"$PY" -m benchmarks.router_eval
 "$PY" -m benchmarks.startup

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from core_agent.kernel.agent_kernel import AgentKernel
     from shared.agent_protocol import TaskCanceled, TaskFailed, TaskSucceeded
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -55,6 +55,14 @@ def _parser() -> argparse.ArgumentParser:
     route.add_argument("--mode", choices=["react", "plan_execute"], help="force a strategy")
     route.add_argument("--json", action="store_true", help="print JSON")
 
+    commands.add_parser("approvals", help="list the questions tasks are waiting on")
+    resolve = commands.add_parser("resolve", help="answer a task's question and resume it")
+    resolve.add_argument("request_id")
+    answer = resolve.add_mutually_exclusive_group(required=True)
+    answer.add_argument("--approve", action="store_true", help="resume the task")
+    answer.add_argument("--deny", action="store_true", help="end the task as failed")
+    resolve.add_argument("--reason", default="", help="guidance for the task, or why not")
+
     commands.add_parser("schema", help="print the JSON Schema of the protocol messages")
     return parser
 
@@ -71,7 +79,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _route(args)
         import anyio
 
-        handler = {"run": _run, "tasks": _tasks, "trace": _trace}[args.command]
+        handler = {
+            "run": _run,
+            "tasks": _tasks,
+            "trace": _trace,
+            "approvals": _approvals,
+            "resolve": _resolve,
+        }[args.command]
         result: int = anyio.run(handler, args)
         return result
     except UsageError as exc:
@@ -127,11 +141,16 @@ async def _run(args: argparse.Namespace) -> int:
 
     from shared.agent_protocol import (
         LLMDelta,
+        PlanCreated,
+        PlanStepStarted,
+        StrategyFallback,
+        StrategySelected,
         TaskCanceled,
         TaskFailed,
         TaskQueued,
         TaskRequest,
         TaskSucceeded,
+        TaskWaitingApproval,
         ToolCompleted,
         ToolStarted,
     )
@@ -159,6 +178,27 @@ async def _run(args: argparse.Namespace) -> int:
                 out.print(event.model_dump_json(), soft_wrap=True, markup=False)
             elif isinstance(event, TaskQueued):
                 trace_id = event.trace_id
+            elif isinstance(event, StrategySelected):
+                err.print(f"strategy: {event.strategy} ({event.reason})", style="dim", markup=False)
+            elif isinstance(event, PlanCreated):
+                steps = ", ".join(f"{s['id']}: {s['goal']}" for s in event.steps)
+                err.print(f"plan r{event.revision}: {steps}", style="dim", markup=False)
+            elif isinstance(event, PlanStepStarted):
+                err.print(f"\n▶ step {event.step_id}: {event.goal}", style="dim", markup=False)
+            elif isinstance(event, StrategyFallback):
+                err.print(
+                    f"\nfalling back to {event.to_strategy}: {event.reason}",
+                    style="yellow",
+                    markup=False,
+                )
+            elif isinstance(event, TaskWaitingApproval):
+                err.print(
+                    f"\nThe task is waiting for you. See `core-agent approvals`, then "
+                    f"`core-agent resolve {event.request_id} --approve --reason '...'` "
+                    "or `--deny`.",
+                    style="yellow",
+                    markup=False,
+                )
             elif isinstance(event, LLMDelta):
                 out.print(event.text, end="", markup=False, soft_wrap=True)
             elif isinstance(event, ToolStarted):
@@ -171,6 +211,8 @@ async def _run(args: argparse.Namespace) -> int:
                 result = event.result
                 style = "red" if result.is_error else "green"
                 err.print(f"← {result.content[:500]}", style=style, markup=False)
+            if isinstance(event, TaskWaitingApproval):
+                status = EXIT_WAITING
             if isinstance(event, TaskSucceeded | TaskFailed | TaskCanceled):
                 status = EXIT_OK if isinstance(event, TaskSucceeded) else EXIT_FAILED
                 if not args.json:
@@ -192,6 +234,33 @@ def _print_summary(
         f"tokens: {usage.input_tokens} in / {usage.output_tokens} out  cost: {cost}",
         markup=False,
     )
+
+
+async def _approvals(args: argparse.Namespace) -> int:
+    kernel, _ = _kernel()
+    async with kernel:
+        pending = await kernel.pending_approvals()
+    if not pending:
+        print("No task is waiting for a decision.")
+    for request in pending:
+        print(f"request {request.request_id} (task {request.task_id}, risk {request.risk.value})")
+        print(f"  {request.question or request.reason}")
+    return EXIT_OK
+
+
+async def _resolve(args: argparse.Namespace) -> int:
+    from shared.agent_protocol import ApprovalDecision, TaskStatus
+
+    kernel, _ = _kernel()
+    decision = ApprovalDecision(
+        request_id=args.request_id, approved=args.approve, reason=args.reason, decided_by="cli"
+    )
+    async with kernel:
+        result = await kernel.resolve_approval(args.request_id, decision)
+    if result.output:
+        print(result.output)
+    print(f"status: {result.status.value}  task: {result.task_id}", file=sys.stderr)
+    return EXIT_OK if result.status is TaskStatus.SUCCEEDED else EXIT_FAILED
 
 
 async def _tasks(args: argparse.Namespace) -> int:

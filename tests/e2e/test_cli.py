@@ -109,3 +109,60 @@ def test_unknown_task_id_is_a_usage_error(tmp_path) -> None:
 def test_schema_prints_the_protocol(tmp_path) -> None:
     schema = json.loads(run("schema", data_dir=tmp_path).stdout)
     assert "task.succeeded" in schema["discriminator"]["mapping"]
+
+
+def test_route_explains_without_running(tmp_path) -> None:
+    result = run(
+        "route", "Fetch the logs, find the errors, then file a ticket.", "--json", data_dir=tmp_path
+    )
+    decision = json.loads(result.stdout)
+    assert decision["strategy"] == "plan_execute"
+    assert decision["features"]["sub_goals"] == 3
+    assert "sub-goals" in decision["reason"]
+    assert not (tmp_path / "core_agent.db").exists()  # nothing ran, nothing was stored
+    forced = json.loads(
+        run(
+            "route", "Fetch the logs.", "--mode", "plan_execute", "--json", data_dir=tmp_path
+        ).stdout
+    )
+    assert forced["strategy"] == "plan_execute" and forced["forced"] is True
+
+
+def test_a_stuck_task_waits_for_a_decision_given_on_the_command_line(tmp_path) -> None:
+    down = {"error": {"message": "source offline", "status_code": 503}}
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            {
+                "conversations": [
+                    {
+                        "match": "^Plan this task:",
+                        "turns": [
+                            {"content": json.dumps({"steps": [{"id": "a", "goal": "gather"}]})}
+                        ],
+                    },
+                    {"match": "", "turns": [down]},
+                ]
+            }
+        )
+    )
+    env = {"AGENT_SCRIPTED_MODEL_SCRIPT": str(script), "AGENT_PLAN_MAX_REPLANS": "0"}
+    waiting = run(
+        "run",
+        "Gather the figures, then chart them.",
+        "--mode",
+        "plan_execute",
+        data_dir=tmp_path,
+        **env,
+    )
+    assert waiting.returncode == 3, waiting.stderr
+    assert "core-agent resolve" in waiting.stderr
+
+    listed = run("approvals", data_dir=tmp_path, **env)
+    assert "failed repeatedly" in listed.stdout and "source offline" in listed.stdout
+    request_id = listed.stdout.split()[1]
+
+    denied = run("resolve", request_id, "--deny", "--reason", "not now", data_dir=tmp_path, **env)
+    assert denied.returncode == 1 and "status: failed" in denied.stderr
+    again = run("resolve", request_id, "--approve", data_dir=tmp_path, **env)
+    assert again.returncode == 2 and "no task is waiting" in again.stderr
