@@ -10,6 +10,7 @@ and the checkpoint written after the step. SQLite stores are on.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import tempfile
 import time
@@ -37,18 +38,28 @@ async def noop() -> str:
 
 
 def gateway(steps: int) -> ScriptedLLMGateway:
-    chain = [{"id": f"s{i}", "goal": f"step {i}", "depends_on": [f"s{i - 1}"] if i else []}
-             for i in range(steps)]
-    return ScriptedLLMGateway(conversations=[
-        ScriptedConversation(match=r"^Plan this task:",
-                             turns=[ScriptedTurn(content=json.dumps({"steps": chain}))]),
-        ScriptedConversation(match=r"^Your step", turns=[
-            ScriptedTurn(tool_calls=[ScriptedToolCall(name="noop", arguments={})]),
-            ScriptedTurn(content="step done"),
-        ]),
-        ScriptedConversation(match=r"^Write the final answer",
-                             turns=[ScriptedTurn(content="all done")]),
-    ])
+    chain = [
+        {"id": f"s{i}", "goal": f"step {i}", "depends_on": [f"s{i - 1}"] if i else []}
+        for i in range(steps)
+    ]
+    return ScriptedLLMGateway(
+        conversations=[
+            ScriptedConversation(
+                match=r"^Plan this task:",
+                turns=[ScriptedTurn(content=json.dumps({"steps": chain}))],
+            ),
+            ScriptedConversation(
+                match=r"^Your step",
+                turns=[
+                    ScriptedTurn(tool_calls=[ScriptedToolCall(name="noop", arguments={})]),
+                    ScriptedTurn(content="step done"),
+                ],
+            ),
+            ScriptedConversation(
+                match=r"^Write the final answer", turns=[ScriptedTurn(content="all done")]
+            ),
+        ]
+    )
 
 
 async def measure(tasks: int, steps: int, data_dir: Path) -> list[float]:
@@ -64,9 +75,10 @@ async def measure(tasks: int, steps: int, data_dir: Path) -> list[float]:
         for _ in range(tasks):
             marks.clear()
             result = await kernel.execute_task(
-                TaskRequest(task="benchmark", force_mode="plan_execute"))
+                TaskRequest(task="benchmark", force_mode="plan_execute")
+            )
             assert result.status.value == "succeeded", result.error
-            samples.extend((b - a) * 1000.0 for a, b in zip(marks, marks[1:], strict=False))
+            samples.extend((b - a) * 1000.0 for a, b in itertools.pairwise(marks))
     return samples
 
 
@@ -81,9 +93,11 @@ def main() -> None:
     stats = summary(samples)
     print(json.dumps({"benchmark": "plan_step_overhead", **stats, "target_p95_ms": 2.0}))
     verdict = "meets" if stats["p95_ms"] < 2.0 else "MISSES"
-    print(f"plan step overhead over {int(stats['n'])} steps: p50 {stats['p50_ms']:.3f} ms, "
-          f"p95 {stats['p95_ms']:.3f} ms, p99 {stats['p99_ms']:.3f} ms "
-          f"({verdict} the p95 < 2 ms target)")
+    print(
+        f"plan step overhead over {int(stats['n'])} steps: p50 {stats['p50_ms']:.3f} ms, "
+        f"p95 {stats['p95_ms']:.3f} ms, p99 {stats['p99_ms']:.3f} ms "
+        f"({verdict} the p95 < 2 ms target)"
+    )
 
 
 if __name__ == "__main__":

@@ -47,16 +47,30 @@ def main() -> None:
             samples.append((time.perf_counter() - start) * 1000.0)
     timing = summary(samples)
 
-    print(json.dumps({"benchmark": "router_eval", "data": str(args.data), "n": len(rows),
-                      "accuracy": accuracy, "confusion": {f"{t}->{g}": n for (t, g), n in
-                                                          matrix.items()},
-                      "decision": timing, "target_accuracy": 0.9, "target_p95_ms": 1.0}))
+    print(
+        json.dumps(
+            {
+                "benchmark": "router_eval",
+                "data": str(args.data),
+                "n": len(rows),
+                "accuracy": accuracy,
+                "confusion": {f"{t}->{g}": n for (t, g), n in matrix.items()},
+                "decision": timing,
+                "target_accuracy": 0.9,
+                "target_p95_ms": 1.0,
+            }
+        )
+    )
     print(f"\nrouter accuracy on {len(rows)} labelled tasks: {accuracy:.1%} (target >= 90%)")
     print(f"{'truth / routed':>16} | {'react':>7} | {'plan_execute':>12}")
     for truth in LABELS:
-        print(f"{truth:>16} | {matrix[(truth, 'react')]:>7} | {matrix[(truth, 'plan_execute')]:>12}")
-    print(f"decision latency over {int(timing['n'])} decisions: p50 {timing['p50_ms'] * 1000:.0f} µs,"
-          f" p95 {timing['p95_ms'] * 1000:.0f} µs (target p95 < 1 ms)")
+        react, planned = matrix[(truth, "react")], matrix[(truth, "plan_execute")]
+        print(f"{truth:>16} | {react:>7} | {planned:>12}")
+    p50_us, p95_us = timing["p50_ms"] * 1000, timing["p95_ms"] * 1000
+    print(
+        f"decision latency over {int(timing['n'])} decisions: p50 {p50_us:.0f} µs,"
+        f" p95 {p95_us:.0f} µs (target p95 < 1 ms)"
+    )
     if args.show_errors:
         for truth, guess, reason, task in errors:
             print(f"- labelled {truth}, routed {guess} ({reason}): {task}")
