@@ -75,14 +75,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "schema":
             return _schema()
-        if args.command == "route":
-            return _route(args)
         import anyio
 
         handler = {
             "run": _run,
             "tasks": _tasks,
             "trace": _trace,
+            "route": _route,
             "approvals": _approvals,
             "resolve": _resolve,
         }[args.command]
@@ -102,15 +101,16 @@ def _schema() -> int:
     return EXIT_OK
 
 
-def _route(args: argparse.Namespace) -> int:
+async def _route(args: argparse.Namespace) -> int:
     from core_agent.container import KernelContainer
     from shared.agent_protocol import TaskRequest
 
-    # Only the router and the tool specs: no model, no store is opened.
+    # Only the router and the tool specs: no store is opened, and no model is called
+    # unless AGENT_ROUTER_CLASSIFIER=model asks for one.
     container = KernelContainer()
     request = TaskRequest(task=args.task, force_mode=args.mode)
     names = list(request.tools) if request.tools is not None else None
-    decision = container.router().decide(request, container.tool_registry().specs(names))
+    decision = await container.router().route(request, container.tool_registry().specs(names))
     payload = {
         "strategy": decision.strategy,
         "reason": decision.reason,

@@ -9,6 +9,7 @@ point names a factory taking ``AgentSettings``. Tests swap any adapter with
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
 from typing import TypeVar
 
@@ -23,6 +24,7 @@ from core_agent.contracts.tool import ITool
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.kernel.event_bus import InProcessEventBus
+from core_agent.orchestration.model_classifier import ModelAssistedClassifier
 from core_agent.orchestration.plan_execute_executor import (
     PlanExecuteExecutor,
     PlanExecuteLimits,
@@ -79,10 +81,17 @@ def load_tools(settings: AgentSettings) -> ToolRegistry:
     return ToolRegistry(load_provider(TOOLS, name, settings, ITool) for name in wanted)  # type: ignore[type-abstract]
 
 
-def build_router(settings: AgentSettings) -> AdaptiveStrategyRouter:
-    """The router as configured by ``AGENT_STRATEGY_MODE`` and ``AGENT_ROUTER_*``."""
+def build_router(settings: AgentSettings, llm: Callable[[], ILLMGateway]) -> AdaptiveStrategyRouter:
+    """The router as configured by ``AGENT_STRATEGY_MODE`` and ``AGENT_ROUTER_*``.
+
+    ``llm`` is only called (and the gateway built) with ``AGENT_ROUTER_CLASSIFIER=model``.
+    """
+    model_classifier = (
+        ModelAssistedClassifier(llm()) if settings.router_classifier == "model" else None
+    )
     return AdaptiveStrategyRouter(
         TaskClassifier(),
+        model_classifier=model_classifier,
         mode=settings.strategy_mode,
         thresholds=RoutingThresholds(
             min_sub_goals=settings.router_min_sub_goals,
@@ -117,7 +126,7 @@ class KernelContainer(containers.DeclarativeContainer):
         settings,
         ICheckpointStore,
     )
-    router = providers.Singleton(build_router, settings)
+    router = providers.Singleton(build_router, settings, llm_gateway.provider)
 
     react_loop = providers.Singleton(
         ReActLoop,

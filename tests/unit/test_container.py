@@ -83,3 +83,20 @@ async def test_adapters_are_swapped_through_the_container(settings) -> None:
     assert tasks.tasks[result.task_id].status.value == "succeeded"
     assert {s.kind for s in traces.spans} == {"planning", "task", "llm", "tool"}
     assert not (settings.data_dir / "core_agent.db").exists()
+
+
+async def test_the_model_classifier_is_wired_by_setting(settings) -> None:
+    from providers.scripted_gateway import ScriptedTurn
+    from shared.agent_protocol import TaskRequest
+
+    container = KernelContainer()
+    container.settings.override(settings.model_copy(update={"router_classifier": "model"}))
+    container.task_store.override(FakeTaskStore())
+    container.trace_store.override(FakeTraceStore())
+    container.checkpoint_store.override(FakeCheckpointStore())
+    container.llm_gateway.override(
+        ScriptedLLMGateway([ScriptedTurn(content='{"sub_goals": 1, "dependent": false}')])
+    )
+    decision = await container.kernel().route(TaskRequest(task="Do it, then the rest."))
+    assert decision.features["classifier"] == "model"
+    assert decision.strategy == "react"

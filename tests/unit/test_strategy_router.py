@@ -87,3 +87,39 @@ def test_likely_tools_and_their_risk_come_from_the_tool_specs() -> None:
     assert features.tools_available == 3
     calm = TaskClassifier().classify("Read the README file.", tools)
     assert calm.likely_tools == ("read_file",) and calm.risk.value == "low"
+
+
+@pytest.mark.anyio
+async def test_the_optional_model_classifier_can_overrule_the_counted_features() -> None:
+    from core_agent.orchestration.model_classifier import ModelAssistedClassifier
+    from providers.scripted_gateway import ScriptedLLMGateway, ScriptedTurn
+
+    task = "Sort out the quarterly numbers for the board."
+    deterministic = AdaptiveStrategyRouter()
+    assert (await deterministic.route(TaskRequest(task=task), [])).strategy == "react"
+
+    verdict = ScriptedLLMGateway([ScriptedTurn(content='{"sub_goals": 4, "dependent": true}')])
+    assisted = AdaptiveStrategyRouter(model_classifier=ModelAssistedClassifier(verdict))
+    decision = await assisted.route(TaskRequest(task=task), [])
+    assert decision.strategy == "plan_execute"
+    assert decision.features["classifier"] == "model"
+    assert decision.features["sub_goals"] == 4
+    assert decision.features["deterministic_sub_goals"] == 1
+
+
+@pytest.mark.anyio
+async def test_a_failing_model_classifier_falls_back_to_the_deterministic_features() -> None:
+    from core_agent.orchestration.model_classifier import ModelAssistedClassifier
+    from providers.scripted_gateway import ScriptedError, ScriptedLLMGateway, ScriptedTurn
+
+    for turn in (
+        ScriptedTurn(error=ScriptedError(message="overloaded", status_code=529)),
+        ScriptedTurn(content="It has several parts, I think."),
+    ):
+        router = AdaptiveStrategyRouter(
+            model_classifier=ModelAssistedClassifier(ScriptedLLMGateway([turn]))
+        )
+        decision = await router.route(TaskRequest(task="What is the capital of Peru?"), [])
+        assert decision.strategy == "react"
+        assert decision.features["classifier"] == "deterministic"
+        assert decision.features["model_error"]

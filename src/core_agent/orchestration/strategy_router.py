@@ -8,6 +8,7 @@ from typing import Literal
 
 from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
 from core_agent.contracts.tool import ToolSpec
+from core_agent.orchestration.model_classifier import ModelAssistedClassifier
 from core_agent.orchestration.task_classifier import TaskClassifier, TaskFeatures
 from shared.agent_protocol import StrategyMode, TaskRequest
 
@@ -37,19 +38,28 @@ class AdaptiveStrategyRouter(IStrategyRouter):
         *,
         mode: RouterMode = "adaptive",
         thresholds: RoutingThresholds | None = None,
+        model_classifier: ModelAssistedClassifier | None = None,
     ) -> None:
         self._classifier = classifier or TaskClassifier()
         self._mode = mode
         self._thresholds = thresholds or RoutingThresholds()
+        self._model_classifier = model_classifier
 
     async def route(
         self, request: TaskRequest, available_tools: Sequence[ToolSpec]
     ) -> RoutingDecision:
-        """Decide for ``request``; forced modes still report the features."""
-        return self.decide(request, available_tools)
+        """Decide for ``request``; with a model classifier, its verdict adjusts the features."""
+        forced = request.force_mode is not None or self._mode != "adaptive"
+        if self._model_classifier is None or forced:
+            return self.decide(request, available_tools)
+        features, note = await self._model_classifier.classify_with_model(
+            request.task, available_tools
+        )
+        strategy, reason = self._choose(features)
+        return RoutingDecision(strategy, reason, {**features.to_dict(), **note})
 
     def decide(self, request: TaskRequest, available_tools: Sequence[ToolSpec]) -> RoutingDecision:
-        """The same decision, synchronously (no model call is involved)."""
+        """The deterministic decision, synchronously (no model call)."""
         features = self._classifier.classify(request.task, available_tools)
         if request.force_mode is not None:
             return RoutingDecision(

@@ -1,0 +1,79 @@
+"""An optional second opinion on a task's structure from a (cheap) model.
+
+The deterministic ``TaskClassifier`` reads surface cues; a model understands wording it has
+never seen. With ``AGENT_ROUTER_CLASSIFIER=model`` the router asks the model how many
+sub-goals the task has and whether they depend on each other, and uses that instead of the
+counted values. Any failure (the model errs, answers nonsense) keeps the deterministic
+features, and the features say so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from core_agent.contracts.errors import CoreAgentError
+from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest
+from core_agent.contracts.tool import ToolSpec
+from core_agent.orchestration.structured_output import OutputParseError, parse_model_output
+from core_agent.orchestration.task_classifier import TaskClassifier, TaskFeatures
+from shared.agent_protocol import SystemMessage, UserMessage
+
+CLASSIFIER_PROMPT = """You analyse a task given to an AI agent, without doing it. Count its
+sub-goals: the distinct things to do or find out. Say whether any sub-goal needs the result of
+another. Reply with only JSON: {"sub_goals": <integer>, "dependent": <true|false>}"""
+
+
+class _Verdict(BaseModel):
+    sub_goals: int = Field(ge=1, le=50)
+    dependent: bool
+
+
+class ModelAssistedClassifier:
+    """Deterministic features, with sub-goals and dependency taken from a model's verdict."""
+
+    def __init__(self, llm: ILLMGateway, base: TaskClassifier | None = None) -> None:
+        self._llm = llm
+        self._base = base or TaskClassifier()
+
+    def classify(self, task: str, tools: Sequence[ToolSpec] = ()) -> TaskFeatures:
+        """The deterministic features (for callers that cannot await)."""
+        return self._base.classify(task, tools)
+
+    async def classify_with_model(
+        self, task: str, tools: Sequence[ToolSpec] = ()
+    ) -> tuple[TaskFeatures, dict[str, object]]:
+        """Features adjusted by the model's verdict, and a note on how they were obtained."""
+        features = self._base.classify(task, tools)
+        try:
+            response = await self._llm.complete(
+                LLMRequest(
+                    messages=(
+                        SystemMessage(content=CLASSIFIER_PROMPT),
+                        UserMessage(content=task),
+                    ),
+                    temperature=0.0,
+                    max_tokens=50,
+                )
+            )
+            verdict = parse_model_output(response.message.content or "", _Verdict)
+        except (CoreAgentError, OutputParseError) as exc:
+            return features, {"classifier": "deterministic", "model_error": str(exc)[:300]}
+        adjusted = TaskFeatures(
+            sub_goals=verdict.sub_goals,
+            dependencies=max(features.dependencies, 1) if verdict.dependent else 0,
+            list_items=features.list_items,
+            context_tokens=features.context_tokens,
+            tools_available=features.tools_available,
+            likely_tools=features.likely_tools,
+            risk=features.risk,
+            clauses=features.clauses,
+        )
+        note: dict[str, object] = {
+            "classifier": "model",
+            "deterministic_sub_goals": features.sub_goals,
+            "deterministic_dependencies": features.dependencies,
+            "classifier_tokens": response.usage.input_tokens + response.usage.output_tokens,
+        }
+        return adjusted, note
