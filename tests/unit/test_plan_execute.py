@@ -253,3 +253,18 @@ def test_unrunnable_plans_are_refused(steps, fragment) -> None:
 def test_a_valid_plan_passes() -> None:
     plan = Plan(steps=[PlanStep(id="a", goal="g"), PlanStep(id="b", goal="g", depends_on=["a"])])
     assert check_plan(plan, max_steps=8) == []
+
+
+async def test_planner_calls_nest_under_the_planning_span(kernel_with) -> None:
+    kernel, _, traces, _ = kernel_with(
+        conv(r"^Plan this task:", say(plan_json(("a", [])))),
+        conv(r"^Your step", say("did a")),
+        conv(r"^Write the final answer", say("ok")),
+    )
+    await kernel.execute_task(TaskRequest(task=TASK, force_mode="plan_execute"))
+    plan_span = spans_named(traces, "planning")["plan"]
+    planner_calls = [
+        s for s in traces.spans if s.kind == "llm" and s.attributes.get("purpose") == "plan"
+    ]
+    assert [s.parent_span_id for s in planner_calls] == [plan_span.span_id]
+    assert planner_calls[0].tokens_in > 0

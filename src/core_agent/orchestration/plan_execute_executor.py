@@ -11,6 +11,7 @@ whole task; if that fails too, the run stops with a question for a human.
 from __future__ import annotations
 
 import graphlib
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -150,8 +151,10 @@ class PlanExecuteExecutor(IExecutor):
             span.attributes["revision"] = revision
             if feedback:
                 span.attributes["feedback"] = feedback[:2000]
+            # The planner's model calls nest under this span; stats and events stay shared.
+            planning_context = dataclasses.replace(context, parent_span_id=span.span_id)
             try:
-                plan = await self._planner.plan(context, specs, feedback)
+                plan = await self._planner.plan(planning_context, specs, feedback)
             except PlanningError as exc:
                 span.attributes["refusals"] = exc.attempts
                 raise

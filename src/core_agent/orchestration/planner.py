@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import graphlib
 import json
-import time
 from collections.abc import Sequence
 
 from pydantic import ValidationError
@@ -16,11 +15,11 @@ from core_agent.contracts.planner import IPlanner, Plan
 from core_agent.contracts.tool import ToolSpec
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.observability.tracer import Tracer
+from core_agent.orchestration.model_call import traced_model_call
 from core_agent.orchestration.structured_output import OutputParseError, parse_model_output
 from shared.agent_protocol import (
     AssistantMessage,
     ChatMessage,
-    LLMCompleted,
     SystemMessage,
     UserMessage,
 )
@@ -127,25 +126,14 @@ class LLMPlanner(IPlanner):
     async def _ask(
         self, context: ExecutionContext, tracer: Tracer, messages: list[ChatMessage], attempt: int
     ) -> str:
-        started = time.perf_counter()
-        async with tracer.span(
-            "llm", self._llm.model_name, parent_span_id=context.parent_span_id
-        ) as span:
-            span.attributes.update(purpose="plan", attempt=attempt)
-            response = await self._llm.complete(
-                LLMRequest(messages=tuple(messages), temperature=self._temperature)
-            )
-            span.tokens_in = response.usage.input_tokens
-            span.tokens_out = response.usage.output_tokens
-            span.cost_usd = response.usage.cost_usd
-        context.stats.llm_calls += 1
-        context.stats.usage = context.stats.usage + response.usage
-        await context.emit(
-            LLMCompleted,
-            model=response.model,
-            message=response.message,
-            usage=response.usage,
-            latency_ms=(time.perf_counter() - started) * 1000.0,
+        response = await traced_model_call(
+            self._llm,
+            LLMRequest(messages=tuple(messages), temperature=self._temperature),
+            context,
+            tracer,
+            parent_span_id=context.parent_span_id,
+            stream=False,
+            attributes={"purpose": "plan", "attempt": attempt},
         )
         return response.message.content or json.dumps(
             [c.arguments for c in response.message.tool_calls]

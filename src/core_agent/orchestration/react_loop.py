@@ -23,19 +23,19 @@ from dataclasses import dataclass, field
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from core_agent.contracts.errors import ModelError, StructuredOutputError, TurnLimitExceededError
+from core_agent.contracts.errors import StructuredOutputError, TurnLimitExceededError
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import (
     ILLMGateway,
     LLMRequest,
     LLMResponse,
-    LLMTextDelta,
     ToolDefinition,
 )
 from core_agent.contracts.tool import ToolContext
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.observability.tracer import Tracer
+from core_agent.orchestration.model_call import traced_model_call
 from core_agent.orchestration.structured_output import (
     OutputParseError,
     parse_model_output,
@@ -44,8 +44,6 @@ from core_agent.orchestration.structured_output import (
 from core_agent.tooling.tool_runner import ToolRunner
 from shared.agent_protocol import (
     ChatMessage,
-    LLMCompleted,
-    LLMDelta,
     ToolCall,
     ToolCompleted,
     ToolMessage,
@@ -239,32 +237,15 @@ class ReActLoop:
         request = LLMRequest(
             messages=tuple(messages), tools=definitions, temperature=self._temperature
         )
-        started = time.perf_counter()
-        async with tracer.span("llm", self._llm.model_name, parent_span_id=parent_span_id) as span:
-            span.attributes["turn"] = context.stats.turns
-            response: LLMResponse | None = None
-            async for item in self._llm.stream(request):
-                if isinstance(item, LLMTextDelta):
-                    await context.emit(LLMDelta, text=item.text)
-                else:
-                    response = item
-            if response is None:
-                raise ModelError("the model's stream ended without a final response")
-            span.tokens_in = response.usage.input_tokens
-            span.tokens_out = response.usage.output_tokens
-            span.cost_usd = response.usage.cost_usd
-            span.attributes["finish_reason"] = response.finish_reason
-            span.attributes["tool_calls"] = [call.name for call in response.message.tool_calls]
-        context.stats.llm_calls += 1
-        context.stats.usage = context.stats.usage + response.usage
-        await context.emit(
-            LLMCompleted,
-            model=response.model,
-            message=response.message,
-            usage=response.usage,
-            latency_ms=(time.perf_counter() - started) * 1000.0,
+        return await traced_model_call(
+            self._llm,
+            request,
+            context,
+            tracer,
+            parent_span_id=parent_span_id,
+            stream=True,
+            attributes={"turn": context.stats.turns},
         )
-        return response
 
     async def _run_tools(
         self,
