@@ -10,8 +10,8 @@ whole task; if that fails too, the run stops with a question for a human.
 
 from __future__ import annotations
 
-import graphlib
 import dataclasses
+import graphlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
