@@ -268,3 +268,49 @@ async def test_planner_calls_nest_under_the_planning_span(kernel_with) -> None:
     ]
     assert [s.parent_span_id for s in planner_calls] == [plan_span.span_id]
     assert planner_calls[0].tokens_in > 0
+
+
+async def test_a_resumed_plan_skips_finished_steps_and_passes_on_the_guidance(container) -> None:
+    from fakes.gateways import FakeRecordingGateway
+
+    container.settings.override(container.settings().model_copy(update={"plan_max_replans": 0}))
+    gateway = FakeRecordingGateway(
+        ScriptedLLMGateway(
+            conversations=[
+                conv(r"^Plan this task:", say(plan_json(("a", []), ("b", ["a"])))),
+                conv(r"^Your step \(a\)", say("a is done")),
+                conv(
+                    r"^Your step \(b\)(?s:.*)Guidance from a human(?s:.*)try the archive",
+                    say("b done from the archive"),
+                ),
+                conv(r"^Your step \(b\)", fail("b's source is down")),
+                conv(r"^Write the final answer", say("Finished with the archive.")),
+                conv(r"^Collect the two reports", fail("still down")),
+            ]
+        )
+    )
+    tasks, traces = FakeTaskStore(), FakeTraceStore()
+    container.task_store.override(tasks)
+    container.trace_store.override(traces)
+    container.checkpoint_store.override(FakeCheckpointStore())
+    container.tool_registry.override(ToolRegistry([collect]))
+    container.llm_gateway.override(gateway)
+    kernel = container.kernel()
+
+    waiting = await kernel.execute_task(TaskRequest(task=TASK, force_mode="plan_execute"))
+    assert waiting.status is TaskStatus.WAITING_APPROVAL
+    calls_before = len(gateway.requests)
+    done = await kernel.resolve_approval(
+        waiting.pending_approval,
+        ApprovalDecision(
+            request_id=waiting.pending_approval, approved=True, reason="try the archive"
+        ),
+    )
+    assert done.status is TaskStatus.SUCCEEDED, done.error
+    assert done.output == "Finished with the archive."
+    openings = [
+        next(m.content for m in r.messages if m.kind == "user")
+        for r in gateway.requests[calls_before:]
+    ]
+    assert not any(o.startswith("Your step (a)") for o in openings)  # a was not redone
+    assert not any(o.startswith("Plan this task:") for o in openings)  # nor replanned

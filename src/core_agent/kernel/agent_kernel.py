@@ -8,9 +8,9 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, overload
 
 import anyio
 from pydantic import BaseModel
@@ -55,6 +55,14 @@ from shared.agent_protocol import (
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
+
+
+class Closable(Protocol):
+    """Something the kernel releases when it closes (a store)."""
+
+    async def close(self) -> None:
+        """Release resources."""
+
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a capable assistant working inside an application. Use the available tools when "
@@ -113,7 +121,7 @@ class AgentKernel:
         executors: Mapping[str, IExecutor],
         max_turns: int = 12,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-        closables: tuple[Any, ...] = (),
+        closables: Sequence[Closable] = (),
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")

@@ -110,13 +110,16 @@ class PlanExecuteExecutor(IExecutor):
         results: dict[str, str] = {}
         prior = ""
         plan: Plan | None = None
-        if saved is not None:
+        if saved is not None:  # resumed: finished steps are not run again
             plan = Plan.model_validate(saved["plan"])
             results = dict(saved["results"])
             revision = int(saved["revision"])
             prior = str(saved.get("prior", ""))
         feedback = context.guidance
+        if feedback and plan is not None:
+            prior = f"{prior}\nGuidance from a human: {feedback}".strip()
         failures: list[str] = []
+        replans = 0
         while True:
             try:
                 if plan is None:
@@ -128,11 +131,11 @@ class PlanExecuteExecutor(IExecutor):
                 return await self._fall_back(context, allowed, failures, prior, results)
             except _StepFailed as exc:
                 failures.append(str(exc))
-                if revision >= self._limits.max_replans:
+                if replans >= self._limits.max_replans:
                     return await self._fall_back(context, allowed, failures, prior, results)
                 prior = _progress(plan, results, prior, self._limits.result_chars_per_step)
                 feedback = f"{exc}.\nAlready done:\n{prior or '(nothing)'}"
-                plan, results, revision = None, {}, revision + 1
+                plan, results, revision, replans = None, {}, revision + 1, replans + 1
         return await self._synthesize(context, plan, results, prior)
 
     def _allowed(self, context: ExecutionContext) -> list[str]:
