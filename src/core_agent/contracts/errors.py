@@ -21,7 +21,8 @@ fails, and the host may retry)::
         │   ├── ToolNotFoundError       the model named a tool that is not available
         │   ├── ToolArgumentsError      arguments are not JSON or fail the tool's schema
         │   ├── ToolTimeoutError
-        │   └── ToolExecutionError      the tool itself raised
+        │   ├── ToolExecutionError      the tool itself raised
+        │   └── SandboxRefusedError     the sandbox would not let the call act
         ├── StorageError                a store could not read or write
         ├── TurnLimitExceededError      the executor ran out of turns
         ├── PlanningError               no valid plan within the retry bound
@@ -162,6 +163,14 @@ class ToolTimeoutError(ToolError):
 
 class ToolExecutionError(ToolError):
     """The tool raised while running."""
+
+
+class SandboxRefusedError(ToolError):
+    """The sandbox refused an operation (path, command or URL); ``reason`` says why."""
+
+    def __init__(self, reason: str, *, tool_name: str = "") -> None:
+        self.reason = reason
+        super().__init__(f"refused by the sandbox: {reason}", tool_name=tool_name)
 
 
 class StorageError(RunError):

@@ -7,6 +7,7 @@ its options from the same place.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -25,6 +26,15 @@ Set AGENT_MODEL to any litellm model string, e.g.:
                                                    (llama.cpp, vLLM or any OpenAI-compatible server)
 AGENT_MODEL_API_KEY overrides the provider's own key variable."""
 """What to tell a user who has not configured a model."""
+
+
+DEFAULT_ALLOWED_COMMANDS: tuple[str, ...] = (
+    "ls", "cat", "head", "tail", "wc", "grep", "rg", "sort", "uniq", "cut", "diff", "echo",
+    "pwd", "date", "stat", "file", "du", "tree", "which",
+    "git status", "git diff", "git log", "git show", "git branch", "git rev-parse",
+    "python -m pytest", "pytest",
+)  # fmt: skip
+"""Read-only commands allowed by default; everything else needs configuration."""
 
 
 def _default_data_dir() -> Path:
@@ -94,15 +104,38 @@ class AgentSettings(BaseSettings):
     plan_max_replans: int = Field(default=1, ge=0, le=10)
     fallback_max_turns: int = Field(default=8, ge=1, le=100)
 
+    sandbox: str = "local"
+    """Entry-point name of the tool sandbox."""
+    workspace_roots: Annotated[tuple[Path, ...], NoDecode] = ()
+    """Directories file tools may touch (``os.pathsep``- or comma-separated); the current
+    directory when unset."""
+    sandbox_allowed_commands: Annotated[tuple[str, ...], NoDecode] = DEFAULT_ALLOWED_COMMANDS
+    """Command prefixes that may run (``git status``, ``ls``...); every sub-command must match."""
+    sandbox_allowed_domains: Annotated[tuple[str, ...], NoDecode] = ("*",)
+    """Hosts tools may fetch (``example.org``, ``*.example.org``); ``*`` is any public host.
+    Private, loopback and link-local addresses are refused whatever this says."""
+    sandbox_max_output_bytes: int = Field(default=65_536, ge=1024)
+    sandbox_command_timeout_s: float = Field(default=30.0, gt=0)
+    sandbox_max_fetch_bytes: int = Field(default=1_048_576, ge=1024)
+    sandbox_max_redirects: int = Field(default=5, ge=0, le=20)
+
     vector_provider: str = "sqlite_vec"
     vector_migration_dual_write: bool = False
     policy_approval_required_risk: RiskLevel = RiskLevel.HIGH
 
-    @field_validator("tools", mode="before")
+    @field_validator("tools", "sandbox_allowed_commands", "sandbox_allowed_domains", mode="before")
     @classmethod
-    def _split_tools(cls, value: object) -> object:
+    def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(name.strip() for name in value.split(",") if name.strip())
+        return value
+
+    @field_validator("workspace_roots", mode="before")
+    @classmethod
+    def _split_paths(cls, value: object) -> object:
+        if isinstance(value, str):
+            parts = value.replace(",", os.pathsep).split(os.pathsep)
+            return tuple(Path(part.strip()) for part in parts if part.strip())
         return value
 
     @property

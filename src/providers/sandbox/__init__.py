@@ -1,0 +1,1 @@
+"""The local tool sandbox: workspace files, judged commands, SSRF-guarded network."""

@@ -1,0 +1,1 @@
+"""Shell command parsing for the sandbox and the policy engine."""
