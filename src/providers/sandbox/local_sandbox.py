@@ -66,8 +66,9 @@ class LocalToolSandbox(IToolSandbox):
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> LocalToolSandbox:
-        """Roots from ``AGENT_WORKSPACE_ROOTS`` (else the current directory); the data
-        directory is protected.
+        """Roots from ``AGENT_WORKSPACE_ROOTS`` (else the current directory).
+
+        The kernel's data directory is protected.
         """
         return cls(
             roots=settings.workspace_roots or (Path.cwd(),),
