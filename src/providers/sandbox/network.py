@@ -44,10 +44,10 @@ def blocked_reason(address: IPAddress) -> str | None:
             return "a Teredo tunnel address"
     for test, label in (
         (address.is_loopback, "a loopback address"),
+        (address.is_unspecified, "an unspecified address"),
         (address.is_link_local, "a link-local address (cloud metadata lives there)"),
         (address.is_private, "a private-network address"),
         (address.is_multicast, "a multicast address"),
-        (address.is_unspecified, "an unspecified address"),
         (address.is_reserved, "a reserved address"),
         (not address.is_global, "not a public address"),
     ):
