@@ -104,6 +104,9 @@ class AgentSettings(BaseSettings):
     plan_max_replans: int = Field(default=1, ge=0, le=10)
     fallback_max_turns: int = Field(default=8, ge=1, le=100)
 
+    policy_file: Path | None = None
+    """Your policy rules (TOML), read before the shipped defaults."""
+    shell_parser: str = "tree_sitter"
     sandbox: str = "local"
     """Entry-point name of the tool sandbox."""
     workspace_roots: Annotated[tuple[Path, ...], NoDecode] = ()

@@ -7,7 +7,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from core_agent.contracts.tool_sandbox import IToolSandbox
 
 TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """Names that every chat-completions provider accepts."""
@@ -36,12 +39,14 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class ToolContext:
-    """Who is calling: lets a tool scope its work to one task and one call."""
+    """Who is calling, and the sandbox the call must act through."""
 
     task_id: str
     session_id: str
     call_id: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    sandbox: IToolSandbox | None = None
+    """Tools that touch files, run commands or use the network do it through this."""
 
 
 class ITool(abc.ABC):

@@ -89,7 +89,10 @@ class IToolSandbox(abc.ABC):
 
     @abc.abstractmethod
     async def list_files(self, directory: str | Path, *, limit: int) -> list[Path]:
-        """Regular files below ``directory`` (symlinks are not followed), up to ``limit``."""
+        """Regular files below ``directory``, as paths relative to it, up to ``limit``.
+
+        Symlinks are not followed.
+        """
 
     @abc.abstractmethod
     async def run_command(self, command: str, *, timeout_s: float | None = None) -> CommandResult:

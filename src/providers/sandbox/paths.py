@@ -151,7 +151,7 @@ class PathGuard:
             os.close(parent)
 
     def list_files(self, directory: str | Path, limit: int) -> list[Path]:
-        """Regular files below ``directory``, symlinks skipped, sorted, at most ``limit``."""
+        """Regular files below ``directory`` (relative to it), symlinks skipped, sorted."""
         resolved, _ = self.require(directory, Capability.READ)
         if not resolved.is_dir():
             raise ToolExecutionError(f"{resolved} is not a directory", tool_name="")
@@ -162,7 +162,7 @@ class PathGuard:
                 candidate = Path(current) / name
                 if candidate.is_symlink() or not candidate.is_file():
                     continue
-                found.append(candidate)
+                found.append(candidate.relative_to(resolved))
                 if len(found) >= limit:
                     return found
         return found

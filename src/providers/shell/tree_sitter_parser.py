@@ -17,6 +17,7 @@ from typing import Any
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
+from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.shell_parser import IShellParser, ParsedCommand, SimpleCommand
 
 _LANGUAGE = Language(tree_sitter_bash.language())
@@ -62,6 +63,11 @@ class TreeSitterShellParser(IShellParser):
 
     def __init__(self) -> None:
         self._local = threading.local()
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings) -> TreeSitterShellParser:
+        """No settings needed."""
+        return cls()
 
     def _parser(self) -> Parser:
         parser: Parser | None = getattr(self._local, "parser", None)

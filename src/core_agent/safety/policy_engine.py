@@ -1,0 +1,257 @@
+"""Declarative risk grading of tool calls.
+
+Rules (TOML) match on the tool's name, its declared capabilities, argument patterns (path
+globs, command globs for every sub-command, URL domains) and whether the task's context is
+tainted by untrusted content. ``deny`` rules win over everything; otherwise the first matching
+``grade`` rule decides; otherwise the tool's capabilities do. Taint raises write, exec and
+network calls by one level. The decision names the rule that made it, for the trace.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from core_agent.contracts.errors import ConfigurationError
+from core_agent.contracts.policy_engine import IPolicyEngine, PolicyDecision
+from core_agent.contracts.shell_parser import IShellParser
+from core_agent.contracts.tool import Capability, ToolSpec
+from shared.agent_protocol import RiskLevel
+
+PATH_ARGUMENTS = frozenset(
+    {
+        "path",
+        "paths",
+        "file",
+        "files",
+        "filename",
+        "directory",
+        "dir",
+        "folder",
+        "target",
+        "source",
+        "destination",
+        "pattern",
+        "root",
+    }
+)
+COMMAND_ARGUMENTS = frozenset({"command", "cmd", "script", "shell"})
+URL_ARGUMENTS = frozenset({"url", "urls", "uri", "endpoint", "href", "link"})
+_TAINT_SENSITIVE = frozenset({Capability.WRITE, Capability.EXEC, Capability.NETWORK})
+_CAPABILITY_RISK = {
+    Capability.EXEC: RiskLevel.HIGH,
+    Capability.WRITE: RiskLevel.MEDIUM,
+    Capability.NETWORK: RiskLevel.MEDIUM,
+    Capability.READ: RiskLevel.LOW,
+}
+
+
+class PolicyRule(BaseModel):
+    """One rule; every condition given must hold for it to match."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1)
+    effect: Literal["deny", "grade"] = "grade"
+    risk: RiskLevel = RiskLevel.HIGH
+    tools: tuple[str, ...] = ()
+    capabilities: tuple[Capability, ...] = ()
+    paths: tuple[str, ...] = ()
+    commands: tuple[str, ...] = ()
+    domains: tuple[str, ...] = ()
+    tainted: bool | None = None
+    reason: str = ""
+
+
+class PolicyFile(BaseModel):
+    """A policy file: ``[[rule]]`` tables."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: list[PolicyRule] = Field(default_factory=list)
+
+
+def load_rules(text: str, source: str) -> list[PolicyRule]:
+    """Rules from TOML text; ``ConfigurationError`` names the file and the problem."""
+    try:
+        return PolicyFile.model_validate(tomllib.loads(text)).rule
+    except (tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise ConfigurationError(f"invalid policy file {source}: {exc}") from exc
+
+
+def default_rules() -> list[PolicyRule]:
+    """The rules shipped with the kernel."""
+    text = resources.files("core_agent.safety").joinpath("default_policy.toml").read_text()
+    return load_rules(text, "default_policy.toml")
+
+
+@dataclass(frozen=True, slots=True)
+class _CallFacts:
+    paths: tuple[str, ...]
+    commands: tuple[str, ...]
+    domains: tuple[str, ...]
+    unparsable_command: bool
+
+
+class RulePolicyEngine(IPolicyEngine):
+    """Evaluates ``PolicyRule``s; pure, fast (no I/O), safe to share."""
+
+    def __init__(
+        self, rules: Sequence[PolicyRule], *, shell_parser: IShellParser | None = None
+    ) -> None:
+        self._rules = list(rules)
+        self._parser = shell_parser
+
+    @classmethod
+    def from_file(
+        cls, path: Path | None, *, shell_parser: IShellParser | None = None
+    ) -> RulePolicyEngine:
+        """The user's rules (if any) followed by the shipped defaults."""
+        rules: list[PolicyRule] = []
+        if path is not None:
+            try:
+                text = Path(path).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigurationError(f"cannot read policy file {path}: {exc}") from exc
+            rules = load_rules(text, str(path))
+        return cls([*rules, *default_rules()], shell_parser=shell_parser)
+
+    @property
+    def rules(self) -> list[PolicyRule]:
+        """The rules in evaluation order."""
+        return list(self._rules)
+
+    def evaluate(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], *, tainted: bool = False
+    ) -> PolicyDecision:
+        """Deny rules first, then the first grade rule, then capabilities; taint raises."""
+        facts = self._facts(arguments)
+        denials = [
+            r
+            for r in self._rules
+            if r.effect == "deny" and self._matches(r, spec, facts, tainted, True)
+        ]
+        if denials:
+            first = denials[0]
+            return PolicyDecision(
+                risk=max((r.risk for r in denials), key=lambda r: r.rank),
+                rule=first.name,
+                denied=True,
+                reason=first.reason or f"denied by rule {first.name}",
+            )
+        capability_risk = max(
+            (_CAPABILITY_RISK[c] for c in spec.capabilities),
+            key=lambda r: r.rank,
+            default=RiskLevel.LOW,
+        )
+        grade = next(
+            (
+                r
+                for r in self._rules
+                if r.effect == "grade" and self._matches(r, spec, facts, tainted, False)
+            ),
+            None,
+        )
+        if facts.unparsable_command:
+            # No rule can vouch for a command nobody can read.
+            risk = max(capability_risk, RiskLevel.HIGH, key=lambda r: r.rank)
+            rule, reason = "unparsable-command", "the command cannot be parsed"
+        elif grade is not None:
+            risk, rule, reason = grade.risk, grade.name, grade.reason
+        else:
+            risk = capability_risk
+            caps = ",".join(sorted(c.value for c in spec.capabilities)) or "none"
+            rule, reason = f"default:capabilities({caps})", "graded by declared capabilities"
+        if tainted and spec.capabilities & _TAINT_SENSITIVE:
+            raised = _one_up(risk)
+            if raised is not risk:
+                reason = f"{reason}; raised from {risk.value}: untrusted content is in context"
+                risk = raised
+        return PolicyDecision(risk=risk, rule=rule, denied=False, reason=reason)
+
+    def _facts(self, arguments: Mapping[str, Any]) -> _CallFacts:
+        paths: list[str] = []
+        commands: list[str] = []
+        domains: list[str] = []
+        unparsable = False
+        for name, value in arguments.items():
+            values = [v for v in _strings(value)]
+            key = name.lower()
+            if key in PATH_ARGUMENTS:
+                paths.extend(values)
+            if key in COMMAND_ARGUMENTS:
+                for command in values:
+                    split, ok = self._sub_commands(command)
+                    commands.extend(split)
+                    unparsable = unparsable or not ok
+            for text in values:
+                if key in URL_ARGUMENTS or text.startswith(("http://", "https://")):
+                    host = urlsplit(text).hostname
+                    if host:
+                        domains.append(host.lower())
+        return _CallFacts(tuple(paths), tuple(commands), tuple(domains), unparsable)
+
+    def _sub_commands(self, command: str) -> tuple[list[str], bool]:
+        if self._parser is None:
+            return [command.strip()], True
+        parsed = self._parser.parse(command)
+        if not parsed.ok:
+            return [command.strip()], False
+        return [" ".join(c.argv) for c in parsed.commands] or [command.strip()], True
+
+    @staticmethod
+    def _matches(
+        rule: PolicyRule, spec: ToolSpec, facts: _CallFacts, tainted: bool, deny: bool
+    ) -> bool:
+        if rule.tools and not any(fnmatch.fnmatchcase(spec.name, p) for p in rule.tools):
+            return False
+        if rule.capabilities and not set(rule.capabilities) & spec.capabilities:
+            return False
+        if rule.tainted is not None and rule.tainted != tainted:
+            return False
+        # A deny rule matches when any value does; a grade rule only when all values do, so
+        # "git status" being low never makes "git status; rm -rf x" low.
+        for patterns, values in (
+            (rule.paths, facts.paths),
+            (rule.commands, facts.commands),
+            (rule.domains, facts.domains),
+        ):
+            if not patterns:
+                continue
+            if not values:
+                return False
+            hits = [_glob_any(value, patterns) for value in values]
+            if not (any(hits) if deny else all(hits)):
+                return False
+        return True
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list | tuple):
+        for item in value:
+            if isinstance(item, str):
+                yield item
+
+
+def _glob_any(value: str, patterns: Sequence[str]) -> bool:
+    return any(
+        fnmatch.fnmatchcase(value, pattern)
+        or (pattern.startswith("**/") and fnmatch.fnmatchcase(value, pattern[3:]))
+        for pattern in patterns
+    )
+
+
+def _one_up(risk: RiskLevel) -> RiskLevel:
+    order = list(RiskLevel)
+    ranked = sorted(order, key=lambda r: r.rank)
+    return ranked[min(risk.rank + 1, len(ranked) - 1)]

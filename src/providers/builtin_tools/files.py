@@ -1,0 +1,222 @@
+"""File tools: read, write, edit by exact replacement, list and grep, inside the sandbox."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core_agent.contracts.errors import ToolExecutionError
+from core_agent.contracts.settings import AgentSettings
+from core_agent.contracts.tool import Capability, ToolContext
+from core_agent.contracts.tool_sandbox import IToolSandbox
+from providers.builtin_tools.model_tool import ModelArgumentsTool
+
+MAX_READ_BYTES = 256_000
+MAX_LISTED = 2_000
+
+
+def sandbox_of(context: ToolContext, tool: str) -> IToolSandbox:
+    """The call's sandbox; file, command and network tools refuse to run without one."""
+    if context.sandbox is None:
+        raise ToolExecutionError(f"{tool} needs a sandbox and none is configured", tool_name=tool)
+    return context.sandbox
+
+
+def _decode(data: bytes, path: str, tool: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolExecutionError(f"{path} is not UTF-8 text", tool_name=tool) from exc
+
+
+class ReadFileArguments(BaseModel):
+    """Arguments of ``read_file``."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(min_length=1, description="File path, relative to the workspace.")
+
+
+class ReadFileTool(ModelArgumentsTool[ReadFileArguments]):
+    """Read a UTF-8 text file from the workspace."""
+
+    name: ClassVar[str] = "read_file"
+    description: ClassVar[str] = "Read a UTF-8 text file from the workspace."
+    arguments_model: ClassVar[type[BaseModel]] = ReadFileArguments
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.READ})
+    idempotent: ClassVar[bool] = True
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings) -> ReadFileTool:
+        """No settings needed."""
+        return cls()
+
+    async def execute(self, args: ReadFileArguments, context: ToolContext) -> str:
+        """The file's text (cut at 256 kB, with a note)."""
+        data, truncated = await sandbox_of(context, self.name).read_bytes(
+            args.path, max_bytes=MAX_READ_BYTES
+        )
+        text = _decode(data, args.path, self.name)
+        return text + (f"\n[... file longer than {MAX_READ_BYTES} bytes ...]" if truncated else "")
+
+
+class WriteFileArguments(BaseModel):
+    """Arguments of ``write_file``."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(min_length=1, description="File path, relative to the workspace.")
+    content: str = Field(description="The whole new content of the file.")
+
+
+class WriteFileTool(ModelArgumentsTool[WriteFileArguments]):
+    """Create or replace a file."""
+
+    name: ClassVar[str] = "write_file"
+    description: ClassVar[str] = "Create or replace a text file in the workspace (atomically)."
+    arguments_model: ClassVar[type[BaseModel]] = WriteFileArguments
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.WRITE})
+    idempotent: ClassVar[bool] = True
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings) -> WriteFileTool:
+        """No settings needed."""
+        return cls()
+
+    async def execute(self, args: WriteFileArguments, context: ToolContext) -> str:
+        """Write and report the size."""
+        data = args.content.encode("utf-8")
+        await sandbox_of(context, self.name).write_bytes(args.path, data)
+        return f"wrote {len(data)} bytes to {args.path}"
+
+
+class EditFileArguments(BaseModel):
+    """Arguments of ``edit_file``."""
+
+    model_config = ConfigDict(extra="forbid")
+    path: str = Field(min_length=1, description="File path, relative to the workspace.")
+    old_text: str = Field(min_length=1, description="Exact text to replace; must occur once.")
+    new_text: str = Field(description="Replacement text.")
+
+
+class EditFileTool(ModelArgumentsTool[EditFileArguments]):
+    """Replace one exact occurrence of a text in a file."""
+
+    name: ClassVar[str] = "edit_file"
+    description: ClassVar[str] = (
+        "Replace exactly one occurrence of old_text with new_text in a workspace file. "
+        "Fails if old_text is missing or occurs more than once."
+    )
+    arguments_model: ClassVar[type[BaseModel]] = EditFileArguments
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.READ, Capability.WRITE})
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings) -> EditFileTool:
+        """No settings needed."""
+        return cls()
+
+    async def execute(self, args: EditFileArguments, context: ToolContext) -> str:
+        """Read, check the occurrence count, write back."""
+        sandbox = sandbox_of(context, self.name)
+        data, truncated = await sandbox.read_bytes(args.path, max_bytes=4 * MAX_READ_BYTES)
+        if truncated:
+            raise ToolExecutionError(f"{args.path} is too large to edit", tool_name=self.name)
+        text = _decode(data, args.path, self.name)
+        count = text.count(args.old_text)
+        if count != 1:
+            found = "not found" if count == 0 else f"found {count} times"
+            raise ToolExecutionError(
+                f"old_text {found} in {args.path}; it must occur exactly once",
+                tool_name=self.name,
+            )
+        await sandbox.write_bytes(
+            args.path, text.replace(args.old_text, args.new_text, 1).encode("utf-8")
+        )
+        return f"edited {args.path}"
+
+
+class ListFilesArguments(BaseModel):
+    """Arguments of ``list_files``."""
+
+    model_config = ConfigDict(extra="forbid")
+    directory: str = Field(default=".", description="Directory, relative to the workspace.")
+    pattern: str = Field(default="*", description="Glob on the relative path, e.g. '**/*.py'.")
+
+
+class ListFilesTool(ModelArgumentsTool[ListFilesArguments]):
+    """List workspace files matching a glob."""
+
+    name: ClassVar[str] = "list_files"
+    description: ClassVar[str] = "List files under a workspace directory matching a glob."
+    arguments_model: ClassVar[type[BaseModel]] = ListFilesArguments
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.READ})
+    idempotent: ClassVar[bool] = True
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings) -> ListFilesTool:
+        """No settings needed."""
+        return cls()
+
+    async def execute(self, args: ListFilesArguments, context: ToolContext) -> str:
+        """One relative path per line."""
+        sandbox = sandbox_of(context, self.name)
+        files = await sandbox.list_files(args.directory, limit=MAX_LISTED)
+        matches = [
+            str(path)
+            for path in files
+            if fnmatch.fnmatch(str(path), args.pattern) or fnmatch.fnmatch(path.name, args.pattern)
+        ]
+        suffix = f"\n[... stopped at {MAX_LISTED} files ...]" if len(files) >= MAX_LISTED else ""
+        return "\n".join(matches) + suffix if matches else "(no matching files)"
+
+
+class GrepArguments(BaseModel):
+    """Arguments of ``grep``."""
+
+    model_config = ConfigDict(extra="forbid")
+    pattern: str = Field(min_length=1, max_length=500, description="Regular expression.")
+    directory: str = Field(default=".", description="Directory to search, in the workspace.")
+    glob: str = Field(default="*", description="Only files whose name matches this glob.")
+    max_matches: int = Field(default=100, ge=1, le=1000)
+
+
+class GrepTool(ModelArgumentsTool[GrepArguments]):
+    """Search workspace files with a regular expression."""
+
+    name: ClassVar[str] = "grep"
+    description: ClassVar[str] = (
+        "Search text files under a workspace directory for a regular expression; returns "
+        "path:line:text for each match."
+    )
+    arguments_model: ClassVar[type[BaseModel]] = GrepArguments
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.READ})
+    idempotent: ClassVar[bool] = True
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings) -> GrepTool:
+        """No settings needed."""
+        return cls()
+
+    async def execute(self, args: GrepArguments, context: ToolContext) -> str:
+        """Matches, capped at ``max_matches``."""
+        try:
+            regex = re.compile(args.pattern)
+        except re.error as exc:
+            raise ToolExecutionError(f"invalid pattern: {exc}", tool_name=self.name) from exc
+        sandbox = sandbox_of(context, self.name)
+        hits: list[str] = []
+        for relative in await sandbox.list_files(args.directory, limit=MAX_LISTED):
+            if not fnmatch.fnmatch(relative.name, args.glob):
+                continue
+            path = Path(args.directory) / relative
+            data, _ = await sandbox.read_bytes(path, max_bytes=MAX_READ_BYTES)
+            if b"\x00" in data[:1024]:
+                continue  # binary
+            for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+                if regex.search(line):
+                    hits.append(f"{path}:{number}:{line[:300]}")
+                    if len(hits) >= args.max_matches:
+                        return "\n".join(hits) + "\n[... more matches not shown ...]"
+        return "\n".join(hits) if hits else "(no matches)"
