@@ -15,12 +15,16 @@ from typing import TypeVar
 
 from dependency_injector import containers, providers
 
+from core_agent.contracts.approval_gateway import ApprovalCallback
 from core_agent.contracts.checkpoint_store import ICheckpointStore
 from core_agent.contracts.errors import ConfigurationError, ProviderNotFoundError
 from core_agent.contracts.llm_gateway import ILLMGateway
+from core_agent.contracts.policy_engine import IPolicyEngine
 from core_agent.contracts.settings import AgentSettings
+from core_agent.contracts.shell_parser import IShellParser
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.tool import ITool
+from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.kernel.event_bus import InProcessEventBus
@@ -34,12 +38,17 @@ from core_agent.orchestration.react_executor import ReActExecutor
 from core_agent.orchestration.react_loop import ReActLimits, ReActLoop
 from core_agent.orchestration.strategy_router import AdaptiveStrategyRouter, RoutingThresholds
 from core_agent.orchestration.task_classifier import TaskClassifier
+from core_agent.orchestration.tool_gate import ToolCallGate
+from core_agent.safety.approvals import ApprovalGrants
+from core_agent.safety.policy_engine import RulePolicyEngine
 from core_agent.tooling.registry import ToolRegistry
 
 LLM_GATEWAYS = "core_agent.llm_gateways"
 TASK_STORES = "core_agent.task_stores"
 TRACE_STORES = "core_agent.trace_stores"
 CHECKPOINT_STORES = "core_agent.checkpoint_stores"
+SANDBOXES = "core_agent.sandboxes"
+SHELL_PARSERS = "core_agent.shell_parsers"
 TOOLS = "core_agent.tools"
 
 T = TypeVar("T")
@@ -81,7 +90,9 @@ def load_tools(settings: AgentSettings) -> ToolRegistry:
     return ToolRegistry(load_provider(TOOLS, name, settings, ITool) for name in wanted)  # type: ignore[type-abstract]
 
 
-def build_router(settings: AgentSettings, llm: Callable[[], ILLMGateway]) -> AdaptiveStrategyRouter:
+def build_router(
+    settings: AgentSettings, llm: Callable[[], ILLMGateway], policy: IPolicyEngine
+) -> AdaptiveStrategyRouter:
     """The router as configured by ``AGENT_STRATEGY_MODE`` and ``AGENT_ROUTER_*``.
 
     ``llm`` is only called (and the gateway built) with ``AGENT_ROUTER_CLASSIFIER=model``.
@@ -90,7 +101,7 @@ def build_router(settings: AgentSettings, llm: Callable[[], ILLMGateway]) -> Ada
         ModelAssistedClassifier(llm()) if settings.router_classifier == "model" else None
     )
     return AdaptiveStrategyRouter(
-        TaskClassifier(),
+        TaskClassifier(policy),
         model_classifier=model_classifier,
         mode=settings.strategy_mode,
         thresholds=RoutingThresholds(
@@ -126,7 +137,22 @@ class KernelContainer(containers.DeclarativeContainer):
         settings,
         ICheckpointStore,
     )
-    router = providers.Singleton(build_router, settings, llm_gateway.provider)
+    shell_parser = providers.Singleton(
+        load_provider, SHELL_PARSERS, settings.provided.shell_parser, settings, IShellParser
+    )
+    sandbox = providers.Singleton(
+        load_provider, SANDBOXES, settings.provided.sandbox, settings, IToolSandbox
+    )
+    policy_engine = providers.Singleton(
+        RulePolicyEngine.from_file, settings.provided.policy_file, shell_parser=shell_parser
+    )
+    tool_gate = providers.Singleton(
+        ToolCallGate,
+        policy_engine,
+        approval_threshold=settings.provided.policy_approval_required_risk,
+        grants=providers.Singleton(ApprovalGrants),
+    )
+    router = providers.Singleton(build_router, settings, llm_gateway.provider, policy_engine)
 
     react_loop = providers.Singleton(
         ReActLoop,
@@ -141,6 +167,8 @@ class KernelContainer(containers.DeclarativeContainer):
             max_parallel_tools=settings.provided.max_parallel_tools,
             error_streak_warning=settings.provided.tool_error_streak_warning,
         ),
+        sandbox=sandbox,
+        gate=tool_gate,
     )
     planner = providers.Singleton(
         LLMPlanner,
@@ -176,11 +204,17 @@ class KernelContainer(containers.DeclarativeContainer):
         executors=providers.Dict(react=react_executor, plan_execute=plan_execute_executor),
         max_turns=settings.provided.max_turns,
         closables=providers.List(checkpoint_store),
+        approval_timeout_s=settings.provided.approval_timeout_s,
     )
 
 
-def create_kernel(settings: AgentSettings | None = None) -> AgentKernel:
+def create_kernel(
+    settings: AgentSettings | None = None, *, approval_callback: ApprovalCallback | None = None
+) -> AgentKernel:
     """Build a kernel from ``settings`` (or ``AGENT_*`` variables), resolving every provider now.
+
+    ``approval_callback`` (sync or async) decides calls at or above the approval threshold;
+    without one they are refused.
 
     Raises:
         ProviderNotFoundError: A configured provider name is not installed.
@@ -190,4 +224,5 @@ def create_kernel(settings: AgentSettings | None = None) -> AgentKernel:
     if settings is not None:
         container.settings.override(providers.Object(settings))
     kernel: AgentKernel = container.kernel()
+    kernel.set_approval_callback(approval_callback)
     return kernel

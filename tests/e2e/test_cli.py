@@ -44,7 +44,14 @@ def test_tasks_and_trace_show_what_ran(tmp_path) -> None:
     assert listed[0]["output"] == "2 ** 10 = 1024"
 
     trace = json.loads(run("trace", task_id, "--json", data_dir=tmp_path).stdout)
-    assert [s["kind"] for s in trace["spans"]] == ["planning", "task", "llm", "tool", "llm"]
+    assert [s["kind"] for s in trace["spans"]] == [
+        "planning",
+        "task",
+        "llm",
+        "tool",
+        "policy",
+        "llm",
+    ]
     assert all(s["tokens_in"] > 0 for s in trace["spans"] if s["kind"] == "llm")
 
     table = run("trace", task_id, data_dir=tmp_path)

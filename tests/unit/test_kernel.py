@@ -65,12 +65,13 @@ async def test_a_tool_using_task_succeeds_with_events_in_order(container) -> Non
         "task.strategy_selected",
         "llm.completed",
         "tool.started",
+        "policy.decided",
         "tool.completed",
         "llm.completed",
         "task.succeeded",
     ]
     assert [e.seq for e in events] == sorted(e.seq for e in events)
-    assert events[5].result.content == "Paris"
+    assert events[6].result.content == "Paris"
     assert events[-1].usage == result.usage
 
 

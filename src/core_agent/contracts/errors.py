@@ -22,7 +22,9 @@ fails, and the host may retry)::
         │   ├── ToolArgumentsError      arguments are not JSON or fail the tool's schema
         │   ├── ToolTimeoutError
         │   ├── ToolExecutionError      the tool itself raised
-        │   └── SandboxRefusedError     the sandbox would not let the call act
+        │   ├── SandboxRefusedError     the sandbox would not let the call act
+        │   ├── PolicyDeniedError       a policy rule forbids the call
+        │   └── ApprovalDeniedError     a human (or a timeout) said no
         ├── StorageError                a store could not read or write
         ├── TurnLimitExceededError      the executor ran out of turns
         ├── PlanningError               no valid plan within the retry bound
@@ -171,6 +173,21 @@ class SandboxRefusedError(ToolError):
     def __init__(self, reason: str, *, tool_name: str = "") -> None:
         self.reason = reason
         super().__init__(f"refused by the sandbox: {reason}", tool_name=tool_name)
+
+
+class PolicyDeniedError(ToolError):
+    """A deny rule matched the call; ``rule`` names it."""
+
+    def __init__(self, message: str, *, tool_name: str, rule: str) -> None:
+        self.rule = rule
+        super().__init__(message, tool_name=tool_name)
+
+
+class ApprovalDeniedError(ToolError):
+    """The call needed a human's approval and did not get it.
+
+    Denied, timed out, no approver connected, or the arguments changed after approval.
+    """
 
 
 class StorageError(RunError):

@@ -8,7 +8,24 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from shared.agent_protocol import ChatMessage, StrategyMode, TaskRequest, TokenUsage
+from shared.agent_protocol import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ChatMessage,
+    StrategyMode,
+    TaskRequest,
+    TokenUsage,
+)
+
+
+class ApprovalRequester(Protocol):
+    """Asks a human about one request and returns the decision (the kernel provides it).
+
+    While it waits, the task is ``waiting_approval``; a timeout is a denial.
+    """
+
+    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+        """Wait for the decision on ``request``."""
 
 
 class EventSink(Protocol):
@@ -51,6 +68,10 @@ class ExecutionContext:
     """When set, the answer must validate against this model (see ``ExecutionOutcome``)."""
     guidance: str | None = None
     """A human's guidance when the task resumes after waiting for one."""
+    request_approval: ApprovalRequester | None = None
+    """How risky calls reach a human; without it they are refused."""
+    tainted: bool = False
+    """Set once untrusted content (file or web content) has entered the conversation."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -125,6 +125,8 @@ class AgentSettings(BaseSettings):
     vector_provider: str = "sqlite_vec"
     vector_migration_dual_write: bool = False
     policy_approval_required_risk: RiskLevel = RiskLevel.HIGH
+    approval_timeout_s: float = Field(default=600.0, gt=0)
+    """A call waiting longer than this for a human is denied."""
 
     @field_validator("tools", "sandbox_allowed_commands", "sandbox_allowed_domains", mode="before")
     @classmethod

@@ -5,6 +5,7 @@ It also answers the questions a task asks a human (``resolve_approval``).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import uuid
@@ -13,8 +14,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar, overload
 
 import anyio
+import anyio.to_thread
 from pydantic import BaseModel
 
+from core_agent.contracts.approval_gateway import ApprovalCallback
 from core_agent.contracts.errors import (
     ConfigurationError,
     RunError,
@@ -29,6 +32,7 @@ from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.kernel.state_machine import check_transition
 from core_agent.observability.tracer import Tracer, new_trace_id
+from core_agent.orchestration.react_loop import UNTRUSTED_NOTICE
 from shared.agent_protocol import (
     EPHEMERAL_EVENT_KINDS,
     AgentEvent,
@@ -122,6 +126,8 @@ class AgentKernel:
         max_turns: int = 12,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
         closables: Sequence[Closable] = (),
+        approval_callback: ApprovalCallback | None = None,
+        approval_timeout_s: float = 600.0,
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -134,7 +140,13 @@ class AgentKernel:
         self._max_turns = max_turns
         self._system_prompt = system_prompt
         self._closables = closables
+        self._approval_callback = approval_callback
+        self._approval_timeout_s = approval_timeout_s
         self._running: dict[str, anyio.CancelScope] = {}
+
+    def set_approval_callback(self, callback: ApprovalCallback | None) -> None:
+        """Who decides risky calls from now on (sync or async); ``None`` refuses them."""
+        self._approval_callback = callback
 
     @property
     def event_bus(self) -> IEventBus:
@@ -387,18 +399,22 @@ class AgentKernel:
     def _context(
         self, state: TaskState, events: _TaskEvents, response_model: type[BaseModel] | None
     ) -> ExecutionContext:
+        system = state.request.system_prompt or self._system_prompt
         return ExecutionContext(
             task_id=state.task_id,
             session_id=state.session_id,
             trace_id=state.trace_id,
             request=state.request,
             messages=[
-                SystemMessage(content=state.request.system_prompt or self._system_prompt),
+                SystemMessage(content=f"{system}\n\n{UNTRUSTED_NOTICE}"),
                 UserMessage(content=state.request.task),
             ],
             max_turns=state.request.max_turns or self._max_turns,
             emit=events,
             output_type=response_model,
+            request_approval=(
+                _HumanApprovals(self, state, events) if self._approval_callback else None
+            ),
         )
 
     async def _move(
@@ -568,6 +584,87 @@ class AgentKernel:
             structured_output=structured,
             pending_approval=pending_approval,
         )
+
+
+class _HumanApprovals:
+    """The kernel's ``ApprovalRequester`` for one task.
+
+    It records the request, moves the task to ``waiting_approval``, calls the host's callback
+    with a time limit, records the decision and moves the task back.
+
+    Several calls of one turn may wait at once: the task is ``waiting_approval`` while any
+    does, and each decision is matched to its own request by id.
+    """
+
+    def __init__(self, kernel: AgentKernel, state: TaskState, events: _TaskEvents) -> None:
+        self._kernel = kernel
+        self._state = state
+        self._events = events
+        self._waiting = 0
+        self._lock = anyio.Lock()
+
+    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+        kernel, state = self._kernel, self._state
+        await self._events(ApprovalRequested, request=request)
+        async with self._lock:
+            self._waiting += 1
+            if self._waiting == 1:
+                await kernel._move(
+                    state,
+                    TaskStatus.RUNNING,
+                    TaskStatus.WAITING_APPROVAL,
+                    self._events.make(TaskWaitingApproval, request_id=request.request_id),
+                )
+        decision = _denial(request, "the wait was interrupted")
+        try:
+            decision = await self._ask(request)
+        finally:
+            # Recorded even when the run is canceled while it waits.
+            with anyio.CancelScope(shield=True):
+                async with self._lock:
+                    self._waiting -= 1
+                    last = self._waiting == 0
+                resolved = self._events.make(ApprovalResolved, decision=decision)
+                if last:
+                    await kernel._move(
+                        state, TaskStatus.WAITING_APPROVAL, TaskStatus.RUNNING, resolved
+                    )
+                else:
+                    await kernel._task_store.append_event(resolved)
+                    await kernel._event_bus.publish(resolved)
+        return decision
+
+    async def _ask(self, request: ApprovalRequest) -> ApprovalDecision:
+        callback = self._kernel._approval_callback
+        if callback is None:
+            return _denial(request, "no approver is connected")
+        timeout = self._kernel._approval_timeout_s
+        try:
+            with anyio.move_on_after(timeout) as scope:
+                if inspect.iscoroutinefunction(callback):
+                    answer = await callback(request)
+                else:
+                    answer = await anyio.to_thread.run_sync(
+                        callback, request, abandon_on_cancel=True
+                    )
+                    if inspect.isawaitable(answer):
+                        answer = await answer
+        except Exception as exc:
+            log.warning("approval callback failed", exc_info=True)
+            return _denial(request, f"the approval callback failed: {type(exc).__name__}: {exc}")
+        if scope.cancelled_caught:
+            return _denial(request, f"no decision within {timeout:g} s")
+        if not isinstance(answer, ApprovalDecision):
+            return _denial(request, f"the approval callback returned {type(answer).__name__}")
+        if answer.request_id != request.request_id:
+            return _denial(request, "the decision names another request")
+        return answer
+
+
+def _denial(request: ApprovalRequest, reason: str) -> ApprovalDecision:
+    return ApprovalDecision(
+        request_id=request.request_id, approved=False, reason=reason, decided_by="core-agent"
+    )
 
 
 def _open_request(events: Any) -> ApprovalRequest | None:

@@ -8,7 +8,8 @@ itself.
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
 
 import anyio
 
@@ -19,11 +20,14 @@ from core_agent.contracts.errors import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
-from core_agent.contracts.tool import ToolContext
+from core_agent.contracts.tool import ToolContext, ToolSpec
 from core_agent.contracts.tool_registry import IToolRegistry
 from shared.agent_protocol import ToolCall, ToolResult
 
 log = logging.getLogger(__name__)
+
+ToolGate = Callable[[ToolSpec, Mapping[str, Any]], Awaitable[None]]
+"""Checks run between validation and execution (policy, approval)."""
 
 _RAW_ARGUMENTS_SHOWN = 200
 """How much of unparsable arguments to quote back to the model."""
@@ -37,11 +41,20 @@ class ToolRunner:
         self._default_timeout_s = default_timeout_s
 
     async def run(
-        self, call: ToolCall, context: ToolContext, *, allowed: Collection[str] | None = None
+        self,
+        call: ToolCall,
+        context: ToolContext,
+        *,
+        allowed: Collection[str] | None = None,
+        gate: ToolGate | None = None,
     ) -> ToolResult:
-        """Run ``call``; only tools in ``allowed`` (when given) may be used."""
+        """Run ``call``; only tools in ``allowed`` (when given) may be used.
+
+        ``gate`` is awaited after validation, before the tool runs, with the tool's spec and
+        the model's arguments; it stops the call by raising a ``ToolError``.
+        """
         try:
-            content = await self._run(call, context, allowed)
+            content = await self._run(call, context, allowed, gate)
         except ToolError as exc:
             return ToolResult(
                 call_id=call.id,
@@ -53,7 +66,11 @@ class ToolRunner:
         return ToolResult(call_id=call.id, name=call.name, content=content)
 
     async def _run(
-        self, call: ToolCall, context: ToolContext, allowed: Collection[str] | None
+        self,
+        call: ToolCall,
+        context: ToolContext,
+        allowed: Collection[str] | None,
+        gate: ToolGate | None,
     ) -> str:
         if allowed is not None and call.name not in allowed:
             raise ToolNotFoundError(
@@ -69,6 +86,8 @@ class ToolRunner:
                 tool_name=call.name,
             )
         arguments = tool.validate_arguments(call.arguments)
+        if gate is not None:
+            await gate(tool.spec, call.arguments)
         timeout = tool.spec.timeout_s or self._default_timeout_s
         try:
             with anyio.move_on_after(timeout):

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shared.agent_protocol.approval import ApprovalDecision, ApprovalRequest
 from shared.agent_protocol.messages import AssistantMessage, ToolCall, ToolResult
+from shared.agent_protocol.risk import RiskLevel
 from shared.agent_protocol.tasks import StrategyMode, TaskRequest, TokenUsage
 
 
@@ -155,6 +156,20 @@ class ToolCompleted(_Event):
     latency_ms: float
 
 
+class PolicyDecided(_Event):
+    """The policy engine graded a tool call (every call is graded, before it runs)."""
+
+    kind: Literal["policy.decided"] = "policy.decided"
+    call_id: str
+    tool: str
+    risk: RiskLevel
+    rule: str
+    denied: bool
+    approval_required: bool
+    reason: str = ""
+    tainted: bool = False
+
+
 class ApprovalRequested(_Event):
     """A tool call needs a human decision."""
 
@@ -186,6 +201,7 @@ AgentEvent = Annotated[
     | LLMCompleted
     | ToolStarted
     | ToolCompleted
+    | PolicyDecided
     | ApprovalRequested
     | ApprovalResolved,
     Field(discriminator="kind"),

@@ -15,6 +15,7 @@ from shared.agent_protocol.events import (
     PlanCreated,
     PlanStepCompleted,
     PlanStepStarted,
+    PolicyDecided,
     StrategyFallback,
     StrategySelected,
     TaskCanceled,
@@ -65,6 +66,7 @@ ProtocolMessage = Annotated[
     | LLMCompleted
     | ToolStarted
     | ToolCompleted
+    | PolicyDecided
     | ApprovalRequested
     | ApprovalResolved,
     Field(discriminator="kind"),
