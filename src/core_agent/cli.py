@@ -10,13 +10,19 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from rich.console import Console
 
     from core_agent.kernel.agent_kernel import AgentKernel
-    from shared.agent_protocol import TaskCanceled, TaskFailed, TaskSucceeded
+    from shared.agent_protocol import (
+        ApprovalDecision,
+        ApprovalRequest,
+        TaskCanceled,
+        TaskFailed,
+        TaskSucceeded,
+    )
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
 
@@ -55,6 +61,18 @@ def _parser() -> argparse.ArgumentParser:
     route.add_argument("--mode", choices=["react", "plan_execute"], help="force a strategy")
     route.add_argument("--json", action="store_true", help="print JSON")
 
+    policy = commands.add_parser("policy", help="inspect the tool-call policy")
+    policy_commands = policy.add_subparsers(dest="policy_command", required=True)
+    check = policy_commands.add_parser(
+        "check", help="what the kernel would do with one tool call (JSON), without running it"
+    )
+    check.add_argument("--tool", required=True)
+    check.add_argument("--args", default="{}", help="the arguments as a JSON object")
+    check.add_argument("--workspace", help="the workspace root to judge paths against")
+    check.add_argument(
+        "--tainted", action="store_true", help="as if untrusted content were in context"
+    )
+
     commands.add_parser("approvals", help="list the questions tasks are waiting on")
     resolve = commands.add_parser("resolve", help="answer a task's question and resume it")
     resolve.add_argument("request_id")
@@ -82,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "tasks": _tasks,
             "trace": _trace,
             "route": _route,
+            "policy": _policy_check,
             "approvals": _approvals,
             "resolve": _resolve,
         }[args.command]
@@ -98,6 +117,38 @@ def _schema() -> int:
     from shared.agent_protocol import protocol_json_schema
 
     print(json.dumps(protocol_json_schema(), indent=2))
+    return EXIT_OK
+
+
+async def _policy_check(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from core_agent.container import KernelContainer
+    from core_agent.contracts.errors import UsageError
+    from core_agent.contracts.settings import AgentSettings
+    from core_agent.kernel.call_check import check_call
+
+    try:
+        arguments = json.loads(args.args)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"--args is not valid JSON: {exc}") from exc
+    if not isinstance(arguments, dict):
+        raise UsageError("--args must be a JSON object")
+    settings = AgentSettings()
+    if args.workspace:
+        settings = settings.model_copy(update={"workspace_roots": (Path(args.workspace),)})
+    container = KernelContainer()
+    container.settings.override(settings)
+    report = await check_call(
+        tools=container.tool_registry(),
+        policy=container.policy_engine(),
+        sandbox=container.sandbox(),
+        threshold=settings.policy_approval_required_risk,
+        tool=args.tool,
+        arguments=arguments,
+        tainted=args.tainted,
+    )
+    print(json.dumps(report, indent=2))
     return EXIT_OK
 
 
@@ -170,6 +221,7 @@ async def _run(args: argparse.Namespace) -> int:
     request = TaskRequest(
         task=args.task, session_id=args.session, force_mode=args.mode, max_turns=args.max_turns
     )
+    kernel.set_approval_callback(_ask_in_terminal)
     status = EXIT_FAILED
     trace_id = ""
     async with kernel, aclosing(kernel.stream_task(request)) as events:
@@ -218,6 +270,42 @@ async def _run(args: argparse.Namespace) -> int:
                 if not args.json:
                     _print_summary(err, event, trace_id)
     return status
+
+
+_ANSWERS: dict[str, Literal["once", "task", "session"]] = {
+    "y": "once",
+    "yes": "once",
+    "t": "task",
+    "s": "session",
+}
+
+
+def _ask_in_terminal(request: ApprovalRequest) -> ApprovalDecision:
+    """Show a risky call on stderr and read the decision from the terminal (blocking)."""
+    from shared.agent_protocol import ApprovalDecision
+
+    call = request.tool_call
+    shown = json.dumps(call.arguments, indent=2) if call and call.arguments is not None else ""
+    print(
+        f"\n--- approval needed ({request.risk.value} risk, rule {request.rule}) ---\n"
+        f"tool: {call.name if call else '-'}\narguments: {shown}\nwhy: {request.reason}\n"
+        "approve? [y]es once / [t]his task / [s]ession / [N]o: ",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        answer = input().strip().lower() if sys.stdin and sys.stdin.isatty() else ""
+    except EOFError:
+        answer = ""
+    scope = _ANSWERS.get(answer)
+    return ApprovalDecision(
+        request_id=request.request_id,
+        approved=scope is not None,
+        scope=scope or "once",
+        reason="approved in the terminal" if scope else "not approved in the terminal",
+        decided_by="cli",
+    )
 
 
 def _print_summary(
