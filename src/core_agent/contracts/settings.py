@@ -117,6 +117,8 @@ class AgentSettings(BaseSettings):
     sandbox_allowed_domains: Annotated[tuple[str, ...], NoDecode] = ("*",)
     """Hosts tools may fetch (``example.org``, ``*.example.org``); ``*`` is any public host.
     Private, loopback and link-local addresses are refused whatever this says."""
+    sandbox_allowed_private_addresses: Annotated[tuple[str, ...], NoDecode] = ()
+    """Exceptions to the private-address block, as exact ``address:port`` (a local service)."""
     sandbox_max_output_bytes: int = Field(default=65_536, ge=1024)
     sandbox_command_timeout_s: float = Field(default=30.0, gt=0)
     sandbox_max_fetch_bytes: int = Field(default=1_048_576, ge=1024)
@@ -128,7 +130,13 @@ class AgentSettings(BaseSettings):
     approval_timeout_s: float = Field(default=600.0, gt=0)
     """A call waiting longer than this for a human is denied."""
 
-    @field_validator("tools", "sandbox_allowed_commands", "sandbox_allowed_domains", mode="before")
+    @field_validator(
+        "tools",
+        "sandbox_allowed_commands",
+        "sandbox_allowed_domains",
+        "sandbox_allowed_private_addresses",
+        mode="before",
+    )
     @classmethod
     def _split_list(cls, value: object) -> object:
         if isinstance(value, str):

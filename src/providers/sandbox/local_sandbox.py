@@ -75,6 +75,7 @@ class LocalToolSandbox(IToolSandbox):
             protected=(settings.data_dir,),
             allowed_commands=settings.sandbox_allowed_commands,
             allowed_domains=settings.sandbox_allowed_domains,
+            allowed_private_addresses=settings.sandbox_allowed_private_addresses,
             max_output_bytes=settings.sandbox_max_output_bytes,
             command_timeout_s=settings.sandbox_command_timeout_s,
             max_fetch_bytes=settings.sandbox_max_fetch_bytes,

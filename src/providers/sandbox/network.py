@@ -119,7 +119,8 @@ class NetworkGuard:
             raise SandboxRefusedError(f"{host} does not resolve")
         for address in addresses:
             reason = blocked_reason(address)
-            if reason and f"{address}:{port}" not in self._private:
+            key = f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
+            if reason and key not in self._private:
                 raise SandboxRefusedError(f"{host} resolves to {address}, {reason}")
         return CheckedURL(url=url, host=host, port=port, address=addresses[0])
 

@@ -1,0 +1,178 @@
+"""Policy decisions, refusals and human approvals around every tool call."""
+
+import anyio
+import pytest
+
+from core_agent import tool
+from core_agent.tooling.registry import ToolRegistry
+from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
+from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from shared.agent_protocol import ApprovalDecision, TaskRequest, TaskStatus
+
+pytestmark = pytest.mark.anyio
+launched: list[str] = []
+
+
+@tool(capabilities={"exec"})
+def launch(target: str) -> str:
+    """Launch something (high risk: exec)."""
+    launched.append(target)
+    return f"launched {target}"
+
+
+@tool(capabilities={"read"})
+def peek(name: str) -> str:
+    """Read something (low risk)."""
+    return f"contents of {name}"
+
+
+def calls(*pairs) -> ScriptedTurn:
+    return ScriptedTurn(tool_calls=[ScriptedToolCall(name=n, arguments=a) for n, a in pairs])
+
+
+@pytest.fixture
+def kernel_for(container):
+    def build(*turns, callback=None):
+        launched.clear()
+        tasks, traces = FakeTaskStore(), FakeTraceStore()
+        container.task_store.override(tasks)
+        container.trace_store.override(traces)
+        container.checkpoint_store.override(FakeCheckpointStore())
+        container.tool_registry.override(ToolRegistry([launch, peek]))
+        container.llm_gateway.override(ScriptedLLMGateway(list(turns)))
+        kernel = container.kernel()
+        kernel.set_approval_callback(callback)
+        return kernel, tasks, traces
+
+    return build
+
+
+def results(tasks, task_id):
+    return [e.result for e in tasks.events[task_id] if e.kind == "tool.completed"]
+
+
+async def test_every_call_is_graded_and_traced_with_its_rule(kernel_for) -> None:
+    kernel, tasks, traces = kernel_for(calls(("peek", {"name": "a"})), ScriptedTurn(content="ok"))
+    result = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    (decided,) = [e for e in tasks.events[result.task_id] if e.kind == "policy.decided"]
+    assert (decided.tool, decided.risk.value, decided.rule) == (
+        "peek",
+        "low",
+        "default:capabilities(read)",
+    )
+    (span,) = [s for s in traces.spans if s.kind == "policy"]
+    assert span.attributes["rule"] == "default:capabilities(read)"
+
+
+async def test_without_an_approver_a_risky_call_is_refused(kernel_for) -> None:
+    kernel, tasks, _ = kernel_for(
+        calls(("launch", {"target": "rocket"})), ScriptedTurn(content="could not")
+    )
+    result = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    assert launched == []
+    (refused,) = results(tasks, result.task_id)
+    assert refused.error_type == "ApprovalDeniedError"
+    assert "no approver is connected" in refused.content
+
+
+async def test_an_approved_call_runs_and_the_task_waited_while_asked(kernel_for) -> None:
+    seen_status = []
+
+    async def approve(request):
+        seen_status.append((await kernel.get_task(request.task_id)).status)
+        assert request.tool_call.arguments == {"target": "rocket"}
+        assert request.risk.value == "high" and request.rule == "default:capabilities(exec)"
+        return ApprovalDecision(request_id=request.request_id, approved=True)
+
+    kernel, tasks, traces = kernel_for(
+        calls(("launch", {"target": "rocket"})), ScriptedTurn(content="done"), callback=approve
+    )
+    result = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED
+    assert launched == ["rocket"]
+    assert seen_status == [TaskStatus.WAITING_APPROVAL]
+    kinds = [e.kind for e in tasks.events[result.task_id]]
+    assert (
+        kinds.index("approval.requested")
+        < kinds.index("task.waiting_approval")
+        < kinds.index("approval.resolved")
+        < kinds.index("tool.completed")
+    )
+    assert any(s.kind == "approval" and s.attributes["approved"] for s in traces.spans)
+
+
+async def test_changing_the_arguments_after_approval_refuses_the_call(kernel_for) -> None:
+    def approve_then_tamper(request):
+        request.tool_call.arguments["target"] = "the neighbours"
+        return ApprovalDecision(request_id=request.request_id, approved=True)
+
+    kernel, tasks, _ = kernel_for(
+        calls(("launch", {"target": "rocket"})),
+        ScriptedTurn(content="x"),
+        callback=approve_then_tamper,
+    )
+    result = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    assert launched == []
+    (refused,) = results(tasks, result.task_id)
+    assert "arguments changed after approval" in refused.content
+
+
+async def test_concurrent_requests_each_get_their_own_decision(kernel_for) -> None:
+    arrived = []
+    both_waiting = anyio.Event()
+
+    async def decide(request):
+        arrived.append(request)
+        if len(arrived) == 2:
+            both_waiting.set()
+        await both_waiting.wait()  # answer only once both are pending
+        approved = request.tool_call.arguments["target"] == "alpha"
+        return ApprovalDecision(
+            request_id=request.request_id, approved=approved, reason="alpha only"
+        )
+
+    kernel, tasks, _ = kernel_for(
+        calls(("launch", {"target": "alpha"}), ("launch", {"target": "beta"})),
+        ScriptedTurn(content="done"),
+        callback=decide,
+    )
+    result = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED
+    assert launched == ["alpha"]
+    by_call = {r.call_id: r for r in results(tasks, result.task_id)}
+    assert not by_call["call_1_1"].is_error and by_call["call_1_2"].is_error
+    assert len({r.request_id for r in arrived}) == 2
+
+
+async def test_a_timeout_denies(kernel_for, container) -> None:
+    container.settings.override(
+        container.settings().model_copy(update={"approval_timeout_s": 0.05})
+    )
+
+    async def never(request):
+        await anyio.sleep(3600)
+
+    kernel, tasks, _ = kernel_for(
+        calls(("launch", {"target": "x"})), ScriptedTurn(content="k"), callback=never
+    )
+    result = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    assert launched == []
+    assert "no decision within 0.05 s" in results(tasks, result.task_id)[0].content
+    assert result.status is TaskStatus.SUCCEEDED  # the model was told, and answered
+
+
+async def test_a_task_scoped_approval_covers_the_tool_for_the_rest_of_the_task(kernel_for) -> None:
+    asked = []
+
+    def approve_for_task(request):
+        asked.append(request.request_id)
+        return ApprovalDecision(request_id=request.request_id, approved=True, scope="task")
+
+    kernel, _, _ = kernel_for(
+        calls(("launch", {"target": "one"})),
+        calls(("launch", {"target": "two"})),
+        ScriptedTurn(content="ok"),
+        callback=approve_for_task,
+    )
+    await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    assert launched == ["one", "two"] and len(asked) == 1
