@@ -6,4 +6,5 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.react_step_overhead
 "$PY" -m benchmarks.plan_step_overhead
 "$PY" -m benchmarks.router_eval
+"$PY" -m benchmarks.safety_latency
 "$PY" -m benchmarks.startup

@@ -10,6 +10,7 @@ network calls by one level. The decision names the rule that made it, for the tr
 from __future__ import annotations
 
 import fnmatch
+import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -109,6 +110,16 @@ class RulePolicyEngine(IPolicyEngine):
     ) -> None:
         self._rules = list(rules)
         self._parser = shell_parser
+        # One compiled regular expression per rule and argument kind: matching is the hot path.
+        self._compiled = {
+            id(rule): (
+                _compile(rule.paths, leading_any_dir=True),
+                _compile(rule.commands),
+                _compile(rule.domains),
+                _compile(rule.tools),
+            )
+            for rule in self._rules
+        }
 
     @classmethod
     def from_file(
@@ -207,11 +218,11 @@ class RulePolicyEngine(IPolicyEngine):
             return [command.strip()], False
         return [" ".join(c.argv) for c in parsed.commands] or [command.strip()], True
 
-    @staticmethod
     def _matches(
-        rule: PolicyRule, spec: ToolSpec, facts: _CallFacts, tainted: bool, deny: bool
+        self, rule: PolicyRule, spec: ToolSpec, facts: _CallFacts, tainted: bool, deny: bool
     ) -> bool:
-        if rule.tools and not any(fnmatch.fnmatchcase(spec.name, p) for p in rule.tools):
+        paths, commands, domains, tools = self._compiled[id(rule)]
+        if tools is not None and not tools.match(spec.name):
             return False
         if rule.capabilities and not set(rule.capabilities) & spec.capabilities:
             return False
@@ -219,19 +230,29 @@ class RulePolicyEngine(IPolicyEngine):
             return False
         # A deny rule matches when any value does; a grade rule only when all values do, so
         # "git status" being low never makes "git status; rm -rf x" low.
-        for patterns, values in (
-            (rule.paths, facts.paths),
-            (rule.commands, facts.commands),
-            (rule.domains, facts.domains),
+        for pattern, values in (
+            (paths, facts.paths),
+            (commands, facts.commands),
+            (domains, facts.domains),
         ):
-            if not patterns:
+            if pattern is None:
                 continue
             if not values:
                 return False
-            hits = [_glob_any(value, patterns) for value in values]
+            hits = [pattern.match(value) is not None for value in values]
             if not (any(hits) if deny else all(hits)):
                 return False
         return True
+
+
+def _compile(patterns: Sequence[str], *, leading_any_dir: bool = False) -> re.Pattern[str] | None:
+    """Globs as one anchored regex; ``**/x`` also matches a bare ``x`` for paths."""
+    if not patterns:
+        return None
+    expanded = list(patterns)
+    if leading_any_dir:
+        expanded += [p[3:] for p in patterns if p.startswith("**/")]
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in expanded))
 
 
 def _strings(value: Any) -> Iterable[str]:
@@ -241,14 +262,6 @@ def _strings(value: Any) -> Iterable[str]:
         for item in value:
             if isinstance(item, str):
                 yield item
-
-
-def _glob_any(value: str, patterns: Sequence[str]) -> bool:
-    return any(
-        fnmatch.fnmatchcase(value, pattern)
-        or (pattern.startswith("**/") and fnmatch.fnmatchcase(value, pattern[3:]))
-        for pattern in patterns
-    )
 
 
 def _one_up(risk: RiskLevel) -> RiskLevel:

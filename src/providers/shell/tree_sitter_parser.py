@@ -225,7 +225,7 @@ class TreeSitterShellParser(IShellParser):
 
 
 def _unescape(word: str) -> str:
-    return re.sub(r"\\(.)", r"\1", word)
+    return re.sub(r"\\(.)", r"\1", word) if "\\" in word else word
 
 
 def _after_options(program: str, args: list[str]) -> list[str]:
