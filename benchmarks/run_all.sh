@@ -7,4 +7,5 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.plan_step_overhead
 "$PY" -m benchmarks.router_eval
 "$PY" -m benchmarks.safety_latency
+"$PY" -m benchmarks.injection_eval
 "$PY" -m benchmarks.startup

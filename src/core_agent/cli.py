@@ -73,6 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         "--tainted", action="store_true", help="as if untrusted content were in context"
     )
 
+    audit = commands.add_parser(
+        "audit", help="a task's policy decisions, approvals, refusals and injection warnings"
+    )
+    audit.add_argument("task_id")
+    audit.add_argument("--json", action="store_true", help="print JSON lines")
+
     commands.add_parser("approvals", help="list the questions tasks are waiting on")
     resolve = commands.add_parser("resolve", help="answer a task's question and resume it")
     resolve.add_argument("request_id")
@@ -88,7 +94,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``core-agent``; returns the exit status."""
     args = _parser().parse_args(argv)
-    from core_agent.contracts.errors import UsageError
+    from core_agent.contracts.errors import CoreAgentError, UsageError
 
     try:
         if args.command == "schema":
@@ -102,6 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "route": _route,
             "policy": _policy_check,
             "approvals": _approvals,
+            "audit": _audit,
             "resolve": _resolve,
         }[args.command]
         result: int = anyio.run(handler, args)
@@ -109,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         print(f"core-agent: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except CoreAgentError as exc:
+        print(f"core-agent: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
 
@@ -139,8 +149,13 @@ async def _policy_check(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"workspace_roots": (Path(args.workspace),)})
     container = KernelContainer()
     container.settings.override(settings)
+    registry = container.tool_registry()
+    if args.tool not in registry.names():
+        raise UsageError(
+            f"unknown tool {args.tool!r}; available tools: {', '.join(registry.names())}"
+        )
     report = await check_call(
-        tools=container.tool_registry(),
+        tools=registry,
         policy=container.policy_engine(),
         sandbox=container.sandbox(),
         threshold=settings.policy_approval_required_risk,
@@ -322,6 +337,53 @@ def _print_summary(
         f"tokens: {usage.input_tokens} in / {usage.output_tokens} out  cost: {cost}",
         markup=False,
     )
+
+
+_REFUSALS = frozenset({"SandboxRefusedError", "PolicyDeniedError", "ApprovalDeniedError"})
+
+
+async def _audit(args: argparse.Namespace) -> int:
+    from shared.agent_protocol import (
+        ApprovalRequested,
+        ApprovalResolved,
+        InjectionSuspected,
+        PolicyDecided,
+        ToolCompleted,
+    )
+
+    kernel, _ = _kernel()
+    async with kernel:
+        events = await kernel.task_events(args.task_id)
+    for event in events:
+        if isinstance(event, ToolCompleted):
+            result = event.result
+            if result.error_type not in _REFUSALS:
+                continue
+            line = f"refused   {result.name}: {result.error_type}: {result.content[:200]}"
+        elif isinstance(event, PolicyDecided):
+            line = (
+                f"policy    {event.tool}: {event.risk.value} by rule {event.rule}"
+                + (" DENIED" if event.denied else "")
+                + (" (approval required)" if event.approval_required else "")
+                + (" [tainted]" if event.tainted else "")
+            )
+        elif isinstance(event, ApprovalRequested):
+            request = event.request
+            subject = request.tool_call.name if request.tool_call else "question"
+            line = f"asked     {subject} ({request.risk.value}): request {request.request_id}"
+        elif isinstance(event, ApprovalResolved):
+            decision = event.decision
+            verdict = f"approved ({decision.scope})" if decision.approved else "denied"
+            line = f"decided   request {decision.request_id}: {verdict} {decision.reason}".rstrip()
+        elif isinstance(event, InjectionSuspected):
+            line = f"injection {event.tool}: {', '.join(event.signals)}"
+        else:
+            continue
+        if args.json:
+            print(event.model_dump_json())
+        else:
+            print(f"{event.occurred_at:%H:%M:%S} {line}")
+    return EXIT_OK
 
 
 async def _approvals(args: argparse.Namespace) -> int:

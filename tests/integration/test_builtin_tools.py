@@ -184,6 +184,8 @@ async def test_an_injected_file_cannot_make_the_agent_send_data_without_approval
         )
         events = await kernel.task_events(result.task_id)
     assert collector.requests == []  # nothing left the machine
+    (warning,) = [e for e in events if e.kind == "safety.injection_suspected"]
+    assert warning.tool == "read_file" and "asks to ignore instructions" in warning.signals
     decided = [e for e in events if e.kind == "policy.decided" and e.tool == "http_fetch"]
     assert decided and decided[0].tainted and decided[0].risk.value == "high"
     assert decided[0].approval_required

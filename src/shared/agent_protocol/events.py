@@ -170,6 +170,16 @@ class PolicyDecided(_Event):
     tainted: bool = False
 
 
+class InjectionSuspected(_Event):
+    """A tool's output looks like a prompt injection (advisory: nothing is blocked by it)."""
+
+    kind: Literal["safety.injection_suspected"] = "safety.injection_suspected"
+    call_id: str
+    tool: str
+    signals: list[str]
+    score: float
+
+
 class ApprovalRequested(_Event):
     """A tool call needs a human decision."""
 
@@ -202,6 +212,7 @@ AgentEvent = Annotated[
     | ToolStarted
     | ToolCompleted
     | PolicyDecided
+    | InjectionSuspected
     | ApprovalRequested
     | ApprovalResolved,
     Field(discriminator="kind"),

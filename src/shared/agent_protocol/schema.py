@@ -10,6 +10,7 @@ from shared.agent_protocol.approval import ApprovalDecision, ApprovalRequest
 from shared.agent_protocol.events import (
     ApprovalRequested,
     ApprovalResolved,
+    InjectionSuspected,
     LLMCompleted,
     LLMDelta,
     PlanCreated,
@@ -67,6 +68,7 @@ ProtocolMessage = Annotated[
     | ToolStarted
     | ToolCompleted
     | PolicyDecided
+    | InjectionSuspected
     | ApprovalRequested
     | ApprovalResolved,
     Field(discriminator="kind"),

@@ -1,0 +1,143 @@
+"""An advisory detector of prompt injection in tool output.
+
+It looks for what injected text tends to carry: instruction-like phrasing aimed at the model,
+chat role markers, invisible Unicode (zero-width, bidirectional overrides, tag characters) and
+encoded payloads that decode to such instructions. A hit is reported (event, span, a warning
+inside the spotlighted block); it never blocks anything by itself. What stops an exfiltration
+is the policy: once untrusted content is in context, write, exec and network calls need more
+approval.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass
+
+_SECRETS = r"(?:api[_ ]?keys?|passwords?|secrets?|credentials|tokens?|ssh keys?|(?<![\w.])\.env)"
+_INSTRUCTIONS = [
+    (re.compile(p, re.IGNORECASE | re.DOTALL), label, weight)
+    for p, label, weight in (
+        (
+            r"\b(ignore|disregard|forget|override)\b.{0,40}\b(previous|prior|above|earlier|all|"
+            r"your|the)\b.{0,30}\b(instructions?|prompts?|rules|directions|guidelines)\b",
+            "asks to ignore instructions",
+            1.0,
+        ),
+        (
+            r"\byou are (now|no longer)\b|\bfrom now on,? you\b|\bact as (an?|the)\b|"
+            r"\bpretend (to be|you are)\b",
+            "tries to change the assistant's role",
+            0.6,
+        ),
+        (
+            r"\b(new|updated|real|actual|hidden) (system )?(instructions?|prompt|task)\b",
+            "announces new instructions",
+            0.6,
+        ),
+        (r"\b(system prompt|developer mode|jailbreak|DAN mode)\b", "talks about the prompt", 0.5),
+        (
+            r"\b(do not|don't|never) (tell|inform|mention|reveal|show)\b.{0,30}\b(user|human)\b",
+            "asks to hide something from the user",
+            0.8,
+        ),
+        (
+            r"\b(send|post|upload|forward|email|transmit|exfiltrate|leak)\b.{0,60}"
+            r"(https?://|\bto\b.{0,20}@|\bwebhook\b)",
+            "asks to send data somewhere",
+            0.6,
+        ),
+        (
+            rf"{_SECRETS}.{{0,60}}\b(send|post|include|append|reveal|print|share|leak)|"
+            rf"\b(send|post|include|append|reveal|share|leak)\b.{{0,60}}{_SECRETS}",
+            "asks for secrets",
+            0.6,
+        ),
+        (r"\bcurl\b[^\n|]{0,200}\|\s*(ba)?sh\b|\brm -rf\b", "contains a dangerous command", 0.6),
+        (
+            r"\b(assistants?|ais?|models?|agents?|llms?|chatbots?)\b.{0,60}\b(must|should|will|shall)"
+            r" (now |immediately )?(call|run|execute|send|use|fetch|write|delete)\b|"
+            r"\byou (must|should) (now |immediately )?(call|run|execute|use) the \w+ tool\b",
+            "gives the assistant orders",
+            0.8,
+        ),
+        (r"\b(user|human)\s*:.{0,300}\b(assistant|ai)\s*:", "contains a fake dialogue", 0.6),
+    )
+]
+_CHAT_TOKENS = re.compile(
+    r"<\|im_start\|>|<\|im_end\|>|\[/?INST\]|<\|(system|user|assistant)\|>|"
+    r"</?(system|assistant)>",
+    re.IGNORECASE,
+)
+"""Chat-template tokens: no ordinary document contains them."""
+_ROLE_MARKERS = re.compile(
+    r"^\s*(system|assistant|user|developer)\s*:|^\s*#{2,}\s*(instruction|system)\b",
+    re.IGNORECASE | re.MULTILINE,
+)
+_INVISIBLE = re.compile(
+    "[\u200b-\u200f\u2060-\u2064\ufeff\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]"
+)
+_BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4}){8,}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
+_HEX = re.compile(r"\b(?:[0-9a-fA-F]{2}){24,}\b")
+
+
+@dataclass(frozen=True, slots=True)
+class InjectionReport:
+    """What the detector found; ``suspicious`` when the signals add up to the threshold."""
+
+    signals: tuple[str, ...]
+    score: float
+
+    @property
+    def suspicious(self) -> bool:
+        """Whether the content should be flagged."""
+        return self.score >= 1.0
+
+
+class InjectionDetector:
+    """Scores text; pure and fast (regular expressions over at most ``max_chars``)."""
+
+    def __init__(self, *, max_chars: int = 200_000) -> None:
+        self._max_chars = max_chars
+
+    def inspect(self, text: str) -> InjectionReport:
+        """Signals found in ``text`` and their combined score."""
+        sample = text[: self._max_chars]
+        signals: list[str] = []
+        score = 0.0
+        for pattern, label, weight in _INSTRUCTIONS:
+            if pattern.search(sample):
+                signals.append(label)
+                score += weight
+        if _CHAT_TOKENS.search(sample):
+            signals.append("contains chat-template role markers")
+            score += 1.0
+        elif _ROLE_MARKERS.search(sample):
+            signals.append("contains chat role markers")
+            score += 0.6
+        invisible = len(_INVISIBLE.findall(sample))
+        if invisible:
+            signals.append(f"contains {invisible} invisible Unicode characters")
+            score += 1.0 if invisible >= 3 else 0.5
+        for decoded in _decoded_payloads(sample):
+            inner = self.inspect(decoded) if len(decoded) < len(sample) else None
+            if inner is not None and inner.signals:
+                signals.append("an encoded payload decodes to: " + ", ".join(inner.signals))
+                score += 1.0
+                break
+        return InjectionReport(tuple(signals), round(score, 2))
+
+
+def _decoded_payloads(text: str) -> list[str]:
+    payloads: list[str] = []
+    for match in _BASE64.finditer(text):
+        try:
+            raw = base64.b64decode(match.group(0), validate=True)
+        except (binascii.Error, ValueError):
+            continue
+        payloads.append(raw.decode("utf-8", "ignore"))
+    for match in _HEX.finditer(text):
+        payloads.append(bytes.fromhex(match.group(0)).decode("utf-8", "ignore"))
+    # Only text is worth a second look; random bytes (hashes, keys) are not instructions.
+    return [p for p in payloads if p and sum(c.isprintable() for c in p) / len(p) > 0.9]
