@@ -178,7 +178,9 @@ class KernelContainer(containers.DeclarativeContainer):
         max_steps=settings.provided.plan_max_steps,
         temperature=settings.provided.model_temperature,
     )
-    react_executor = providers.Singleton(ReActExecutor, loop=react_loop)
+    react_executor = providers.Singleton(
+        ReActExecutor, loop=react_loop, checkpoints=checkpoint_store
+    )
     plan_execute_executor = providers.Singleton(
         PlanExecuteExecutor,
         planner=planner,

@@ -182,7 +182,18 @@ async def test_an_injected_file_cannot_make_the_agent_send_data_without_approval
         result = await kernel.execute_task(
             TaskRequest(task="Summarise my notes.", force_mode="react")
         )
+        assert result.status.value == "waiting_approval"  # suspended, nothing sent
+        (pending,) = await kernel.pending_approvals()
+        assert pending.tool_call.name == "http_fetch"
+        assert "/collect" in pending.tool_call.arguments["url"]
+        result = await kernel.resolve_approval(
+            pending.request_id,
+            ApprovalDecision(
+                request_id=pending.request_id, approved=False, reason="that is exfiltration"
+            ),
+        )
         events = await kernel.task_events(result.task_id)
+    assert result.status.value == "succeeded"
     assert collector.requests == []  # nothing left the machine
     (warning,) = [e for e in events if e.kind == "safety.injection_suspected"]
     assert warning.tool == "read_file" and "asks to ignore instructions" in warning.signals

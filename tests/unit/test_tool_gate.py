@@ -64,15 +64,48 @@ async def test_every_call_is_graded_and_traced_with_its_rule(kernel_for) -> None
     assert span.attributes["rule"] == "default:capabilities(read)"
 
 
-async def test_without_an_approver_a_risky_call_is_refused(kernel_for) -> None:
+async def test_without_an_approver_the_task_suspends_and_resumes_on_a_decision(kernel_for) -> None:
     kernel, tasks, _ = kernel_for(
-        calls(("launch", {"target": "rocket"})), ScriptedTurn(content="could not")
+        calls(("peek", {"name": "a"}), ("launch", {"target": "rocket"})),
+        ScriptedTurn(content="launched it"),
     )
-    result = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    waiting = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    assert waiting.status is TaskStatus.WAITING_APPROVAL
     assert launched == []
-    (refused,) = results(tasks, result.task_id)
-    assert refused.error_type == "ApprovalDeniedError"
-    assert "no approver is connected" in refused.content
+    (pending,) = await kernel.pending_approvals()
+    assert pending.request_id == waiting.pending_approval
+    assert pending.tool_call.name == "launch" and pending.call_hash
+
+    done = await kernel.resolve_approval(
+        pending.request_id, ApprovalDecision(request_id=pending.request_id, approved=True)
+    )
+    assert done.status is TaskStatus.SUCCEEDED and done.output == "launched it"
+    assert launched == ["rocket"]
+    # The call that had finished before the suspension was not run again.
+    peeks = [
+        e
+        for e in tasks.events[waiting.task_id]
+        if e.kind == "tool.completed" and e.result.name == "peek"
+    ]
+    assert len(peeks) == 1
+
+
+async def test_a_denied_suspended_call_is_reported_to_the_model(kernel_for) -> None:
+    kernel, tasks, _ = kernel_for(
+        calls(("launch", {"target": "rocket"})), ScriptedTurn(content="ok, not launching")
+    )
+    waiting = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    done = await kernel.resolve_approval(
+        waiting.pending_approval,
+        ApprovalDecision(
+            request_id=waiting.pending_approval, approved=False, reason="too dangerous"
+        ),
+    )
+    assert done.status is TaskStatus.SUCCEEDED and done.output == "ok, not launching"
+    assert launched == []
+    refused = [e.result for e in tasks.events[waiting.task_id] if e.kind == "tool.completed"]
+    assert refused[-1].error_type == "ApprovalDeniedError"
+    assert "too dangerous" in refused[-1].content
 
 
 async def test_an_approved_call_runs_and_the_task_waited_while_asked(kernel_for) -> None:
@@ -101,9 +134,11 @@ async def test_an_approved_call_runs_and_the_task_waited_while_asked(kernel_for)
     assert any(s.kind == "approval" and s.attributes["approved"] for s in traces.spans)
 
 
-async def test_changing_the_arguments_after_approval_refuses_the_call(kernel_for) -> None:
+async def test_a_call_changed_after_approval_is_refused(kernel_for, container) -> None:
     def approve_then_tamper(request):
-        request.tool_call.arguments["target"] = "the neighbours"
+        # Someone edits the suspended call (in the store) after it was shown and approved.
+        saved = checkpoints.saved[(request.task_id, "react")]
+        saved["calls"][0]["arguments"]["target"] = "the neighbours"
         return ApprovalDecision(request_id=request.request_id, approved=True)
 
     kernel, tasks, _ = kernel_for(
@@ -111,6 +146,7 @@ async def test_changing_the_arguments_after_approval_refuses_the_call(kernel_for
         ScriptedTurn(content="x"),
         callback=approve_then_tamper,
     )
+    checkpoints = container.checkpoint_store()
     result = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
     assert launched == []
     (refused,) = results(tasks, result.task_id)

@@ -5,6 +5,7 @@ kept apart from run failures (something went wrong while a task ran; the task re
 fails, and the host may retry)::
 
     CoreAgentError
+    ├── ApprovalPendingError            not a failure: the task waits, durably, for a human
     ├── UsageError                      misuse: raised to the caller, never stored as a result
     │   ├── ConfigurationError          bad or missing settings
     │   │   ├── ProviderNotFoundError   no installed provider has that name
@@ -41,11 +42,28 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from pydantic import ValidationError
+
+    from shared.agent_protocol import ApprovalRequest
 
 
 class CoreAgentError(Exception):
     """Root of every error the kernel and its adapters raise on purpose."""
+
+
+class ApprovalPendingError(CoreAgentError):
+    """A run stops here until a human decides on ``requests``.
+
+    The task is suspended, not failed. Executors raise it after saving what they need to
+    resume.
+    """
+
+    def __init__(self, requests: Sequence[ApprovalRequest]) -> None:
+        self.requests = list(requests)
+        ids = ", ".join(r.request_id for r in self.requests)
+        super().__init__(f"waiting for a human decision on request(s) {ids}")
 
 
 class UsageError(CoreAgentError):

@@ -72,6 +72,15 @@ class ExecutionContext:
     """How risky calls reach a human; without it they are refused."""
     tainted: bool = False
     """Set once untrusted content (file or web content) has entered the conversation."""
+    can_suspend: bool = False
+    """Whether the executor can stop at a risky call and resume later (``ApprovalPendingError``)
+    when no approver is connected; otherwise such calls are refused."""
+    resumed_approvals: dict[str, tuple[ApprovalRequest, ApprovalDecision]] = field(
+        default_factory=dict
+    )
+    """On resume: tool-call id -> the request shown and the human's decision."""
+    approval_decisions: dict[str, ApprovalDecision] = field(default_factory=dict)
+    """On resume: every decision recorded for the task, by request id."""
 
 
 @dataclass(frozen=True, slots=True)

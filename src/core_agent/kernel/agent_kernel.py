@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from core_agent.contracts.approval_gateway import ApprovalCallback
 from core_agent.contracts.errors import (
+    ApprovalPendingError,
     ConfigurationError,
     RunError,
     TaskFailedError,
@@ -230,6 +231,8 @@ class AgentKernel:
         events = _TaskEvents(self._task_store, self._event_bus, state.task_id, next_seq)
         context = self._context(state, events, None)
         context.stats.usage = state.usage
+        if request.tool_call is not None:
+            return await self._resume_tool_call(state, context, events, persisted, decision)
         # The decision is recorded with the status change it causes, so of two concurrent
         # resolutions exactly one takes effect; the other gets InvalidTransitionError.
         resolved = events.make(ApprovalResolved, decision=decision)
@@ -275,9 +278,7 @@ class AgentKernel:
         waiting = await self._task_store.list_tasks(status=TaskStatus.WAITING_APPROVAL, limit=1000)
         pending = []
         for state in waiting:
-            request = _open_request(await self._task_store.list_events(state.task_id))
-            if request is not None:
-                pending.append(request)
+            pending.extend(_open_requests(await self._task_store.list_events(state.task_id)))
         return sorted(pending, key=lambda r: r.created_at)
 
     async def cancel_task(self, task_id: str, reason: str = "canceled by host") -> None:
@@ -454,6 +455,8 @@ class AgentKernel:
                         root.cost_usd = usage.cost_usd
             if scope.cancelled_caught:
                 return await self._finish_canceled(state, context, events, "canceled by host")
+        except ApprovalPendingError as pending:
+            return await self._suspend(state, context, events, pending)
         except RunError as exc:
             return await self._finish_failed(state, context, events, exc)
         except anyio.get_cancelled_exc_class():
@@ -485,6 +488,75 @@ class AgentKernel:
             output=outcome.output,
             structured=outcome.structured,
         )
+
+    async def _suspend(
+        self,
+        state: TaskState,
+        context: ExecutionContext,
+        events: _TaskEvents,
+        pending: ApprovalPendingError,
+    ) -> TaskResult:
+        """Record the requests and leave the task ``waiting_approval`` until they are decided."""
+        for request in pending.requests:
+            await events(ApprovalRequested, request=request)
+        first = pending.requests[0].request_id
+        usage = context.stats.usage
+        await self._move(
+            state,
+            TaskStatus.RUNNING,
+            TaskStatus.WAITING_APPROVAL,
+            events.make(TaskWaitingApproval, request_id=first),
+            usage=usage,
+        )
+        names = ", ".join(r.tool_call.name for r in pending.requests if r.tool_call)
+        waiting = self._result(
+            state,
+            context,
+            TaskStatus.WAITING_APPROVAL,
+            error=f"waiting for a human to approve: {names}",
+            pending_approval=first,
+        )
+        if self._approval_callback is None:
+            return waiting  # resolve_approval() continues it, in this process or another
+        decisions: dict[str, ApprovalDecision] = {}
+
+        async def ask(request: ApprovalRequest) -> None:
+            decisions[request.request_id] = await self._ask_host(request)
+
+        async with anyio.create_task_group() as group:
+            for request in pending.requests:
+                group.start_soon(ask, request)
+        result = waiting
+        for request in pending.requests:
+            result = await self.resolve_approval(request.request_id, decisions[request.request_id])
+        return result
+
+    async def _ask_host(self, request: ApprovalRequest) -> ApprovalDecision:
+        """The host callback's decision, with the time limit; failures and timeouts deny."""
+        callback = self._approval_callback
+        if callback is None:
+            return _denial(request, "no approver is connected")
+        timeout = self._approval_timeout_s
+        try:
+            with anyio.move_on_after(timeout) as scope:
+                if inspect.iscoroutinefunction(callback):
+                    answer = await callback(request)
+                else:
+                    answer = await anyio.to_thread.run_sync(
+                        callback, request, abandon_on_cancel=True
+                    )
+                    if inspect.isawaitable(answer):
+                        answer = await answer
+        except Exception as exc:
+            log.warning("approval callback failed", exc_info=True)
+            return _denial(request, f"the approval callback failed: {type(exc).__name__}: {exc}")
+        if scope.cancelled_caught:
+            return _denial(request, f"no decision within {timeout:g} s")
+        if not isinstance(answer, ApprovalDecision):
+            return _denial(request, f"the approval callback returned {type(answer).__name__}")
+        if answer.request_id != request.request_id:
+            return _denial(request, "the decision names another request")
+        return answer
 
     async def _wait_for_human(
         self,
@@ -523,10 +595,56 @@ class AgentKernel:
     async def _pending_request(self, request_id: str) -> tuple[TaskState, ApprovalRequest]:
         waiting = await self._task_store.list_tasks(status=TaskStatus.WAITING_APPROVAL, limit=1000)
         for state in waiting:
-            request = _open_request(await self._task_store.list_events(state.task_id))
-            if request is not None and request.request_id == request_id:
-                return state, request
+            for request in _open_requests(await self._task_store.list_events(state.task_id)):
+                if request.request_id == request_id:
+                    return state, request
         raise UsageError(f"no task is waiting on approval request {request_id!r}")
+
+    async def _resume_tool_call(
+        self,
+        state: TaskState,
+        context: ExecutionContext,
+        events: _TaskEvents,
+        persisted: Sequence[BaseModel],
+        decision: ApprovalDecision,
+    ) -> TaskResult:
+        """Record a decision on a suspended call; resume once every request has one."""
+        request = next(
+            e.request
+            for e in persisted
+            if isinstance(e, ApprovalRequested) and e.request.request_id == decision.request_id
+        )
+        await Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id).record(
+            "approval",
+            request.tool_call.name if request.tool_call else "question",
+            started_at=request.created_at,
+            ended_at=_now(),
+            attributes={
+                "request_id": request.request_id,
+                "call_hash": request.call_hash,
+                "approved": decision.approved,
+                "scope": decision.scope,
+                "decided_by": decision.decided_by,
+                "reason": decision.reason,
+            },
+        )
+        resolved = events.make(ApprovalResolved, decision=decision)
+        still_open = [r for r in _open_requests(persisted) if r.request_id != decision.request_id]
+        if still_open:
+            await self._task_store.append_event(resolved)
+            await self._event_bus.publish(resolved)
+            return self._result(
+                state,
+                context,
+                TaskStatus.WAITING_APPROVAL,
+                error="waiting for the other pending approvals",
+                pending_approval=still_open[0].request_id,
+            )
+        await self._move(state, TaskStatus.WAITING_APPROVAL, TaskStatus.RUNNING, resolved)
+        await events(TaskResumed)
+        context.approval_decisions = {**_decisions(persisted), decision.request_id: decision}
+        executor = self._executors.get(state.strategy or "react") or self._executors["react"]
+        return await self._drive(state, executor, context, events)
 
     async def _finish_failed(
         self, state: TaskState, context: ExecutionContext, events: _TaskEvents, exc: Exception
@@ -635,30 +753,7 @@ class _HumanApprovals:
         return decision
 
     async def _ask(self, request: ApprovalRequest) -> ApprovalDecision:
-        callback = self._kernel._approval_callback
-        if callback is None:
-            return _denial(request, "no approver is connected")
-        timeout = self._kernel._approval_timeout_s
-        try:
-            with anyio.move_on_after(timeout) as scope:
-                if inspect.iscoroutinefunction(callback):
-                    answer = await callback(request)
-                else:
-                    answer = await anyio.to_thread.run_sync(
-                        callback, request, abandon_on_cancel=True
-                    )
-                    if inspect.isawaitable(answer):
-                        answer = await answer
-        except Exception as exc:
-            log.warning("approval callback failed", exc_info=True)
-            return _denial(request, f"the approval callback failed: {type(exc).__name__}: {exc}")
-        if scope.cancelled_caught:
-            return _denial(request, f"no decision within {timeout:g} s")
-        if not isinstance(answer, ApprovalDecision):
-            return _denial(request, f"the approval callback returned {type(answer).__name__}")
-        if answer.request_id != request.request_id:
-            return _denial(request, "the decision names another request")
-        return answer
+        return await self._kernel._ask_host(request)
 
 
 def _denial(request: ApprovalRequest, reason: str) -> ApprovalDecision:
@@ -667,12 +762,17 @@ def _denial(request: ApprovalRequest, reason: str) -> ApprovalDecision:
     )
 
 
-def _open_request(events: Any) -> ApprovalRequest | None:
-    """The last approval request in a task's log that has no decision yet."""
+def _open_requests(events: Sequence[BaseModel]) -> list[ApprovalRequest]:
+    """The approval requests in a task's log that have no decision yet, oldest first."""
     open_requests: dict[str, ApprovalRequest] = {}
     for event in events:
         if isinstance(event, ApprovalRequested):
             open_requests[event.request.request_id] = event.request
         elif isinstance(event, ApprovalResolved):
             open_requests.pop(event.decision.request_id, None)
-    return list(open_requests.values())[-1] if open_requests else None
+    return list(open_requests.values())
+
+
+def _decisions(events: Sequence[BaseModel]) -> dict[str, ApprovalDecision]:
+    """Every decision recorded in a task's log, by request id."""
+    return {e.decision.request_id: e.decision for e in events if isinstance(e, ApprovalResolved)}

@@ -24,7 +24,11 @@ from typing import Any
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from core_agent.contracts.errors import StructuredOutputError, TurnLimitExceededError
+from core_agent.contracts.errors import (
+    ApprovalPendingError,
+    StructuredOutputError,
+    TurnLimitExceededError,
+)
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import (
     ILLMGateway,
@@ -47,6 +51,7 @@ from core_agent.orchestration.tool_gate import ToolCallGate
 from core_agent.safety.injection_detector import InjectionDetector
 from core_agent.tooling.tool_runner import ToolRunner
 from shared.agent_protocol import (
+    ApprovalRequest,
     ChatMessage,
     InjectionSuspected,
     ToolCall,
@@ -76,6 +81,26 @@ class LoopResult:
 
     output: str
     structured: dict[str, object] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTurn:
+    """A model turn whose tool calls were interrupted to wait for a human.
+
+    ``results`` holds the calls (by position) that had already finished.
+    """
+
+    calls: tuple[ToolCall, ...]
+    results: dict[int, ToolResult]
+
+
+class TurnSuspended(Exception):
+    """Raised by the loop when calls of a turn wait for approval and the run can suspend."""
+
+    def __init__(self, requests: list[ApprovalRequest], turn: PendingTurn) -> None:
+        self.requests = requests
+        self.turn = turn
+        super().__init__(f"{len(requests)} call(s) wait for approval")
 
 
 @dataclass(slots=True)
@@ -152,10 +177,15 @@ class ReActLoop:
         allowed: Sequence[str],
         parent_span_id: str | None,
         output_type: type[BaseModel] | None = None,
+        resume: PendingTurn | None = None,
     ) -> LoopResult:
         """Loop model turns and tool calls until the model answers; appends to ``messages``.
 
+        With ``resume``, the interrupted turn's remaining calls run first (``messages`` ends
+        with that turn's assistant message).
+
         Raises:
+            TurnSuspended: Calls wait for a human and ``context.can_suspend`` is set.
             TurnLimitExceededError: No answer within ``max_turns``.
             StructuredOutputError: With ``output_type``, the answer never validated.
             ModelError: A model call failed.
@@ -168,6 +198,18 @@ class ReActLoop:
         if output_type is not None:
             definitions.append(_final_answer_definition(output_type))
         state = _LoopState()
+        if resume is not None:
+            await self._run_tools(
+                context,
+                tracer,
+                list(resume.calls),
+                allowed,
+                messages,
+                state,
+                parent_span_id,
+                output_type,
+                prefilled=resume.results,
+            )
         for _ in range(max_turns):
             context.stats.turns += 1
             response = await self._call_model(
@@ -268,10 +310,16 @@ class ReActLoop:
         state: _LoopState,
         parent_span_id: str | None,
         output_type: type[BaseModel] | None,
+        *,
+        prefilled: Mapping[int, ToolResult] | None = None,
     ) -> None:
         results: list[ToolResult | None] = [None] * len(calls)
         to_run: list[int] = []
+        pending: dict[int, list[ApprovalRequest]] = {}
         for index, call in enumerate(calls):
+            if prefilled and index in prefilled:
+                results[index] = prefilled[index]
+                continue
             if output_type is not None and call.name == FINAL_ANSWER_TOOL:
                 error = state.last_output_error
                 results[index] = _error_result(
@@ -295,9 +343,12 @@ class ReActLoop:
 
         async def run_one(index: int) -> None:
             async with limiter:
-                results[index] = await self._call_tool(
-                    context, tracer, calls[index], allowed, parent_span_id
-                )
+                try:
+                    results[index] = await self._call_tool(
+                        context, tracer, calls[index], allowed, parent_span_id
+                    )
+                except ApprovalPendingError as exc:
+                    pending[index] = exc.requests
 
         if len(to_run) == 1:
             await run_one(to_run[0])
@@ -305,6 +356,11 @@ class ReActLoop:
             async with anyio.create_task_group() as group:
                 for index in to_run:
                     group.start_soon(run_one, index)
+
+        if pending:
+            finished = {i: r for i, r in enumerate(results) if r is not None}
+            requests = [request for index in sorted(pending) for request in pending[index]]
+            raise TurnSuspended(requests, PendingTurn(tuple(calls), finished))
 
         for call, result in zip(calls, results, strict=True):
             assert result is not None

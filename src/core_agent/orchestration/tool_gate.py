@@ -13,7 +13,11 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from core_agent.contracts.errors import ApprovalDeniedError, PolicyDeniedError
+from core_agent.contracts.errors import (
+    ApprovalDeniedError,
+    ApprovalPendingError,
+    PolicyDeniedError,
+)
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.policy_engine import IPolicyEngine
 from core_agent.contracts.tool import ToolSpec
@@ -87,30 +91,38 @@ class ToolCallGate:
         scope = {"task_id": context.task_id, "session_id": context.session_id, "tool": spec.name}
         if self._grants.covering(**scope, arguments=arguments) is not None:
             return
-        if context.request_approval is None:
-            raise ApprovalDeniedError(
-                f"{spec.name} is {decision.risk.value} risk (rule {decision.rule!r}) and needs a "
-                "human's approval, but no approver is connected",
-                tool_name=spec.name,
+        resumed = context.resumed_approvals.get(call.id)
+        if resumed is not None:
+            # A human decided while the task was suspended; the shown call is the bound one.
+            request, answer = resumed
+        else:
+            request = ApprovalRequest(
+                request_id=uuid.uuid4().hex,
+                task_id=context.task_id,
+                session_id=context.session_id,
+                tool_call=call,
+                call_hash=call_hash(spec.name, arguments),
+                risk=decision.risk,
+                rule=decision.rule,
+                reason=decision.reason,
+                created_at=datetime.now(UTC),
             )
-        shown_hash = call_hash(spec.name, arguments)
-        request = ApprovalRequest(
-            request_id=uuid.uuid4().hex,
-            task_id=context.task_id,
-            session_id=context.session_id,
-            tool_call=call,
-            call_hash=shown_hash,
-            risk=decision.risk,
-            rule=decision.rule,
-            reason=decision.reason,
-            created_at=datetime.now(UTC),
-        )
-        async with tracer.span("approval", spec.name, parent_span_id=parent_span_id) as span:
-            span.attributes.update(request_id=request.request_id, call_hash=shown_hash)
-            answer = await context.request_approval(request)
-            span.attributes.update(
-                approved=answer.approved, scope=answer.scope, decided_by=answer.decided_by
-            )
+            if context.can_suspend:
+                # Durable path: the executor checkpoints and the kernel asks (host or later).
+                raise ApprovalPendingError([request])
+            if context.request_approval is None:
+                raise ApprovalDeniedError(
+                    f"{spec.name} is {decision.risk.value} risk (rule {decision.rule!r}) and "
+                    "needs a human's approval, but no approver is connected",
+                    tool_name=spec.name,
+                )
+            async with tracer.span("approval", spec.name, parent_span_id=parent_span_id) as span:
+                span.attributes.update(request_id=request.request_id, call_hash=request.call_hash)
+                answer = await context.request_approval(request)
+                span.attributes.update(
+                    approved=answer.approved, scope=answer.scope, decided_by=answer.decided_by
+                )
+        shown_hash = request.call_hash
         if answer.request_id != request.request_id:
             raise ApprovalDeniedError(
                 "the decision received was for another request", tool_name=spec.name
