@@ -235,3 +235,29 @@ def test_the_sandbox_settings_reach_the_sandbox(tmp_path) -> None:
     assert isinstance(sandbox, LocalToolSandbox)
     assert not sandbox.check_path(tmp_path / "d" / "x", Capability.WRITE).allowed
     assert sandbox.check_path(tmp_path / "x", Capability.WRITE).allowed
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments"),
+    [
+        ("write_file", {"path": ".git/hooks/pre-commit", "content": "x"}),
+        ("write_file", {"path": "{data}/core_agent.db", "content": "x"}),
+        ("edit_file", {"path": ".git/config", "old_text": "a", "new_text": "b"}),
+        ("run_command", {"command": "echo x > .git/config"}),
+        ("run_command", {"command": "echo x > {data}/new-file"}),
+        ("write_file", {"path": "../escape.txt", "content": "x"}),
+    ],
+)
+async def test_every_writing_tool_is_kept_out_of_protected_paths(
+    tools, workspace, tmp_path, name, arguments
+) -> None:
+    (workspace / ".git").mkdir()
+    (workspace / ".git" / "config").write_text("a")
+    filled = {
+        k: v.replace("{data}", str(tmp_path / "data")) if isinstance(v, str) else v
+        for k, v in arguments.items()
+    }
+    with pytest.raises(Exception, match=r"protected|outside the workspace"):
+        await tools(name, **filled)
+    assert (workspace / ".git" / "config").read_text() == "a"
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
