@@ -17,27 +17,19 @@ class ApprovalCallback(Protocol):
 
 
 class IApprovalGateway(abc.ABC):
-    """Records approval requests durably and delivers each decision to its own request."""
+    """Reaches a human for decisions on approval requests.
+
+    The kernel records every request durably before asking and every decision after, so a
+    gateway only carries the question and the answer. Requests it cannot answer stay pending
+    until the host calls ``AgentKernel.resolve_approval``, in this process or after a restart.
+    """
 
     @abc.abstractmethod
-    async def request(
-        self, request: ApprovalRequest, timeout_s: float | None = None
-    ) -> ApprovalDecision:
-        """Persist ``request`` and wait for its decision.
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision | None:
+        """Show ``request`` to a human and wait for the decision.
 
-        A timeout yields a denial. The request stays pending across a process restart until
-        ``resolve`` is called.
+        Returns:
+            The decision (its ``request_id`` must be ``request.request_id``); a denial when
+            the wait times out or the channel fails; ``None`` when no human can be reached
+            now, which leaves the request pending. Never raises for a channel failure.
         """
-
-    @abc.abstractmethod
-    async def resolve(self, decision: ApprovalDecision) -> None:
-        """Answer a pending request.
-
-        Raises:
-            UsageError: No pending request has ``decision.request_id`` (unknown or already
-                resolved).
-        """
-
-    @abc.abstractmethod
-    async def pending(self) -> list[ApprovalRequest]:
-        """Requests still waiting for a decision, oldest first."""

@@ -5,7 +5,6 @@ It also answers the questions a task asks a human (``resolve_approval``).
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import uuid
@@ -17,7 +16,7 @@ import anyio
 import anyio.to_thread
 from pydantic import BaseModel
 
-from core_agent.contracts.approval_gateway import ApprovalCallback
+from core_agent.contracts.approval_gateway import ApprovalCallback, IApprovalGateway
 from core_agent.contracts.errors import (
     ApprovalPendingError,
     ConfigurationError,
@@ -34,6 +33,7 @@ from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.kernel.state_machine import check_transition
 from core_agent.observability.tracer import Tracer, new_trace_id
 from core_agent.orchestration.react_loop import UNTRUSTED_NOTICE
+from core_agent.safety.approval_gateway import CallbackApprovalGateway, denial
 from shared.agent_protocol import (
     EPHEMERAL_EVENT_KINDS,
     AgentEvent,
@@ -127,7 +127,7 @@ class AgentKernel:
         max_turns: int = 12,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
         closables: Sequence[Closable] = (),
-        approval_callback: ApprovalCallback | None = None,
+        approval_gateway: IApprovalGateway | None = None,
         approval_timeout_s: float = 600.0,
     ) -> None:
         if not executors:
@@ -141,13 +141,24 @@ class AgentKernel:
         self._max_turns = max_turns
         self._system_prompt = system_prompt
         self._closables = closables
-        self._approval_callback = approval_callback
+        self._approval_gateway = approval_gateway
         self._approval_timeout_s = approval_timeout_s
         self._running: dict[str, anyio.CancelScope] = {}
 
     def set_approval_callback(self, callback: ApprovalCallback | None) -> None:
-        """Who decides risky calls from now on (sync or async); ``None`` refuses them."""
-        self._approval_callback = callback
+        """Ask ``callback`` (sync or async) about risky calls from now on.
+
+        With ``None``, risky calls wait durably until ``resolve_approval``.
+        """
+        self._approval_gateway = (
+            CallbackApprovalGateway(callback, timeout_s=self._approval_timeout_s)
+            if callback is not None
+            else None
+        )
+
+    def set_approval_gateway(self, gateway: IApprovalGateway | None) -> None:
+        """Reach humans through ``gateway`` from now on."""
+        self._approval_gateway = gateway
 
     @property
     def event_bus(self) -> IEventBus:
@@ -414,7 +425,7 @@ class AgentKernel:
             emit=events,
             output_type=response_model,
             request_approval=(
-                _HumanApprovals(self, state, events) if self._approval_callback else None
+                _HumanApprovals(self, state, events) if self._approval_gateway else None
             ),
         )
 
@@ -516,9 +527,9 @@ class AgentKernel:
             error=f"waiting for a human to approve: {names}",
             pending_approval=first,
         )
-        if self._approval_callback is None:
+        if self._approval_gateway is None:
             return waiting  # resolve_approval() continues it, in this process or another
-        decisions: dict[str, ApprovalDecision] = {}
+        decisions: dict[str, ApprovalDecision | None] = {}
 
         async def ask(request: ApprovalRequest) -> None:
             decisions[request.request_id] = await self._ask_host(request)
@@ -528,35 +539,16 @@ class AgentKernel:
                 group.start_soon(ask, request)
         result = waiting
         for request in pending.requests:
-            result = await self.resolve_approval(request.request_id, decisions[request.request_id])
+            decision = decisions[request.request_id]
+            if decision is not None:  # an unanswered request stays pending
+                result = await self.resolve_approval(request.request_id, decision)
         return result
 
-    async def _ask_host(self, request: ApprovalRequest) -> ApprovalDecision:
-        """The host callback's decision, with the time limit; failures and timeouts deny."""
-        callback = self._approval_callback
-        if callback is None:
-            return _denial(request, "no approver is connected")
-        timeout = self._approval_timeout_s
-        try:
-            with anyio.move_on_after(timeout) as scope:
-                if inspect.iscoroutinefunction(callback):
-                    answer = await callback(request)
-                else:
-                    answer = await anyio.to_thread.run_sync(
-                        callback, request, abandon_on_cancel=True
-                    )
-                    if inspect.isawaitable(answer):
-                        answer = await answer
-        except Exception as exc:
-            log.warning("approval callback failed", exc_info=True)
-            return _denial(request, f"the approval callback failed: {type(exc).__name__}: {exc}")
-        if scope.cancelled_caught:
-            return _denial(request, f"no decision within {timeout:g} s")
-        if not isinstance(answer, ApprovalDecision):
-            return _denial(request, f"the approval callback returned {type(answer).__name__}")
-        if answer.request_id != request.request_id:
-            return _denial(request, "the decision names another request")
-        return answer
+    async def _ask_host(self, request: ApprovalRequest) -> ApprovalDecision | None:
+        """The gateway's decision; ``None`` when nobody can be asked now."""
+        if self._approval_gateway is None:
+            return None
+        return await self._approval_gateway.ask(request)
 
     async def _wait_for_human(
         self,
@@ -733,7 +725,7 @@ class _HumanApprovals:
                     TaskStatus.WAITING_APPROVAL,
                     self._events.make(TaskWaitingApproval, request_id=request.request_id),
                 )
-        decision = _denial(request, "the wait was interrupted")
+        decision = denial(request, "the wait was interrupted")
         try:
             decision = await self._ask(request)
         finally:
@@ -753,13 +745,8 @@ class _HumanApprovals:
         return decision
 
     async def _ask(self, request: ApprovalRequest) -> ApprovalDecision:
-        return await self._kernel._ask_host(request)
-
-
-def _denial(request: ApprovalRequest, reason: str) -> ApprovalDecision:
-    return ApprovalDecision(
-        request_id=request.request_id, approved=False, reason=reason, decided_by="core-agent"
-    )
+        answer = await self._kernel._ask_host(request)
+        return answer if answer is not None else denial(request, "no approver answered")
 
 
 def _open_requests(events: Sequence[BaseModel]) -> list[ApprovalRequest]:
