@@ -13,6 +13,7 @@ from shared.agent_protocol import (
     ApprovalRequest,
     ChatMessage,
     StrategyMode,
+    TaskEvent,
     TaskRequest,
     TokenUsage,
 )
@@ -36,7 +37,7 @@ class EventSink(Protocol):
     subscribers see it.
     """
 
-    async def __call__(self, event_type: type[BaseModel], /, **fields: Any) -> None:
+    async def __call__(self, event_type: type[TaskEvent], /, **fields: Any) -> None:
         """Publish one event."""
 
 

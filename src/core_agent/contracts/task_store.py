@@ -5,9 +5,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 
-from pydantic import BaseModel
-
-from shared.agent_protocol import TaskState, TaskStatus, TokenUsage
+from shared.agent_protocol import TaskEvent, TaskState, TaskStatus, TokenUsage
 
 
 class ITaskStore(abc.ABC):
@@ -19,7 +17,7 @@ class ITaskStore(abc.ABC):
     """
 
     @abc.abstractmethod
-    async def create_task(self, task: TaskState, queued_event: BaseModel) -> None:
+    async def create_task(self, task: TaskState, queued_event: TaskEvent) -> None:
         """Insert a new task (and its session if new) together with its first event.
 
         Raises:
@@ -51,7 +49,7 @@ class ITaskStore(abc.ABC):
         *,
         from_status: TaskStatus,
         to_status: TaskStatus,
-        event: BaseModel | None = None,
+        event: TaskEvent | None = None,
         strategy: str | None = None,
         output: str | None = None,
         error: str | None = None,
@@ -69,7 +67,7 @@ class ITaskStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def append_event(self, event: BaseModel) -> None:
+    async def append_event(self, event: TaskEvent) -> None:
         """Append one event (it carries ``task_id`` and ``seq``) to its task's log.
 
         Raises:
@@ -77,7 +75,7 @@ class ITaskStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def list_events(self, task_id: str) -> Sequence[BaseModel]:
+    async def list_events(self, task_id: str) -> Sequence[TaskEvent]:
         """The task's persisted events in ``seq`` order, as protocol event models."""
 
     @abc.abstractmethod

@@ -45,6 +45,7 @@ from shared.agent_protocol import (
     StrategySelected,
     SystemMessage,
     TaskCanceled,
+    TaskEvent,
     TaskFailed,
     TaskQueued,
     TaskRequest,
@@ -91,7 +92,7 @@ class _TaskEvents:
         self._task_id = task_id
         self._seq = next_seq
 
-    def make(self, event_type: type[BaseModel], /, **fields: Any) -> BaseModel:
+    def make(self, event_type: type[TaskEvent], /, **fields: Any) -> TaskEvent:
         event = event_type(
             event_id=uuid.uuid4().hex,
             task_id=self._task_id,
@@ -102,9 +103,9 @@ class _TaskEvents:
         self._seq += 1
         return event
 
-    async def __call__(self, event_type: type[BaseModel], /, **fields: Any) -> None:
+    async def __call__(self, event_type: type[TaskEvent], /, **fields: Any) -> None:
         event = self.make(event_type, **fields)
-        if getattr(event, "kind", None) not in EPHEMERAL_EVENT_KINDS:
+        if event.kind not in EPHEMERAL_EVENT_KINDS:
             await self._task_store.append_event(event)
         await self._event_bus.publish(event)
 
@@ -275,7 +276,7 @@ class AgentKernel:
         """Stored tasks, newest first."""
         return await self._task_store.list_tasks(session_id=session_id, status=status, limit=limit)
 
-    async def task_events(self, task_id: str) -> list[BaseModel]:
+    async def task_events(self, task_id: str) -> list[TaskEvent]:
         """The persisted events of a task, in order."""
         await self._task_store.get_task(task_id)
         return list(await self._task_store.list_events(task_id))
@@ -434,7 +435,7 @@ class AgentKernel:
         state: TaskState,
         current: TaskStatus,
         target: TaskStatus,
-        event: BaseModel,
+        event: TaskEvent,
         **fields: Any,
     ) -> None:
         check_transition(state.task_id, current, target)

@@ -9,13 +9,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 
 from core_agent.contracts.errors import InvalidTransitionError, TaskNotFoundError
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.task_store import ITaskStore
 from providers.sqlite.database import SqliteDatabase, transaction
-from shared.agent_protocol import AgentEvent, TaskRequest, TaskState, TaskStatus, TokenUsage
+from shared.agent_protocol import (
+    AgentEvent,
+    TaskEvent,
+    TaskRequest,
+    TaskState,
+    TaskStatus,
+    TokenUsage,
+)
 
 _EVENTS: TypeAdapter[AgentEvent] = TypeAdapter(AgentEvent)
 
@@ -58,17 +65,17 @@ def _row_to_task(row: tuple[Any, ...]) -> TaskState:
     )
 
 
-def _insert_event(conn: sqlite3.Connection, event: BaseModel) -> None:
+def _insert_event(conn: sqlite3.Connection, event: TaskEvent) -> None:
     conn.execute(
         "INSERT INTO agent_task_events (id, task_id, seq, event_type, payload_json, occurred_at)"
         " VALUES (?, ?, ?, ?, ?, ?)",
         (
-            getattr(event, "event_id"),  # noqa: B009 - events are typed by the protocol union
-            getattr(event, "task_id"),  # noqa: B009
-            getattr(event, "seq"),  # noqa: B009
-            getattr(event, "kind"),  # noqa: B009
+            event.event_id,
+            event.task_id,
+            event.seq,
+            event.kind,
             event.model_dump_json(),
-            _iso(getattr(event, "occurred_at")),  # noqa: B009
+            _iso(event.occurred_at),
         ),
     )
 
@@ -89,7 +96,7 @@ class SqliteTaskStore(ITaskStore):
         """The underlying database (for diagnostics)."""
         return self._db
 
-    async def create_task(self, task: TaskState, queued_event: BaseModel) -> None:
+    async def create_task(self, task: TaskState, queued_event: TaskEvent) -> None:
         """Insert the session if new, the task, and its first event, in one transaction."""
         created = _iso(task.created_at)
 
@@ -166,7 +173,7 @@ class SqliteTaskStore(ITaskStore):
         *,
         from_status: TaskStatus,
         to_status: TaskStatus,
-        event: BaseModel | None = None,
+        event: TaskEvent | None = None,
         strategy: str | None = None,
         output: str | None = None,
         error: str | None = None,
@@ -207,7 +214,7 @@ class SqliteTaskStore(ITaskStore):
 
         await self._db.run(write)
 
-    async def append_event(self, event: BaseModel) -> None:
+    async def append_event(self, event: TaskEvent) -> None:
         """Append one event to its task's log."""
 
         def write(conn: sqlite3.Connection) -> None:
@@ -215,7 +222,7 @@ class SqliteTaskStore(ITaskStore):
 
         await self._db.run(write)
 
-    async def list_events(self, task_id: str) -> Sequence[BaseModel]:
+    async def list_events(self, task_id: str) -> Sequence[TaskEvent]:
         """The task's events in ``seq`` order."""
 
         def read(conn: sqlite3.Connection) -> list[tuple[str]]:

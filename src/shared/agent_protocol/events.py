@@ -18,16 +18,19 @@ from shared.agent_protocol.risk import RiskLevel
 from shared.agent_protocol.tasks import StrategyMode, TaskRequest, TokenUsage
 
 
-class _Event(BaseModel):
+class TaskEvent(BaseModel):
+    """What every event has: identity, task, position in the task's stream, time, kind."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    kind: str
     event_id: str
     task_id: str
     seq: int = Field(ge=0)
     occurred_at: datetime
 
 
-class TaskQueued(_Event):
+class TaskQueued(TaskEvent):
     """The task was accepted and persisted."""
 
     kind: Literal["task.queued"] = "task.queued"
@@ -36,13 +39,13 @@ class TaskQueued(_Event):
     request: TaskRequest
 
 
-class TaskStarted(_Event):
+class TaskStarted(TaskEvent):
     """The task left the queue and runs."""
 
     kind: Literal["task.started"] = "task.started"
 
 
-class StrategySelected(_Event):
+class StrategySelected(TaskEvent):
     """The router chose how to run the task, and why."""
 
     kind: Literal["task.strategy_selected"] = "task.strategy_selected"
@@ -51,7 +54,7 @@ class StrategySelected(_Event):
     features: dict[str, Any] = Field(default_factory=dict)
 
 
-class StrategyFallback(_Event):
+class StrategyFallback(TaskEvent):
     """The chosen strategy gave up and the task continues with another, and why."""
 
     kind: Literal["task.strategy_fallback"] = "task.strategy_fallback"
@@ -60,7 +63,7 @@ class StrategyFallback(_Event):
     reason: str
 
 
-class PlanCreated(_Event):
+class PlanCreated(TaskEvent):
     """The planner produced a valid plan (``revision`` 0, then 1, 2... after replanning)."""
 
     kind: Literal["plan.created"] = "plan.created"
@@ -68,7 +71,7 @@ class PlanCreated(_Event):
     steps: list[dict[str, Any]]
 
 
-class PlanStepStarted(_Event):
+class PlanStepStarted(TaskEvent):
     """A plan step began; steps whose dependencies are done run concurrently."""
 
     kind: Literal["plan.step_started"] = "plan.step_started"
@@ -76,7 +79,7 @@ class PlanStepStarted(_Event):
     goal: str
 
 
-class PlanStepCompleted(_Event):
+class PlanStepCompleted(TaskEvent):
     """A plan step ended with a result, or failed with an error."""
 
     kind: Literal["plan.step_completed"] = "plan.step_completed"
@@ -86,20 +89,20 @@ class PlanStepCompleted(_Event):
     error: str = ""
 
 
-class TaskWaitingApproval(_Event):
+class TaskWaitingApproval(TaskEvent):
     """The task is suspended until a human answers an approval request."""
 
     kind: Literal["task.waiting_approval"] = "task.waiting_approval"
     request_id: str
 
 
-class TaskResumed(_Event):
+class TaskResumed(TaskEvent):
     """The task runs again after waiting for approval."""
 
     kind: Literal["task.resumed"] = "task.resumed"
 
 
-class TaskSucceeded(_Event):
+class TaskSucceeded(TaskEvent):
     """The task finished with an answer."""
 
     kind: Literal["task.succeeded"] = "task.succeeded"
@@ -107,7 +110,7 @@ class TaskSucceeded(_Event):
     usage: TokenUsage
 
 
-class TaskFailed(_Event):
+class TaskFailed(TaskEvent):
     """The task stopped on an error; ``error_type`` names the kernel error class."""
 
     kind: Literal["task.failed"] = "task.failed"
@@ -116,7 +119,7 @@ class TaskFailed(_Event):
     usage: TokenUsage
 
 
-class TaskCanceled(_Event):
+class TaskCanceled(TaskEvent):
     """The task was canceled by its host."""
 
     kind: Literal["task.canceled"] = "task.canceled"
@@ -124,14 +127,14 @@ class TaskCanceled(_Event):
     usage: TokenUsage
 
 
-class LLMDelta(_Event):
+class LLMDelta(TaskEvent):
     """A piece of model text as it streams; not persisted, only published."""
 
     kind: Literal["llm.delta"] = "llm.delta"
     text: str
 
 
-class LLMCompleted(_Event):
+class LLMCompleted(TaskEvent):
     """One model call finished."""
 
     kind: Literal["llm.completed"] = "llm.completed"
@@ -141,14 +144,14 @@ class LLMCompleted(_Event):
     latency_ms: float
 
 
-class ToolStarted(_Event):
+class ToolStarted(TaskEvent):
     """A tool call is about to run."""
 
     kind: Literal["tool.started"] = "tool.started"
     tool_call: ToolCall
 
 
-class ToolCompleted(_Event):
+class ToolCompleted(TaskEvent):
     """A tool call finished, successfully or with an error given back to the model."""
 
     kind: Literal["tool.completed"] = "tool.completed"
@@ -156,7 +159,7 @@ class ToolCompleted(_Event):
     latency_ms: float
 
 
-class PolicyDecided(_Event):
+class PolicyDecided(TaskEvent):
     """The policy engine graded a tool call (every call is graded, before it runs)."""
 
     kind: Literal["policy.decided"] = "policy.decided"
@@ -170,7 +173,7 @@ class PolicyDecided(_Event):
     tainted: bool = False
 
 
-class InjectionSuspected(_Event):
+class InjectionSuspected(TaskEvent):
     """A tool's output looks like a prompt injection (advisory: nothing is blocked by it)."""
 
     kind: Literal["safety.injection_suspected"] = "safety.injection_suspected"
@@ -180,14 +183,14 @@ class InjectionSuspected(_Event):
     score: float
 
 
-class ApprovalRequested(_Event):
+class ApprovalRequested(TaskEvent):
     """A tool call needs a human decision."""
 
     kind: Literal["approval.requested"] = "approval.requested"
     request: ApprovalRequest
 
 
-class ApprovalResolved(_Event):
+class ApprovalResolved(TaskEvent):
     """A human decided on an approval request."""
 
     kind: Literal["approval.resolved"] = "approval.resolved"
