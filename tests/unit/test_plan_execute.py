@@ -2,7 +2,6 @@
 
 import json
 
-import anyio
 import pytest
 
 from core_agent import tool
@@ -18,22 +17,11 @@ from providers.scripted_gateway import (
     ScriptedTurn,
 )
 from shared.agent_protocol import ApprovalDecision, TaskRequest, TaskStatus
+from support.rendezvous import Rendezvous
 
 pytestmark = pytest.mark.anyio
 
 TASK = "Collect the two reports, then merge them into one summary."
-
-
-class Rendezvous:
-    def __init__(self, parties: int) -> None:
-        self.parties, self.arrived, self.event = parties, 0, anyio.Event()
-
-    async def wait(self) -> None:
-        self.arrived += 1
-        if self.arrived >= self.parties:
-            self.event.set()
-        with anyio.fail_after(5):  # steps run one after another would wait here forever
-            await self.event.wait()
 
 
 rendezvous = Rendezvous(2)

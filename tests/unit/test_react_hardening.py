@@ -1,6 +1,5 @@
 """ReAct hardening, driven by the scripted model through the container."""
 
-import anyio
 import pytest
 from pydantic import BaseModel
 
@@ -12,6 +11,7 @@ from fakes.gateways import FakeRecordingGateway
 from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
 from shared.agent_protocol import TaskRequest, TaskStatus, ToolMessage, UserMessage
+from support.rendezvous import Rendezvous
 
 pytestmark = pytest.mark.anyio
 
@@ -43,19 +43,7 @@ def pair(a: int, b: int) -> int:
     return a + b
 
 
-class Barrier:
-    def __init__(self, parties: int) -> None:
-        self.parties, self.arrived, self.event = parties, 0, anyio.Event()
-
-    async def wait(self) -> None:
-        self.arrived += 1
-        if self.arrived >= self.parties:
-            self.event.set()
-        with anyio.fail_after(5):  # a sequential runner would never get here: fail, not hang
-            await self.event.wait()
-
-
-barrier = Barrier(3)
+barrier = Rendezvous(3)
 
 
 @tool
@@ -165,7 +153,7 @@ async def test_three_failures_in_a_row_bring_a_warning(run) -> None:
 
 async def test_parallel_calls_of_one_turn_run_concurrently_and_keep_their_order(run) -> None:
     global barrier
-    barrier = Barrier(3)
+    barrier = Rendezvous(3)
     kernel, gateway, _, _ = run(
         turn(("meet", {"who": "ann"}), ("meet", {"who": "bob"}), ("meet", {"who": "cy"})),
         turn(content="all met"),
