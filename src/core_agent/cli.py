@@ -394,7 +394,12 @@ async def _approvals(args: argparse.Namespace) -> int:
         print("No task is waiting for a decision.")
     for request in pending:
         print(f"request {request.request_id} (task {request.task_id}, risk {request.risk.value})")
-        print(f"  {request.question or request.reason}")
+        call = request.tool_call
+        if call is not None:
+            print(f"  {call.name} {json.dumps(call.arguments)} (rule {request.rule})")
+            print(f"  why: {request.reason}")
+        else:
+            print(f"  {request.question or request.reason}")
     return EXIT_OK
 
 
