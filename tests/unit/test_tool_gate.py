@@ -212,3 +212,11 @@ async def test_a_task_scoped_approval_covers_the_tool_for_the_rest_of_the_task(k
     )
     await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
     assert launched == ["one", "two"] and len(asked) == 1
+
+
+async def test_a_suspension_is_traced_as_a_wait_not_a_failure(kernel_for) -> None:
+    kernel, _, traces = kernel_for(calls(("launch", {"target": "x"})), ScriptedTurn(content="k"))
+    await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    suspended = [s for s in traces.spans if "suspended" in s.attributes]
+    assert {s.kind for s in suspended} == {"task", "tool"}
+    assert all(s.status == "ok" for s in suspended)

@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 
+from core_agent.contracts.errors import ApprovalPendingError
 from core_agent.contracts.trace_store import ITraceStore, Span, SpanKind
 
 
@@ -50,12 +51,18 @@ class Tracer:
 
     @asynccontextmanager
     async def span(
-        self, kind: SpanKind, name: str, *, parent_span_id: str | None = None
+        self,
+        kind: SpanKind,
+        name: str,
+        *,
+        parent_span_id: str | None = None,
+        suspends_on: tuple[type[BaseException], ...] = (ApprovalPendingError,),
     ) -> AsyncIterator[OpenSpan]:
         """Time the enclosed step; the span is written with status ``error`` if it raises.
 
-        ``open_span.error`` may also be set by the step to mark a handled failure (a tool
-        error given back to the model, say).
+        An exception in ``suspends_on`` (a wait for a human, by default) is not a failure: the
+        span is written ``ok`` with a ``suspended`` attribute. ``open_span.error`` may also be
+        set by the step to mark a handled failure (a tool error given back to the model, say).
         """
         open_span = OpenSpan(
             span_id=new_span_id(),
@@ -66,6 +73,11 @@ class Tracer:
         )
         try:
             yield open_span
+        except suspends_on as exc:
+            open_span.attributes["suspended"] = str(exc)
+            with anyio.CancelScope(shield=True):
+                await self._write(open_span)
+            raise
         except BaseException as exc:
             open_span.error = open_span.error or f"{type(exc).__name__}: {exc}"
             # Shielded: a step interrupted by cancellation still leaves its span behind.
