@@ -4,8 +4,9 @@ Allowed commands are argv prefixes (``git status`` allows ``git status --short``
 ``git push``). The command line is parsed with a real shell grammar; each simple command
 found (in pipes, lists, substitutions, ``bash -c`` strings, ``xargs``, ``find -exec``...) must
 match a prefix, must not use a flag that turns a reading program into a writing or executing
-one, and output redirections must point at writable workspace paths. What cannot be parsed
-is refused.
+one, and must not name a path outside the workspace; output redirections must point at
+writable workspace paths. What cannot be parsed is refused. Words only known at run time
+(``$VAR``) cannot be checked; allow only programs you would let a script run.
 """
 
 from __future__ import annotations
@@ -76,4 +77,16 @@ class CommandGuard:
             flag = word.split("=", 1)[0]
             if flag in forbidden:
                 return f"{shown!r}: the flag {flag} is not allowed for {name}"
+            # Allowed programs still only see the workspace: `cat /etc/passwd` is refused.
+            value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+            if _looks_like_path(value):
+                verdict = self._paths.check(value, Capability.READ)
+                if not verdict.allowed:
+                    return f"{shown!r}: {verdict.reason}"
         return None
+
+
+def _looks_like_path(word: str) -> bool:
+    if not word or "://" in word or word.startswith("-") or "$" in word or "`" in word:
+        return False
+    return word.startswith(("/", "~", ".")) or "/" in word

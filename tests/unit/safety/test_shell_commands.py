@@ -100,3 +100,25 @@ def test_refused_when_any_part_is_not(guard: CommandGuard, command: str, fragmen
     verdict = guard.check(command)
     assert not verdict.allowed
     assert fragment in verdict.reason
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cat /etc/passwd",
+        "cat ../../secret",
+        "grep -r root /etc",
+        "ls ~",
+        "cat src/../../x",
+        "git log --output=/tmp/x",
+        "find / -name '*.key'",
+    ],
+)
+def test_allowed_programs_cannot_reach_outside_the_workspace(guard, command) -> None:
+    verdict = guard.check(command)
+    assert not verdict.allowed and "outside the workspace roots" in verdict.reason
+
+
+def test_paths_inside_the_workspace_and_urls_are_fine(guard) -> None:
+    for command in ("cat src/app.py", "ls ./src", "grep -rn TODO src/", "echo https://x.org/a/b"):
+        assert guard.check(command).allowed, guard.check(command).reason
