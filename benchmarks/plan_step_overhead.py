@@ -9,16 +9,10 @@ and the checkpoint written after the step. SQLite stores are on.
 
 from __future__ import annotations
 
-import argparse
-import itertools
 import json
-import tempfile
-import time
 from pathlib import Path
 
-import anyio
-
-from benchmarks.stats import summary
+from benchmarks.stats import intervals_between, run_step_benchmark
 from core_agent import KernelContainer, tool
 from core_agent.contracts.settings import AgentSettings
 from core_agent.tooling.registry import ToolRegistry
@@ -67,36 +61,17 @@ async def measure(tasks: int, steps: int, data_dir: Path) -> list[float]:
     container.settings.override(AgentSettings(data_dir=data_dir, plan_max_steps=steps))
     container.tool_registry.override(ToolRegistry([noop]))
     container.llm_gateway.override(gateway(steps))
-    kernel = container.kernel()
-    marks: list[float] = []
-    kernel.event_bus.subscribe(PlanStepCompleted, lambda _e: marks.append(time.perf_counter()))
-    samples: list[float] = []
-    async with kernel:
-        for _ in range(tasks):
-            marks.clear()
-            result = await kernel.execute_task(
-                TaskRequest(task="benchmark", force_mode="plan_execute")
-            )
-            assert result.status.value == "succeeded", result.error
-            samples.extend((b - a) * 1000.0 for a, b in itertools.pairwise(marks))
-    return samples
+    return await intervals_between(
+        container.kernel(),
+        PlanStepCompleted,
+        TaskRequest(task="benchmark", force_mode="plan_execute"),
+        tasks,
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--tasks", type=int, default=40)
-    parser.add_argument("--steps", type=int, default=20)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        anyio.run(measure, 3, args.steps, Path(tmp))
-        samples = anyio.run(measure, args.tasks, args.steps, Path(tmp))
-    stats = summary(samples)
-    print(json.dumps({"benchmark": "plan_step_overhead", **stats, "target_p95_ms": 2.0}))
-    verdict = "meets" if stats["p95_ms"] < 2.0 else "MISSES"
-    print(
-        f"plan step overhead over {int(stats['n'])} steps: p50 {stats['p50_ms']:.3f} ms, "
-        f"p95 {stats['p95_ms']:.3f} ms, p99 {stats['p99_ms']:.3f} ms "
-        f"({verdict} the p95 < 2 ms target)"
+    run_step_benchmark(
+        "plan_step_overhead", "plan step overhead", measure, doc=__doc__, default_tasks=40
     )
 
 

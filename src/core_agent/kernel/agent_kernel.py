@@ -239,8 +239,7 @@ class AgentKernel:
             )
         state, request = await self._pending_request(request_id)
         persisted = await self._task_store.list_events(state.task_id)
-        next_seq = max((getattr(e, "seq", 0) for e in persisted), default=0) + 1
-        events = _TaskEvents(self._task_store, self._event_bus, state.task_id, next_seq)
+        events = self._continued_events(state.task_id, persisted)
         context = self._context(state, events, None)
         context.stats.usage = state.usage
         if request.tool_call is not None:
@@ -301,9 +300,7 @@ class AgentKernel:
             return
         state = await self._task_store.get_task(task_id)
         check_transition(task_id, state.status, TaskStatus.CANCELED)
-        persisted = await self._task_store.list_events(task_id)
-        next_seq = max((getattr(e, "seq", 0) for e in persisted), default=0) + 1
-        events = _TaskEvents(self._task_store, self._event_bus, task_id, next_seq)
+        events = self._continued_events(task_id, await self._task_store.list_events(task_id))
         event = events.make(TaskCanceled, reason=reason, usage=state.usage)
         await self._task_store.transition(
             task_id, from_status=state.status, to_status=TaskStatus.CANCELED, event=event
@@ -347,6 +344,11 @@ class AgentKernel:
             subscription.cancel()
         if failure and not closed_early:
             raise failure[0]
+
+    def _continued_events(self, task_id: str, persisted: Sequence[TaskEvent]) -> _TaskEvents:
+        """Event numbering that carries on after the task's persisted log."""
+        next_seq = max((event.seq for event in persisted), default=0) + 1
+        return _TaskEvents(self._task_store, self._event_bus, task_id, next_seq)
 
     def _specs(self, request: TaskRequest) -> list[Any]:
         names = list(request.tools) if request.tools is not None else None

@@ -159,11 +159,6 @@ class ReActLoop:
         self._limits = limits or ReActLimits()
 
     @property
-    def llm(self) -> ILLMGateway:
-        """The gateway the loop calls (planners and synthesizers reuse it)."""
-        return self._llm
-
-    @property
     def tools(self) -> IToolRegistry:
         """The tools the loop may call."""
         return self._tools

@@ -135,11 +135,6 @@ class RulePolicyEngine(IPolicyEngine):
             rules = load_rules(text, str(path))
         return cls([*rules, *default_rules()], shell_parser=shell_parser)
 
-    @property
-    def rules(self) -> list[PolicyRule]:
-        """The rules in evaluation order."""
-        return list(self._rules)
-
     def evaluate(
         self, spec: ToolSpec, arguments: Mapping[str, Any], *, tainted: bool = False
     ) -> PolicyDecision:

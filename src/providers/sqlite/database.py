@@ -116,11 +116,6 @@ class SqliteDatabase:
         self._checkpoint_lock = threading.Lock()
         self.call(migrate)
 
-    @property
-    def driver_name(self) -> str:
-        """``sqlite3`` or ``sqlean``: which module this database runs on."""
-        return type(self._conn).__module__.split(".")[0]
-
     def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` in the calling thread, holding the connection's lock.
 

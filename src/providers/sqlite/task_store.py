@@ -91,11 +91,6 @@ class SqliteTaskStore(ITaskStore):
         """The store in ``AGENT_DATA_DIR``'s database."""
         return cls(settings.database_path)
 
-    @property
-    def database(self) -> SqliteDatabase:
-        """The underlying database (for diagnostics)."""
-        return self._db
-
     async def create_task(self, task: TaskState, queued_event: TaskEvent) -> None:
         """Insert the session if new, the task, and its first event, in one transaction."""
         created = _iso(task.created_at)
