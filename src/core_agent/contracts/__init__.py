@@ -7,6 +7,8 @@ only. Import ports from their modules (``core_agent.contracts.tool``) or from he
 from core_agent.contracts.approval_gateway import ApprovalCallback, IApprovalGateway
 from core_agent.contracts.business_capability_provider import IBusinessCapabilityProvider
 from core_agent.contracts.checkpoint_store import ICheckpointStore
+from core_agent.contracts.document_catalog import DocumentRecord, IDocumentCatalog
+from core_agent.contracts.document_loader import IDocumentLoader, LoadedDocument
 from core_agent.contracts.embedder import IEmbedder
 from core_agent.contracts.event_bus import IEventBus, Subscription
 from core_agent.contracts.executor import (
@@ -16,6 +18,7 @@ from core_agent.contracts.executor import (
     IExecutor,
     RunStats,
 )
+from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.llm_gateway import (
     ILLMGateway,
     LLMRequest,
@@ -35,21 +38,31 @@ from core_agent.contracts.tool import Capability, ITool, ToolContext, ToolSpec
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox, SandboxVerdict
 from core_agent.contracts.trace_store import ITraceStore, Span
-from core_agent.contracts.vector_store import IVectorStore, VectorHit, VectorRecord
+from core_agent.contracts.vector_store import (
+    CollectionInfo,
+    IVectorStore,
+    VectorHit,
+    VectorRecord,
+)
 
 __all__ = [
     "ApprovalCallback",
     "Capability",
+    "CollectionInfo",
+    "DocumentRecord",
     "EventSink",
     "ExecutionContext",
     "ExecutionOutcome",
     "IApprovalGateway",
     "IBusinessCapabilityProvider",
     "ICheckpointStore",
+    "IDocumentCatalog",
+    "IDocumentLoader",
     "IEmbedder",
     "IEventBus",
     "IExecutor",
     "ILLMGateway",
+    "ILexicalIndex",
     "IMemoryStore",
     "IPlanner",
     "IPolicyEngine",
@@ -66,6 +79,8 @@ __all__ = [
     "LLMResponse",
     "LLMStreamItem",
     "LLMTextDelta",
+    "LexicalHit",
+    "LoadedDocument",
     "MemoryItem",
     "Plan",
     "PlanStep",

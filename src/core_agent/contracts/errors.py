@@ -12,6 +12,7 @@ fails, and the host may retry)::
     │   │   └── ModelNotConfiguredError no model to call
     │   ├── InvalidTransitionError      a task status change the state machine forbids
     │   ├── TaskNotFoundError           no task with that id
+    │   ├── EmbeddingMismatchError      vectors of one model written or searched in another's
     │   └── ToolRegistrationError       a tool with a bad name, schema or a duplicate name
     └── RunError                        a run failure: the task ends ``failed`` with it
         ├── ModelError                  the model call failed (status and body kept)
@@ -107,6 +108,30 @@ class TaskNotFoundError(UsageError):
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
         super().__init__(f"no task with id {task_id!r}")
+
+
+class EmbeddingMismatchError(UsageError):
+    """A vector collection was used with another embedding model or dimension than its own."""
+
+    def __init__(
+        self,
+        namespace: str,
+        *,
+        stored_model: str,
+        stored_dimension: int,
+        model: str,
+        dimension: int,
+    ) -> None:
+        self.namespace = namespace
+        self.stored_model = stored_model
+        self.stored_dimension = stored_dimension
+        self.model = model
+        self.dimension = dimension
+        super().__init__(
+            f"vector namespace {namespace!r} holds {stored_dimension}-dimensional vectors of "
+            f"{stored_model!r}; got {dimension}-dimensional vectors of {model!r}. Use the same "
+            f"embedder, or rebuild the namespace with `core-agent vectors reembed {namespace}`"
+        )
 
 
 class ToolRegistrationError(UsageError):

@@ -15,9 +15,15 @@ class RetrievalHit:
     text: str
     score: float
     start_offset: int | None = None
+    """Character offset of the passage in the document's extracted text."""
     end_offset: int | None = None
+    source: str | None = None
+    """Where the document came from (a path or URL)."""
     scores: dict[str, float] = field(default_factory=dict)
-    """Per-source scores, e.g. ``{"lexical": 7.2, "vector": 0.81}``."""
+    """Each side's own score: ``lexical`` (BM25, larger is better) and ``vector`` (cosine
+    similarity); a side that did not find the passage is absent."""
+    ranks: dict[str, int] = field(default_factory=dict)
+    """Each side's 1-based rank of the passage, as fused."""
 
 
 class IRetriever(abc.ABC):
@@ -27,7 +33,7 @@ class IRetriever(abc.ABC):
     async def retrieve(
         self, query: str, k: int = 10, *, namespace: str = "default"
     ) -> list[RetrievalHit]:
-        """The ``k`` best passages, best first.
+        """The ``k`` best passages, best first (fewer when fewer match).
 
         Raises:
             UsageError: ``query`` is empty or ``k`` < 1.

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from shared.agent_protocol import RiskLevel
@@ -125,10 +125,57 @@ class AgentSettings(BaseSettings):
     sandbox_max_redirects: int = Field(default=5, ge=0, le=20)
 
     vector_provider: str = "sqlite_vec"
+    """Entry-point name of the vector store: ``sqlite_vec`` or ``lancedb``."""
     vector_migration_dual_write: bool = False
+    """Also write every vector to ``vector_migration_target`` while migrating."""
+    vector_migration_target: str | None = None
+    """The backend being migrated to; the other shipped one when unset."""
+    vector_sqlite_partitions: int = Field(default=4, ge=1, le=64)
+    """sqlite-vec collections are split in this many partitions, searched in parallel."""
+    vector_lancedb_nprobes: int = Field(default=20, ge=1)
+    """Partitions an indexed LanceDB search visits (more is slower and more exact)."""
+
+    embedder: str = "hashing"
+    """Entry-point name of the embedder: ``hashing`` (offline, lexical), ``litellm``,
+    ``model2vec`` (a local static model)."""
+    embedding_model: str | None = None
+    """litellm embedding model (``openai/text-embedding-3-small``, ``ollama/nomic-embed-text``)
+    or, for ``model2vec``, the folder of a downloaded model."""
+    embedding_dimension: int | None = Field(default=None, ge=1, le=16_384)
+    """Vector length: required for ``litellm``; the ``hashing`` embedder's size (384)."""
+    embedding_api_base: str | None = None
+    embedding_api_key: SecretStr | None = None
+    embedding_batch_size: int = Field(default=64, ge=1, le=2048)
+
+    lexical_index: str = "fts5"
+    """Entry-point name of the keyword index: ``fts5`` (SQLite) or ``bm25`` (rank-bm25)."""
+    retrieval_vector_weight: float = Field(default=1.0, ge=0)
+    retrieval_lexical_weight: float = Field(default=1.0, ge=0)
+    retrieval_rrf_k: int = Field(default=60, ge=1)
+    """Reciprocal rank fusion constant: a hit at rank r scores weight / (rrf_k + r)."""
+    retrieval_candidates: int = Field(default=50, ge=1, le=1000)
+    """How many hits each side contributes to the fusion."""
+
+    chunk_tokens: int = Field(default=256, ge=16, le=8192)
+    chunk_overlap_tokens: int = Field(default=32, ge=0)
+    ingest_max_bytes: int = Field(default=50_000_000, ge=1)
+    """Files larger than this are refused before anything is written."""
+    tokenizer_encoding: str = "cl100k_base"
+    """tiktoken encoding used to count tokens (shipped offline: cl100k_base, o200k_base,
+    p50k_base)."""
+    memory_window_tokens: int = Field(default=6000, ge=64)
+    """Short-term memory keeps the most recent turns that fit in this many tokens."""
+    memory_recall_k: int = Field(default=3, ge=0, le=50)
+    """Long-term memories put in front of a task's context (0 turns it off)."""
     policy_approval_required_risk: RiskLevel = RiskLevel.HIGH
     approval_timeout_s: float = Field(default=600.0, gt=0)
     """A call waiting longer than this for a human is denied."""
+
+    @model_validator(mode="after")
+    def _overlap_below_chunk(self) -> AgentSettings:
+        if self.chunk_overlap_tokens >= self.chunk_tokens:
+            raise ValueError("chunk_overlap_tokens must be smaller than chunk_tokens")
+        return self
 
     @field_validator(
         "tools",
@@ -155,6 +202,11 @@ class AgentSettings(BaseSettings):
     def database_path(self) -> Path:
         """The kernel's SQLite database file."""
         return self.data_dir / "core_agent.db"
+
+    @property
+    def lancedb_dir(self) -> Path:
+        """The folder holding one LanceDB folder per vector namespace."""
+        return self.data_dir / "lancedb"
 
     @property
     def resolved_model(self) -> str | None:

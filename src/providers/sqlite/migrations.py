@@ -78,6 +78,69 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (task_id, key)
     );
     """,
+    # 3: long-term memory, vector collections (sqlite-vec), keyword index (FTS5), documents.
+    """
+    CREATE TABLE agent_memories (
+        id         TEXT PRIMARY KEY,
+        scope      TEXT NOT NULL CHECK (scope IN ('session','long_term')),
+        namespace  TEXT NOT NULL,
+        key        TEXT NOT NULL,
+        value_json TEXT NOT NULL,
+        created_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL,
+        UNIQUE (scope, namespace, key)
+    );
+    CREATE INDEX agent_memories_by_update ON agent_memories(scope, namespace, updated_at);
+    CREATE TABLE agent_vector_collections (
+        namespace       TEXT PRIMARY KEY,
+        table_name      TEXT NOT NULL UNIQUE,
+        embedding_model TEXT NOT NULL,
+        dimension       INTEGER NOT NULL,
+        partitions      INTEGER NOT NULL,
+        created_at      TEXT NOT NULL
+    );
+    CREATE TABLE agent_vector_records (
+        rowid         INTEGER PRIMARY KEY,
+        collection    TEXT NOT NULL,
+        id            TEXT NOT NULL,
+        text          TEXT NOT NULL,
+        metadata_json TEXT NOT NULL,
+        UNIQUE (collection, id)
+    );
+    CREATE TABLE agent_vector_tags (
+        tag   TEXT NOT NULL,
+        rowid INTEGER NOT NULL REFERENCES agent_vector_records(rowid) ON DELETE CASCADE,
+        PRIMARY KEY (tag, rowid)
+    ) WITHOUT ROWID;
+    CREATE INDEX agent_vector_tags_by_row ON agent_vector_tags(rowid);
+    CREATE TABLE agent_lexical_passages (
+        rowid     INTEGER PRIMARY KEY,
+        namespace TEXT NOT NULL,
+        id        TEXT NOT NULL,
+        UNIQUE (namespace, id)
+    );
+    CREATE VIRTUAL TABLE agent_lexical_fts USING fts5(
+        text, tokenize = 'porter unicode61 remove_diacritics 2'
+    );
+    CREATE TABLE agent_bm25_passages (
+        namespace TEXT NOT NULL,
+        id        TEXT NOT NULL,
+        text      TEXT NOT NULL,
+        PRIMARY KEY (namespace, id)
+    );
+    CREATE TABLE agent_documents (
+        namespace       TEXT NOT NULL,
+        document_id     TEXT NOT NULL,
+        source          TEXT NOT NULL,
+        content_hash    TEXT NOT NULL,
+        embedding_model TEXT NOT NULL,
+        chunk_count     INTEGER NOT NULL,
+        media_type      TEXT NOT NULL,
+        title           TEXT,
+        ingested_at     TEXT NOT NULL,
+        PRIMARY KEY (namespace, document_id)
+    );
+    """,
 )
 
 
