@@ -9,7 +9,7 @@ point names a factory taking ``AgentSettings``. Tests swap any adapter with
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import TypeVar
 
@@ -17,17 +17,30 @@ from dependency_injector import containers, providers
 
 from core_agent.contracts.approval_gateway import ApprovalCallback
 from core_agent.contracts.checkpoint_store import ICheckpointStore
+from core_agent.contracts.document_catalog import IDocumentCatalog
+from core_agent.contracts.document_loader import IDocumentLoader
+from core_agent.contracts.embedder import IEmbedder
 from core_agent.contracts.errors import ConfigurationError, ProviderNotFoundError
+from core_agent.contracts.lexical_index import ILexicalIndex
 from core_agent.contracts.llm_gateway import ILLMGateway
+from core_agent.contracts.memory_store import IMemoryStore
 from core_agent.contracts.policy_engine import IPolicyEngine
+from core_agent.contracts.retriever import IRetriever
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.shell_parser import IShellParser
 from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.contracts.tool import ITool
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore
+from core_agent.contracts.vector_store import IVectorStore
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.kernel.event_bus import InProcessEventBus
+from core_agent.memory.chunking import TokenChunker
+from core_agent.memory.hybrid_retriever import FusionWeights, HybridRetriever
+from core_agent.memory.ingestion import IngestionPipeline
+from core_agent.memory.semantic_memory import SemanticMemory
+from core_agent.memory.vector_migration import DualWriteVectorStore
 from core_agent.orchestration.model_classifier import ModelAssistedClassifier
 from core_agent.orchestration.plan_execute_executor import (
     PlanExecuteExecutor,
@@ -41,6 +54,7 @@ from core_agent.orchestration.task_classifier import TaskClassifier
 from core_agent.orchestration.tool_gate import ToolCallGate
 from core_agent.safety.approvals import ApprovalGrants
 from core_agent.safety.policy_engine import RulePolicyEngine
+from core_agent.tooling.memory_tools import knowledge_search_tool, memory_tools
 from core_agent.tooling.registry import ToolRegistry
 
 LLM_GATEWAYS = "core_agent.llm_gateways"
@@ -50,6 +64,14 @@ CHECKPOINT_STORES = "core_agent.checkpoint_stores"
 SANDBOXES = "core_agent.sandboxes"
 SHELL_PARSERS = "core_agent.shell_parsers"
 TOOLS = "core_agent.tools"
+EMBEDDERS = "core_agent.embedders"
+VECTOR_STORES = "core_agent.vector_stores"
+LEXICAL_INDEXES = "core_agent.lexical_indexes"
+TOKEN_COUNTERS = "core_agent.token_counters"
+MEMORY_STORES = "core_agent.memory_stores"
+DOCUMENT_CATALOGS = "core_agent.document_catalogs"
+DOCUMENT_LOADERS = "core_agent.document_loaders"
+SHIPPED_VECTOR_STORES = ("sqlite_vec", "lancedb")
 
 T = TypeVar("T")
 
@@ -83,11 +105,64 @@ def load_provider(group: str, name: str, settings: AgentSettings, port: type[T])
     return instance
 
 
-def load_tools(settings: AgentSettings) -> ToolRegistry:
-    """A registry with the installed tools that ``settings.tools`` enables (all when unset)."""
+def load_tools(settings: AgentSettings, kernel_tools: Sequence[ITool] = ()) -> ToolRegistry:
+    """A registry with the installed tools and the kernel's own tools.
+
+    ``settings.tools`` picks among both (all when unset); the kernel's own are memory and
+    knowledge search.
+
+    Raises:
+        ProviderNotFoundError: ``settings.tools`` names a tool that is neither.
+    """
     available = installed_providers(TOOLS)
-    wanted = list(settings.tools) if settings.tools is not None else available
-    return ToolRegistry(load_provider(TOOLS, name, settings, ITool) for name in wanted)  # type: ignore[type-abstract]
+    own = {tool.spec.name: tool for tool in kernel_tools}
+    wanted = list(settings.tools) if settings.tools is not None else [*available, *own]
+    return ToolRegistry(
+        own[name] if name in own else load_provider(TOOLS, name, settings, ITool)  # type: ignore[type-abstract]
+        for name in wanted
+    )
+
+
+def build_kernel_tools(
+    settings: AgentSettings, memory: Callable[[], IMemoryStore], retriever: Callable[[], IRetriever]
+) -> list[ITool]:
+    """``remember``, ``recall``, ``forget`` and ``knowledge_search``.
+
+    Their stores are opened on the first call, not when the tools are listed.
+    """
+    return [
+        *memory_tools(memory, namespace=settings.memory_namespace),
+        knowledge_search_tool(retriever, namespace=settings.knowledge_namespace),
+    ]
+
+
+def build_vector_store(settings: AgentSettings) -> IVectorStore:
+    """The configured vector store, wrapped for dual writes while a migration runs.
+
+    Raises:
+        ConfigurationError: Dual write is on but the target is the current backend.
+    """
+    primary = load_provider(VECTOR_STORES, settings.vector_provider, settings, IVectorStore)  # type: ignore[type-abstract]
+    if not settings.vector_migration_dual_write:
+        return primary
+    target = settings.vector_migration_target or next(
+        (name for name in SHIPPED_VECTOR_STORES if name != settings.vector_provider), None
+    )
+    if target is None or target == settings.vector_provider:
+        raise ConfigurationError(
+            "AGENT_VECTOR_MIGRATION_DUAL_WRITE is on, but AGENT_VECTOR_MIGRATION_TARGET does "
+            f"not name another backend than {settings.vector_provider!r}"
+        )
+    secondary = load_provider(VECTOR_STORES, target, settings, IVectorStore)  # type: ignore[type-abstract]
+    return DualWriteVectorStore(primary, secondary)
+
+
+def load_document_loaders(settings: AgentSettings) -> list[IDocumentLoader]:
+    """Every installed document loader."""
+    return [
+        load_provider(DOCUMENT_LOADERS, name, settings, IDocumentLoader)  # type: ignore[type-abstract]
+        for name in installed_providers(DOCUMENT_LOADERS)
+    ]
 
 
 def build_router(
@@ -128,7 +203,66 @@ class KernelContainer(containers.DeclarativeContainer):
         load_provider, TRACE_STORES, settings.provided.trace_store, settings, ITraceStore
     )
     event_bus = providers.Singleton(InProcessEventBus)
-    tool_registry = providers.Singleton(load_tools, settings)
+
+    embedder = providers.Singleton(
+        load_provider, EMBEDDERS, settings.provided.embedder, settings, IEmbedder
+    )
+    vector_store = providers.Singleton(build_vector_store, settings)
+    lexical_index = providers.Singleton(
+        load_provider, LEXICAL_INDEXES, settings.provided.lexical_index, settings, ILexicalIndex
+    )
+    token_counter = providers.Singleton(
+        load_provider, TOKEN_COUNTERS, settings.provided.token_counter, settings, ITokenCounter
+    )
+    document_catalog = providers.Singleton(
+        load_provider,
+        DOCUMENT_CATALOGS,
+        settings.provided.document_catalog,
+        settings,
+        IDocumentCatalog,
+    )
+    memory_store = providers.Singleton(
+        SemanticMemory,
+        store=providers.Singleton(
+            load_provider, MEMORY_STORES, settings.provided.memory_store, settings, IMemoryStore
+        ),
+        vectors=vector_store,
+        embedder=embedder,
+    )
+    retriever = providers.Singleton(
+        HybridRetriever,
+        vectors=vector_store,
+        embedder=embedder,
+        lexical=lexical_index,
+        weights=providers.Factory(
+            FusionWeights,
+            vector=settings.provided.retrieval_vector_weight,
+            lexical=settings.provided.retrieval_lexical_weight,
+            rrf_k=settings.provided.retrieval_rrf_k,
+            candidates=settings.provided.retrieval_candidates,
+        ),
+    )
+    ingestion = providers.Singleton(
+        IngestionPipeline,
+        loaders=providers.Callable(load_document_loaders, settings),
+        chunker=providers.Factory(
+            TokenChunker,
+            token_counter,
+            chunk_tokens=settings.provided.chunk_tokens,
+            overlap_tokens=settings.provided.chunk_overlap_tokens,
+        ),
+        embedder=embedder,
+        vectors=vector_store,
+        lexical=lexical_index,
+        catalog=document_catalog,
+        max_bytes=settings.provided.ingest_max_bytes,
+        embed_batch_size=settings.provided.embedding_batch_size,
+    )
+    tool_registry = providers.Singleton(
+        load_tools,
+        settings,
+        providers.Callable(build_kernel_tools, settings, memory_store.provider, retriever.provider),
+    )
 
     checkpoint_store = providers.Singleton(
         load_provider,
@@ -206,6 +340,9 @@ class KernelContainer(containers.DeclarativeContainer):
         executors=providers.Dict(react=react_executor, plan_execute=plan_execute_executor),
         max_turns=settings.provided.max_turns,
         closables=providers.List(checkpoint_store),
+        long_term_memory=memory_store.provider,
+        memory_namespace=settings.provided.memory_namespace,
+        recall_k=settings.provided.memory_recall_k,
         approval_timeout_s=settings.provided.approval_timeout_s,
     )
 

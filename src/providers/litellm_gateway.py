@@ -43,7 +43,8 @@ _import_lock = threading.Lock()
 _litellm: ModuleType | None = None
 
 
-def _load_litellm() -> ModuleType:
+def load_litellm() -> ModuleType:
+    """litellm, imported on first use with the bundled price table and telemetry off."""
     global _litellm
     with _import_lock:
         if _litellm is None:
@@ -164,16 +165,16 @@ class LiteLLMGateway(ILLMGateway):
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """One non-streamed completion."""
-        litellm = _load_litellm()
+        litellm = load_litellm()
         try:
             response = await litellm.acompletion(**self._arguments(request))
         except Exception as exc:
-            raise _map_error(litellm, exc) from exc
+            raise map_litellm_error(litellm, exc) from exc
         return self._to_response(litellm, response)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
         """Streamed completion; the final item is rebuilt from all chunks by litellm."""
-        litellm = _load_litellm()
+        litellm = load_litellm()
         arguments = self._arguments(request)
         chunks: list[Any] = []
         try:
@@ -192,7 +193,7 @@ class LiteLLMGateway(ILLMGateway):
         except ModelError:
             raise
         except Exception as exc:
-            raise _map_error(litellm, exc) from exc
+            raise map_litellm_error(litellm, exc) from exc
         if response is None:
             raise ModelError("the model's stream could not be assembled into a response")
         yield self._to_response(litellm, response)
@@ -227,7 +228,7 @@ class LiteLLMGateway(ILLMGateway):
         return float(cost) if cost is not None else None
 
 
-def _map_error(litellm: ModuleType, exc: Exception) -> ModelError:
+def map_litellm_error(litellm: ModuleType, exc: Exception) -> ModelError:
     """The kernel's error for a litellm (or openai) exception; vendor types stop here."""
     errors = litellm.exceptions
     status = getattr(exc, "status_code", None)

@@ -8,8 +8,11 @@ when ``stream_options.include_usage`` is set, then ``data: [DONE]``.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import math
+import struct
 import threading
 import time
 import uuid
@@ -37,9 +40,13 @@ def _tokens(text: str) -> int:
 class OpenAIServer:
     """Start with ``with OpenAIServer() as server:``; queue replies with ``server.reply(...)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, embedding_dimension: int = 16) -> None:
         self.replies: deque[Reply] = deque()
         self.requests: list[dict[str, Any]] = []
+        self.embedding_requests: list[dict[str, Any]] = []
+        self.embedding_dimension = embedding_dimension
+        self.embedding_failures: deque[int] = deque()
+        """HTTP statuses the next embedding requests fail with, in order."""
         self._lock = threading.Lock()
         server = self
 
@@ -52,6 +59,10 @@ class OpenAIServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
+                if self.path.endswith("/embeddings"):
+                    status, payload = server._embeddings(body)
+                    self._json(status, payload)
+                    return
                 if not self.path.endswith("/chat/completions"):
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
                     return
@@ -125,6 +136,37 @@ class OpenAIServer:
         error_message: str = "",
     ) -> None:
         self.replies.append(Reply(content, tool_calls or [], status, error_message))
+
+    @staticmethod
+    def embedding_of(text: str, dimension: int) -> list[float]:
+        """The server's deterministic vector for ``text`` (a hash of it, unit length)."""
+        digest = hashlib.sha256(text.encode()).digest()
+        raw = [(digest[i % len(digest)] - 127.5) / 127.5 for i in range(dimension)]
+        norm = math.sqrt(sum(v * v for v in raw)) or 1.0
+        return [v / norm for v in raw]
+
+    def _embeddings(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        with self._lock:
+            self.embedding_requests.append(body)
+            failure = self.embedding_failures.popleft() if self.embedding_failures else None
+        if failure is not None:
+            return failure, {"error": {"message": "injected failure", "type": "test_error"}}
+        inputs = body.get("input")
+        texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+        data = []
+        for index, text in enumerate(texts):
+            vector = self.embedding_of(str(text), self.embedding_dimension)
+            embedding: Any = vector
+            if body.get("encoding_format") == "base64":
+                embedding = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+            data.append({"object": "embedding", "index": index, "embedding": embedding})
+        tokens = sum(_tokens(str(t)) for t in texts)
+        return 200, {
+            "object": "list",
+            "model": body.get("model", "test"),
+            "data": data,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+        }
 
     def __enter__(self) -> OpenAIServer:
         self._thread.start()

@@ -81,7 +81,7 @@ async def test_adapters_are_swapped_through_the_container(settings) -> None:
     result = await kernel.execute_task(TaskRequest(task="2 + 2"))
     assert result.output == "2 + 2 = 4"
     assert tasks.tasks[result.task_id].status.value == "succeeded"
-    assert {s.kind for s in traces.spans} == {"planning", "task", "llm", "tool", "policy"}
+    assert {s.kind for s in traces.spans} == {"planning", "memory", "task", "llm", "tool", "policy"}
     assert not (settings.data_dir / "core_agent.db").exists()
 
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class LexicalHit:
-    """A passage id and its lexical relevance (larger is better; BM25 for the shipped ones)."""
+    """A passage, its text and its lexical relevance (larger is better; BM25 when shipped)."""
 
     id: str
     score: float
+    text: str
 
 
 class ILexicalIndex(abc.ABC):

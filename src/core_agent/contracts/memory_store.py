@@ -44,8 +44,16 @@ class IMemoryStore(abc.ABC):
     async def search(
         self, scope: MemoryScope, namespace: str, query: str, limit: int = 10
     ) -> list[MemoryItem]:
-        """Items whose key or value mentions ``query``, most recently updated first."""
+        """Items whose key or value contains words of ``query`` (case-insensitive).
+
+        Items matching more of the words come first, then the most recently updated; an
+        empty query lists the most recently updated items.
+        """
 
     @abc.abstractmethod
     async def delete(self, scope: MemoryScope, namespace: str, key: str) -> bool:
         """Remove the key; ``True`` when it existed."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release connections; the store is unusable afterwards."""

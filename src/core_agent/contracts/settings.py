@@ -147,6 +147,14 @@ class AgentSettings(BaseSettings):
     embedding_api_key: SecretStr | None = None
     embedding_batch_size: int = Field(default=64, ge=1, le=2048)
 
+    token_counter: str = "tiktoken"
+    memory_store: str = "sqlite"
+    document_catalog: str = "sqlite"
+    memory_namespace: str = "default"
+    """Long-term memory namespace of the ``remember``/``recall`` tools and task recall."""
+    knowledge_namespace: str = "default"
+    """Namespace ``core-agent ingest``, ``search`` and the ``knowledge_search`` tool use."""
+
     lexical_index: str = "fts5"
     """Entry-point name of the keyword index: ``fts5`` (SQLite) or ``bm25`` (rank-bm25)."""
     retrieval_vector_weight: float = Field(default=1.0, ge=0)

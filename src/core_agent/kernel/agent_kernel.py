@@ -20,17 +20,20 @@ from core_agent.contracts.approval_gateway import ApprovalCallback, IApprovalGat
 from core_agent.contracts.errors import (
     ApprovalPendingError,
     ConfigurationError,
+    CoreAgentError,
     RunError,
     TaskFailedError,
     UsageError,
 )
 from core_agent.contracts.event_bus import IEventBus
 from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
+from core_agent.contracts.memory_store import IMemoryStore
 from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.kernel.state_machine import check_transition
+from core_agent.memory.hybrid_memory import recall_message
 from core_agent.observability.tracer import Tracer, new_trace_id
 from core_agent.orchestration.react_loop import UNTRUSTED_NOTICE
 from core_agent.safety.approval_gateway import CallbackApprovalGateway, denial
@@ -130,6 +133,9 @@ class AgentKernel:
         closables: Sequence[Closable] = (),
         approval_gateway: IApprovalGateway | None = None,
         approval_timeout_s: float = 600.0,
+        long_term_memory: Callable[[], IMemoryStore] | None = None,
+        memory_namespace: str = "default",
+        recall_k: int = 3,
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -144,6 +150,9 @@ class AgentKernel:
         self._closables = closables
         self._approval_gateway = approval_gateway
         self._approval_timeout_s = approval_timeout_s
+        self._long_term_memory = long_term_memory
+        self._memory_namespace = memory_namespace
+        self._recall_k = recall_k
         self._running: dict[str, anyio.CancelScope] = {}
 
     def set_approval_callback(self, callback: ApprovalCallback | None) -> None:
@@ -409,7 +418,27 @@ class AgentKernel:
             features=decision.features,
         )
         context = self._context(state, events, response_model)
+        await self._recall(state, context)
         return await self._drive(state, executor, context, events)
+
+    async def _recall(self, state: TaskState, context: ExecutionContext) -> None:
+        """Put the long-term memories relevant to the task after the system prompt."""
+        if self._long_term_memory is None or self._recall_k < 1:
+            return
+        tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
+        try:
+            async with tracer.span("memory", "memory.recall") as span:
+                items = await self._long_term_memory().search(
+                    "long_term", self._memory_namespace, state.request.task, self._recall_k
+                )
+                span.attributes["recalled"] = [item.key for item in items]
+        except CoreAgentError as exc:
+            # Memory helps a task; it is not worth failing one for.
+            log.warning("task %s: long-term recall failed: %s", state.task_id, exc)
+            return
+        message = recall_message(items)
+        if message is not None:
+            context.messages.insert(1, message)
 
     def _context(
         self, state: TaskState, events: _TaskEvents, response_model: type[BaseModel] | None

@@ -1,0 +1,289 @@
+"""Ingestion: load, chunk, embed, store; unchanged content is skipped.
+
+For each document the work that can fail on bad input (reading, decoding, size limits,
+chunking, embedding) is done before anything is written. Writes then go vectors first,
+keyword index second, catalog record last: the record is the commit point, so a document
+interrupted half-way has no record (or its old one) and the next ingestion redoes it.
+Re-ingesting content whose hash and embedding model match the record is a no-op.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+import anyio.to_thread
+
+from core_agent.contracts.document_catalog import DocumentRecord, IDocumentCatalog
+from core_agent.contracts.document_loader import IDocumentLoader, LoadedDocument
+from core_agent.contracts.embedder import IEmbedder
+from core_agent.contracts.errors import CoreAgentError, EmbeddingMismatchError, UsageError
+from core_agent.contracts.lexical_index import ILexicalIndex
+from core_agent.contracts.vector_store import IVectorStore, VectorRecord
+from core_agent.memory.chunking import Chunk, TokenChunker
+
+IngestStatus = Literal["ingested", "unchanged", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    """What happened to one document."""
+
+    source: str
+    document_id: str
+    status: IngestStatus
+    chunks: int = 0
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class IngestProgress:
+    """Where a running ingestion is; passed to the progress callback after each step."""
+
+    documents_total: int
+    documents_done: int = 0
+    chunks_written: int = 0
+    current: str | None = None
+    results: list[IngestResult] = field(default_factory=list)
+
+
+def chunk_id(document_id: str, index: int) -> str:
+    """The id of a document's ``index``-th chunk in the vector store and keyword index."""
+    return f"{document_id}#{index}"
+
+
+def content_hash(text: str) -> str:
+    """SHA-256 of the extracted text."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class IngestionPipeline:
+    """Loads files (or takes text), chunks, embeds in batches and stores them."""
+
+    def __init__(
+        self,
+        *,
+        loaders: Sequence[IDocumentLoader],
+        chunker: TokenChunker,
+        embedder: IEmbedder,
+        vectors: IVectorStore,
+        lexical: ILexicalIndex,
+        catalog: IDocumentCatalog,
+        max_bytes: int = 50_000_000,
+        embed_batch_size: int = 64,
+    ) -> None:
+        self._by_suffix: dict[str, IDocumentLoader] = {}
+        for loader in loaders:
+            for suffix in loader.suffixes:
+                self._by_suffix.setdefault(suffix.lower(), loader)
+        self._chunker = chunker
+        self._embedder = embedder
+        self._vectors = vectors
+        self._lexical = lexical
+        self._catalog = catalog
+        self._max_bytes = max_bytes
+        self._batch = embed_batch_size
+
+    @property
+    def suffixes(self) -> list[str]:
+        """File suffixes some loader reads, sorted."""
+        return sorted(self._by_suffix)
+
+    def files(self, path: Path) -> list[Path]:
+        """The files ``ingest_path`` would read, sorted.
+
+        That is ``path`` itself, or every supported file under it (hidden files and folders
+        skipped). Blocks on the file system.
+
+        Raises:
+            UsageError: ``path`` does not exist, or is a file no loader reads.
+        """
+        if path.is_file():
+            if path.suffix.lower() not in self._by_suffix:
+                raise UsageError(
+                    f"no loader reads {path.suffix or 'files without a suffix'} files; "
+                    f"supported: {', '.join(self.suffixes)}"
+                )
+            return [path]
+        if not path.is_dir():
+            raise UsageError(f"{path} does not exist")
+        found: list[Path] = []
+        for folder, dirs, names in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            found.extend(
+                Path(folder) / name
+                for name in names
+                if not name.startswith(".") and Path(name).suffix.lower() in self._by_suffix
+            )
+        return sorted(found)
+
+    async def ingest_path(
+        self,
+        path: Path,
+        *,
+        namespace: str = "default",
+        force: bool = False,
+        progress: Callable[[IngestProgress], None] | None = None,
+    ) -> list[IngestResult]:
+        """Ingest a file or every supported file under a folder.
+
+        A document that fails (unreadable, too large, an embedding error) is reported as
+        ``failed`` and the others go on; nothing of a failed document is written.
+
+        Raises:
+            UsageError: ``path`` does not exist or is an unsupported file.
+        """
+        files = await anyio.to_thread.run_sync(self.files, path)
+        state = IngestProgress(documents_total=len(files))
+        for file in files:
+            state.current = str(file)
+            if progress:
+                progress(state)
+            try:
+                result = await self._ingest_file(file, namespace=namespace, force=force)
+            except CoreAgentError as exc:
+                result = IngestResult(str(file), document_id_for(file), "failed", error=str(exc))
+            state.results.append(result)
+            state.documents_done += 1
+            state.chunks_written += result.chunks if result.status == "ingested" else 0
+            if progress:
+                progress(state)
+        return state.results
+
+    async def _ingest_file(self, file: Path, *, namespace: str, force: bool) -> IngestResult:
+        size = (await anyio.to_thread.run_sync(file.stat)).st_size
+        if size > self._max_bytes:
+            raise UsageError(
+                f"{file} is {size:,} bytes, over the {self._max_bytes:,}-byte limit "
+                "(AGENT_INGEST_MAX_BYTES); nothing was written"
+            )
+        loader = self._by_suffix[file.suffix.lower()]
+        try:
+            loaded: LoadedDocument = await anyio.to_thread.run_sync(loader.load, file)
+        except OSError as exc:
+            raise UsageError(f"cannot read {file}: {exc.strerror or exc}") from exc
+        return await self.ingest_text(
+            loaded.text,
+            source=str(file),
+            document_id=document_id_for(file),
+            namespace=namespace,
+            media_type=loaded.media_type,
+            title=loaded.title,
+            force=force,
+        )
+
+    async def ingest_text(
+        self,
+        text: str,
+        *,
+        source: str,
+        document_id: str | None = None,
+        namespace: str = "default",
+        media_type: str = "text/plain",
+        title: str | None = None,
+        force: bool = False,
+    ) -> IngestResult:
+        """Ingest one document's text (``document_id`` defaults to ``source``).
+
+        Raises:
+            UsageError: Empty or oversized text; the namespace holds another model's vectors.
+            ModelError: The embedder failed.
+            StorageError: A store failed; the document is left for the next ingestion.
+        """
+        doc_id = document_id or source
+        if not doc_id:
+            raise UsageError("a document needs a source or an id")
+        if len(text.encode("utf-8")) > self._max_bytes:
+            raise UsageError(
+                f"{source}: the text is over the {self._max_bytes:,}-byte limit "
+                "(AGENT_INGEST_MAX_BYTES); nothing was written"
+            )
+        digest = content_hash(text)
+        model = self._embedder.model_id
+        previous = await self._catalog.get(namespace, doc_id)
+        if (
+            not force
+            and previous is not None
+            and previous.content_hash == digest
+            and previous.embedding_model == model
+        ):
+            return IngestResult(source, doc_id, "unchanged", previous.chunk_count)
+        chunks = self._chunker.split(text)
+        if not chunks:
+            raise UsageError(f"{source} has no text to ingest; nothing was written")
+        info = await self._vectors.describe(namespace)
+        if info is not None and (info.embedding_model, info.dimension) != (
+            model,
+            self._embedder.dimension,
+        ):
+            # Checked before embedding: the store would refuse the write anyway.
+            raise EmbeddingMismatchError(
+                namespace,
+                stored_model=info.embedding_model,
+                stored_dimension=info.dimension,
+                model=model,
+                dimension=self._embedder.dimension,
+            )
+        vectors = await self._embed(chunks)
+        records = [
+            VectorRecord(
+                id=chunk_id(doc_id, chunk.index),
+                vector=vector,
+                text=chunk.text,
+                metadata={
+                    "document_id": doc_id,
+                    "chunk": chunk.index,
+                    "start": chunk.start,
+                    "end": chunk.end,
+                    "source": source,
+                },
+            )
+            for chunk, vector in zip(chunks, vectors, strict=True)
+        ]
+        await self._vectors.upsert(namespace, records, embedding_model=model)
+        await self._lexical.add(namespace, [(r.id, r.text) for r in records])
+        if previous is not None and previous.chunk_count > len(chunks):
+            stale = [chunk_id(doc_id, i) for i in range(len(chunks), previous.chunk_count)]
+            await self._vectors.delete(namespace, stale)
+            await self._lexical.delete(namespace, stale)
+        await self._catalog.put(
+            DocumentRecord(
+                namespace=namespace,
+                document_id=doc_id,
+                source=source,
+                content_hash=digest,
+                embedding_model=model,
+                chunk_count=len(chunks),
+                media_type=media_type,
+                title=title,
+                ingested_at=datetime.now(UTC),
+            )
+        )
+        return IngestResult(source, doc_id, "ingested", len(chunks))
+
+    async def _embed(self, chunks: Sequence[Chunk]) -> list[list[float]]:
+        vectors: list[list[float]] = []
+        for start in range(0, len(chunks), self._batch):
+            batch = [chunk.text for chunk in chunks[start : start + self._batch]]
+            vectors.extend(await self._embedder.embed(batch))
+        return vectors
+
+    async def remove(self, namespace: str, document_id: str) -> bool:
+        """Delete a document's chunks and record; ``True`` when it was ingested."""
+        record = await self._catalog.get(namespace, document_id)
+        if record is None:
+            return False
+        ids = [chunk_id(document_id, i) for i in range(record.chunk_count)]
+        await self._vectors.delete(namespace, ids)
+        await self._lexical.delete(namespace, ids)
+        return await self._catalog.delete(namespace, document_id)
+
+
+def document_id_for(path: Path) -> str:
+    """A file's document id: its absolute path."""
+    return str(path.resolve())

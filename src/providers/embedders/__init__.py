@@ -1,0 +1,1 @@
+"""Embedders: offline feature hashing, any litellm embedding API, local model2vec models."""

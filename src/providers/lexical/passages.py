@@ -1,0 +1,42 @@
+"""What both keyword indexes share: checking passages and turning text into terms."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from core_agent.contracts.errors import UsageError
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+# Words so common that matching them ranks nothing and costs a scan of most of the index.
+STOPWORDS = frozenset(
+    """a an and are as at be but by for from has have how i if in into is it its of on or
+    that the their then there these they this to was were what when where which who why
+    will with""".split()
+)
+
+
+def terms(text: str) -> list[str]:
+    """Lower-cased words of ``text``, in order."""
+    return _WORD.findall(text.lower())
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct words worth searching for; stopwords only when nothing else is left."""
+    words = list(dict.fromkeys(terms(query)))
+    meaningful = [w for w in words if w not in STOPWORDS]
+    return meaningful or words
+
+
+def check_passages(passages: Sequence[tuple[str, str]]) -> None:
+    """Refuse a batch with an empty or repeated id or a non-string text, before any write."""
+    seen: set[str] = set()
+    for passage_id, text in passages:
+        if not isinstance(passage_id, str) or not passage_id:
+            raise UsageError("passage ids must be non-empty strings")
+        if passage_id in seen:
+            raise UsageError(f"passage {passage_id!r} appears twice in one batch")
+        if not isinstance(text, str):
+            raise UsageError(f"passage {passage_id!r}: text must be a string")
+        seen.add(passage_id)

@@ -1,0 +1,1 @@
+"""Document loaders: plain text and Markdown, HTML, PDF (with pypdf)."""
