@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from pydantic import BaseModel
 
@@ -15,6 +16,7 @@ from core_agent.contracts.errors import (
     TaskNotFoundError,
     UsageError,
 )
+from core_agent.contracts.memory_store import IMemoryStore, MemoryItem
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.trace_store import ITraceStore, Span
 from shared.agent_protocol import TaskState, TaskStatus, TokenUsage
@@ -129,3 +131,42 @@ class FakeCheckpointStore(ICheckpointStore):
 
     async def close(self) -> None:
         self.closed = True
+
+
+class FakeMemoryStore(IMemoryStore):
+    """Keyed memory in a dict; search is a case-insensitive substring match on words."""
+
+    def __init__(self) -> None:
+        self.items: dict[tuple[str, str, str], MemoryItem] = {}
+        self.searches: list[str] = []
+
+    async def put(self, scope, namespace, key, value):  # type: ignore[no-untyped-def]
+        if not key:
+            raise UsageError("memory key must be a non-empty string")
+        json.dumps(value)
+        now = datetime.now(UTC)
+        old = self.items.get((scope, namespace, key))
+        item = MemoryItem(scope, namespace, key, value, old.created_at if old else now, now)
+        self.items[(scope, namespace, key)] = item
+        return item
+
+    async def get(self, scope, namespace, key):  # type: ignore[no-untyped-def]
+        return self.items.get((scope, namespace, key))
+
+    async def search(self, scope, namespace, query, limit=10):  # type: ignore[no-untyped-def]
+        self.searches.append(query)
+        words = [w for w in query.lower().split() if w]
+        found = [
+            item
+            for (s, ns, _), item in self.items.items()
+            if s == scope
+            and ns == namespace
+            and (not words or any(w in f"{item.key} {item.value}".lower() for w in words))
+        ]
+        return sorted(found, key=lambda i: i.updated_at, reverse=True)[:limit]
+
+    async def delete(self, scope, namespace, key):  # type: ignore[no-untyped-def]
+        return self.items.pop((scope, namespace, key), None) is not None
+
+    async def close(self) -> None:
+        pass

@@ -9,7 +9,7 @@ from core_agent.container import (
 )
 from core_agent.contracts.errors import ModelNotConfiguredError, ProviderNotFoundError
 from core_agent.contracts.settings import AgentSettings
-from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
+from fakes.stores import FakeCheckpointStore, FakeMemoryStore, FakeTaskStore, FakeTraceStore
 from providers.scripted_gateway import ScriptedLLMGateway
 
 pytestmark = pytest.mark.anyio
@@ -74,11 +74,14 @@ async def test_adapters_are_swapped_through_the_container(settings) -> None:
     container.task_store.override(tasks)
     container.trace_store.override(traces)
     container.checkpoint_store.override(FakeCheckpointStore())
+    memory = FakeMemoryStore()
+    container.memory_store.override(memory)
     container.llm_gateway.override(ScriptedLLMGateway())
     kernel = container.kernel()
     from shared.agent_protocol import TaskRequest
 
     result = await kernel.execute_task(TaskRequest(task="2 + 2"))
+    assert memory.searches == ["2 + 2"]
     assert result.output == "2 + 2 = 4"
     assert tasks.tasks[result.task_id].status.value == "succeeded"
     assert {s.kind for s in traces.spans} == {"planning", "memory", "task", "llm", "tool", "policy"}
