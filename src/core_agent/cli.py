@@ -88,7 +88,50 @@ def _parser() -> argparse.ArgumentParser:
     resolve.add_argument("--reason", default="", help="guidance for the task, or why not")
 
     commands.add_parser("schema", help="print the JSON Schema of the protocol messages")
+    _add_knowledge_commands(commands)
     return parser
+
+
+def _add_knowledge_commands(commands: Any) -> None:
+    # Handled in knowledge_commands, imported only when one of these runs.
+    ingest = commands.add_parser("ingest", help="add files or folders to the knowledge base")
+    ingest.add_argument("path", help="a file, or a folder to walk")
+    ingest.add_argument("--namespace", help="knowledge namespace (AGENT_KNOWLEDGE_NAMESPACE)")
+    ingest.add_argument("--force", action="store_true", help="re-ingest unchanged files too")
+    ingest.add_argument("--json", action="store_true", help="print one JSON result per file")
+
+    search = commands.add_parser("search", help="search the knowledge base (keyword + vector)")
+    search.add_argument("query")
+    search.add_argument("-k", type=int, default=10, help="how many passages (default 10)")
+    search.add_argument("--namespace", help="knowledge namespace (AGENT_KNOWLEDGE_NAMESPACE)")
+    search.add_argument("--json", action="store_true", help="print JSON")
+
+    vectors = commands.add_parser("vectors", help="inspect, migrate, verify, re-embed vectors")
+    actions = vectors.add_subparsers(dest="vectors_command", required=True, metavar="ACTION")
+    info = actions.add_parser("info", help="list namespaces with their model and size")
+    info.add_argument("--provider", help="the backend to inspect (AGENT_VECTOR_PROVIDER)")
+    info.add_argument("--json", action="store_true", help="print JSON")
+
+    migrate = actions.add_parser("migrate", help="copy vectors to another backend (resumable)")
+    migrate.add_argument("--from", dest="source", required=True, help="e.g. sqlite_vec")
+    migrate.add_argument("--to", dest="target", required=True, help="e.g. lancedb")
+    migrate.add_argument("--namespace", action="append", help="only this namespace (repeat)")
+    migrate.add_argument("--batch-size", type=int, default=500)
+    migrate.add_argument(
+        "--overwrite", action="store_true", help="copy every record, not only missing ones"
+    )
+
+    verify = actions.add_parser("verify", help="compare two backends and report differences")
+    verify.add_argument("--from", dest="source", help="default: AGENT_VECTOR_PROVIDER")
+    verify.add_argument("--to", dest="target", help="default: the migration target")
+    verify.add_argument("--namespace", action="append", help="only this namespace (repeat)")
+    verify.add_argument("--samples", type=int, default=20, help="records and queries to sample")
+    verify.add_argument("--json", action="store_true", help="print JSON")
+
+    reembed = actions.add_parser(
+        "reembed", help="rebuild a namespace with the configured embedder (AGENT_EMBEDDER)"
+    )
+    reembed.add_argument("namespace")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -110,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "approvals": _approvals,
             "audit": _audit,
             "resolve": _resolve,
+            "ingest": _knowledge("ingest"),
+            "search": _knowledge("search"),
+            "vectors": _knowledge("vectors"),
         }[args.command]
         result: int = anyio.run(handler, args)
         return result
@@ -121,6 +167,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+
+
+def _knowledge(name: str) -> Any:
+    async def handler(args: argparse.Namespace) -> int:
+        from core_agent import knowledge_commands
+
+        result: int = await getattr(knowledge_commands, name)(args)
+        return result
+
+    return handler
 
 
 def _schema() -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from core_agent.contracts.errors import UsageError
 from core_agent.contracts.token_counter import ITokenCounter
 
-_PARAGRAPH = re.compile(r"\S(?:.*?\S)?(?=\n\s*\n|\Z)", re.DOTALL)
+_PARAGRAPH = re.compile(r"\S(?:.*?\S)?(?=[ \t\r\f\v]*\n\s*\n|\s*\Z)", re.DOTALL)
 _SENTENCE = re.compile(r"\S.*?(?:[.!?。！？](?=\s)|\Z)", re.DOTALL)
 _WORD = re.compile(r"\S+")
 
