@@ -71,11 +71,15 @@ class HybridRetriever(IRetriever):
                 namespace, embedding, depth, embedding_model=self._embedder.model_id
             )
 
-        async with anyio.create_task_group() as group:
-            if self._weights.lexical > 0:
-                group.start_soon(lexical_side)
-            if self._weights.vector > 0:
-                group.start_soon(vector_side)
+        try:
+            async with anyio.create_task_group() as group:
+                if self._weights.lexical > 0:
+                    group.start_soon(lexical_side)
+                if self._weights.vector > 0:
+                    group.start_soon(vector_side)
+        except BaseExceptionGroup as failed:
+            # Callers catch the kernel's errors, not a group of them: raise the first one.
+            raise _first(failed) from None
         return await self._fuse(namespace, lexical, vector, k)
 
     async def _fuse(
@@ -132,3 +136,8 @@ class HybridRetriever(IRetriever):
             scores=dict(side_scores),
             ranks=dict(side_ranks),
         )
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first

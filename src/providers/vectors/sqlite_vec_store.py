@@ -271,9 +271,12 @@ class SqliteVecVectorStore(IVectorStore):
                 raise StorageError(f"vector search in {collection.namespace!r}: {exc}") from exc
             found.extend((int(r[0]), float(r[1])) for r in rows)
 
-        async with anyio.create_task_group() as group:
-            for shard in range(collection.partitions):
-                group.start_soon(one, shard)
+        try:
+            async with anyio.create_task_group() as group:
+                for shard in range(collection.partitions):
+                    group.start_soon(one, shard)
+        except BaseExceptionGroup as failed:
+            raise failed.exceptions[0] from None
         return found
 
     @staticmethod
