@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -44,7 +45,7 @@ async def test_passages_with_the_terms_rank_first(index: ILexicalIndex) -> None:
     hits = await index.search("docs", "keyword search", 3)
     assert {h.id for h in hits} <= {"p1", "p3", "p5"}
     assert hits[0].id in {"p5", "p1"}
-    assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+    assert all(a.score >= b.score for a, b in itertools.pairwise(hits))
     assert hits[0].text == dict(PASSAGES)[hits[0].id]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -103,7 +104,7 @@ async def test_ingest_then_retrieve_with_scores_and_provenance(
     assert top.start_offset is not None and top.end_offset is not None
     assert source_text[top.start_offset : top.end_offset] == top.text
     assert top.chunk_id == chunk_id(top.document_id, 0)
-    assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
+    assert all(a.score >= b.score for a, b in itertools.pairwise(hits))
 
     html = await kb.retriever().retrieve("folder per namespace", 1)
     assert html[0].source is not None and html[0].source.endswith("page.html")
@@ -166,7 +167,7 @@ async def test_bad_documents_fail_alone_and_write_nothing(
 
     with pytest.raises(UsageError, match="does not exist"):
         await kb.ingestion().ingest_path(tmp_path / "missing")
-    with pytest.raises(UsageError, match="no loader reads .png"):
+    with pytest.raises(UsageError, match=r"no loader reads \.png"):
         await kb.ingestion().ingest_path(_png(tmp_path))
 
 

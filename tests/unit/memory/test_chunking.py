@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,7 +26,7 @@ def covered(text: str, chunker: TokenChunker) -> None:
     missing = [i for i, ch in enumerate(text) if not ch.isspace() and not seen[i]]
     assert not missing, f"characters {missing[:5]} are in no chunk"
     assert [c.index for c in chunks] == list(range(len(chunks)))
-    assert all(a.start < b.start for a, b in zip(chunks, chunks[1:], strict=False))
+    assert all(a.start < b.start for a, b in itertools.pairwise(chunks))
 
 
 def test_paragraphs_sentences_and_the_last_line_all_land_in_chunks() -> None:
@@ -44,7 +46,7 @@ def test_chunks_respect_the_budget_and_overlap() -> None:
     chunks = chunker.split(text)
     assert len(chunks) > 5
     assert all(c.tokens <= 40 for c in chunks)
-    for before, after in zip(chunks, chunks[1:], strict=False):
+    for before, after in itertools.pairwise(chunks):
         assert after.start < before.end, "consecutive chunks share their boundary sentence"
     covered(text, chunker)
 
