@@ -105,6 +105,7 @@ MIGRATIONS: tuple[str, ...] = (
         id            TEXT NOT NULL,
         text          TEXT NOT NULL,
         metadata_json TEXT NOT NULL,
+        vector        BLOB NOT NULL,
         UNIQUE (collection, id)
     );
     CREATE TABLE agent_vector_tags (

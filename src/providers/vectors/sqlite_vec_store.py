@@ -1,8 +1,10 @@
 """``IVectorStore`` on sqlite-vec, in the kernel's own SQLite database.
 
 Each collection is a ``vec0`` table (named per generation, so a rebuilt collection can be
-swapped in atomically) plus rows in ``agent_vector_records`` for ids, text and metadata, and
-``agent_vector_tags`` for metadata filters. Vectors are stored unit-length, so the L2 distance
+swapped in atomically) plus rows in ``agent_vector_records`` for ids, text, metadata and a
+copy of the vector, and ``agent_vector_tags`` for metadata filters. The copy costs
+``4 * dimension`` bytes per record but reading a vector back out of ``vec0`` walks a chunk's
+overflow pages (about a millisecond per record at 100k), which would dominate a search. Vectors are stored unit-length, so the L2 distance
 ``vec0`` computes gives the cosine distance as ``d² / 2``.
 
 ``vec0`` searches by brute force, one thread per query. A collection is split in partitions
@@ -186,9 +188,9 @@ class SqliteVecVectorStore(IVectorStore):
         meta = metadata_json(record.metadata)
         if row is None:
             rowid = conn.execute(
-                "INSERT INTO agent_vector_records (collection, id, text, metadata_json)"
-                " VALUES (?, ?, ?, ?)",
-                (collection.table, record.id, record.text, meta),
+                "INSERT INTO agent_vector_records (collection, id, text, metadata_json, vector)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (collection.table, record.id, record.text, meta, item.unit.tobytes()),
             ).lastrowid
             conn.execute(
                 f"INSERT INTO {collection.table} (rowid, shard, embedding) VALUES (?, ?, ?)",
@@ -197,8 +199,9 @@ class SqliteVecVectorStore(IVectorStore):
         else:
             rowid = row[0]
             conn.execute(
-                "UPDATE agent_vector_records SET text = ?, metadata_json = ? WHERE rowid = ?",
-                (record.text, meta, rowid),
+                "UPDATE agent_vector_records SET text = ?, metadata_json = ?, vector = ?"
+                " WHERE rowid = ?",
+                (record.text, meta, item.unit.tobytes(), rowid),
             )
             conn.execute("DELETE FROM agent_vector_tags WHERE rowid = ?", (rowid,))
             conn.execute(
@@ -303,24 +306,19 @@ class SqliteVecVectorStore(IVectorStore):
         if not rowids:
             return {}
         rows = conn.execute(
-            "SELECT rowid, id, text, metadata_json FROM agent_vector_records"
+            "SELECT rowid, id, text, metadata_json, vector FROM agent_vector_records"
             " WHERE rowid IN (SELECT value FROM json_each(?))",
             (json.dumps(list(rowids)),),
         ).fetchall()
-        records: dict[int, VectorRecord] = {}
-        for rowid, record_id, text, meta in rows:
-            vector = conn.execute(
-                f"SELECT embedding FROM {collection.table} WHERE rowid = ?", (rowid,)
-            ).fetchone()
-            if vector is None:
-                continue
-            records[int(rowid)] = VectorRecord(
+        return {
+            int(rowid): VectorRecord(
                 id=record_id,
-                vector=array("f", vector[0]).tolist(),
+                vector=array("f", vector).tolist(),
                 text=text,
                 metadata=metadata_from_json(meta),
             )
-        return records
+            for rowid, record_id, text, meta, vector in rows
+        }
 
     async def fetch(self, namespace: str, ids: Sequence[str]) -> list[VectorRecord]:
         """The stored records with these ids, in the order asked."""
