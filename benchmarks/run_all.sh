@@ -9,3 +9,4 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.safety_latency
 "$PY" -m benchmarks.injection_eval
 "$PY" -m benchmarks.startup
+"$PY" -m benchmarks.retrieval

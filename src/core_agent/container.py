@@ -34,7 +34,7 @@ from core_agent.contracts.tool import ITool
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.contracts.vector_store import IVectorStore
-from core_agent.kernel.agent_kernel import AgentKernel
+from core_agent.kernel.agent_kernel import AgentKernel, Closable
 from core_agent.kernel.event_bus import InProcessEventBus
 from core_agent.memory.chunking import TokenChunker
 from core_agent.memory.hybrid_retriever import FusionWeights, HybridRetriever
@@ -188,6 +188,24 @@ def build_router(
     )
 
 
+class OpenedStores:
+    """The stores a container opened on first use, closed together with the kernel."""
+
+    def __init__(self) -> None:
+        self._stores: list[Closable] = []
+
+    def track(self, build: Callable[..., T], *args: object) -> T:
+        """Build a store and remember to close it."""
+        store = build(*args)
+        self._stores.append(store)  # type: ignore[arg-type]
+        return store
+
+    async def close(self) -> None:
+        """Close every store opened so far, the latest first."""
+        while self._stores:
+            await self._stores.pop().close()
+
+
 class KernelContainer(containers.DeclarativeContainer):
     """Wires settings, adapters, executors and the kernel; every provider is overridable."""
 
@@ -207,24 +225,31 @@ class KernelContainer(containers.DeclarativeContainer):
     embedder = providers.Singleton(
         load_provider, EMBEDDERS, settings.provided.embedder, settings, IEmbedder
     )
-    vector_store = providers.Singleton(build_vector_store, settings)
+    opened = providers.Singleton(OpenedStores)
+    vector_store = providers.Singleton(opened.provided.track.call(build_vector_store, settings))
     lexical_index = providers.Singleton(
-        load_provider, LEXICAL_INDEXES, settings.provided.lexical_index, settings, ILexicalIndex
+        opened.provided.track.call(
+            load_provider, LEXICAL_INDEXES, settings.provided.lexical_index, settings, ILexicalIndex
+        )
     )
     token_counter = providers.Singleton(
         load_provider, TOKEN_COUNTERS, settings.provided.token_counter, settings, ITokenCounter
     )
     document_catalog = providers.Singleton(
-        load_provider,
-        DOCUMENT_CATALOGS,
-        settings.provided.document_catalog,
-        settings,
-        IDocumentCatalog,
+        opened.provided.track.call(
+            load_provider,
+            DOCUMENT_CATALOGS,
+            settings.provided.document_catalog,
+            settings,
+            IDocumentCatalog,
+        )
     )
     memory_store = providers.Singleton(
         SemanticMemory,
         store=providers.Singleton(
-            load_provider, MEMORY_STORES, settings.provided.memory_store, settings, IMemoryStore
+            opened.provided.track.call(
+                load_provider, MEMORY_STORES, settings.provided.memory_store, settings, IMemoryStore
+            )
         ),
         vectors=vector_store,
         embedder=embedder,
@@ -339,7 +364,7 @@ class KernelContainer(containers.DeclarativeContainer):
         tools=tool_registry,
         executors=providers.Dict(react=react_executor, plan_execute=plan_execute_executor),
         max_turns=settings.provided.max_turns,
-        closables=providers.List(checkpoint_store),
+        closables=providers.List(checkpoint_store, opened),
         long_term_memory=memory_store.provider,
         memory_namespace=settings.provided.memory_namespace,
         recall_k=settings.provided.memory_recall_k,

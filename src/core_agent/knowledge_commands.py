@@ -265,7 +265,5 @@ async def _reembed(args: argparse.Namespace) -> int:
 
 
 async def _close(container: KernelContainer) -> None:
-    """Close the stores these commands use (all open cheaply if one was not yet)."""
-    await container.vector_store().close()
-    await container.lexical_index().close()
-    await container.document_catalog().close()
+    """Close the stores the command opened."""
+    await container.opened().close()

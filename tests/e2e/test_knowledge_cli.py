@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from e2e.test_cli import run
 
 
@@ -27,14 +28,18 @@ def test_the_environment_variable_switches_the_vector_backend(
     assert ingest.returncode == 0, ingest.stderr
     assert "2 ingested" in ingest.stdout
 
-    found = run("search", "watering tomatoes", "--json", data_dir=data, AGENT_VECTOR_PROVIDER=backend)
+    found = run(
+        "search", "watering tomatoes", "--json", data_dir=data, AGENT_VECTOR_PROVIDER=backend
+    )
     assert found.returncode == 0, found.stderr
     hits = json.loads(found.stdout)
     assert hits[0]["source"].endswith("garden.md")
     assert set(hits[0]["scores"]) == {"lexical", "vector"}
     assert hits[0]["end_offset"] > hits[0]["start_offset"] >= 0
 
-    used = json.loads(run("vectors", "info", "--json", data_dir=data, AGENT_VECTOR_PROVIDER=backend).stdout)
+    used = json.loads(
+        run("vectors", "info", "--json", data_dir=data, AGENT_VECTOR_PROVIDER=backend).stdout
+    )
     other = "lancedb" if backend == "sqlite_vec" else "sqlite_vec"
     unused = json.loads(run("vectors", "info", "--provider", other, "--json", data_dir=data).stdout)
     assert [(c["namespace"], c["count"]) for c in used] == [("default", 2)]
@@ -83,7 +88,9 @@ def test_dual_write_then_verify_from_the_command_line(tmp_path: Path, notes: Pat
     assert run("vectors", "verify", data_dir=data).returncode == 0
 
 
-def test_reembed_from_the_command_line_keeps_ingestion_idempotent(tmp_path: Path, notes: Path) -> None:
+def test_reembed_from_the_command_line_keeps_ingestion_idempotent(
+    tmp_path: Path, notes: Path
+) -> None:
     data = tmp_path / "data"
     run("ingest", str(notes), data_dir=data)
     mixed = run("search", "tomatoes", data_dir=data, AGENT_EMBEDDING_DIMENSION="64")

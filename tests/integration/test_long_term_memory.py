@@ -141,3 +141,37 @@ async def test_the_model_remembers_in_one_task_and_the_next_task_recalls(tmp_pat
     assert "The user drinks green tea" in str(second_prompt[1].content)
     item = await container.memory_store().get("long_term", "default", "user.tea")
     assert item is not None and json.dumps(item.value) == '"The user drinks green tea"'
+
+
+async def test_the_model_searches_ingested_knowledge_and_reads_sources(tmp_path: Path) -> None:
+    container = KernelContainer()
+    container.settings.override(AgentSettings(data_dir=tmp_path / "data"))
+    await container.ingestion().ingest_text(
+        "The office wifi password rotates every Monday; ask the front desk.",
+        source="handbook.md",
+    )
+    recording = FakeRecordingGateway(
+        ScriptedLLMGateway(
+            [
+                ScriptedTurn(
+                    tool_calls=[
+                        ScriptedToolCall(
+                            name="knowledge_search", arguments={"query": "wifi password"}
+                        )
+                    ]
+                ),
+                ScriptedTurn(content="Ask the front desk; it rotates on Mondays."),
+            ]
+        )
+    )
+    container.llm_gateway.override(recording)
+    async with container.kernel() as kernel:
+        result = await kernel.execute_task(TaskRequest(task="How do I get on the wifi?"))
+    assert result.status.value == "succeeded"
+    tool_result = next(m for m in recording.requests[-1].messages if m.kind == "tool")
+    assert "handbook.md" in tool_result.content
+    assert "untrusted-data" in tool_result.content  # stored documents are spotlighted
+    hits = json.loads(
+        tool_result.content[tool_result.content.index("[") : tool_result.content.rindex("]") + 1]
+    )
+    assert hits[0]["offsets"] == [0, 66] and set(hits[0]["scores"]) == {"lexical", "vector"}

@@ -171,8 +171,6 @@ class AgentSettings(BaseSettings):
     tokenizer_encoding: str = "cl100k_base"
     """tiktoken encoding used to count tokens (shipped offline: cl100k_base, o200k_base,
     p50k_base)."""
-    memory_window_tokens: int = Field(default=6000, ge=64)
-    """Short-term memory keeps the most recent turns that fit in this many tokens."""
     memory_recall_k: int = Field(default=3, ge=0, le=50)
     """Long-term memories put in front of a task's context (0 turns it off)."""
     policy_approval_required_risk: RiskLevel = RiskLevel.HIGH

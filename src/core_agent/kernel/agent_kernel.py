@@ -117,6 +117,8 @@ class AgentKernel:
     """Routes each task to a strategy and runs it, keeping state, events and spans durable.
 
     Use as an async context manager (or call ``aclose``) so stores are closed.
+    ``long_term_memory`` builds the store whose ``recall_k`` items most relevant to a new task
+    are put after its system prompt; it is called on the first task, not before.
     """
 
     def __init__(

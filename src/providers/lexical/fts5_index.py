@@ -1,15 +1,17 @@
 """``ILexicalIndex`` on SQLite FTS5 in the kernel's database: persistent and incremental.
 
-Passages are indexed with the Porter stemmer over ``unicode61`` (diacritics folded); queries
-become an OR of quoted terms, so no user input is read as FTS5 syntax, and rank by FTS5's
-built-in BM25. One FTS table holds every namespace, so term statistics (IDF) are shared
-across namespaces.
+Each namespace has its own FTS5 table, so a search never filters other namespaces' rows out
+(a join per match cost more than the search itself) and term statistics (IDF) are the
+namespace's own. ``agent_lexical_passages`` maps passage ids to FTS rowids. Passages are
+indexed with the Porter stemmer over ``unicode61`` (diacritics folded); a query becomes an OR
+of quoted terms, so no user input is read as FTS5 syntax, ranked by FTS5's built-in BM25.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -18,6 +20,15 @@ from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.settings import AgentSettings
 from providers.lexical.passages import check_passages, query_terms
 from providers.sqlite.database import SqliteDatabase, transaction
+
+TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+
+def _table(conn: sqlite3.Connection, namespace: str) -> str | None:
+    row = conn.execute(
+        "SELECT table_name FROM agent_lexical_namespaces WHERE namespace = ?", (namespace,)
+    ).fetchone()
+    return str(row[0]) if row else None
 
 
 class Fts5LexicalIndex(ILexicalIndex):
@@ -39,6 +50,17 @@ class Fts5LexicalIndex(ILexicalIndex):
 
         def write(conn: sqlite3.Connection) -> None:
             with transaction(conn):
+                table = _table(conn, namespace)
+                if table is None:
+                    table = f"agent_fts_{uuid.uuid4().hex[:16]}"
+                    conn.execute(
+                        f"CREATE VIRTUAL TABLE {table} USING fts5(text, tokenize = '{TOKENIZER}')"
+                    )
+                    conn.execute(
+                        "INSERT INTO agent_lexical_namespaces (namespace, table_name)"
+                        " VALUES (?, ?)",
+                        (namespace, table),
+                    )
                 for passage_id, text in passages:
                     row = conn.execute(
                         "SELECT rowid FROM agent_lexical_passages WHERE namespace = ? AND id = ?",
@@ -51,10 +73,8 @@ class Fts5LexicalIndex(ILexicalIndex):
                         ).lastrowid
                     else:
                         rowid = row[0]
-                        conn.execute("DELETE FROM agent_lexical_fts WHERE rowid = ?", (rowid,))
-                    conn.execute(
-                        "INSERT INTO agent_lexical_fts (rowid, text) VALUES (?, ?)", (rowid, text)
-                    )
+                        conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
+                    conn.execute(f"INSERT INTO {table} (rowid, text) VALUES (?, ?)", (rowid, text))
 
         await self._db.run(write)
 
@@ -68,13 +88,16 @@ class Fts5LexicalIndex(ILexicalIndex):
         match = " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
 
         def read(conn: sqlite3.Connection) -> list[LexicalHit]:
+            table = _table(conn, namespace)
+            if table is None:
+                return []
             rows = conn.execute(
-                "SELECT p.id, bm25(agent_lexical_fts) AS score, agent_lexical_fts.text"
-                " FROM agent_lexical_fts JOIN agent_lexical_passages p"
-                "   ON p.rowid = agent_lexical_fts.rowid"
-                " WHERE agent_lexical_fts MATCH ? AND p.namespace = ?"
-                " ORDER BY score LIMIT ?",
-                (match, namespace, k),
+                f"SELECT p.id, ranked.score, ranked.text FROM ("
+                f"  SELECT rowid, bm25({table}) AS score, text FROM {table}"
+                f"  WHERE {table} MATCH ? ORDER BY score LIMIT ?) AS ranked"
+                " JOIN agent_lexical_passages p ON p.rowid = ranked.rowid"
+                " ORDER BY ranked.score",
+                (match, k),
             ).fetchall()
             return [LexicalHit(id=row[0], score=-float(row[1]), text=row[2]) for row in rows]
 
@@ -88,13 +111,16 @@ class Fts5LexicalIndex(ILexicalIndex):
 
         def write(conn: sqlite3.Connection) -> int:
             with transaction(conn):
+                table = _table(conn, namespace)
+                if table is None:
+                    return 0
                 rows = conn.execute(
                     "SELECT rowid FROM agent_lexical_passages"
                     " WHERE namespace = ? AND id IN (SELECT value FROM json_each(?))",
                     (namespace, json.dumps(wanted)),
                 ).fetchall()
                 for (rowid,) in rows:
-                    conn.execute("DELETE FROM agent_lexical_fts WHERE rowid = ?", (rowid,))
+                    conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
                     conn.execute("DELETE FROM agent_lexical_passages WHERE rowid = ?", (rowid,))
                 return len(rows)
 

@@ -120,8 +120,9 @@ MIGRATIONS: tuple[str, ...] = (
         id        TEXT NOT NULL,
         UNIQUE (namespace, id)
     );
-    CREATE VIRTUAL TABLE agent_lexical_fts USING fts5(
-        text, tokenize = 'porter unicode61 remove_diacritics 2'
+    CREATE TABLE agent_lexical_namespaces (
+        namespace  TEXT PRIMARY KEY,
+        table_name TEXT NOT NULL UNIQUE
     );
     CREATE TABLE agent_bm25_passages (
         namespace TEXT NOT NULL,

@@ -4,8 +4,9 @@ Each collection is a ``vec0`` table (named per generation, so a rebuilt collecti
 swapped in atomically) plus rows in ``agent_vector_records`` for ids, text, metadata and a
 copy of the vector, and ``agent_vector_tags`` for metadata filters. The copy costs
 ``4 * dimension`` bytes per record but reading a vector back out of ``vec0`` walks a chunk's
-overflow pages (about a millisecond per record at 100k), which would dominate a search. Vectors are stored unit-length, so the L2 distance
-``vec0`` computes gives the cosine distance as ``d² / 2``.
+overflow pages (about a millisecond per record at 100k), which would dominate a search.
+Vectors are stored unit-length, so the L2 distance ``vec0`` computes gives the cosine
+distance as ``d² / 2``.
 
 ``vec0`` searches by brute force, one thread per query. A collection is split in partitions
 (a ``partition key`` column) that are searched in parallel on separate read connections, which
@@ -47,6 +48,13 @@ from providers.vectors.records import (
     unit_vector,
     where_tags,
 )
+
+READER_MMAP_BYTES = 1 << 30
+READER_CACHE_KIB = 65_536
+BULK_WRITE_RECORDS = 1000
+"""Upserts at least this large fold the WAL back into the database file in the background."""
+EXACT_FILTER_MAX_ROWS = 50_000
+"""Filters matching at most this many records are ranked from the records table directly."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +104,10 @@ class _ReaderPool:
         except queue.Empty:
             conn = connect(self._path)
             conn.execute("PRAGMA busy_timeout=30000")
+            # A search reads every vector: map the file instead of copying pages through a
+            # small cache (about a fifth of the latency at 100k vectors).
+            conn.execute(f"PRAGMA mmap_size={READER_MMAP_BYTES}")
+            conn.execute(f"PRAGMA cache_size=-{READER_CACHE_KIB}")
             self._all.append(conn)
         try:
             return list(conn.execute(sql, params).fetchall())
@@ -152,6 +164,8 @@ class SqliteVecVectorStore(IVectorStore):
                     self._write_one(conn, collection, item)
 
         await self._db.run(write)
+        if len(prepared) >= BULK_WRITE_RECORDS:
+            self._db.checkpoint_soon()
 
     def _create(
         self, conn: sqlite3.Connection, namespace: str, model: str, dimension: int
@@ -286,17 +300,32 @@ class SqliteVecVectorStore(IVectorStore):
     def _filtered_knn(
         conn: sqlite3.Connection, collection: _Collection, blob: bytes, k: int, tags: list[str]
     ) -> list[tuple[int, float]]:
-        # The candidate rowids go into the KNN itself, so vec0 only ranks matching rows and
-        # returns k of them whenever k exist.
-        rows = conn.execute(
-            f"SELECT rowid, distance FROM {collection.table}"
-            " WHERE embedding MATCH ? AND k = ? AND rowid IN ("
-            "   SELECT t.rowid FROM agent_vector_tags t"
-            "   JOIN agent_vector_records r ON r.rowid = t.rowid"
-            "   WHERE r.collection = ? AND t.tag IN (SELECT value FROM json_each(?))"
-            "   GROUP BY t.rowid HAVING count(*) = ?)",
-            (blob, k, collection.table, json.dumps(tags), len(tags)),
-        ).fetchall()
+        # Filter first, then rank only the matching rows: k results whenever k exist.
+        candidates = [
+            int(r[0])
+            for r in conn.execute(
+                "SELECT t.rowid FROM agent_vector_tags t"
+                " JOIN agent_vector_records r ON r.rowid = t.rowid"
+                " WHERE r.collection = ? AND t.tag IN (SELECT value FROM json_each(?))"
+                " GROUP BY t.rowid HAVING count(*) = ?",
+                (collection.table, json.dumps(tags), len(tags)),
+            ).fetchall()
+        ]
+        if not candidates:
+            return []
+        if len(candidates) <= EXACT_FILTER_MAX_ROWS:
+            # Few rows: compute their distances from the records' own copies.
+            rows = conn.execute(
+                "SELECT rowid, vec_distance_l2(vector, ?) AS d FROM agent_vector_records"
+                " WHERE rowid IN (SELECT value FROM json_each(?)) ORDER BY d, rowid LIMIT ?",
+                (blob, json.dumps(candidates), k),
+            ).fetchall()
+        else:
+            rows = conn.execute(
+                f"SELECT rowid, distance FROM {collection.table}"
+                " WHERE embedding MATCH ? AND k = ? AND rowid IN (SELECT value FROM json_each(?))",
+                (blob, k, json.dumps(candidates)),
+            ).fetchall()
         return [(int(r[0]), float(r[1])) for r in rows]
 
     @staticmethod
