@@ -139,7 +139,10 @@ async def test_the_model_remembers_in_one_task_and_the_next_task_recalls(tmp_pat
         r.messages for r in recording.requests if "morning" in str(r.messages[-1].content)
     )
     assert "The user drinks green tea" in str(second_prompt[1].content)
-    item = await container.memory_store().get("long_term", "default", "user.tea")
+    # The kernel closed the stores it opened; the fact is on disk for the next process.
+    store = SqliteMemoryStore(tmp_path / "data" / "core_agent.db")
+    item = await store.get("long_term", "default", "user.tea")
+    await store.close()
     assert item is not None and json.dumps(item.value) == '"The user drinks green tea"'
 
 
