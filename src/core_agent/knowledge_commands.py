@@ -164,13 +164,15 @@ async def _info(settings: AgentSettings, args: argparse.Namespace) -> int:
 
 
 async def _migrate(settings: AgentSettings, args: argparse.Namespace) -> int:
-    from core_agent.contracts.errors import UsageError
+    from core_agent.contracts.errors import ProviderNotFoundError, UsageError
 
     if args.source == args.target:
         raise UsageError("--from and --to name the same backend")
+    installed = installed_providers(VECTOR_STORES)
     for name in (args.source, args.target):
-        if name not in installed_providers(VECTOR_STORES):
-            load_provider(VECTOR_STORES, name, settings, IVectorStore)  # type: ignore[type-abstract]
+        if name not in installed:
+            # Checked before opening either store, so a typo leaves nothing open.
+            raise ProviderNotFoundError(VECTOR_STORES, name, installed)
     source, target = _store(settings, args.source), _store(settings, args.target)
 
     def report(state: MigrationProgress) -> None:

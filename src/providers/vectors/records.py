@@ -100,10 +100,10 @@ def prepare(records: Sequence[VectorRecord], dimension: int | None) -> list[Prep
             raise UsageError(f"vector record {record.id!r} appears twice in one upsert")
         seen.add(record.id)
         unit = unit_vector(record.vector, what=f"vector record {record.id!r}")
-        expected = (
-            dimension if dimension is not None else len(prepared[0].unit) if prepared else None
-        )
-        if expected is not None and len(unit) != expected:
+        # A new collection takes its dimension from the batch's first record.
+        expected = dimension if dimension is not None else len(unit)
+        dimension = expected
+        if len(unit) != expected:
             raise UsageError(
                 f"vector record {record.id!r} has {len(unit)} dimensions; expected {expected}"
             )

@@ -92,11 +92,10 @@ def _drop_collection(conn: sqlite3.Connection, collection: _Collection) -> None:
 class _ReaderPool:
     """Read connections for partition searches, each used by one thread at a time."""
 
-    def __init__(self, path: Path | str, size: int) -> None:
+    def __init__(self, path: Path | str) -> None:
         self._path = path
         self._idle: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
         self._all: list[sqlite3.Connection] = []
-        self._size = size
 
     def run(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         try:
@@ -128,7 +127,7 @@ class SqliteVecVectorStore(IVectorStore):
             raise UsageError("partitions must be at least 1")
         self._db = SqliteDatabase(path)
         self._partitions = partitions
-        self._readers = _ReaderPool(path, partitions)
+        self._readers = _ReaderPool(path)
         self._driver_errors = (sqlite_driver().Error, sqlite3.Error)
         self._limiter = anyio.CapacityLimiter(partitions)
 
