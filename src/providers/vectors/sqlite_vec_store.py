@@ -16,7 +16,6 @@ is what brings a top-10 over 100k vectors under 40 ms on two cores.
 from __future__ import annotations
 
 import json
-import queue
 import sqlite3
 import uuid
 from array import array
@@ -37,7 +36,7 @@ from core_agent.contracts.vector_store import (
     VectorHit,
     VectorRecord,
 )
-from providers.sqlite.database import SqliteDatabase, connect, sqlite_driver, transaction
+from providers.sqlite.database import ReaderPool, SqliteDatabase, sqlite_driver, transaction
 from providers.vectors.records import (
     PreparedRecord,
     check_identity,
@@ -49,10 +48,10 @@ from providers.vectors.records import (
     where_tags,
 )
 
-READER_MMAP_BYTES = 1 << 30
-READER_CACHE_KIB = 65_536
 BULK_WRITE_RECORDS = 1000
 """Upserts at least this large fold the WAL back into the database file in the background."""
+TAG_FREQUENCY_PROBE = 1000
+"""Index entries counted per filter tag to find the rarest one (bounds the probe's cost)."""
 EXACT_FILTER_MAX_ROWS = 50_000
 """Filters matching at most this many records are ranked from the records table directly."""
 
@@ -77,6 +76,36 @@ def _collection(conn: sqlite3.Connection, namespace: str) -> _Collection | None:
     return _Collection(namespace, row[0], row[1], int(row[2]), int(row[3]))
 
 
+def _matching_rowids(
+    conn: sqlite3.Connection, collection: _Collection, tags: list[str]
+) -> list[int]:
+    """Rowids of the collection's records carrying every tag.
+
+    The walk starts from the rarest tag and checks the others row by row: a filter that
+    pairs a rare value with a common one (``document_id`` and ``start=0``) then reads a few
+    index entries, not every record of the common one. ``CROSS JOIN`` keeps SQLite from
+    driving the join from the collection's records when it has no statistics.
+    """
+
+    def frequency(tag: str) -> int:
+        (seen,) = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM agent_vector_tags WHERE tag = ? LIMIT ?)",
+            (tag, TAG_FREQUENCY_PROBE),
+        ).fetchone()
+        return int(seen)
+
+    rarest, *others = sorted(dict.fromkeys(tags), key=frequency)
+    sql = (
+        "SELECT t.rowid FROM agent_vector_tags t"
+        " CROSS JOIN agent_vector_records r ON r.rowid = t.rowid"
+        " WHERE t.tag = ? AND r.collection = ?"
+    ) + "".join(
+        " AND EXISTS (SELECT 1 FROM agent_vector_tags o WHERE o.tag = ? AND o.rowid = t.rowid)"
+        for _ in others
+    )
+    return [int(r[0]) for r in conn.execute(sql, (rarest, collection.table, *others))]
+
+
 def _cosine(l2: float) -> float:
     return max(0.0, l2 * l2 / 2.0)
 
@@ -89,36 +118,6 @@ def _drop_collection(conn: sqlite3.Connection, collection: _Collection) -> None:
     )
 
 
-class _ReaderPool:
-    """Read connections for partition searches, each used by one thread at a time."""
-
-    def __init__(self, path: Path | str) -> None:
-        self._path = path
-        self._idle: queue.SimpleQueue[sqlite3.Connection] = queue.SimpleQueue()
-        self._all: list[sqlite3.Connection] = []
-
-    def run(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        try:
-            conn = self._idle.get_nowait()
-        except queue.Empty:
-            conn = connect(self._path)
-            conn.execute("PRAGMA busy_timeout=30000")
-            # A search reads every vector: map the file instead of copying pages through a
-            # small cache (about a fifth of the latency at 100k vectors).
-            conn.execute(f"PRAGMA mmap_size={READER_MMAP_BYTES}")
-            conn.execute(f"PRAGMA cache_size=-{READER_CACHE_KIB}")
-            self._all.append(conn)
-        try:
-            return list(conn.execute(sql, params).fetchall())
-        finally:
-            self._idle.put(conn)
-
-    def close(self) -> None:
-        for conn in self._all:
-            conn.close()
-        self._all.clear()
-
-
 class SqliteVecVectorStore(IVectorStore):
     """Vectors in ``vec0`` tables of one SQLite database (see the module docstring)."""
 
@@ -127,7 +126,7 @@ class SqliteVecVectorStore(IVectorStore):
             raise UsageError("partitions must be at least 1")
         self._db = SqliteDatabase(path)
         self._partitions = partitions
-        self._readers = _ReaderPool(path)
+        self._readers = ReaderPool(path)
         self._driver_errors = (sqlite_driver().Error, sqlite3.Error)
         self._limiter = anyio.CapacityLimiter(partitions)
 
@@ -300,16 +299,7 @@ class SqliteVecVectorStore(IVectorStore):
         conn: sqlite3.Connection, collection: _Collection, blob: bytes, k: int, tags: list[str]
     ) -> list[tuple[int, float]]:
         # Filter first, then rank only the matching rows: k results whenever k exist.
-        candidates = [
-            int(r[0])
-            for r in conn.execute(
-                "SELECT t.rowid FROM agent_vector_tags t"
-                " JOIN agent_vector_records r ON r.rowid = t.rowid"
-                " WHERE r.collection = ? AND t.tag IN (SELECT value FROM json_each(?))"
-                " GROUP BY t.rowid HAVING count(*) = ?",
-                (collection.table, json.dumps(tags), len(tags)),
-            ).fetchall()
-        ]
+        candidates = _matching_rowids(conn, collection, tags)
         if not candidates:
             return []
         if len(candidates) <= EXACT_FILTER_MAX_ROWS:
