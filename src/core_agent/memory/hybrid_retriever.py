@@ -73,10 +73,12 @@ class HybridRetriever(IRetriever):
 
         try:
             async with anyio.create_task_group() as group:
-                if self._weights.lexical > 0:
-                    group.start_soon(lexical_side)
+                # Vector side first: its scan runs in worker threads, so a keyword side that
+                # runs on the event loop overlaps it instead of delaying its start.
                 if self._weights.vector > 0:
                     group.start_soon(vector_side)
+                if self._weights.lexical > 0:
+                    group.start_soon(lexical_side)
         except BaseExceptionGroup as failed:
             # Callers catch the kernel's errors, not a group of them: raise the first one.
             raise _first(failed) from None

@@ -15,11 +15,13 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from core_agent.contracts.errors import UsageError
+import anyio.to_thread
+
+from core_agent.contracts.errors import StorageError, UsageError
 from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.settings import AgentSettings
 from providers.lexical.passages import check_passages, query_terms
-from providers.sqlite.database import SqliteDatabase, transaction
+from providers.sqlite.database import ReaderPool, SqliteDatabase, sqlite_driver, transaction
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 
@@ -36,6 +38,8 @@ class Fts5LexicalIndex(ILexicalIndex):
 
     def __init__(self, path: Path | str) -> None:
         self._db = SqliteDatabase(path)
+        self._readers = ReaderPool(path)
+        self._driver_errors = (sqlite_driver().Error, sqlite3.Error)
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> Fts5LexicalIndex:
@@ -87,21 +91,25 @@ class Fts5LexicalIndex(ILexicalIndex):
             return []
         match = " OR ".join('"' + word.replace('"', '""') + '"' for word in words)
 
-        def read(conn: sqlite3.Connection) -> list[LexicalHit]:
-            table = _table(conn, namespace)
-            if table is None:
-                return []
-            rows = conn.execute(
-                f"SELECT p.id, ranked.score, ranked.text FROM ("
-                f"  SELECT rowid, bm25({table}) AS score, text FROM {table}"
-                f"  WHERE {table} MATCH ? ORDER BY score LIMIT ?) AS ranked"
-                " JOIN agent_lexical_passages p ON p.rowid = ranked.rowid"
-                " ORDER BY ranked.score",
-                (match, k),
-            ).fetchall()
-            return [LexicalHit(id=row[0], score=-float(row[1]), text=row[2]) for row in rows]
-
-        return await self._db.run(read)
+        table = await self._db.run(lambda conn: _table(conn, namespace))
+        if table is None:
+            return []
+        # FTS5 scores every passage holding any term before sorting (milliseconds on a large
+        # namespace): that runs on a read connection in a worker thread, not on the event
+        # loop. The text is read for the k best only, not carried through the sort.
+        sql = (
+            f"SELECT p.id, ranked.score, f.text FROM ("
+            f"  SELECT rowid, bm25({table}) AS score FROM {table}"
+            f"  WHERE {table} MATCH ? ORDER BY score LIMIT ?) AS ranked"
+            " JOIN agent_lexical_passages p ON p.rowid = ranked.rowid"
+            f" JOIN {table} f ON f.rowid = ranked.rowid"
+            " ORDER BY ranked.score"
+        )
+        try:
+            rows = await anyio.to_thread.run_sync(self._readers.run, sql, (match, k))
+        except self._driver_errors as exc:
+            raise StorageError(f"keyword search in {namespace!r}: {exc}") from exc
+        return [LexicalHit(id=row[0], score=-float(row[1]), text=row[2]) for row in rows]
 
     async def delete(self, namespace: str, ids: Sequence[str]) -> int:
         """Remove passages in one transaction; returns how many existed."""
@@ -136,5 +144,6 @@ class Fts5LexicalIndex(ILexicalIndex):
         return int(row[0])
 
     async def close(self) -> None:
-        """Close the database connection."""
+        """Close the database connection and the read connections."""
         await self._db.close()
+        self._readers.close()
