@@ -3,13 +3,14 @@
 rank-bm25 scores in memory: the model for a namespace is built from the stored passages on
 the first search after a change (seen through ``PRAGMA data_version``, so other processes'
 writes count too) and scores every passage per query. Simple and exact, but a search costs
-time proportional to the corpus; the FTS5 index is the default for that reason (see
-``benchmarks/retrieval.py``).
+time proportional to the corpus (about 150 ms at 100k passages; see
+``benchmarks/retrieval.py``), which is why it is not the default.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,19 @@ from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.settings import AgentSettings
 from providers.lexical.passages import check_passages, query_terms, terms
 from providers.sqlite.database import SqliteDatabase, transaction
+
+
+class _PositiveIdfBM25(BM25Okapi):  # type: ignore[misc]
+    """Okapi BM25 with Lucene's IDF, ``ln(1 + (N - n + 0.5) / (n + 0.5))``.
+
+    rank-bm25's own IDF goes negative for a term in more than half the passages and floors
+    it at a fraction of the average IDF, which is itself negative or zero in a small
+    namespace: a one-passage namespace then matched nothing at all.
+    """
+
+    def _calc_idf(self, nd: dict[str, int]) -> None:
+        for word, freq in nd.items():
+            self.idf[word] = math.log(1.0 + (self.corpus_size - freq + 0.5) / (freq + 0.5))
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +122,7 @@ class RankBM25LexicalIndex(ILexicalIndex):
             return None
         ids = [row[0] for row in rows]
         corpus = [terms(row[1]) or [""] for row in rows]
-        bm25 = await anyio.to_thread.run_sync(BM25Okapi, corpus)
+        bm25 = await anyio.to_thread.run_sync(_PositiveIdfBM25, corpus)
         model = _Model(version, ids, [row[1] for row in rows], bm25)
         self._models[namespace] = model
         return model
