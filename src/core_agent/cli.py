@@ -106,6 +106,15 @@ def _add_knowledge_commands(commands: Any) -> None:
     search.add_argument("--namespace", help="knowledge namespace (AGENT_KNOWLEDGE_NAMESPACE)")
     search.add_argument("--json", action="store_true", help="print JSON")
 
+    keywords = commands.add_parser("keywords", help="maintain the keyword index")
+    keyword_actions = keywords.add_subparsers(
+        dest="keywords_command", required=True, metavar="ACTION"
+    )
+    rebuild = keyword_actions.add_parser(
+        "rebuild", help="index the stored chunks again (after changing AGENT_LEXICAL_INDEX)"
+    )
+    rebuild.add_argument("--namespace", help="knowledge namespace (AGENT_KNOWLEDGE_NAMESPACE)")
+
     vectors = commands.add_parser("vectors", help="inspect, migrate, verify, re-embed vectors")
     actions = vectors.add_subparsers(dest="vectors_command", required=True, metavar="ACTION")
     info = actions.add_parser("info", help="list namespaces with their model and size")
@@ -155,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "resolve": _resolve,
             "ingest": _knowledge("ingest"),
             "search": _knowledge("search"),
+            "keywords": _knowledge("keywords"),
             "vectors": _knowledge("vectors"),
         }[args.command]
         result: int = anyio.run(handler, args)

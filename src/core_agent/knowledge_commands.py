@@ -1,4 +1,4 @@
-"""``core-agent ingest``, ``search`` and ``vectors``: the knowledge base from the terminal.
+"""The knowledge base from the terminal: ``ingest``, ``search``, ``keywords``, ``vectors``.
 
 Kept apart from ``cli`` so the command parser stays small and its start-up fast: this module
 is imported only when one of these commands runs.
@@ -112,8 +112,17 @@ async def search(args: argparse.Namespace) -> int:
     namespace = args.namespace or settings.knowledge_namespace
     try:
         hits = await container.retriever().retrieve(args.query, args.k, namespace=namespace)
+        indexed = await container.lexical_index().count(namespace)
+        stored = await container.vector_store().count(namespace)
     finally:
         await _close(container)
+    if indexed < stored:
+        print(
+            f"note: the keyword index ({settings.lexical_index}) holds {indexed} of the "
+            f"{stored} chunks in {namespace!r}; run `core-agent keywords rebuild"
+            f" --namespace {namespace}` to fill it",
+            file=sys.stderr,
+        )
     if args.json:
         print(json.dumps([dataclasses.asdict(hit) for hit in hits], indent=2))
         return EXIT_OK
@@ -127,6 +136,19 @@ async def search(args: argparse.Namespace) -> int:
         print(f"{rank:>2}. {hit.score:.4f}  {sides}\n    {where}")
         snippet = " ".join(hit.text.split())
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
+    return EXIT_OK
+
+
+async def keywords(args: argparse.Namespace) -> int:
+    """``keywords rebuild``: fill the keyword index from the stored chunks."""
+    container = _container()
+    settings = container.settings()
+    namespace = args.namespace or settings.knowledge_namespace
+    try:
+        total = await container.ingestion().reindex_keywords(namespace)
+    finally:
+        await _close(container)
+    print(f"indexed {total} chunks of {namespace!r} with {settings.lexical_index}")
     return EXIT_OK
 
 

@@ -1,4 +1,4 @@
-"""One contract for every ILexicalIndex: FTS5 and rank-bm25 both pass it."""
+"""One contract for every ILexicalIndex: FTS5, Tantivy and rank-bm25 all pass it."""
 
 from __future__ import annotations
 
@@ -6,18 +6,21 @@ import itertools
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import anyio
 import pytest
 
 from core_agent.contracts.errors import UsageError
 from core_agent.contracts.lexical_index import ILexicalIndex
 from providers.lexical.fts5_index import Fts5LexicalIndex
 from providers.lexical.rank_bm25_index import RankBM25LexicalIndex
+from providers.lexical.tantivy_index import TantivyLexicalIndex
 
 pytestmark = pytest.mark.anyio
 
 INDEXES: dict[str, Callable[[Path], ILexicalIndex]] = {
     "fts5": lambda root: Fts5LexicalIndex(root / "core_agent.db"),
     "bm25": lambda root: RankBM25LexicalIndex(root / "core_agent.db"),
+    "tantivy": lambda root: TantivyLexicalIndex(root / "tantivy"),
 }
 PASSAGES = [
     ("p1", "SQLite FTS5 gives persistent keyword search with BM25 ranking."),
@@ -86,6 +89,28 @@ async def test_index_persists_and_sees_other_writers(
         assert (await second.search("docs", "LanceDB", 1))[0].id == "p2"
         await first.add("docs", [("p6", "Porcupines are prickly")])
         assert (await second.search("docs", "porcupines", 1))[0].id == "p6"
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_any_namespace_name_is_its_own_index(index: ILexicalIndex) -> None:
+    odd = ["..", ".", "", "a/b", "docs/../docs", "名前"]
+    for number, name in enumerate(odd):
+        await index.add(name, [(f"o{number}", f"walrus number {number}")])
+    for number, name in enumerate(odd):
+        assert [h.id for h in await index.search(name, "walrus", 10)] == [f"o{number}"]
+    assert await index.count("docs") == 5
+
+
+async def test_concurrent_writers_both_land(make_index: Callable[[], ILexicalIndex]) -> None:
+    first, second = make_index(), make_index()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(first.add, "docs", [(f"a{i}", f"alpha {i}") for i in range(50)])
+            group.start_soon(second.add, "docs", [(f"b{i}", f"alpha {i}") for i in range(50)])
+        assert await first.count("docs") == 100
+        assert len(await second.search("docs", "alpha", 200)) == 100
     finally:
         await first.close()
         await second.close()

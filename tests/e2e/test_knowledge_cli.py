@@ -103,3 +103,25 @@ def test_reembed_from_the_command_line_keeps_ingestion_idempotent(
     assert "2 unchanged" in again.stdout
     found = run("search", "tomatoes", "--json", data_dir=data, AGENT_EMBEDDING_DIMENSION="64")
     assert json.loads(found.stdout)[0]["source"].endswith("garden.md")
+
+
+def test_switching_the_keyword_index_is_noticed_and_rebuilt(tmp_path: Path, notes: Path) -> None:
+    data = tmp_path / "data"
+    assert run("ingest", str(notes), data_dir=data, AGENT_LEXICAL_INDEX="fts5").returncode == 0
+    assert not (data / "tantivy").exists()
+
+    # The default index (Tantivy) never saw these chunks, and re-ingesting skips them.
+    again = run("ingest", str(notes), data_dir=data)
+    assert "2 unchanged" in again.stdout
+    stale = run("search", "bread dough", "--json", data_dir=data)
+    assert stale.returncode == 0
+    assert "lexical" not in json.loads(stale.stdout)[0]["scores"]
+    assert "keywords rebuild" in stale.stderr and "holds 0 of the 2 chunks" in stale.stderr
+
+    rebuilt = run("keywords", "rebuild", data_dir=data)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "indexed 2 chunks of 'default' with tantivy" in rebuilt.stdout
+    fixed = run("search", "bread dough", "--json", data_dir=data)
+    assert fixed.stderr == ""
+    first = json.loads(fixed.stdout)[0]
+    assert first["source"].endswith("kitchen.txt") and first["ranks"]["lexical"] == 1

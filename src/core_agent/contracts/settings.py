@@ -155,8 +155,11 @@ class AgentSettings(BaseSettings):
     knowledge_namespace: str = "default"
     """Namespace ``core-agent ingest``, ``search`` and the ``knowledge_search`` tool use."""
 
-    lexical_index: str = "fts5"
-    """Entry-point name of the keyword index: ``fts5`` (SQLite) or ``bm25`` (rank-bm25)."""
+    lexical_index: str = "tantivy"
+    """Entry-point name of the keyword index: ``tantivy`` (a folder per namespace under
+    ``AGENT_DATA_DIR/tantivy``), ``fts5`` (SQLite FTS5 in the kernel's database) or ``bm25``
+    (rank-bm25, scores every passage in Python). After changing it, run
+    ``core-agent keywords rebuild``."""
     retrieval_vector_weight: float = Field(default=1.0, ge=0)
     retrieval_lexical_weight: float = Field(default=1.0, ge=0)
     retrieval_rrf_k: int = Field(default=60, ge=1)

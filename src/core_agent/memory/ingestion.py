@@ -273,6 +273,21 @@ class IngestionPipeline:
             vectors.extend(await self._embedder.embed(batch))
         return vectors
 
+    async def reindex_keywords(self, namespace: str, *, batch_size: int = 1000) -> int:
+        """Fill the keyword index from the chunks the vector store holds; returns how many.
+
+        For a namespace whose keyword index is empty or behind, such as after switching
+        ``AGENT_LEXICAL_INDEX``: re-ingesting would skip the unchanged documents. Passages
+        are replaced by id, so a rerun after a failure is safe.
+        """
+        if batch_size < 1:
+            raise UsageError("batch_size must be at least 1")
+        ids = await self._vectors.ids(namespace)
+        for start in range(0, len(ids), batch_size):
+            records = await self._vectors.fetch(namespace, ids[start : start + batch_size])
+            await self._lexical.add(namespace, [(r.id, r.text) for r in records])
+        return len(ids)
+
     async def remove(self, namespace: str, document_id: str) -> bool:
         """Delete a document's chunks and record; ``True`` when it was ingested."""
         record = await self._catalog.get(namespace, document_id)
