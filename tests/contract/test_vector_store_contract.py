@@ -100,6 +100,43 @@ async def test_filter_applies_before_the_neighbour_search(store: IVectorStore) -
     assert [h.record.id for h in hits] == ["far5", "far4", "far3", "far2", "far1"]
 
 
+async def test_common_and_rare_filters_give_the_exact_filtered_neighbours(
+    store: IVectorStore,
+) -> None:
+    # Large enough that a filter can match thousands of records (the common-filter path),
+    # with one common value whose records all lie away from the query.
+    rng = random.Random(11)
+    records = []
+    for i in range(4600):
+        far = i >= 2500
+        direction = -1.0 if far else 1.0
+        records.append(
+            VectorRecord(
+                id=f"m{i:05d}",
+                vector=[direction + rng.gauss(0, 0.3)] + [rng.gauss(0, 1) for _ in range(7)],
+                metadata={
+                    "side": "far" if far else "near",
+                    "fifth": i % 5 == 0,
+                    "hundredth": i % 100,
+                },
+            )
+        )
+    await store.upsert("docs", records, embedding_model=MODEL)
+    query = [1.0, 0.2, -0.1, 0.0, 0.3, 0.0, 0.1, -0.2]
+
+    for where in (
+        {"side": "near"},
+        {"side": "far"},
+        {"fifth": True},
+        {"fifth": False, "side": "far"},
+        {"hundredth": 7, "side": "near"},
+    ):
+        hits = await store.search("docs", query, 10, embedding_model=MODEL, where=where)
+        matching = [r for r in records if all(r.metadata[key] == v for key, v in where.items())]
+        expected = sorted(matching, key=lambda r: cosine_distance(r.vector, query))[:10]
+        assert [h.record.id for h in hits] == [r.id for r in expected], where
+
+
 async def test_filters_match_all_keys_and_respect_value_types(store: IVectorStore) -> None:
     await store.upsert("docs", random_records(40), embedding_model=MODEL)
 

@@ -113,6 +113,10 @@ class ReaderPool:
 
     def run(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """All rows of ``sql``, on an idle connection (a new one when none is idle)."""
+        return self.call(lambda conn: list(conn.execute(sql, params).fetchall()))
+
+    def call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn(connection)`` on an idle connection (a new one when none is idle)."""
         try:
             conn = self._idle.get_nowait()
         except queue.Empty:
@@ -124,7 +128,7 @@ class ReaderPool:
             conn.execute(f"PRAGMA cache_size=-{READER_CACHE_KIB}")
             self._all.append(conn)
         try:
-            return list(conn.execute(sql, params).fetchall())
+            return fn(conn)
         finally:
             self._idle.put(conn)
 

@@ -16,14 +16,15 @@ is what brings a top-10 over 100k vectors under 40 ms on two cores.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import uuid
 from array import array
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -50,8 +51,13 @@ from providers.vectors.records import (
 
 BULK_WRITE_RECORDS = 1000
 """Upserts at least this large fold the WAL back into the database file in the background."""
-TAG_FREQUENCY_PROBE = 1000
+T = TypeVar("T")
+TAG_FREQUENCY_PROBE = 2000
 """Index entries counted per filter tag to find the rarest one (bounds the probe's cost)."""
+POST_FILTER_OVERSAMPLING = 2.0
+"""A common filter asks the unfiltered search for this many times ``k / share`` neighbours."""
+POST_FILTER_MAX_DEPTH = 200
+"""Deeper than this, ``vec0``'s top-k selection costs more than filtering first."""
 EXACT_FILTER_MAX_ROWS = 50_000
 """Filters matching at most this many records are ranked from the records table directly."""
 
@@ -76,25 +82,63 @@ def _collection(conn: sqlite3.Connection, namespace: str) -> _Collection | None:
     return _Collection(namespace, row[0], row[1], int(row[2]), int(row[3]))
 
 
-def _matching_rowids(
+def _tag_count(conn: sqlite3.Connection, tag: str, limit: int) -> int:
+    (seen,) = conn.execute(
+        "SELECT count(*) FROM (SELECT 1 FROM agent_vector_tags WHERE tag = ? LIMIT ?)",
+        (tag, limit),
+    ).fetchone()
+    return int(seen)
+
+
+def _selectivity(
     conn: sqlite3.Connection, collection: _Collection, tags: list[str]
-) -> list[int]:
-    """Rowids of the collection's records carrying every tag.
+) -> tuple[str, float | None]:
+    """The filter's rarest tag, and the share of the collection carrying it when large.
 
-    The walk starts from the rarest tag and checks the others row by row: a filter that
-    pairs a rare value with a common one (``document_id`` and ``start=0``) then reads a few
-    index entries, not every record of the common one. ``CROSS JOIN`` keeps SQLite from
-    driving the join from the collection's records when it has no statistics.
+    Counting stops at ``TAG_FREQUENCY_PROBE`` entries per tag, so a rare filter costs a few
+    index reads; ``None`` then means "rare, filter first". Tags are not per collection, so
+    the share can be overestimated (the fallback keeps results exact).
     """
+    counts = {tag: _tag_count(conn, tag, TAG_FREQUENCY_PROBE) for tag in dict.fromkeys(tags)}
+    rarest = min(counts, key=lambda tag: counts[tag])
+    if counts[rarest] < TAG_FREQUENCY_PROBE:
+        return rarest, None
+    (size,) = conn.execute(
+        "SELECT count(*) FROM agent_vector_records WHERE collection = ?", (collection.table,)
+    ).fetchone()
+    carrying = _tag_count(conn, rarest, int(size))
+    return rarest, min(1.0, carrying / max(1, int(size)))
 
-    def frequency(tag: str) -> int:
-        (seen,) = conn.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM agent_vector_tags WHERE tag = ? LIMIT ?)",
-            (tag, TAG_FREQUENCY_PROBE),
-        ).fetchone()
-        return int(seen)
 
-    rarest, *others = sorted(dict.fromkeys(tags), key=frequency)
+def _carrying(conn: sqlite3.Connection, rowids: list[int], tags: list[str]) -> set[int]:
+    """Which of ``rowids`` carry every tag."""
+    wanted = list(dict.fromkeys(tags))
+    rows = conn.execute(
+        "SELECT rowid FROM agent_vector_tags"
+        " WHERE rowid IN (SELECT value FROM json_each(?))"
+        " AND tag IN (SELECT value FROM json_each(?))"
+        " GROUP BY rowid HAVING count(*) = ?",
+        (json.dumps(rowids), json.dumps(wanted), len(wanted)),
+    ).fetchall()
+    return {int(r[0]) for r in rows}
+
+
+def _ranked_matches(
+    conn: sqlite3.Connection,
+    collection: _Collection,
+    blob: bytes,
+    k: int,
+    rarest: str,
+    tags: list[str],
+) -> list[tuple[int, float]]:
+    """Filter first, then rank only the matching rows.
+
+    The walk starts from the rarest tag and checks the others row by row: a filter pairing
+    a rare value with a common one (``document_id`` and ``start=0``) reads a few index
+    entries, not every record of the common one. ``CROSS JOIN`` keeps SQLite from driving
+    the join from the collection's records when it has no statistics.
+    """
+    others = [tag for tag in dict.fromkeys(tags) if tag != rarest]
     sql = (
         "SELECT t.rowid FROM agent_vector_tags t"
         " CROSS JOIN agent_vector_records r ON r.rowid = t.rowid"
@@ -103,7 +147,23 @@ def _matching_rowids(
         " AND EXISTS (SELECT 1 FROM agent_vector_tags o WHERE o.tag = ? AND o.rowid = t.rowid)"
         for _ in others
     )
-    return [int(r[0]) for r in conn.execute(sql, (rarest, collection.table, *others))]
+    candidates = [int(r[0]) for r in conn.execute(sql, (rarest, collection.table, *others))]
+    if not candidates:
+        return []
+    if len(candidates) <= EXACT_FILTER_MAX_ROWS:
+        # Few rows: compute their distances from the records' own copies.
+        rows = conn.execute(
+            "SELECT rowid, vec_distance_l2(vector, ?) AS d FROM agent_vector_records"
+            " WHERE rowid IN (SELECT value FROM json_each(?)) ORDER BY d, rowid LIMIT ?",
+            (blob, json.dumps(candidates), k),
+        ).fetchall()
+    else:
+        rows = conn.execute(
+            f"SELECT rowid, distance FROM {collection.table}"
+            " WHERE embedding MATCH ? AND k = ? AND rowid IN (SELECT value FROM json_each(?))",
+            (blob, k, json.dumps(candidates)),
+        ).fetchall()
+    return [(int(r[0]), float(r[1])) for r in rows]
 
 
 def _cosine(l2: float) -> float:
@@ -252,9 +312,7 @@ class SqliteVecVectorStore(IVectorStore):
         )
         blob = unit.tobytes()
         if tags:
-            rows = await self._db.run(
-                lambda conn: self._filtered_knn(conn, collection, blob, k, tags)
-            )
+            rows = await self._filtered_knn(collection, blob, k, tags)
         else:
             rows = await self._partitioned_knn(collection, blob, k)
         rows.sort(key=lambda row: (row[1], row[0]))
@@ -294,28 +352,38 @@ class SqliteVecVectorStore(IVectorStore):
             raise failed.exceptions[0] from None
         return found
 
-    @staticmethod
-    def _filtered_knn(
-        conn: sqlite3.Connection, collection: _Collection, blob: bytes, k: int, tags: list[str]
+    async def _filtered_knn(
+        self, collection: _Collection, blob: bytes, k: int, tags: list[str]
     ) -> list[tuple[int, float]]:
-        # Filter first, then rank only the matching rows: k results whenever k exist.
-        candidates = _matching_rowids(conn, collection, tags)
-        if not candidates:
-            return []
-        if len(candidates) <= EXACT_FILTER_MAX_ROWS:
-            # Few rows: compute their distances from the records' own copies.
-            rows = conn.execute(
-                "SELECT rowid, vec_distance_l2(vector, ?) AS d FROM agent_vector_records"
-                " WHERE rowid IN (SELECT value FROM json_each(?)) ORDER BY d, rowid LIMIT ?",
-                (blob, json.dumps(candidates), k),
-            ).fetchall()
-        else:
-            rows = conn.execute(
-                f"SELECT rowid, distance FROM {collection.table}"
-                " WHERE embedding MATCH ? AND k = ? AND rowid IN (SELECT value FROM json_each(?))",
-                (blob, k, json.dumps(candidates)),
-            ).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
+        """The ``k`` nearest records carrying every tag: k results whenever k exist.
+
+        A rare filter is applied first and only its rows are ranked. A common one (a fifth
+        of the collection, say) would make that a scan of most records, so the unfiltered
+        search is asked for enough neighbours to hold ``k`` matches and filtered after; it
+        is exact whenever it finds them (every record it did not return is farther than all
+        it did) and falls back to filtering first when it does not.
+        """
+
+        def read(fn: Callable[[sqlite3.Connection], T]) -> Awaitable[T]:
+            return anyio.to_thread.run_sync(self._readers.call, fn)
+
+        try:
+            rarest, selectivity = await read(lambda conn: _selectivity(conn, collection, tags))
+            depth = math.ceil(POST_FILTER_OVERSAMPLING * k / selectivity) if selectivity else 0
+            if 0 < depth <= POST_FILTER_MAX_DEPTH:
+                nearest = sorted(
+                    await self._partitioned_knn(collection, blob, depth),
+                    key=lambda row: (row[1], row[0]),
+                )[:depth]
+                matching = await read(
+                    lambda conn: _carrying(conn, [rowid for rowid, _ in nearest], tags)
+                )
+                found = [row for row in nearest if row[0] in matching]
+                if len(found) >= k or len(nearest) < depth:
+                    return found[:k]
+            return await read(lambda conn: _ranked_matches(conn, collection, blob, k, rarest, tags))
+        except self._driver_errors as exc:
+            raise StorageError(f"vector search in {collection.namespace!r}: {exc}") from exc
 
     @staticmethod
     def _records_by_rowid(
