@@ -39,6 +39,7 @@ from core_agent.kernel.event_bus import InProcessEventBus
 from core_agent.memory.chunking import TokenChunker
 from core_agent.memory.hybrid_retriever import FusionWeights, HybridRetriever
 from core_agent.memory.ingestion import IngestionPipeline
+from core_agent.memory.prompt_window import PromptWindow
 from core_agent.memory.semantic_memory import SemanticMemory
 from core_agent.memory.vector_migration import DualWriteVectorStore
 from core_agent.orchestration.model_classifier import ModelAssistedClassifier
@@ -155,6 +156,25 @@ def build_vector_store(settings: AgentSettings) -> IVectorStore:
         )
     secondary = load_provider(VECTOR_STORES, target, settings, IVectorStore)  # type: ignore[type-abstract]
     return DualWriteVectorStore(primary, secondary)
+
+
+ANSWER_RESERVE_TOKENS = 4096
+"""Room left for the model's answer when the prompt budget comes from its input window."""
+
+
+def build_prompt_window(
+    settings: AgentSettings, llm: ILLMGateway, counter: Callable[[], ITokenCounter]
+) -> PromptWindow | None:
+    """A conversation's prompt window, or ``None`` when nothing bounds the prompt.
+
+    ``AGENT_CONTEXT_MAX_TOKENS`` when set; else the gateway's input window less room for the
+    answer (a quarter of small windows). The token counter is built on first need only.
+    """
+    budget = settings.context_max_tokens
+    if not budget:
+        window = llm.context_window()
+        budget = window - min(ANSWER_RESERVE_TOKENS, window // 4) if window else 0
+    return PromptWindow(counter, budget) if budget > 0 else None
 
 
 def load_document_loaders(settings: AgentSettings) -> list[IDocumentLoader]:
@@ -328,6 +348,9 @@ class KernelContainer(containers.DeclarativeContainer):
         ),
         sandbox=sandbox,
         gate=tool_gate,
+        prompt_window=providers.Factory(
+            build_prompt_window, settings, llm_gateway, token_counter.provider
+        ).provider,
     )
     planner = providers.Singleton(
         LLMPlanner,

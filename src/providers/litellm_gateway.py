@@ -110,6 +110,8 @@ class LiteLLMGateway(ILLMGateway):
         self._timeout_s = timeout_s
         self._max_retries = max_retries
         self._temperature = temperature
+        self._context_window: int | None = None
+        self._context_window_known = False
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> LiteLLMGateway:
@@ -130,6 +132,22 @@ class LiteLLMGateway(ILLMGateway):
     def model_name(self) -> str:
         """The litellm model string."""
         return self._model
+
+    def context_window(self) -> int | None:
+        """The model's ``max_input_tokens`` in litellm's bundled model table.
+
+        ``None`` for a model it does not list, such as a local or self-hosted one: set
+        ``AGENT_CONTEXT_MAX_TOKENS`` for those.
+        """
+        if not self._context_window_known:
+            try:
+                info = load_litellm().get_model_info(self._model)
+                tokens = info.get("max_input_tokens") or info.get("max_tokens")
+                self._context_window = int(tokens) if tokens else None
+            except Exception:  # litellm raises a bare Exception for an unlisted model
+                self._context_window = None
+            self._context_window_known = True
+        return self._context_window
 
     def _arguments(self, request: LLMRequest) -> dict[str, Any]:
         arguments: dict[str, Any] = {

@@ -131,3 +131,9 @@ async def test_an_unreachable_server_is_a_retryable_model_error(litellm_settings
     with pytest.raises(ModelError) as caught:
         await gateway.complete(LLMRequest(messages=[UserMessage(content="x")]))
     assert caught.value.retryable
+
+
+def test_the_context_window_comes_from_litellms_bundled_table() -> None:
+    # Read offline (LITELLM_LOCAL_MODEL_COST_MAP); a self-hosted model is simply unknown.
+    assert LiteLLMGateway("openai/gpt-4o-mini").context_window() == 128_000
+    assert LiteLLMGateway("openai/some-self-hosted-model").context_window() is None

@@ -7,10 +7,17 @@ from core_agent import tool
 from core_agent.contracts.errors import TaskFailedError
 from core_agent.orchestration.react_loop import truncate_observation
 from core_agent.tooling.registry import ToolRegistry
-from fakes.gateways import FakeRecordingGateway
+from fakes.gateways import FakeRecordingGateway, FakeSequentialGateway
 from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
-from shared.agent_protocol import TaskRequest, TaskStatus, ToolMessage, UserMessage
+from shared.agent_protocol import (
+    AssistantMessage,
+    TaskRequest,
+    TaskStatus,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 from support.rendezvous import Rendezvous
 
 pytestmark = pytest.mark.anyio
@@ -23,6 +30,12 @@ def fetch(key: str) -> str:
     """Fetch a record by key."""
     calls[key] = calls.get(key, 0) + 1
     return f"record {key}"
+
+
+@tool
+def page(n: int) -> str:
+    """Read one page of the manual."""
+    return f"page {n}: " + " ".join(f"sentence {i} of page {n} says something." for i in range(12))
 
 
 @tool
@@ -62,15 +75,15 @@ def turn(*tool_calls: tuple[str, dict], content: str | None = None) -> ScriptedT
 
 @pytest.fixture
 def run(container):
-    def build(*turns: ScriptedTurn, **settings):
+    def build(*turns: ScriptedTurn, model=None, **settings):
         if settings:
             container.settings.override(container.settings().model_copy(update=settings))
-        gateway = FakeRecordingGateway(ScriptedLLMGateway(list(turns)))
+        gateway = FakeRecordingGateway(model or ScriptedLLMGateway(list(turns)))
         tasks, traces = FakeTaskStore(), FakeTraceStore()
         container.task_store.override(tasks)
         container.trace_store.override(traces)
         container.checkpoint_store.override(FakeCheckpointStore())
-        container.tool_registry.override(ToolRegistry([fetch, dump, broken, meet, pair]))
+        container.tool_registry.override(ToolRegistry([fetch, page, dump, broken, meet, pair]))
         container.llm_gateway.override(gateway)
         return container.kernel(), gateway, tasks, traces
 
@@ -215,3 +228,35 @@ async def test_a_still_invalid_answer_fails_with_raw_text_and_error(run) -> None
     assert "Really, ACME, about twelve" in result.error  # the raw text
     assert "no JSON object" in result.error or "Field required" in result.error
     assert tasks.tasks[result.task_id].status is TaskStatus.FAILED
+
+
+async def test_a_long_conversation_is_fitted_to_the_context_budget(run) -> None:
+    replies = [
+        AssistantMessage(tool_calls=(ToolCall(id=f"c{n}", name="page", arguments={"n": n}),))
+        for n in range(14)
+    ]
+    model = FakeSequentialGateway([*replies, AssistantMessage(content="ok")])
+    kernel, gateway, _, traces = run(model=model, context_max_tokens=1200, max_turns=20)
+    task = "Read pages 0 to 13 of the manual and summarise them."
+    result = await kernel.execute_task(TaskRequest(task=task, force_mode="react"))
+
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    first, last = gateway.requests[0], gateway.requests[-1]
+    assert "left out" not in str(first.messages)
+    task_message = next(m for m in last.messages if isinstance(m, UserMessage))
+    assert task in task_message.content  # the task itself is always sent
+    assert any(isinstance(m, UserMessage) and "left out" in m.content for m in last.messages)
+    assert tool_messages(last)[-1].content.startswith("page 13:")  # the newest result is there
+    assert not any(m.content.startswith("page 0:") for m in tool_messages(last))
+    trimmed = [s for s in traces.spans if s.kind == "llm" and "omitted_messages" in s.attributes]
+    assert trimmed and trimmed[-1].attributes["omitted_messages"] > 0
+
+
+async def test_the_budget_comes_from_the_model_window_when_not_set(run, container) -> None:
+    _, gateway, _, _ = run(turn(("fetch", {"key": "a"})), turn(content="ok"))
+    gateway.window = 100_000
+    assert container.react_loop()._prompt_window().max_tokens == 100_000 - 4096
+    gateway.window = 8192
+    assert container.react_loop()._prompt_window().max_tokens == 8192 - 2048
+    gateway.window = None
+    assert container.react_loop()._prompt_window() is None

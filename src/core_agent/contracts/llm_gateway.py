@@ -65,6 +65,14 @@ class ILLMGateway(abc.ABC):
     def model_name(self) -> str:
         """The model this gateway calls, as it appears in traces (e.g. ``openai/gpt-4o``)."""
 
+    def context_window(self) -> int | None:
+        """Input tokens the model accepts, when the gateway knows; ``None`` otherwise.
+
+        The ReAct loop fits long conversations into it (``AGENT_CONTEXT_MAX_TOKENS``
+        overrides). Gateways that cannot tell keep this default.
+        """
+        return None
+
     @abc.abstractmethod
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Run one completion and return the whole answer.

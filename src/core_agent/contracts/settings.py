@@ -83,6 +83,10 @@ class AgentSettings(BaseSettings):
     strategy_mode: Literal["adaptive", "react", "plan_execute"] = "adaptive"
     max_turns: int = Field(default=12, ge=1, le=1000)
     tool_timeout_s: float = Field(default=60.0, gt=0)
+    context_max_tokens: int = Field(default=0, ge=0)
+    """Prompt budget of a conversation (messages plus tool schemas), in tokens: the opening
+    messages and the newest turns that fit are sent. 0: the model's input window less room
+    for the answer, when the gateway knows it (litellm's model table), else no limit."""
     max_observation_chars: int = Field(default=8000, ge=200)
     """Tool output longer than this keeps its head and tail around a truncation marker."""
     max_parallel_tools: int = Field(default=4, ge=1, le=64)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from core_agent.contracts.tool import Capability, ToolContext, ToolSpec
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore
+from core_agent.memory.prompt_window import PromptWindow
 from core_agent.observability.tracer import Tracer
 from core_agent.orchestration.model_call import traced_model_call
 from core_agent.orchestration.structured_output import (
@@ -109,6 +110,7 @@ class _LoopState:
     error_streak: int = 0
     corrections_left: int = 1
     last_output_error: StructuredOutputError | None = None
+    window: PromptWindow | None = None
 
 
 def truncate_observation(text: str, limit: int) -> str:
@@ -147,8 +149,10 @@ class ReActLoop:
         sandbox: IToolSandbox | None = None,
         gate: ToolCallGate | None = None,
         detector: InjectionDetector | None = None,
+        prompt_window: Callable[[], PromptWindow | None] | None = None,
     ) -> None:
         self._detector = detector or InjectionDetector()
+        self._prompt_window = prompt_window
         self._llm = llm
         self._tools = tools
         self._sandbox = sandbox
@@ -192,7 +196,7 @@ class ReActLoop:
         ]
         if output_type is not None:
             definitions.append(_final_answer_definition(output_type))
-        state = _LoopState()
+        state = _LoopState(window=self._prompt_window() if self._prompt_window else None)
         if resume is not None:
             await self._run_tools(
                 context,
@@ -208,7 +212,7 @@ class ReActLoop:
         for _ in range(max_turns):
             context.stats.turns += 1
             response = await self._call_model(
-                context, tracer, messages, definitions, parent_span_id
+                context, tracer, messages, definitions, parent_span_id, state.window
             )
             messages.append(response.message)
             calls = list(response.message.tool_calls)
@@ -281,10 +285,14 @@ class ReActLoop:
         messages: list[ChatMessage],
         definitions: list[ToolDefinition],
         parent_span_id: str | None,
+        window: PromptWindow | None,
     ) -> LLMResponse:
-        request = LLMRequest(
-            messages=tuple(messages), tools=definitions, temperature=self._temperature
-        )
+        attributes: dict[str, Any] = {"turn": context.stats.turns}
+        sent = window.fit(messages, definitions) if window is not None else messages
+        if len(sent) != len(messages):
+            # One note stands for the left-out messages; the trace says how many.
+            attributes["omitted_messages"] = len(messages) - len(sent) + 1
+        request = LLMRequest(messages=tuple(sent), tools=definitions, temperature=self._temperature)
         return await traced_model_call(
             self._llm,
             request,
@@ -292,7 +300,7 @@ class ReActLoop:
             tracer,
             parent_span_id=parent_span_id,
             stream=True,
-            attributes={"turn": context.stats.turns},
+            attributes=attributes,
         )
 
     async def _run_tools(
