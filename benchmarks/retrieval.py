@@ -2,17 +2,18 @@
 
     python -m benchmarks.retrieval                 # 100k chunks, 384 dimensions
     python -m benchmarks.retrieval --chunks 20000  # quicker
+    python -m benchmarks.retrieval --only text     # one part: ingestion, vectors or text
 
 * Vectors: 100k unit vectors drawn around 1,000 random centres (clustered like real
   embeddings), queries are perturbed corpus vectors. Top-10 latency for sqlite-vec, LanceDB
   without an index (exact) and with an IVF-PQ index, and recall@10 of each against exact
-  cosine search in NumPy.
+  cosine search in NumPy; sqlite-vec with a filter matching 1 record in 10k.
 * Keyword: 100k synthetic chunks of ~80 words drawn from a Zipf vocabulary of 30k words;
-  queries are 3 mid-frequency words of a random chunk. FTS5 and rank-bm25.
-* Hybrid: HybridRetriever (FTS5 + sqlite-vec + the offline feature-hashing embedder, query
-  embedding included) over the same 100k chunks, embedded for real.
+  queries are 3 mid-frequency words of a random chunk. Tantivy, FTS5 and rank-bm25.
+* Hybrid: HybridRetriever (sqlite-vec + the offline feature-hashing embedder, query
+  embedding included, with Tantivy and with FTS5) over the same 100k chunks, embedded for real.
 * Ingestion: documents of ~2k words through the whole pipeline (tiktoken chunking, the
-  offline embedder, sqlite-vec, FTS5, catalog): chunks per second and the process's peak
+  offline embedder, sqlite-vec, Tantivy, catalog): chunks per second and the process's peak
   resident memory after it (measured first, before the big data sets exist).
 """
 
@@ -101,7 +102,7 @@ async def bench_ingestion(root: Path, corpus: Corpus, documents: int) -> dict[st
         chunker=TokenChunker(TiktokenTokenCounter(), 256, 32),
         embedder=FeatureHashingEmbedder(),
         vectors=SqliteVecVectorStore(db),
-        lexical=Fts5LexicalIndex(db),
+        lexical=TantivyLexicalIndex(root / "ingest-tantivy"),
         catalog=SqliteDocumentCatalog(db),
     )
     texts = ["\n\n".join(corpus.text(120) + "." for _ in range(16)) for _ in range(documents)]

@@ -32,7 +32,8 @@ from providers.lexical.passages import check_passages, query_terms
 
 T = TypeVar("T")
 ANALYZER = "core_agent_text"
-WRITER_HEAP_BYTES = 50_000_000
+WRITER_HEAP_BYTES = 20_000_000
+"""Indexing memory of a write; a larger batch is flushed in several segments, merged later."""
 LOCK_TIMEOUT_S = 30.0
 """How long a write waits for another writer (thread or process) to release the index."""
 
