@@ -81,6 +81,18 @@ class _Namespace:
                     raise
                 time.sleep(0.05)
 
+    def commit(self, change: Callable[[Any], None]) -> None:
+        """Apply ``change`` to a writer and commit it: all of it or, on any error, none."""
+        writer = self.writer()
+        try:
+            change(writer)
+            writer.commit()
+        except BaseException:
+            writer.rollback()
+            raise
+        finally:
+            writer.wait_merging_threads()
+
     def live(self, searcher: Any, ids: Sequence[str]) -> int:
         query = tantivy.Query.term_set_query(self.schema, "id", list(ids))
         return int(searcher.search(query, 1, count=True).count)
@@ -104,17 +116,18 @@ class TantivyLexicalIndex(ILexicalIndex):
         # Prefixed and with dots escaped: no namespace can name the root, "." or "..".
         return self._root / ("ns-" + quote(namespace, safe="").replace(".", "%2E"))
 
-    def _open(self, namespace: str, *, create: bool) -> _Namespace | None:
+    def _existing(self, namespace: str) -> _Namespace | None:
         if self._closed:
             raise StorageError("the Tantivy index is closed")
         opened = self._namespaces.get(namespace)
-        if opened is not None:
-            return opened
-        folder = self._folder(namespace)
-        if not create and not (folder / "meta.json").exists():
-            return None
-        opened = _Namespace(folder, create=create)
-        self._namespaces[namespace] = opened
+        if opened is None and (self._folder(namespace) / "meta.json").exists():
+            opened = self._namespaces[namespace] = _Namespace(self._folder(namespace), create=False)
+        return opened
+
+    def _created(self, namespace: str) -> _Namespace:
+        opened = self._existing(namespace)
+        if opened is None:
+            opened = self._namespaces[namespace] = _Namespace(self._folder(namespace), create=True)
         return opened
 
     def _guard(self, what: str, fn: Callable[[], T]) -> T:
@@ -129,21 +142,14 @@ class TantivyLexicalIndex(ILexicalIndex):
         if not passages:
             return
 
+        def change(writer: Any) -> None:
+            for passage_id, text in passages:
+                writer.delete_documents_by_term("id", passage_id)
+                writer.add_document(tantivy.Document(id=passage_id, text=text))
+
         def write() -> None:
             with self._write_lock:
-                space = self._open(namespace, create=True)
-                assert space is not None
-                writer = space.writer()
-                try:
-                    for passage_id, text in passages:
-                        writer.delete_documents_by_term("id", passage_id)
-                        writer.add_document(tantivy.Document(id=passage_id, text=text))
-                    writer.commit()
-                except BaseException:
-                    writer.rollback()
-                    raise
-                finally:
-                    writer.wait_merging_threads()
+                self._created(namespace).commit(change)
 
         await anyio.to_thread.run_sync(self._guard, "add", write)
 
@@ -154,7 +160,7 @@ class TantivyLexicalIndex(ILexicalIndex):
         words = query_terms(query)
 
         def read() -> list[LexicalHit]:
-            space = self._open(namespace, create=False)
+            space = self._existing(namespace)
             if space is None or not words:
                 return []
             tokens = list(dict.fromkeys(space.analyzer.analyze(" ".join(words))))
@@ -182,23 +188,18 @@ class TantivyLexicalIndex(ILexicalIndex):
         if not wanted:
             return 0
 
+        def change(writer: Any) -> None:
+            for passage_id in wanted:
+                writer.delete_documents_by_term("id", passage_id)
+
         def write() -> int:
             with self._write_lock:
-                space = self._open(namespace, create=False)
+                space = self._existing(namespace)
                 if space is None:
                     return 0
-                writer = space.writer()
-                try:
-                    space.index.reload()
-                    existing = space.live(space.index.searcher(), wanted)
-                    for passage_id in wanted:
-                        writer.delete_documents_by_term("id", passage_id)
-                    writer.commit()
-                except BaseException:
-                    writer.rollback()
-                    raise
-                finally:
-                    writer.wait_merging_threads()
+                space.index.reload()
+                existing = space.live(space.index.searcher(), wanted)
+                space.commit(change)
                 return existing
 
         return await anyio.to_thread.run_sync(self._guard, "delete", write)
@@ -207,7 +208,7 @@ class TantivyLexicalIndex(ILexicalIndex):
         """Passages in the namespace."""
 
         def read() -> int:
-            space = self._open(namespace, create=False)
+            space = self._existing(namespace)
             if space is None:
                 return 0
             space.index.reload()
