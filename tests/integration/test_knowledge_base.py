@@ -13,6 +13,7 @@ from core_agent.container import KernelContainer
 from core_agent.contracts.errors import EmbeddingMismatchError, UsageError
 from core_agent.contracts.settings import AgentSettings
 from core_agent.memory.ingestion import chunk_id
+from fakes.lexical import FakeFlakyLexicalIndex
 from providers.embedders.feature_hashing import FeatureHashingEmbedder
 
 pytestmark = pytest.mark.anyio
@@ -199,3 +200,27 @@ async def test_retrieval_input_errors_are_clear(kb: KernelContainer) -> None:
     with pytest.raises(UsageError, match="k must be"):
         await kb.retriever().retrieve("x", 0)
     assert await kb.retriever().retrieve("nothing ingested yet") == []
+
+
+async def test_a_folder_reaches_the_keyword_index_in_batches_and_a_failed_batch_is_redone(
+    kb: KernelContainer, tmp_path: Path
+) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for n in range(30):
+        (folder / f"note{n:02d}.md").write_text(f"Note {n} mentions the word heron{n}.")
+    flaky = FakeFlakyLexicalIndex(kb.lexical_index(), fail_adds=1)
+    kb.lexical_index.override(flaky)
+
+    failed = await kb.ingestion().ingest_path(folder)
+    assert [Path(r.source).name for r in failed] == sorted(p.name for p in folder.iterdir())
+    assert {r.status for r in failed} == {"failed"}
+    assert all("injected" in (r.error or "") for r in failed)
+    assert await kb.document_catalog().list("default") == []  # no record: redone next time
+
+    done = await kb.ingestion().ingest_path(folder)
+    assert {r.status for r in done} == {"ingested"}
+    assert flaky.adds == [30]  # one keyword write for the whole folder
+    assert len(await kb.document_catalog().list("default")) == 30
+    [hit] = await kb.retriever().retrieve("heron17", 1)
+    assert hit.source == str(folder / "note17.md") and hit.ranks.get("lexical") == 1

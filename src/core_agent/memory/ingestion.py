@@ -5,6 +5,10 @@ chunking, embedding) is done before anything is written. Writes then go vectors 
 keyword index second, catalog record last: the record is the commit point, so a document
 interrupted half-way has no record (or its old one) and the next ingestion redoes it.
 Re-ingesting content whose hash and embedding model match the record is a no-op.
+
+A folder's documents reach the keyword index in batches (one write for up to
+``KEYWORD_BATCH_CHUNKS`` chunks): a keyword index commit can cost more than a small file's
+whole ingestion (Tantivy syncs its files to disk on each). Their records follow the batch.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -50,6 +54,20 @@ class IngestProgress:
     chunks_written: int = 0
     current: str | None = None
     results: list[IngestResult] = field(default_factory=list)
+
+
+KEYWORD_BATCH_CHUNKS = 1000
+KEYWORD_BATCH_DOCUMENTS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class _VectorsStored:
+    """A document whose vectors are written; its passages, stale ids and record come next."""
+
+    result: IngestResult
+    passages: list[tuple[str, str]]
+    stale: list[str]
+    record: DocumentRecord
 
 
 def chunk_id(document_id: str, index: int) -> str:
@@ -130,32 +148,63 @@ class IngestionPipeline:
         force: bool = False,
         progress: Callable[[IngestProgress], None] | None = None,
     ) -> list[IngestResult]:
-        """Ingest a file or every supported file under a folder.
+        """Ingest a file or every supported file under a folder; results in file order.
 
-        A document that fails (unreadable, too large, an embedding error) is reported as
-        ``failed`` and the others go on; nothing of a failed document is written.
+        A document that fails on its input (unreadable, too large, an embedding error) is
+        reported as ``failed`` and the others go on; nothing of it is written. When a store
+        fails, the documents of the batch being written are reported ``failed`` too and get
+        no record, so the next ingestion redoes them.
 
         Raises:
             UsageError: ``path`` does not exist or is an unsupported file.
         """
         files = await anyio.to_thread.run_sync(self.files, path)
         state = IngestProgress(documents_total=len(files))
+        pending: list[_VectorsStored] = []
+
+        def report(results: Sequence[IngestResult]) -> None:
+            state.results.extend(results)
+            state.documents_done += len(results)
+            state.chunks_written += sum(r.chunks for r in results if r.status == "ingested")
+            if progress:
+                progress(state)
+
+        async def commit_pending() -> None:
+            try:
+                await self._commit(namespace, pending)
+            except CoreAgentError as exc:
+                # Their vectors are written but no record is: the next ingestion redoes them.
+                report([replace(p.result, status="failed", error=str(exc)) for p in pending])
+            else:
+                report([p.result for p in pending])
+            pending.clear()
+
         for file in files:
             state.current = str(file)
             if progress:
                 progress(state)
             try:
-                result = await self._ingest_file(file, namespace=namespace, force=force)
+                outcome = await self._ingest_file(file, namespace=namespace, force=force)
             except CoreAgentError as exc:
-                result = IngestResult(str(file), document_id_for(file), "failed", error=str(exc))
-            state.results.append(result)
-            state.documents_done += 1
-            state.chunks_written += result.chunks if result.status == "ingested" else 0
-            if progress:
-                progress(state)
+                outcome = IngestResult(str(file), document_id_for(file), "failed", error=str(exc))
+            if isinstance(outcome, IngestResult):
+                report([outcome])
+                continue
+            pending.append(outcome)
+            if (
+                sum(len(p.passages) for p in pending) >= KEYWORD_BATCH_CHUNKS
+                or len(pending) >= KEYWORD_BATCH_DOCUMENTS
+            ):
+                await commit_pending()
+        if pending:
+            await commit_pending()
+        order = {str(file): index for index, file in enumerate(files)}
+        state.results.sort(key=lambda result: order[result.source])
         return state.results
 
-    async def _ingest_file(self, file: Path, *, namespace: str, force: bool) -> IngestResult:
+    async def _ingest_file(
+        self, file: Path, *, namespace: str, force: bool
+    ) -> IngestResult | _VectorsStored:
         size = (await anyio.to_thread.run_sync(file.stat)).st_size
         if size > self._max_bytes:
             raise UsageError(
@@ -167,10 +216,10 @@ class IngestionPipeline:
             loaded: LoadedDocument = await anyio.to_thread.run_sync(loader.load, file)
         except OSError as exc:
             raise UsageError(f"cannot read {file}: {exc.strerror or exc}") from exc
-        return await self.ingest_text(
+        return await self._store_vectors(
             loaded.text,
             source=str(file),
-            document_id=document_id_for(file),
+            doc_id=document_id_for(file),
             namespace=namespace,
             media_type=loaded.media_type,
             title=loaded.title,
@@ -198,6 +247,32 @@ class IngestionPipeline:
         doc_id = document_id or source
         if not doc_id:
             raise UsageError("a document needs a source or an id")
+        outcome = await self._store_vectors(
+            text,
+            source=source,
+            doc_id=doc_id,
+            namespace=namespace,
+            media_type=media_type,
+            title=title,
+            force=force,
+        )
+        if isinstance(outcome, IngestResult):
+            return outcome
+        await self._commit(namespace, [outcome])
+        return outcome.result
+
+    async def _store_vectors(
+        self,
+        text: str,
+        *,
+        source: str,
+        doc_id: str,
+        namespace: str,
+        media_type: str,
+        title: str | None,
+        force: bool,
+    ) -> IngestResult | _VectorsStored:
+        """Check, chunk, embed and write the vectors; ``unchanged`` when nothing is to do."""
         if len(text.encode("utf-8")) > self._max_bytes:
             raise UsageError(
                 f"{source}: the text is over the {self._max_bytes:,}-byte limit "
@@ -246,25 +321,36 @@ class IngestionPipeline:
             for chunk, vector in zip(chunks, vectors, strict=True)
         ]
         await self._vectors.upsert(namespace, records, embedding_model=model)
-        await self._lexical.add(namespace, [(r.id, r.text) for r in records])
+        stale: list[str] = []
         if previous is not None and previous.chunk_count > len(chunks):
             stale = [chunk_id(doc_id, i) for i in range(len(chunks), previous.chunk_count)]
             await self._vectors.delete(namespace, stale)
-            await self._lexical.delete(namespace, stale)
-        await self._catalog.put(
-            DocumentRecord(
-                namespace=namespace,
-                document_id=doc_id,
-                source=source,
-                content_hash=digest,
-                embedding_model=model,
-                chunk_count=len(chunks),
-                media_type=media_type,
-                title=title,
-                ingested_at=datetime.now(UTC),
-            )
+        record = DocumentRecord(
+            namespace=namespace,
+            document_id=doc_id,
+            source=source,
+            content_hash=digest,
+            embedding_model=model,
+            chunk_count=len(chunks),
+            media_type=media_type,
+            title=title,
+            ingested_at=datetime.now(UTC),
         )
-        return IngestResult(source, doc_id, "ingested", len(chunks))
+        return _VectorsStored(
+            IngestResult(source, doc_id, "ingested", len(chunks)),
+            [(r.id, r.text) for r in records],
+            stale,
+            record,
+        )
+
+    async def _commit(self, namespace: str, stored: Sequence[_VectorsStored]) -> None:
+        """Keyword passages of documents whose vectors are written, then their records."""
+        await self._lexical.add(namespace, [p for doc in stored for p in doc.passages])
+        stale = [passage_id for doc in stored for passage_id in doc.stale]
+        if stale:
+            await self._lexical.delete(namespace, stale)
+        for doc in stored:
+            await self._catalog.put(doc.record)
 
     async def _embed(self, chunks: Sequence[Chunk]) -> list[list[float]]:
         vectors: list[list[float]] = []
