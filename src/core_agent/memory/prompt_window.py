@@ -61,14 +61,14 @@ class PromptWindow:
 
     def fit(
         self, messages: Sequence[ChatMessage], tools: Sequence[ToolDefinition] = ()
-    ) -> list[ChatMessage]:
-        """The messages to send with ``tools``; all of them when everything fits."""
+    ) -> tuple[list[ChatMessage], int]:
+        """The messages to send with ``tools``, and how many of ``messages`` were left out."""
         schema = json.dumps(
             [[t.name, t.description, t.parameters] for t in tools], ensure_ascii=False
         )
         if _utf8_bound(messages) + len(schema.encode("utf-8")) <= self.max_tokens:
             # A token covers at least one byte: no need to tokenize anything.
-            return list(messages)
+            return list(messages), 0
         if schema not in self._tool_tokens:
             self._tool_tokens[schema] = self.counter.count_text(schema)
         head_end = _opening_end(messages)
@@ -76,7 +76,7 @@ class PromptWindow:
         sizes = [self._count(m) for m in tail]
         budget = self.max_tokens - self._tool_tokens[schema] - sum(self._count(m) for m in head)
         if sum(sizes) <= budget:
-            return list(messages)
+            return list(messages), 0
         budget -= self.counter.count_messages(
             [UserMessage(content=OMITTED_NOTE.format(count=len(tail)))]
         )
@@ -89,9 +89,9 @@ class PromptWindow:
             budget -= size
             kept_from = start
         if kept_from == 0:
-            return list(messages)
-        omitted = UserMessage(content=OMITTED_NOTE.format(count=kept_from))
-        return [*head, omitted, *tail[kept_from:]]
+            return list(messages), 0
+        note = UserMessage(content=OMITTED_NOTE.format(count=kept_from))
+        return [*head, note, *tail[kept_from:]], kept_from
 
 
 def _opening_end(messages: Sequence[ChatMessage]) -> int:

@@ -288,10 +288,9 @@ class ReActLoop:
         window: PromptWindow | None,
     ) -> LLMResponse:
         attributes: dict[str, Any] = {"turn": context.stats.turns}
-        sent = window.fit(messages, definitions) if window is not None else messages
-        if len(sent) != len(messages):
-            # One note stands for the left-out messages; the trace says how many.
-            attributes["omitted_messages"] = len(messages) - len(sent) + 1
+        sent, omitted = window.fit(messages, definitions) if window is not None else (messages, 0)
+        if omitted:
+            attributes["omitted_messages"] = omitted
         request = LLMRequest(messages=tuple(sent), tools=definitions, temperature=self._temperature)
         return await traced_model_call(
             self._llm,

@@ -49,21 +49,22 @@ def conversation(turns: int) -> list[ChatMessage]:
 def test_a_conversation_that_fits_is_sent_whole_without_counting() -> None:
     fitting, counter = window(10_000)
     messages = conversation(3)
-    assert fitting.fit(messages, TOOLS) == messages
+    assert fitting.fit(messages, TOOLS) == (messages, 0)
     assert counter.counted == []
 
 
 def test_the_opening_and_the_newest_turns_are_kept_with_a_note_between() -> None:
     fitting, counter = window(300)
     messages = conversation(20)
-    sent = fitting.fit(messages, TOOLS)
+    sent, omitted = fitting.fit(messages, TOOLS)
 
     assert sent[:2] == messages[:2]  # the system prompt and the task itself
     note = sent[2]
     assert isinstance(note, UserMessage) and "left out" in note.content
     kept = sent[3:]
     assert kept == messages[len(messages) - len(kept) :]  # the newest, in order
-    assert note.content.startswith(f"[core-agent] {len(messages) - 2 - len(kept)} earlier")
+    assert omitted == len(messages) - 2 - len(kept)
+    assert note.content.startswith(f"[core-agent] {omitted} earlier")
     assert isinstance(kept[0], AssistantMessage)  # never a result without its call
     assert counter.count_messages(sent) + counter.count_text(SCHEMA) <= 300
 
@@ -71,7 +72,8 @@ def test_the_opening_and_the_newest_turns_are_kept_with_a_note_between() -> None
 def test_the_newest_turn_is_sent_even_when_it_alone_is_over_budget() -> None:
     fitting, _ = window(60)
     messages = [*conversation(2), *tool_turn(99, words=500)]
-    sent = fitting.fit(messages, TOOLS)
+    sent, omitted = fitting.fit(messages, TOOLS)
+    assert omitted == 4
     assert sent[-2:] == messages[-2:]
     assert isinstance(sent[2], UserMessage) and "left out" in sent[2].content
 
@@ -99,7 +101,7 @@ def test_any_conversation_keeps_calls_with_their_results(budget: int, sizes: lis
         messages.extend(tool_turn(n, words=size))
         if n % 3 == 2:
             messages.append(AssistantMessage(content="thinking " * (size // 4)))
-    sent = fitting.fit(messages, TOOLS)
+    sent, omitted = fitting.fit(messages, TOOLS)
 
     assert sent[:2] == messages[:2]
     called = set()
@@ -108,8 +110,10 @@ def test_any_conversation_keeps_calls_with_their_results(budget: int, sizes: lis
             called |= {c.id for c in message.tool_calls}
         if isinstance(message, ToolMessage):
             assert message.tool_call_id in called
-    if sent != messages:
+    assert (sent == messages) == (omitted == 0)
+    if omitted:
         tail = sent[3:]
+        assert len(tail) == len(messages) - 2 - omitted
         assert tail == messages[len(messages) - len(tail) :]
         over = counter.count_messages(sent) + counter.count_text(SCHEMA) > budget
         # Over budget only when the newest turn alone does not fit.
