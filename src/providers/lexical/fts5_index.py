@@ -17,10 +17,10 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from core_agent.contracts.errors import StorageError, UsageError
+from core_agent.contracts.errors import StorageError
 from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.settings import AgentSettings
-from providers.lexical.passages import check_passages, query_terms
+from providers.lexical.passages import check_passages, search_terms
 from providers.sqlite.database import ReaderPool, SqliteDatabase, sqlite_driver, transaction
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
@@ -84,9 +84,7 @@ class Fts5LexicalIndex(ILexicalIndex):
 
     async def search(self, namespace: str, query: str, k: int) -> list[LexicalHit]:
         """BM25 over FTS5; the score is FTS5's ``bm25()`` negated (larger is better)."""
-        if k < 1:
-            raise UsageError(f"k must be at least 1, got {k}")
-        words = query_terms(query)
+        words = search_terms(query, k)
         if not words:
             return []
         match = " OR ".join('"' + word.replace('"', '""') + '"' for word in words)

@@ -29,6 +29,13 @@ def query_terms(query: str) -> list[str]:
     return meaningful or words
 
 
+def search_terms(query: str, k: int) -> list[str]:
+    """``query_terms`` of a search for ``k`` passages; ``UsageError`` when ``k`` < 1."""
+    if k < 1:
+        raise UsageError(f"k must be at least 1, got {k}")
+    return query_terms(query)
+
+
 def check_passages(passages: Sequence[tuple[str, str]]) -> None:
     """Refuse a batch with an empty or repeated id or a non-string text, before any write."""
     seen: set[str] = set()

@@ -20,10 +20,9 @@ from typing import Any
 import anyio.to_thread
 from rank_bm25 import BM25Okapi
 
-from core_agent.contracts.errors import UsageError
 from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.settings import AgentSettings
-from providers.lexical.passages import check_passages, query_terms, terms
+from providers.lexical.passages import check_passages, search_terms, terms
 from providers.sqlite.database import SqliteDatabase, transaction
 
 
@@ -80,9 +79,7 @@ class RankBM25LexicalIndex(ILexicalIndex):
 
     async def search(self, namespace: str, query: str, k: int) -> list[LexicalHit]:
         """Score every passage of the namespace; the ``k`` best with a positive score."""
-        if k < 1:
-            raise UsageError(f"k must be at least 1, got {k}")
-        words = query_terms(query)
+        words = search_terms(query, k)
         if not words:
             return []
         model = await self._model(namespace)

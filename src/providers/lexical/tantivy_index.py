@@ -25,10 +25,10 @@ from urllib.parse import quote
 import anyio.to_thread
 import tantivy
 
-from core_agent.contracts.errors import StorageError, UsageError
+from core_agent.contracts.errors import StorageError
 from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.settings import AgentSettings
-from providers.lexical.passages import check_passages, query_terms
+from providers.lexical.passages import check_passages, search_terms
 
 T = TypeVar("T")
 ANALYZER = "core_agent_text"
@@ -155,9 +155,7 @@ class TantivyLexicalIndex(ILexicalIndex):
 
     async def search(self, namespace: str, query: str, k: int) -> list[LexicalHit]:
         """BM25 top ``k``; the score is Tantivy's BM25 (larger is better)."""
-        if k < 1:
-            raise UsageError(f"k must be at least 1, got {k}")
-        words = query_terms(query)
+        words = search_terms(query, k)
 
         def read() -> list[LexicalHit]:
             space = self._existing(namespace)

@@ -39,8 +39,7 @@ from providers.vectors.records import (
     metadata_from_json,
     metadata_json,
     prepare,
-    unit_vector,
-    where_tags,
+    search_arguments,
 )
 
 if TYPE_CHECKING:
@@ -246,11 +245,7 @@ class LanceDBVectorStore(IVectorStore):
         where: dict[str, Any] | None = None,
     ) -> list[VectorHit]:
         """Nearest neighbours with the filter applied first (see ``IVectorStore.search``)."""
-        check_namespace(namespace)
-        if k < 1:
-            raise UsageError(f"k must be at least 1, got {k}")
-        unit = unit_vector(query, what="query")
-        tags = where_tags(where)
+        unit, tags = search_arguments(namespace, query, k, where)
 
         def read() -> list[VectorHit]:
             manifest = self._manifest(namespace)

@@ -114,6 +114,20 @@ def prepare(records: Sequence[VectorRecord], dimension: int | None) -> list[Prep
     return prepared
 
 
+def search_arguments(
+    namespace: str, query: Sequence[float], k: int, where: Mapping[str, Any] | None
+) -> tuple[array[float], list[str]]:
+    """A search's query as a unit vector and its filter as tags, after checking them all.
+
+    Raises:
+        UsageError: A bad namespace, ``k`` < 1, a bad query vector or a bad filter.
+    """
+    check_namespace(namespace)
+    if k < 1:
+        raise UsageError(f"k must be at least 1, got {k}")
+    return unit_vector(query, what="query"), where_tags(where)
+
+
 def check_identity(
     namespace: str,
     *,

@@ -45,8 +45,7 @@ from providers.vectors.records import (
     metadata_from_json,
     metadata_json,
     prepare,
-    unit_vector,
-    where_tags,
+    search_arguments,
 )
 
 BULK_WRITE_RECORDS = 1000
@@ -295,11 +294,7 @@ class SqliteVecVectorStore(IVectorStore):
         where: dict[str, Any] | None = None,
     ) -> list[VectorHit]:
         """Exact nearest neighbours, filtered first (see ``IVectorStore.search``)."""
-        check_namespace(namespace)
-        if k < 1:
-            raise UsageError(f"k must be at least 1, got {k}")
-        unit = unit_vector(query, what="query")
-        tags = where_tags(where)
+        unit, tags = search_arguments(namespace, query, k, where)
         collection = await self._db.run(lambda conn: _collection(conn, namespace))
         if collection is None:
             return []
