@@ -329,7 +329,7 @@ class KernelContainer(containers.DeclarativeContainer):
         ToolCallGate,
         policy_engine,
         approval_threshold=settings.provided.policy_approval_required_risk,
-        grants=providers.Singleton(ApprovalGrants),
+        grants=providers.Singleton(ApprovalGrants, shell_parser=shell_parser),
     )
     router = providers.Singleton(build_router, settings, llm_gateway.provider, policy_engine)
 
@@ -392,6 +392,7 @@ class KernelContainer(containers.DeclarativeContainer):
         memory_namespace=settings.provided.memory_namespace,
         recall_k=settings.provided.memory_recall_k,
         approval_timeout_s=settings.provided.approval_timeout_s,
+        sandbox=sandbox,
     )
 
 

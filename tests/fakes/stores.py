@@ -72,10 +72,16 @@ class FakeTaskStore(ITaskStore):
                 update[key] = value
         self.tasks[task_id] = task.model_copy(update=update)
         if event is not None:
-            self.events[task_id].append(event)
+            self._record(event)
 
     async def append_event(self, event: BaseModel) -> None:
-        self.events[event.task_id].append(event)  # type: ignore[attr-defined]
+        self._record(event)
+
+    def _record(self, event: BaseModel) -> None:
+        task_id = event.task_id  # type: ignore[attr-defined]
+        self.events[task_id].append(event)
+        if getattr(event, "kind", "") == "task.tainted":
+            self.tasks[task_id] = self.tasks[task_id].model_copy(update={"tainted": True})
 
     async def list_events(self, task_id: str) -> Sequence[BaseModel]:
         return list(self.events.get(task_id, []))
@@ -140,13 +146,14 @@ class FakeMemoryStore(IMemoryStore):
         self.items: dict[tuple[str, str, str], MemoryItem] = {}
         self.searches: list[str] = []
 
-    async def put(self, scope, namespace, key, value):  # type: ignore[no-untyped-def]
+    async def put(self, scope, namespace, key, value, *, tainted=False):  # type: ignore[no-untyped-def]
         if not key:
             raise UsageError("memory key must be a non-empty string")
         json.dumps(value)
         now = datetime.now(UTC)
         old = self.items.get((scope, namespace, key))
-        item = MemoryItem(scope, namespace, key, value, old.created_at if old else now, now)
+        created = old.created_at if old else now
+        item = MemoryItem(scope, namespace, key, value, created, now, tainted=tainted)
         self.items[(scope, namespace, key)] = item
         return item
 

@@ -25,7 +25,7 @@ def workspace(tmp_path):
 
 
 @pytest.fixture
-def tools(workspace, tmp_path):
+async def tools(workspace, tmp_path):
     container = KernelContainer()
     container.settings.override(
         container.settings().model_copy(
@@ -44,7 +44,8 @@ def tools(workspace, tmp_path):
         tool = registry.get(name)
         return await tool.invoke(tool.validate_arguments(arguments), context)
 
-    return call
+    yield call
+    await sandbox.close()
 
 
 async def test_file_tools_work_inside_the_workspace(tools, workspace) -> None:
@@ -67,7 +68,8 @@ async def test_file_tools_work_inside_the_workspace(tools, workspace) -> None:
         ("write_file", {"path": ".git/config", "content": "x"}, "protected .git"),
         ("edit_file", {"path": "src/app.py", "old_text": "nope", "new_text": "x"}, "not found"),
         ("list_files", {"directory": "/etc"}, "outside the workspace roots"),
-        ("run_command", {"command": "ls && curl http://x"}, "not an allowed command"),
+        ("run_command", {"command": "ls > ../outside.txt"}, "outside the workspace roots"),
+        ("run_command", {"command": "echo x > .git/config"}, "protected .git"),
         ("http_fetch", {"url": "http://127.0.0.1:9/"}, "loopback"),
     ],
 )

@@ -47,7 +47,7 @@ async def test_a_task_with_a_tool_call_succeeds_and_is_fully_recorded(
     assert [e.seq for e in streamed] == list(range(1, len(streamed) + 1))
     assert [e for e in streamed if e.kind != "llm.delta"] == persisted
     assert persisted[6].result.content == "395"
-    assert (persisted[5].risk.value, persisted[5].rule) == ("low", "default:capabilities(none)")
+    assert (persisted[5].risk.value, persisted[5].rule) == ("low", "tool-check:calculator")
 
     # The model saw the tool's result on its second call.
     second = openai_server.requests[1]["messages"]

@@ -218,6 +218,13 @@ class SandboxRefusedError(ToolError):
         super().__init__(f"refused by the sandbox: {reason}", tool_name=tool_name)
 
 
+class ConfinementUnavailableError(SandboxRefusedError):
+    """The operating system cannot confine a command here, so it is not run.
+
+    The reason says what is missing and how to opt out explicitly.
+    """
+
+
 class PolicyDeniedError(ToolError):
     """A deny rule matched the call; ``rule`` names it."""
 

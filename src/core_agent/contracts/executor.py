@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from core_agent.contracts.tool_sandbox import IToolSandbox
 from shared.agent_protocol import (
     ApprovalDecision,
     ApprovalRequest,
@@ -15,6 +16,7 @@ from shared.agent_protocol import (
     StrategyMode,
     TaskEvent,
     TaskRequest,
+    TaskTainted,
     TokenUsage,
 )
 
@@ -72,7 +74,11 @@ class ExecutionContext:
     request_approval: ApprovalRequester | None = None
     """How risky calls reach a human; without it they are refused."""
     tainted: bool = False
-    """Set once untrusted content (file or web content) has entered the conversation."""
+    """Set once untrusted content (files, command output, web content, tainted memories) has
+    entered the conversation; part of the task's persisted state (see ``taint``)."""
+    sandbox: IToolSandbox | None = None
+    """The task's own sandbox (its recorded workspace and limits); the executor's default
+    when ``None``."""
     can_suspend: bool = False
     """Whether the executor can stop at a risky call and resume later (``ApprovalPendingError``)
     when no approver is connected; otherwise such calls are refused."""
@@ -82,6 +88,17 @@ class ExecutionContext:
     """On resume: tool-call id -> the request shown and the human's decision."""
     approval_decisions: dict[str, ApprovalDecision] = field(default_factory=dict)
     """On resume: every decision recorded for the task, by request id."""
+
+    async def taint(self, source: str, *, call_id: str | None = None, reason: str = "") -> None:
+        """Mark the task as holding untrusted content.
+
+        The first mark is persisted as a ``task.tainted`` event (which also sets the stored
+        task's flag).
+        """
+        if self.tainted:
+            return
+        self.tainted = True
+        await self.emit(TaskTainted, source=source, call_id=call_id, reason=reason)
 
 
 @dataclass(frozen=True, slots=True)

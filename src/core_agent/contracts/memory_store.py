@@ -20,6 +20,9 @@ class MemoryItem:
     value: Any
     created_at: datetime
     updated_at: datetime
+    tainted: bool = False
+    """The value was written by a task with untrusted content in its context: whoever reads it
+    back reads untrusted content."""
 
 
 class IMemoryStore(abc.ABC):
@@ -29,8 +32,12 @@ class IMemoryStore(abc.ABC):
     """
 
     @abc.abstractmethod
-    async def put(self, scope: MemoryScope, namespace: str, key: str, value: Any) -> MemoryItem:
+    async def put(
+        self, scope: MemoryScope, namespace: str, key: str, value: Any, *, tainted: bool = False
+    ) -> MemoryItem:
         """Store a JSON-serializable ``value``.
+
+        ``tainted`` is its provenance (see ``MemoryItem.tainted``), replaced with the value.
 
         Raises:
             UsageError: Empty key or a value that is not JSON-serializable.

@@ -7,18 +7,23 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from core_agent.contracts.tool import ToolSpec
+from core_agent.contracts.tool import ToolAssessment, ToolSpec
 from shared.agent_protocol import RiskLevel
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyDecision:
-    """The risk of one call, the rule that set it, and whether the call is denied outright."""
+    """The risk of one call, the rule that set it, and whether the call is denied outright.
+
+    ``allow_network``: the rule that graded the call lets it use the network (a command's
+    confinement then leaves the network open).
+    """
 
     risk: RiskLevel
     rule: str
     denied: bool = False
     reason: str = ""
+    allow_network: bool = False
 
 
 class IPolicyEngine(abc.ABC):
@@ -26,12 +31,19 @@ class IPolicyEngine(abc.ABC):
 
     @abc.abstractmethod
     def evaluate(
-        self, spec: ToolSpec, arguments: Mapping[str, Any], *, tainted: bool = False
+        self,
+        spec: ToolSpec,
+        arguments: Mapping[str, Any],
+        *,
+        tainted: bool = False,
+        assessment: ToolAssessment | None = None,
     ) -> PolicyDecision:
         """Grade one call.
 
         Args:
             spec: The tool's spec (name and capabilities).
-            arguments: Validated arguments.
+            arguments: The arguments the model sent (validated).
             tainted: Whether untrusted content is already in the task's context.
+            assessment: The tool's own static judgement of the call: a refusal denies it;
+                its risk grades the call when no rule does.
         """

@@ -1,19 +1,32 @@
 """The configuration contract: every setting the kernel and its providers read.
 
-Values come from ``AGENT_*`` environment variables (and a ``.env`` file when present). The
-container passes one ``AgentSettings`` to every provider factory, so a third-party provider reads
-its options from the same place.
+Values come from ``AGENT_*`` environment variables and, only when ``AGENT_ENV_FILE`` names
+one, from that file: never from a ``.env`` in the current directory or a workspace, which a
+model could write to loosen its own limits. An ``AGENT_*`` name the kernel does not know
+(a typo) stops start-up with the closest known name. The container passes one
+``AgentSettings`` to every provider factory, so a third-party provider reads its options from
+the same place.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+from dotenv import dotenv_values
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    DotEnvSettingsSource,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
+from core_agent.contracts.errors import ConfigurationError
 from shared.agent_protocol import RiskLevel
 
 MODEL_CONFIGURATION_HELP = """No model is configured.
@@ -32,9 +45,12 @@ DEFAULT_ALLOWED_COMMANDS: tuple[str, ...] = (
     "ls", "cat", "head", "tail", "wc", "grep", "rg", "sort", "uniq", "cut", "diff", "echo",
     "pwd", "date", "stat", "file", "du", "tree", "which",
     "git status", "git diff", "git log", "git show", "git branch", "git rev-parse",
-    "python -m pytest", "pytest",
 )  # fmt: skip
-"""Read-only commands allowed by default; everything else needs configuration."""
+"""Read-only commands that run without approval by default; any other command (the tests,
+a build, anything that writes) asks a human first, and every command runs confined."""
+
+PREFIX = "AGENT_"
+ENV_FILE_VARIABLE = "AGENT_ENV_FILE"
 
 
 def _default_data_dir() -> Path:
@@ -44,9 +60,13 @@ def _default_data_dir() -> Path:
 class AgentSettings(BaseSettings):
     """Kernel configuration, read from ``AGENT_*`` variables."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="AGENT_", env_file=".env", extra="ignore", frozen=True
-    )
+    model_config = SettingsConfigDict(env_prefix=PREFIX, env_file=None, extra="ignore", frozen=True)
+
+    env_file: Path | None = None
+    """``AGENT_ENV_FILE``: the one file settings are also read from (the environment wins)."""
+    ignored_variables: Annotated[tuple[str, ...], NoDecode] = ()
+    """``AGENT_*`` names that belong to other software (Azure Pipelines sets ``AGENT_NAME``...)
+    and are not typos of ours."""
 
     data_dir: Path = Field(default_factory=_default_data_dir)
     """Where the SQLite database and LanceDB folders live."""
@@ -127,6 +147,26 @@ class AgentSettings(BaseSettings):
     sandbox_command_timeout_s: float = Field(default=30.0, gt=0)
     sandbox_max_fetch_bytes: int = Field(default=1_048_576, ge=1024)
     sandbox_max_redirects: int = Field(default=5, ge=0, le=20)
+    sandbox_mode: Literal["confined", "unconfined"] = "confined"
+    """``confined``: every command runs under the operating system's confinement (Landlock),
+    and where that is missing commands are refused. ``unconfined``: commands run as plain
+    processes (warned at start, recorded on every tool span)."""
+    sandbox_namespaces: Literal["auto", "off"] = "auto"
+    """Also give commands their own user, mount, PID and network namespaces when the machine
+    allows it (``auto``)."""
+    sandbox_read_paths: Annotated[tuple[Path, ...], NoDecode] = ()
+    """More directories commands may read (a toolchain outside the system directories)."""
+    sandbox_protected_paths: Annotated[tuple[Path, ...], NoDecode] = ()
+    """Paths in the workspace that tools may never write (besides ``.git`` and the data
+    directory)."""
+    sandbox_cpu_seconds: int = Field(default=600, ge=1)
+    sandbox_memory_mb: int = Field(default=4096, ge=16)
+    sandbox_max_file_mb: int = Field(default=1024, ge=1)
+    sandbox_max_processes: int = Field(default=512, ge=8)
+    redact_patterns: Annotated[tuple[str, ...], NoDecode] = ()
+    """Regular expressions (comma-separated) whose matches never reach events, traces,
+    checkpoints or memories, besides the model key, the host's credential variables and
+    well-known key formats."""
 
     vector_provider: str = "sqlite_vec"
     """Entry-point name of the vector store: ``sqlite_vec`` or ``lancedb``."""
@@ -190,11 +230,41 @@ class AgentSettings(BaseSettings):
             raise ValueError("chunk_overlap_tokens must be smaller than chunk_tokens")
         return self
 
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments, then the environment, then ``AGENT_ENV_FILE`` (and nothing else).
+
+        Raises:
+            ConfigurationError: ``AGENT_ENV_FILE`` is not a readable file, or an ``AGENT_*``
+                name in the environment or that file is not a setting.
+        """
+        ignored = _names(os.environ.get(f"{PREFIX}IGNORED_VARIABLES", ""))
+        check_variable_names(os.environ, "the environment", ignored)
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        named = os.environ.get(ENV_FILE_VARIABLE)
+        if named:
+            path = Path(named).expanduser()
+            if not path.is_file():
+                raise ConfigurationError(f"{ENV_FILE_VARIABLE}={named} is not a readable file")
+            values = dotenv_values(path)
+            check_variable_names(values, str(path), ignored)
+            sources.append(DotEnvSettingsSource(settings_cls, env_file=path, env_prefix=PREFIX))
+        return tuple(sources)
+
     @field_validator(
         "tools",
         "sandbox_allowed_commands",
         "sandbox_allowed_domains",
         "sandbox_allowed_private_addresses",
+        "redact_patterns",
+        "ignored_variables",
         mode="before",
     )
     @classmethod
@@ -203,7 +273,9 @@ class AgentSettings(BaseSettings):
             return tuple(name.strip() for name in value.split(",") if name.strip())
         return value
 
-    @field_validator("workspace_roots", mode="before")
+    @field_validator(
+        "workspace_roots", "sandbox_read_paths", "sandbox_protected_paths", mode="before"
+    )
     @classmethod
     def _split_paths(cls, value: object) -> object:
         if isinstance(value, str):
@@ -236,3 +308,42 @@ class AgentSettings(BaseSettings):
         if self.llm_gateway:
             return self.llm_gateway
         return "litellm" if self.model else "scripted"
+
+
+def known_variables() -> list[str]:
+    """Every ``AGENT_*`` name a setting reads."""
+    return sorted(f"{PREFIX}{name.upper()}" for name in AgentSettings.model_fields)
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(name.strip().upper() for name in text.split(",") if name.strip())
+
+
+def check_variable_names(
+    variables: Mapping[str, Any], source: str, ignored: Iterable[str] = ()
+) -> None:
+    """Refuse ``AGENT_*`` names that no setting reads, naming the closest known one.
+
+    Raises:
+        ConfigurationError: One or more unknown names (all are listed).
+    """
+    known = known_variables()
+    skip = set(ignored)
+    unknown = sorted(
+        name
+        for name in variables
+        if name.upper().startswith(PREFIX)
+        and name.upper() not in known
+        and name.upper() not in skip
+    )
+    if not unknown:
+        return
+    lines = []
+    for name in unknown:
+        close = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0.5)
+        lines.append(f"  {name}" + (f" (did you mean {close[0]}?)" if close else ""))
+    raise ConfigurationError(
+        f"unknown setting(s) in {source}:\n" + "\n".join(lines) + "\nKnown settings are "
+        f"listed in the README; names another program uses can be listed in "
+        f"{PREFIX}IGNORED_VARIABLES."
+    )

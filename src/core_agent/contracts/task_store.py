@@ -70,6 +70,9 @@ class ITaskStore(abc.ABC):
     async def append_event(self, event: TaskEvent) -> None:
         """Append one event (it carries ``task_id`` and ``seq``) to its task's log.
 
+        A ``task.tainted`` event also sets the task's ``tainted`` flag, in the same write
+        (here and when ``transition`` carries one).
+
         Raises:
             StorageError: Nothing was written.
         """

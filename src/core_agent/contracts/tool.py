@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from shared.agent_protocol import RiskLevel
+
 if TYPE_CHECKING:
     from core_agent.contracts.tool_sandbox import IToolSandbox
 
@@ -38,8 +40,43 @@ class ToolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class CallPermit:
+    """What the policy lets one call do beyond reading, decided before it runs.
+
+    The sandbox enforces it: a command without ``write`` cannot change the workspace, one
+    without ``network`` cannot open a connection, whatever the command line says.
+    """
+
+    write: bool = False
+    """May change files in the workspace (a human approved the call, or it was judged a
+    workspace write below the approval threshold)."""
+    network: bool = False
+    """May open network connections (a policy rule allows it for this call)."""
+    approved: bool = False
+    """A human approved this call (or a standing grant covers it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAssessment:
+    """A tool's own static judgement of a call, made before it runs (``ITool.assess``).
+
+    ``refusal``: the tool would refuse the call (the reason is for the model); it is not
+    run and no human is asked. ``unproven``: why the call cannot be shown harmless (for a
+    command: a construct or program the parser cannot vouch for); the call then needs a
+    human's approval whatever the rules say. ``risk``: the risk the tool itself gives the
+    call, used when no policy rule grades it. ``writes``: the call changes files.
+    """
+
+    refusal: str | None = None
+    unproven: tuple[str, ...] = ()
+    risk: RiskLevel | None = None
+    writes: bool = False
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class ToolContext:
-    """Who is calling, and the sandbox the call must act through."""
+    """Who is calling, the sandbox the call must act through, and what it may do."""
 
     task_id: str
     session_id: str
@@ -47,6 +84,10 @@ class ToolContext:
     metadata: dict[str, Any] = field(default_factory=dict)
     sandbox: IToolSandbox | None = None
     """Tools that touch files, run commands or use the network do it through this."""
+    permit: CallPermit = field(default_factory=CallPermit)
+    """What the policy decided this call may do (commands run within it)."""
+    tainted: bool = False
+    """Untrusted content is in the task's context; what the call stores carries that mark."""
 
 
 class ITool(abc.ABC):
@@ -74,6 +115,15 @@ class ITool(abc.ABC):
         Raises:
             ToolArgumentsError: With a message that tells the model what to fix.
         """
+
+    def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
+        """Judge validated arguments without running anything: pure, fast, never blocks.
+
+        The kernel calls it before the policy decides (and ``core-agent policy check`` does
+        too), so a call the tool would refuse is refused up front, and a call the tool cannot
+        vouch for goes to a human. The default has no opinion.
+        """
+        return ToolAssessment()
 
     @abc.abstractmethod
     async def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> str:

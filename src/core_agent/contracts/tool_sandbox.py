@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from core_agent.contracts.tool import Capability
+from core_agent.contracts.tool import CallPermit, Capability
+
+SandboxProfile = dict[str, Any]
+"""A sandbox's settings as JSON data (roots, allowed commands, limits...), recorded with each
+task so that a resumed task runs under the limits it started with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +24,30 @@ class SandboxVerdict:
 
 
 @dataclass(frozen=True, slots=True)
+class CommandAssessment:
+    """What the sandbox can tell about a command line before it runs.
+
+    ``refusal``: it cannot run at all (empty, a NUL byte, a write the confinement would
+    refuse anyway). ``unproven``: why it is not provably an allowed, read-only command
+    (a construct the parser cannot read statically, a program not on the allowlist or named
+    by path, an option that writes or runs programs, a path outside the workspace); such a
+    command needs a human's approval. ``writes``: it is allowed but changes workspace files
+    (a redirection, or a configured program that may write).
+    """
+
+    refusal: str | None = None
+    unproven: tuple[str, ...] = ()
+    writes: bool = False
+    programs: tuple[str, ...] = ()
+    """Absolute paths of the programs it runs, as found on the commands' search path."""
+
+    @property
+    def allowed(self) -> bool:
+        """Runs without a human: not refused, and every part proven."""
+        return self.refusal is None and not self.unproven
+
+
+@dataclass(frozen=True, slots=True)
 class CommandResult:
     """What a command printed and how it ended; output beyond the cap is cut and flagged."""
 
@@ -26,6 +56,8 @@ class CommandResult:
     stderr: str
     truncated: bool = False
     timed_out: bool = False
+    confinement: str = ""
+    """How the operating system confined it (``landlock+namespaces+seccomp``, ``unconfined``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +88,16 @@ class IToolSandbox(abc.ABC):
 
         The path is resolved (symlinks, ``..``) before it is compared with the allowed roots;
         protected paths (the kernel's data directory, ``.git``) are never writable, whether
-        they exist yet or not.
+        they exist yet or not, and the data directory is not readable either.
         """
 
     @abc.abstractmethod
-    def check_command(self, command: str) -> SandboxVerdict:
-        """May this shell command run? Every sub-command is judged; unparsable means no."""
+    def assess_command(self, command: str) -> CommandAssessment:
+        """Judge a shell command line without running it (see ``CommandAssessment``).
+
+        Every sub-command is judged; programs are resolved on the commands' search path
+        first. Pure and fast.
+        """
 
     @abc.abstractmethod
     async def check_url(self, url: str) -> SandboxVerdict:
@@ -95,13 +131,21 @@ class IToolSandbox(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def run_command(self, command: str, *, timeout_s: float | None = None) -> CommandResult:
-        """Run a command that ``check_command`` allows, in the first root.
+    async def run_command(
+        self, command: str, *, timeout_s: float | None = None, permit: CallPermit | None = None
+    ) -> CommandResult:
+        """Run a command in the first root, confined by the operating system.
 
-        Output and time are capped.
+        The process and everything it starts may read the workspace and the system's
+        programs, write only where ``permit`` allows (never ``.git``, the data directory or
+        protected paths), reach the network only with ``permit.network``, and are killed when
+        the command ends, times out or the call is cancelled. Output and time are capped.
+        Whether the command needed approval is the policy's business, not this method's.
 
         Raises:
-            SandboxRefusedError: The command is not allowed (the reason names the part).
+            SandboxRefusedError: The command cannot run (``assess_command`` refused it).
+            ConfinementUnavailableError: The operating system cannot confine it here (the
+                reason says how to opt out explicitly).
         """
 
     @abc.abstractmethod
@@ -112,3 +156,35 @@ class IToolSandbox(abc.ABC):
             SandboxRefusedError: A URL on the way is not allowed.
             ToolExecutionError: The request failed.
         """
+
+    @property
+    @abc.abstractmethod
+    def confinement(self) -> str:
+        """How commands are confined here, for traces (``unconfined`` when opted out)."""
+
+    @abc.abstractmethod
+    def profile(self) -> SandboxProfile:
+        """This sandbox's settings as JSON data, to record with a task."""
+
+    @abc.abstractmethod
+    def with_profile(self, profile: Mapping[str, Any]) -> IToolSandbox:
+        """A sandbox with a recorded task's settings (sharing this one's resources).
+
+        Raises:
+            ConfigurationError: The profile is not one this sandbox wrote.
+        """
+
+    @abc.abstractmethod
+    def with_roots(self, roots: Sequence[str | Path]) -> IToolSandbox:
+        """A sandbox like this one whose workspace is ``roots``."""
+
+    @abc.abstractmethod
+    async def command_readiness(self) -> str | None:
+        """Why commands cannot run here (no confinement available), or ``None`` when they can.
+
+        May start helper processes; never runs a command.
+        """
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release processes and connections the sandbox started; idempotent."""

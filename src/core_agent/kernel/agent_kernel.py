@@ -31,6 +31,7 @@ from core_agent.contracts.memory_store import IMemoryStore
 from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.tool_registry import IToolRegistry
+from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.kernel.state_machine import check_transition
 from core_agent.memory.hybrid_memory import recall_message
@@ -119,6 +120,8 @@ class AgentKernel:
     Use as an async context manager (or call ``aclose``) so stores are closed.
     ``long_term_memory`` builds the store whose ``recall_k`` items most relevant to a new task
     are put after its system prompt; it is called on the first task, not before.
+    ``sandbox`` is the default sandbox: each task records its settings (with the request's own
+    workspace roots, if any) and runs under them, also when another process resumes it.
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class AgentKernel:
         long_term_memory: Callable[[], IMemoryStore] | None = None,
         memory_namespace: str = "default",
         recall_k: int = 3,
+        sandbox: IToolSandbox | None = None,
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -155,7 +159,13 @@ class AgentKernel:
         self._long_term_memory = long_term_memory
         self._memory_namespace = memory_namespace
         self._recall_k = recall_k
+        self._sandbox = sandbox
         self._running: dict[str, anyio.CancelScope] = {}
+        if sandbox is not None and sandbox.confinement == "unconfined":
+            log.warning(
+                "AGENT_SANDBOX_MODE=unconfined: commands run without operating-system "
+                "confinement; they can write anywhere this user can and use the network"
+            )
 
     def set_approval_callback(self, callback: ApprovalCallback | None) -> None:
         """Ask ``callback`` (sync or async) about risky calls from now on.
@@ -184,11 +194,13 @@ class AgentKernel:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the stores."""
+        """Close the stores and stop the sandbox's processes."""
         await self._task_store.close()
         await self._trace_store.close()
         for closable in self._closables:
             await closable.close()
+        if self._sandbox is not None:
+            await self._sandbox.close()
 
     async def route(self, request: TaskRequest) -> RoutingDecision:
         """The strategy the kernel would use for ``request``, without running it."""
@@ -377,6 +389,9 @@ class AgentKernel:
                 f"strategy {decision.strategy!r} is not installed; "
                 f"available: {', '.join(sorted(self._executors))}"
             )
+        sandbox = self._sandbox
+        if sandbox is not None and request.workspace_roots:
+            sandbox = sandbox.with_roots(request.workspace_roots)
         now = _now()
         state = TaskState(
             task_id=task_id,
@@ -386,6 +401,7 @@ class AgentKernel:
             request=request,
             created_at=now,
             updated_at=now,
+            sandbox=sandbox.profile() if sandbox is not None else None,
         )
         events = _TaskEvents(self._task_store, self._event_bus, task_id)
         queued = events.make(
@@ -419,7 +435,7 @@ class AgentKernel:
             reason=decision.reason,
             features=decision.features,
         )
-        context = self._context(state, events, response_model)
+        context = self._context(state, events, response_model, sandbox=sandbox)
         await self._recall(state, context)
         return await self._drive(state, executor, context, events)
 
@@ -434,6 +450,7 @@ class AgentKernel:
                     "long_term", self._memory_namespace, state.request.task, self._recall_k
                 )
                 span.attributes["recalled"] = [item.key for item in items]
+                span.attributes["tainted"] = [item.key for item in items if item.tainted]
         except CoreAgentError as exc:
             # Memory helps a task; it is not worth failing one for.
             log.warning("task %s: long-term recall failed: %s", state.task_id, exc)
@@ -441,9 +458,29 @@ class AgentKernel:
         message = recall_message(items)
         if message is not None:
             context.messages.insert(1, message)
+        tainted = [item.key for item in items if item.tainted]
+        if tainted:
+            await context.taint(
+                "memory", reason=f"recalled memories written by tainted tasks: {tainted}"
+            )
+
+    def _task_sandbox(self, state: TaskState) -> IToolSandbox | None:
+        """The sandbox the task recorded when it started (the default one if it recorded none).
+
+        Raises:
+            ConfigurationError: The recorded settings cannot be used here.
+        """
+        if self._sandbox is None or state.sandbox is None:
+            return self._sandbox
+        return self._sandbox.with_profile(state.sandbox)
 
     def _context(
-        self, state: TaskState, events: _TaskEvents, response_model: type[BaseModel] | None
+        self,
+        state: TaskState,
+        events: _TaskEvents,
+        response_model: type[BaseModel] | None,
+        *,
+        sandbox: IToolSandbox | None = None,
     ) -> ExecutionContext:
         system = state.request.system_prompt or self._system_prompt
         return ExecutionContext(
@@ -461,6 +498,8 @@ class AgentKernel:
             request_approval=(
                 _HumanApprovals(self, state, events) if self._approval_gateway else None
             ),
+            tainted=state.tainted,
+            sandbox=sandbox if sandbox is not None else self._task_sandbox(state),
         )
 
     async def _move(

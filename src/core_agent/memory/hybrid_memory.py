@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from core_agent.contracts.memory_store import IMemoryStore, MemoryItem
+from core_agent.contracts.untrusted import wrap_untrusted
 from shared.agent_protocol import ChatMessage, SystemMessage
 
 RECALL_HEADER = (
@@ -29,19 +30,25 @@ class ShortTermMemory(Protocol):
 
 
 def recall_message(items: Sequence[MemoryItem]) -> SystemMessage | None:
-    """One system message listing ``items``, or ``None`` when there are none."""
+    """One system message listing ``items``, or ``None`` when there are none.
+
+    Items written by tainted tasks come inside an untrusted-data block: they are outside
+    content that went through memory, and the model must not obey them.
+    """
     if not items:
         return None
-    lines = [
-        f"- {item.key}: "
-        + (
-            item.value
-            if isinstance(item.value, str)
-            else json.dumps(item.value, ensure_ascii=False)
-        )
-        for item in items
-    ]
+    lines = [_line(item) for item in items if not item.tainted]
+    untrusted = [_line(item) for item in items if item.tainted]
+    if untrusted:
+        lines.append(wrap_untrusted("\n".join(untrusted), source="memory"))
     return SystemMessage(content="\n".join([RECALL_HEADER, *lines]))
+
+
+def _line(item: MemoryItem) -> str:
+    value = (
+        item.value if isinstance(item.value, str) else json.dumps(item.value, ensure_ascii=False)
+    )
+    return f"- {item.key}: {value}"
 
 
 class HybridMemory:

@@ -47,9 +47,11 @@ class SemanticMemory(IMemoryStore):
         )
         return f"memory.{scope}.{name}"
 
-    async def put(self, scope: MemoryScope, namespace: str, key: str, value: Any) -> MemoryItem:
+    async def put(
+        self, scope: MemoryScope, namespace: str, key: str, value: Any, *, tainted: bool = False
+    ) -> MemoryItem:
         """Store, then embed; the store's copy is written even if embedding fails."""
-        item = await self._store.put(scope, namespace, key, value)
+        item = await self._store.put(scope, namespace, key, value, tainted=tainted)
         await self._index([item])
         return item
 

@@ -115,6 +115,7 @@ class PlanExecuteExecutor(IExecutor):
             results = dict(saved["results"])
             revision = int(saved["revision"])
             prior = str(saved.get("prior", ""))
+            context.tainted = context.tainted or bool(saved.get("tainted"))
         feedback = context.guidance
         if feedback and plan is not None:
             prior = f"{prior}\nGuidance from a human: {feedback}".strip()
@@ -222,6 +223,7 @@ class PlanExecuteExecutor(IExecutor):
                             "results": results,
                             "revision": revision,
                             "prior": prior,
+                            "tainted": context.tainted,
                         },
                     )
         if failure is not None:

@@ -99,7 +99,7 @@ class ReActExecutor(IExecutor):
             if request.tool_call is not None and request.request_id in context.approval_decisions
         }
         context.messages[:] = _MESSAGES.validate_python(state["messages"])
-        context.tainted = bool(state.get("tainted"))
+        context.tainted = context.tainted or bool(state.get("tainted"))
         context.stats.turns = int(state.get("turns", 0))
         return PendingTurn(
             calls=tuple(ToolCall.model_validate(c) for c in state["calls"]),

@@ -1,9 +1,11 @@
-"""The checks between a validated tool call and its execution: policy, then approval.
+"""The checks between a validated tool call and its execution: judgement, then approval.
 
-Every call is graded by the policy engine; the decision is a ``policy`` span and a
-``policy.decided`` event, with the rule that matched. A denied call is refused. A call at or
-above the approval threshold runs only with a human's approval (or a standing grant from an
-earlier scoped decision), and only if its arguments still hash to what the human was shown.
+Every call is judged (``safety.call_judgement``: the tool's own check and the policy rules);
+the decision is a ``policy`` span and a ``policy.decided`` event, with the rule that matched.
+A denied call is refused. A call at or above the approval threshold, or one the tool cannot
+vouch for, runs only with a human's approval (or a standing grant from an earlier scoped
+decision), and only if its arguments still hash to what the human was shown. The gate returns
+the call's permit: what the sandbox lets it do (an approved call may write the workspace).
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from core_agent.contracts.errors import (
 )
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.policy_engine import IPolicyEngine
-from core_agent.contracts.tool import ToolSpec
+from core_agent.contracts.tool import CallPermit, ITool, ToolContext
 from core_agent.observability.tracer import Tracer
 from core_agent.safety.approvals import ApprovalGrants, call_hash
+from core_agent.safety.call_judgement import judge_call
 from shared.agent_protocol import ApprovalRequest, PolicyDecided, RiskLevel, ToolCall
 
 
@@ -40,19 +43,42 @@ class ToolCallGate:
         self._threshold = approval_threshold
         self._grants = grants or ApprovalGrants()
 
+    @property
+    def threshold(self) -> RiskLevel:
+        """The risk at and above which a human must approve."""
+        return self._threshold
+
     async def check(
         self,
         context: ExecutionContext,
         tracer: Tracer,
         call: ToolCall,
-        spec: ToolSpec,
+        tool: ITool,
         arguments: Mapping[str, Any],
+        validated: Mapping[str, Any],
+        tool_context: ToolContext,
         parent_span_id: str | None,
-    ) -> None:
-        """Return when the call may run; raise ``PolicyDeniedError`` or ``ApprovalDeniedError``."""
+    ) -> CallPermit:
+        """The call's permit once it may run.
+
+        Raises:
+            PolicyDeniedError: A deny rule or the tool's own check refused it.
+            ApprovalDeniedError: It needed a human who did not approve.
+            ApprovalPendingError: It waits for a human (the run suspends).
+        """
+        spec = tool.spec
         started = datetime.now(UTC)
-        decision = self._policy.evaluate(spec, arguments, tainted=context.tainted)
-        needs_approval = not decision.denied and decision.risk.at_least(self._threshold)
+        judgement = judge_call(
+            self._policy,
+            tool,
+            arguments,
+            validated,
+            tool_context,
+            tainted=context.tainted,
+            threshold=self._threshold,
+        )
+        decision = judgement.decision
+        needs_approval = judgement.approval_required
         await tracer.record(
             "policy",
             spec.name,
@@ -67,6 +93,8 @@ class ToolCallGate:
                 "approval_required": needs_approval,
                 "tainted": context.tainted,
                 "reason": decision.reason,
+                "unproven": list(judgement.assessment.unproven[:10]),
+                "network": decision.allow_network,
             },
         )
         await context.emit(
@@ -87,10 +115,10 @@ class ToolCallGate:
                 rule=decision.rule,
             )
         if not needs_approval:
-            return
+            return judgement.permit
         scope = {"task_id": context.task_id, "session_id": context.session_id, "tool": spec.name}
         if self._grants.covering(**scope, arguments=arguments) is not None:
-            return
+            return judgement.approved_permit
         resumed = context.resumed_approvals.get(call.id)
         if resumed is not None:
             # A human decided while the task was suspended; the shown call is the bound one.
@@ -138,3 +166,4 @@ class ToolCallGate:
                 tool_name=spec.name,
             )
         self._grants.add(answer, **scope)
+        return judgement.approved_permit

@@ -1,10 +1,12 @@
 """Declarative risk grading of tool calls.
 
 Rules (TOML) match on the tool's name, its declared capabilities, argument patterns (path
-globs, command globs for every sub-command, URL domains) and whether the task's context is
-tainted by untrusted content. ``deny`` rules win over everything; otherwise the first matching
-``grade`` rule decides; otherwise the tool's capabilities do. Taint raises write, exec and
-network calls by one level. The decision names the rule that made it, for the trace.
+globs, command globs for every sub-command, URL domains, compared after ``normalize_host``)
+and whether the task's context is tainted by untrusted content. ``deny`` rules win over
+everything, and so does the tool's own refusal (``ITool.assess``); otherwise the first
+matching ``grade`` rule decides; otherwise the tool's own assessment does; otherwise its
+capabilities. Taint raises write, exec and network calls by one level. The decision names
+the rule that made it, for the trace.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from core_agent.contracts.errors import ConfigurationError
+from core_agent.contracts.host_names import normalize_host
 from core_agent.contracts.policy_engine import IPolicyEngine, PolicyDecision
 from core_agent.contracts.shell_parser import IShellParser
-from core_agent.contracts.tool import Capability, ToolSpec
+from core_agent.contracts.tool import Capability, ToolAssessment, ToolSpec
 from shared.agent_protocol import RiskLevel
 
 PATH_ARGUMENTS = frozenset(
@@ -69,6 +72,8 @@ class PolicyRule(BaseModel):
     commands: tuple[str, ...] = ()
     domains: tuple[str, ...] = ()
     tainted: bool | None = None
+    network: bool = False
+    """A grade rule that lets the commands it matches use the network."""
     reason: str = ""
 
 
@@ -115,7 +120,7 @@ class RulePolicyEngine(IPolicyEngine):
             id(rule): (
                 _compile(rule.paths, leading_any_dir=True),
                 _compile(rule.commands),
-                _compile(rule.domains),
+                _compile([_host_pattern(domain) for domain in rule.domains]),
                 _compile(rule.tools),
             )
             for rule in self._rules
@@ -136,9 +141,17 @@ class RulePolicyEngine(IPolicyEngine):
         return cls([*rules, *default_rules()], shell_parser=shell_parser)
 
     def evaluate(
-        self, spec: ToolSpec, arguments: Mapping[str, Any], *, tainted: bool = False
+        self,
+        spec: ToolSpec,
+        arguments: Mapping[str, Any],
+        *,
+        tainted: bool = False,
+        assessment: ToolAssessment | None = None,
     ) -> PolicyDecision:
-        """Deny rules first, then the first grade rule, then capabilities; taint raises."""
+        """Deny rules and the tool's refusal, then a grade rule, the tool's risk, capabilities.
+
+        Taint raises write, exec and network calls by one level.
+        """
         facts = self._facts(arguments)
         denials = [
             r
@@ -158,6 +171,13 @@ class RulePolicyEngine(IPolicyEngine):
             key=lambda r: r.rank,
             default=RiskLevel.LOW,
         )
+        if assessment is not None and assessment.refusal:
+            return PolicyDecision(
+                risk=capability_risk,
+                rule=f"tool-check:{spec.name}",
+                denied=True,
+                reason=f"{spec.name} refuses the call: {assessment.refusal}",
+            )
         grade = next(
             (
                 r
@@ -166,12 +186,17 @@ class RulePolicyEngine(IPolicyEngine):
             ),
             None,
         )
-        if facts.unparsable_command:
+        allow_network = False
+        if facts.unparsable_command and assessment is None:
             # No rule can vouch for a command nobody can read.
             risk = max(capability_risk, RiskLevel.HIGH, key=lambda r: r.rank)
             rule, reason = "unparsable-command", "the command cannot be parsed"
         elif grade is not None:
             risk, rule, reason = grade.risk, grade.name, grade.reason
+            allow_network = grade.network
+        elif assessment is not None and assessment.risk is not None:
+            risk, rule = assessment.risk, f"tool-check:{spec.name}"
+            reason = "graded by the tool's own check of the call"
         else:
             risk = capability_risk
             caps = ",".join(sorted(c.value for c in spec.capabilities)) or "none"
@@ -181,7 +206,9 @@ class RulePolicyEngine(IPolicyEngine):
             if raised is not risk:
                 reason = f"{reason}; raised from {risk.value}: untrusted content is in context"
                 risk = raised
-        return PolicyDecision(risk=risk, rule=rule, denied=False, reason=reason)
+        return PolicyDecision(
+            risk=risk, rule=rule, denied=False, reason=reason, allow_network=allow_network
+        )
 
     def _facts(self, arguments: Mapping[str, Any]) -> _CallFacts:
         paths: list[str] = []
@@ -200,18 +227,20 @@ class RulePolicyEngine(IPolicyEngine):
                     unparsable = unparsable or not ok
             for text in values:
                 if key in URL_ARGUMENTS or text.startswith(("http://", "https://")):
-                    host = urlsplit(text).hostname
+                    host = _url_host(text)
                     if host:
-                        domains.append(host.lower())
+                        domains.append(host)
         return _CallFacts(tuple(paths), tuple(commands), tuple(domains), unparsable)
 
     def _sub_commands(self, command: str) -> tuple[list[str], bool]:
         if self._parser is None:
             return [command.strip()], True
         parsed = self._parser.parse(command)
+        found = [" ".join(c.argv) for c in parsed.commands]
         if not parsed.ok:
-            return [command.strip()], False
-        return [" ".join(c.argv) for c in parsed.commands] or [command.strip()], True
+            # Deny rules still see every command the parser could find, and the raw line.
+            return [*found, command.strip()], False
+        return found or [command.strip()], True
 
     def _matches(
         self, rule: PolicyRule, spec: ToolSpec, facts: _CallFacts, tainted: bool, deny: bool
@@ -248,6 +277,28 @@ def _compile(patterns: Sequence[str], *, leading_any_dir: bool = False) -> re.Pa
     if leading_any_dir:
         expanded += [p[3:] for p in patterns if p.startswith("**/")]
     return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in expanded))
+
+
+def _url_host(url: str) -> str | None:
+    """The URL's host as the SSRF guard reads it (``normalize_host``), or the raw form."""
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return None
+    if not host:
+        return None
+    try:
+        return normalize_host(host)
+    except ValueError:
+        return host.lower()
+
+
+def _host_pattern(pattern: str) -> str:
+    """A domain glob in the form hosts are compared in (wildcards kept)."""
+    try:
+        return normalize_host(pattern.replace("*", "wildcard")).replace("wildcard", "*")
+    except ValueError:
+        return pattern.lower().rstrip(".")
 
 
 def _strings(value: Any) -> Iterable[str]:

@@ -3,8 +3,10 @@
 They depend on ports only (``IMemoryStore``, ``IRetriever``); the container passes the
 semantic memory and the hybrid retriever. ``remember`` and ``forget`` declare ``write``, so
 after untrusted content entered a task they need approval like any other write: that is
-what keeps an injected page from planting a false "memory". What ``recall`` and
-``knowledge_search`` return is stored data, so it is spotlighted as untrusted (``read``).
+what keeps an injected page from planting a false "memory". A memory written by such a task
+(approved or not) is stored as tainted, so whatever task later recalls it is tainted too.
+What ``recall`` and ``knowledge_search`` return is stored data, so it is spotlighted as
+untrusted (``read``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pydantic import Field
 
 from core_agent.contracts.memory_store import IMemoryStore
 from core_agent.contracts.retriever import IRetriever
-from core_agent.contracts.tool import ITool
+from core_agent.contracts.tool import ITool, ToolContext
 from core_agent.tooling.function_tool import FunctionTool
 
 MAX_VALUE_CHARS = 4000
@@ -33,14 +35,18 @@ def memory_tools(
     async def remember(
         key: Annotated[str, Field(min_length=1, max_length=200)],
         value: Annotated[str, Field(min_length=1, max_length=MAX_VALUE_CHARS)],
+        context: ToolContext,
     ) -> dict[str, Any]:
         """Remember a fact or preference for later tasks, replacing any value under the key.
 
         Args:
             key: A short, stable name, e.g. "user.preferred_language".
             value: What to remember, as a self-contained sentence or value.
+            context: The calling task (its taint is recorded with the memory).
         """
-        item = await store_factory().put("long_term", namespace, key, value)
+        item = await store_factory().put(
+            "long_term", namespace, key, value, tainted=context.tainted
+        )
         return {"remembered": item.key, "updated_at": item.updated_at.isoformat()}
 
     async def recall(

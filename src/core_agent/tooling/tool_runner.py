@@ -7,6 +7,7 @@ itself.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
@@ -20,14 +21,18 @@ from core_agent.contracts.errors import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
-from core_agent.contracts.tool import ToolContext, ToolSpec
+from core_agent.contracts.tool import CallPermit, ITool, ToolContext
 from core_agent.contracts.tool_registry import IToolRegistry
 from shared.agent_protocol import ToolCall, ToolResult
 
 log = logging.getLogger(__name__)
 
-ToolGate = Callable[[ToolSpec, Mapping[str, Any]], Awaitable[None]]
-"""Checks run between validation and execution (policy, approval)."""
+ToolGate = Callable[
+    [ITool, Mapping[str, Any], Mapping[str, Any], ToolContext], Awaitable[CallPermit]
+]
+"""Checks run between validation and execution (judgement, approval): called with the tool,
+the model's arguments, the validated ones and the call's context; returns the call's permit
+or raises a ``ToolError`` to stop it."""
 
 _RAW_ARGUMENTS_SHOWN = 200
 """How much of unparsable arguments to quote back to the model."""
@@ -50,8 +55,9 @@ class ToolRunner:
     ) -> ToolResult:
         """Run ``call``; only tools in ``allowed`` (when given) may be used.
 
-        ``gate`` is awaited after validation, before the tool runs, with the tool's spec and
-        the model's arguments; it stops the call by raising a ``ToolError``.
+        ``gate`` is awaited after validation, before the tool runs; the permit it returns
+        goes to the tool in its context. Without a gate the tool runs with the default
+        (read-only, no network) permit.
         """
         try:
             content = await self._run(call, context, allowed, gate)
@@ -87,7 +93,8 @@ class ToolRunner:
             )
         arguments = tool.validate_arguments(call.arguments)
         if gate is not None:
-            await gate(tool.spec, call.arguments)
+            permit = await gate(tool, call.arguments, arguments, context)
+            context = dataclasses.replace(context, permit=permit)
         timeout = tool.spec.timeout_s or self._default_timeout_s
         try:
             with anyio.move_on_after(timeout):

@@ -1,158 +1,39 @@
-"""A calculator that evaluates arithmetic by walking an allowlisted AST.
+"""``calculator``: exact arithmetic for the model, which is bad at it.
 
-Nothing is ``eval``-ed: only numbers, the four operations, ``//``, ``%``, ``**``, unary signs,
-a few math functions and the constants ``pi``, ``e`` and ``tau`` are accepted. Exponents and
-integer sizes are capped before the work is done, so ``9**9**9`` is refused instead of
-freezing the process.
+The expression is checked statically first (``arithmetic.check``: the same check
+``core-agent policy check`` reports), then evaluated in a short-lived worker process with a
+time limit, so neither a slow computation nor a cancelled task can hold the kernel's event
+loop: the process is killed when the limit passes or the call is cancelled.
 """
 
 from __future__ import annotations
 
-import ast
-import math
-import operator
-from collections.abc import Callable
-from typing import ClassVar
+import json
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, ClassVar
 
+import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
-from core_agent.contracts.errors import ToolExecutionError
+from core_agent.contracts.errors import ToolExecutionError, ToolTimeoutError
 from core_agent.contracts.settings import AgentSettings
-from core_agent.contracts.tool import ToolContext
+from core_agent.contracts.tool import ToolAssessment, ToolContext
+from providers.builtin_tools.arithmetic import (
+    MAX_EXPRESSION_CHARS,
+    CalculationError,
+    check,
+    evaluate,
+    format_number,
+)
 from providers.builtin_tools.model_tool import ModelArgumentsTool
+from shared.agent_protocol import RiskLevel
 
-MAX_EXPRESSION_CHARS = 500
-MAX_INTEGER_BITS = 4096
-"""About 1,233 decimal digits; larger integer results are refused."""
-MAX_EXPONENT = 10_000
-MAX_NODES = 200
+__all__ = ["CalculationError", "CalculatorTool", "evaluate", "format_number"]
 
-Number = int | float
-
-_BINARY: dict[type[ast.operator], Callable[[Number, Number], Number]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-}
-_UNARY: dict[type[ast.unaryop], Callable[[Number], Number]] = {
-    ast.UAdd: operator.pos,
-    ast.USub: operator.neg,
-}
-_FUNCTIONS: dict[str, Callable[..., Number]] = {
-    "abs": abs,
-    "round": round,
-    "min": min,
-    "max": max,
-    "sqrt": math.sqrt,
-    "exp": math.exp,
-    "log": math.log,
-    "log10": math.log10,
-    "log2": math.log2,
-    "sin": math.sin,
-    "cos": math.cos,
-    "tan": math.tan,
-    "asin": math.asin,
-    "acos": math.acos,
-    "atan": math.atan,
-    "floor": math.floor,
-    "ceil": math.ceil,
-    "factorial": math.factorial,
-}
-_CONSTANTS: dict[str, float] = {"pi": math.pi, "e": math.e, "tau": math.tau}
-
-
-class CalculationError(ValueError):
-    """The expression is not allowed or cannot be computed."""
-
-
-def _check_size(value: Number) -> Number:
-    if isinstance(value, bool):
-        raise CalculationError("booleans are not numbers here")
-    if isinstance(value, int) and value.bit_length() > MAX_INTEGER_BITS:
-        raise CalculationError(f"result exceeds {MAX_INTEGER_BITS} bits")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise CalculationError("result is not a finite number")
-    return value
-
-
-def _power(base: Number, exponent: Number) -> Number:
-    if abs(exponent) > MAX_EXPONENT:
-        raise CalculationError(f"exponent {exponent} exceeds {MAX_EXPONENT}")
-    # Estimate an integer result's size before computing it.
-    if (
-        isinstance(base, int)
-        and isinstance(exponent, int)
-        and max(base.bit_length() - 1, 0) * exponent > MAX_INTEGER_BITS
-    ):
-        raise CalculationError(f"result exceeds {MAX_INTEGER_BITS} bits")
-    return base**exponent
-
-
-def evaluate(expression: str) -> Number:
-    """Evaluate an arithmetic expression safely.
-
-    Raises:
-        CalculationError: Syntax outside the allowlist, a size cap, or a math error.
-    """
-    if len(expression) > MAX_EXPRESSION_CHARS:
-        raise CalculationError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
-    try:
-        tree = ast.parse(expression.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise CalculationError(f"not a valid expression: {exc.msg}") from exc
-    if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
-        raise CalculationError(f"expression has more than {MAX_NODES} parts")
-    try:
-        return _eval(tree.body)
-    except (ZeroDivisionError, OverflowError, ValueError, TypeError) as exc:
-        if isinstance(exc, CalculationError):
-            raise
-        raise CalculationError(f"{type(exc).__name__}: {exc}") from exc
-
-
-def _eval(node: ast.expr) -> Number:
-    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-        return _check_size(node.value)
-    if isinstance(node, ast.Name) and node.id in _CONSTANTS:
-        return _CONSTANTS[node.id]
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _eval(node.left), _eval(node.right)
-        if isinstance(node.op, ast.Pow):
-            return _check_size(_power(left, right))
-        if (
-            isinstance(node.op, ast.Mult)
-            and isinstance(left, int)
-            and isinstance(right, int)
-            and left.bit_length() + right.bit_length() > MAX_INTEGER_BITS + 1
-        ):
-            raise CalculationError(f"result exceeds {MAX_INTEGER_BITS} bits")
-        return _check_size(_BINARY[type(node.op)](left, right))
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _check_size(_UNARY[type(node.op)](_eval(node.operand)))
-    if (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id in _FUNCTIONS
-        and not node.keywords
-    ):
-        args = [_eval(arg) for arg in node.args]
-        if node.func.id == "factorial" and args and args[0] > 1000:
-            raise CalculationError("factorial argument exceeds 1000")
-        return _check_size(_FUNCTIONS[node.func.id](*args))
-    raise CalculationError(f"{ast.unparse(node)!r} is not allowed in an arithmetic expression")
-
-
-def format_number(value: Number) -> str:
-    """Integers exactly; floats without float noise (``0.1 + 0.2`` gives ``0.3``)."""
-    if isinstance(value, float):
-        if value.is_integer() and abs(value) < 1e16:
-            return str(int(value))
-        return f"{value:.12g}"
-    return str(value)
+WORKER = Path(__file__).with_name("arithmetic.py")
+TIME_LIMIT_S = 5.0
 
 
 class CalculatorArguments(BaseModel):
@@ -168,7 +49,7 @@ class CalculatorArguments(BaseModel):
 
 
 class CalculatorTool(ModelArgumentsTool[CalculatorArguments]):
-    """Exact arithmetic for the model, which is bad at it."""
+    """Exact arithmetic, checked statically and evaluated in a worker process."""
 
     name: ClassVar[str] = "calculator"
     description: ClassVar[str] = (
@@ -179,14 +60,48 @@ class CalculatorTool(ModelArgumentsTool[CalculatorArguments]):
     arguments_model: ClassVar[type[BaseModel]] = CalculatorArguments
     idempotent: ClassVar[bool] = True
 
+    def __init__(self, *, time_limit_s: float = TIME_LIMIT_S) -> None:
+        super().__init__()
+        self._time_limit_s = time_limit_s
+
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> CalculatorTool:
         """The calculator needs no settings."""
         return cls()
 
-    async def execute(self, args: CalculatorArguments, context: ToolContext) -> str:
-        """Evaluate ``args.expression``."""
+    def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
+        """Refuse what ``arithmetic.check`` refuses; arithmetic is otherwise harmless."""
+        args: CalculatorArguments = arguments["args"]
         try:
-            return format_number(evaluate(args.expression))
+            check(args.expression)
+        except CalculationError as exc:
+            return ToolAssessment(refusal=str(exc))
+        return ToolAssessment(risk=RiskLevel.LOW)
+
+    async def execute(self, args: CalculatorArguments, context: ToolContext) -> str:
+        """Check, then evaluate ``args.expression`` in a worker process."""
+        try:
+            check(args.expression)
         except CalculationError as exc:
             raise ToolExecutionError(str(exc), tool_name=self.name) from exc
+        command = [sys.executable, "-I", "-S", str(WORKER)]
+        with anyio.move_on_after(self._time_limit_s) as scope:
+            # run_process kills the worker when this scope (or the task) is cancelled.
+            finished = await anyio.run_process(
+                command, input=json.dumps(args.expression).encode(), check=False
+            )
+        if scope.cancelled_caught:
+            raise ToolTimeoutError(
+                f"the calculation did not finish within {self._time_limit_s:g} s and was "
+                "stopped; simplify the expression",
+                tool_name=self.name,
+            )
+        try:
+            answer = json.loads(finished.stdout)
+        except ValueError as exc:
+            raise ToolExecutionError(
+                f"the calculation failed (exit {finished.returncode})", tool_name=self.name
+            ) from exc
+        if "error" in answer:
+            raise ToolExecutionError(str(answer["error"]), tool_name=self.name)
+        return str(answer["result"])

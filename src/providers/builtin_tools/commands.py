@@ -1,15 +1,17 @@
-"""``run_command``: a shell command, judged sub-command by sub-command, run in the sandbox."""
+"""``run_command``: a shell command, judged by the sandbox and run under the OS's confinement."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from core_agent.contracts.settings import AgentSettings
-from core_agent.contracts.tool import Capability, ToolContext
+from core_agent.contracts.tool import Capability, ToolAssessment, ToolContext
 from providers.builtin_tools.files import sandbox_of
 from providers.builtin_tools.model_tool import ModelArgumentsTool
+from shared.agent_protocol import RiskLevel
 
 
 class RunCommandArguments(BaseModel):
@@ -21,12 +23,14 @@ class RunCommandArguments(BaseModel):
 
 
 class RunCommandTool(ModelArgumentsTool[RunCommandArguments]):
-    """Run an allowed shell command in the workspace."""
+    """Run a shell command in the workspace."""
 
     name: ClassVar[str] = "run_command"
     description: ClassVar[str] = (
         "Run a shell command in the workspace directory and return its exit code and output. "
-        "Only allowed commands run; every part of a pipeline or list must be allowed."
+        "Read-only commands on the allowlist run at once; anything else waits for a human's "
+        "approval. Commands cannot reach the network, and can change files only in the "
+        "workspace (never .git) and only when approved."
     )
     arguments_model: ClassVar[type[BaseModel]] = RunCommandArguments
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.EXEC})
@@ -36,10 +40,29 @@ class RunCommandTool(ModelArgumentsTool[RunCommandArguments]):
         """No settings needed (limits live in the sandbox)."""
         return cls()
 
+    def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
+        """The sandbox's judgement of the line.
+
+        Low risk when proven read-only, medium when it only adds workspace writes, unproven
+        (a human decides) otherwise.
+        """
+        if context.sandbox is None:
+            return ToolAssessment(refusal="run_command needs a sandbox and none is configured")
+        args: RunCommandArguments = arguments["args"]
+        verdict = context.sandbox.assess_command(args.command)
+        risk = RiskLevel.MEDIUM if verdict.writes else RiskLevel.LOW
+        return ToolAssessment(
+            refusal=verdict.refusal,
+            unproven=verdict.unproven,
+            risk=risk if verdict.allowed else RiskLevel.HIGH,
+            writes=verdict.writes,
+            details={"programs": list(verdict.programs)},
+        )
+
     async def execute(self, args: RunCommandArguments, context: ToolContext) -> str:
         """Exit code, stdout and stderr, with flags for cut output or a timeout."""
         result = await sandbox_of(context, self.name).run_command(
-            args.command, timeout_s=args.timeout_s
+            args.command, timeout_s=args.timeout_s, permit=context.permit
         )
         notes = [
             n

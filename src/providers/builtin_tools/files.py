@@ -1,22 +1,54 @@
-"""File tools: read, write, edit by exact replacement, list and grep, inside the sandbox."""
+"""File tools: read, write, edit by exact replacement, list and grep, inside the sandbox.
+
+Each checks its path against the sandbox before it runs (``assess``), so a call on a path
+the sandbox refuses is refused up front, and ``core-agent policy check`` reports it. ``grep``
+uses RE2, whose matching time is linear in the input (no pattern can make it backtrack for
+seconds), and searches in a worker thread with an overall time limit.
+"""
 
 from __future__ import annotations
 
 import fnmatch
-import re
+import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import anyio.to_thread
+import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from core_agent.contracts.errors import ToolExecutionError
 from core_agent.contracts.settings import AgentSettings
-from core_agent.contracts.tool import Capability, ToolContext
+from core_agent.contracts.tool import Capability, ToolAssessment, ToolContext
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from providers.builtin_tools.model_tool import ModelArgumentsTool
 
 MAX_READ_BYTES = 256_000
 MAX_LISTED = 2_000
+GREP_TIME_LIMIT_S = 20.0
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False
+
+
+def path_assessment(context: ToolContext, path: str, capability: Capability) -> ToolAssessment:
+    """Refuse a path the call's sandbox refuses (no opinion without a sandbox)."""
+    if context.sandbox is None:
+        return ToolAssessment()
+    verdict = context.sandbox.check_path(path, capability)
+    return ToolAssessment() if verdict.allowed else ToolAssessment(refusal=verdict.reason)
+
+
+def compile_pattern(pattern: str) -> Any:
+    """The pattern compiled with RE2 (``ToolExecutionError`` with RE2's reason)."""
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise ToolExecutionError(
+            f"invalid pattern (RE2 syntax: no backreferences or lookaround): {reason}",
+            tool_name="grep",
+        ) from exc
 
 
 def sandbox_of(context: ToolContext, tool: str) -> IToolSandbox:
@@ -54,6 +86,10 @@ class ReadFileTool(ModelArgumentsTool[ReadFileArguments]):
         """No settings needed."""
         return cls()
 
+    def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
+        """Refuse a path outside the workspace or hidden."""
+        return path_assessment(context, arguments["args"].path, Capability.READ)
+
     async def execute(self, args: ReadFileArguments, context: ToolContext) -> str:
         """The file's text (cut at 256 kB, with a note)."""
         data, truncated = await sandbox_of(context, self.name).read_bytes(
@@ -84,6 +120,11 @@ class WriteFileTool(ModelArgumentsTool[WriteFileArguments]):
     def from_settings(cls, settings: AgentSettings) -> WriteFileTool:
         """No settings needed."""
         return cls()
+
+    def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
+        """Refuse a path outside the workspace or protected."""
+        verdict = path_assessment(context, arguments["args"].path, Capability.WRITE)
+        return ToolAssessment(refusal=verdict.refusal, writes=True)
 
     async def execute(self, args: WriteFileArguments, context: ToolContext) -> str:
         """Write and report the size."""
@@ -116,6 +157,11 @@ class EditFileTool(ModelArgumentsTool[EditFileArguments]):
     def from_settings(cls, settings: AgentSettings) -> EditFileTool:
         """No settings needed."""
         return cls()
+
+    def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
+        """Refuse a path outside the workspace or protected."""
+        verdict = path_assessment(context, arguments["args"].path, Capability.WRITE)
+        return ToolAssessment(refusal=verdict.refusal, writes=True)
 
     async def execute(self, args: EditFileArguments, context: ToolContext) -> str:
         """Read, check the occurrence count, write back."""
@@ -159,6 +205,10 @@ class ListFilesTool(ModelArgumentsTool[ListFilesArguments]):
         """No settings needed."""
         return cls()
 
+    def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
+        """Refuse a directory outside the workspace."""
+        return path_assessment(context, arguments["args"].directory, Capability.READ)
+
     async def execute(self, args: ListFilesArguments, context: ToolContext) -> str:
         """One relative path per line."""
         sandbox = sandbox_of(context, self.name)
@@ -199,24 +249,45 @@ class GrepTool(ModelArgumentsTool[GrepArguments]):
         """No settings needed."""
         return cls()
 
-    async def execute(self, args: GrepArguments, context: ToolContext) -> str:
-        """Matches, capped at ``max_matches``."""
+    def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
+        """Refuse a pattern RE2 cannot compile, or a directory outside the workspace."""
+        args: GrepArguments = arguments["args"]
         try:
-            regex = re.compile(args.pattern)
-        except re.error as exc:
-            raise ToolExecutionError(f"invalid pattern: {exc}", tool_name=self.name) from exc
+            compile_pattern(args.pattern)
+        except ToolExecutionError as exc:
+            return ToolAssessment(refusal=str(exc))
+        return path_assessment(context, args.directory, Capability.READ)
+
+    async def execute(self, args: GrepArguments, context: ToolContext) -> str:
+        """Matches, capped at ``max_matches``; stops at the time limit with what it found."""
+        regex = compile_pattern(args.pattern)
         sandbox = sandbox_of(context, self.name)
         hits: list[str] = []
+        deadline = time.monotonic() + GREP_TIME_LIMIT_S
         for relative in await sandbox.list_files(args.directory, limit=MAX_LISTED):
             if not fnmatch.fnmatch(relative.name, args.glob):
                 continue
+            if time.monotonic() > deadline:
+                hits.append(f"[... stopped after {GREP_TIME_LIMIT_S:g} s ...]")
+                break
             path = Path(args.directory) / relative
             data, _ = await sandbox.read_bytes(path, max_bytes=MAX_READ_BYTES)
             if b"\x00" in data[:1024]:
                 continue  # binary
-            for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
-                if regex.search(line):
-                    hits.append(f"{path}:{number}:{line[:300]}")
-                    if len(hits) >= args.max_matches:
-                        return "\n".join(hits) + "\n[... more matches not shown ...]"
+            room = args.max_matches - len(hits)
+            found = await anyio.to_thread.run_sync(_search, regex, data, str(path), room)
+            hits.extend(found)
+            if len(hits) >= args.max_matches:
+                return "\n".join(hits) + "\n[... more matches not shown ...]"
         return "\n".join(hits) if hits else "(no matches)"
+
+
+def _search(regex: Any, data: bytes, shown: str, limit: int) -> list[str]:
+    """``path:line:text`` for the first ``limit`` matching lines (runs in a worker thread)."""
+    hits: list[str] = []
+    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        if regex.search(line):
+            hits.append(f"{shown}:{number}:{line[:300]}")
+            if len(hits) >= limit:
+                break
+    return hits

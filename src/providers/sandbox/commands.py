@@ -1,92 +1,213 @@
-"""Judging shell commands: every program a command line would run must be allowed.
+"""Judging shell commands: which lines are provably allowed, which need a human.
 
-Allowed commands are argv prefixes (``git status`` allows ``git status --short`` but not
-``git push``). The command line is parsed with a real shell grammar; each simple command
-found (in pipes, lists, substitutions, ``bash -c`` strings, ``xargs``, ``find -exec``...) must
-match a prefix, must not use a flag that turns a reading program into a writing or executing
-one, and must not name a path outside the workspace; output redirections must point at
-writable workspace paths. What cannot be parsed is refused. Words only known at run time
-(``$VAR``) cannot be checked; allow only programs you would let a script run.
+A line runs without approval only when the parser can read every part of it statically and
+every program in it is an allowed one: resolved on the system search path (never a file in
+the workspace or a path the model wrote), matching an ``AGENT_SANDBOX_ALLOWED_COMMANDS``
+prefix, using no option that writes files or runs programs (``program_profiles``), and naming
+no file outside the workspace. Anything else (an expansion, a substitution, an assignment, a
+function, an unknown program, an unsafe option, a path outside) is *unproven*: the policy then
+asks a human. Output redirections must point at writable workspace paths; one that the
+confinement would refuse anyway (outside the roots, into ``.git`` or the data directory) is
+refused outright.
+
+This is the explainer and grader. What holds when it is wrong is the operating system's
+confinement of every command (``confinement``).
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Sequence
 
 from core_agent.contracts.shell_parser import IShellParser, ParsedCommand, SimpleCommand
 from core_agent.contracts.tool import Capability
-from core_agent.contracts.tool_sandbox import SandboxVerdict
+from core_agent.contracts.tool_sandbox import CommandAssessment
 from providers.sandbox.paths import PathGuard
+from providers.sandbox.program_paths import resolve_program
+from providers.sandbox.program_profiles import (
+    GIT_GLOBAL,
+    GIT_SUBCOMMANDS,
+    PROFILES,
+    ProgramProfile,
+    judge_options,
+    looks_like_path,
+)
 
-FORBIDDEN_FLAGS: dict[str, frozenset[str]] = {
-    "find": frozenset({"-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}),
-    "git": frozenset({"-c", "--exec-path", "--upload-pack", "--receive-pack", "--config-env"}),
-    "sort": frozenset({"-o", "--output"}),
-    "tree": frozenset({"-o"}),
-    "rg": frozenset({"--pre"}),
-    "grep": frozenset(),
-}
-"""Flags that make an otherwise read-only program write files or run programs."""
+_HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr"})
+_GLOB_CHARACTERS = "*?["
 
 
 class CommandGuard:
-    """Allows a command line only when every sub-command matches an allowed prefix."""
+    """Assesses command lines against the allowlist, the program profiles and the roots."""
 
-    def __init__(self, parser: IShellParser, allowed: Sequence[str], paths: PathGuard) -> None:
+    def __init__(
+        self,
+        parser: IShellParser,
+        allowed: Sequence[str],
+        paths: PathGuard,
+        search_path: Sequence[str],
+    ) -> None:
         self._parser = parser
-        self._prefixes = [tuple(shlex.split(prefix)) for prefix in allowed if prefix.strip()]
         self._paths = paths
+        self.search_path = tuple(search_path)
+        self._prefixes: list[tuple[str, tuple[str, ...], str]] = []
+        self.inactive: list[str] = []
+        """Allowlist entries whose program is not on the search path (they allow nothing)."""
+        for entry in allowed:
+            words = shlex.split(entry) if entry.strip() else []
+            if not words:
+                continue
+            program = resolve_program(words[0], self.search_path)
+            if program is None:
+                self.inactive.append(entry)
+                continue
+            self._prefixes.append((program, tuple(words[1:]), entry))
+        self._shown = ", ".join(entry for _, _, entry in self._prefixes) or "none"
 
     def parse(self, command: str) -> ParsedCommand:
         """The parsed command line."""
         return self._parser.parse(command)
 
-    def check(self, command: str) -> SandboxVerdict:
-        """Allowed, or the first reason it is not."""
-        if not command.strip():
-            return SandboxVerdict(False, "the command is empty")
-        parsed = self._parser.parse(command)
-        if not parsed.ok:
-            return SandboxVerdict(False, f"the command cannot be judged: {parsed.error}")
-        if not parsed.commands:
-            return SandboxVerdict(False, "the command runs no program")
-        for simple in parsed.commands:
-            reason = self._refusal(simple)
-            if reason:
-                return SandboxVerdict(False, reason)
-        for target in parsed.redirections:
-            verdict = self._paths.check(target, Capability.WRITE)
-            if not verdict.allowed:
-                return SandboxVerdict(False, f"output redirection: {verdict.reason}")
-        return SandboxVerdict(True)
+    def resolve(self, name: str) -> str | None:
+        """Where ``name`` runs from on the commands' search path."""
+        return resolve_program(name, self.search_path)
 
-    def _refusal(self, simple: SimpleCommand) -> str | None:
+    def assess(self, command: str) -> CommandAssessment:
+        """See ``CommandAssessment``."""
+        if not command.strip():
+            return CommandAssessment(refusal="the command is empty")
+        if "\x00" in command:
+            return CommandAssessment(refusal="the command contains a NUL byte")
+        parsed = self._parser.parse(command)
+        unproven = list(parsed.unproven)
+        if parsed.error:
+            unproven.append(f"the command cannot be parsed: {parsed.error}")
+        if not parsed.commands and not unproven:
+            return CommandAssessment(refusal="the command runs no program")
+        writes = False
+        for redirection in parsed.redirections:
+            target = redirection.target
+            if redirection.dynamic or target in _HARMLESS_TARGETS:
+                continue
+            if redirection.writes:
+                verdict = self._paths.check(target, Capability.WRITE)
+                if not verdict.allowed:
+                    return CommandAssessment(refusal=f"output redirection: {verdict.reason}")
+                writes = True
+            else:
+                verdict = self._paths.check(target, Capability.READ)
+                if not verdict.allowed:
+                    unproven.append(f"input redirection: {verdict.reason}")
+        programs: list[str] = []
+        for simple in parsed.commands:
+            reasons, program, simple_writes = self._judge(simple)
+            unproven.extend(reasons)
+            writes = writes or simple_writes
+            if program is not None and program not in programs:
+                programs.append(program)
+        return CommandAssessment(
+            unproven=tuple(dict.fromkeys(unproven)), writes=writes, programs=tuple(programs)
+        )
+
+    def _judge(self, simple: SimpleCommand) -> tuple[list[str], str | None, bool]:
+        """Reasons ``simple`` is not proven, the program it runs, and whether it writes."""
         argv = simple.argv
         shown = " ".join(argv)[:120]
-        program = argv[0]
-        if "$" in program or "`" in program or any(c in program for c in "*?["):
-            return f"{shown!r}: the program is only known at run time"
-        name = program.rsplit("/", 1)[-1]
-        normalized = (name, *argv[1:])
-        if not any(normalized[: len(prefix)] == prefix for prefix in self._prefixes):
-            allowed = ", ".join(" ".join(p) for p in self._prefixes) or "none"
-            return f"{shown!r} is not an allowed command (allowed: {allowed})"
-        forbidden = FORBIDDEN_FLAGS.get(name, frozenset())
-        for word in argv[1:]:
-            flag = word.split("=", 1)[0]
-            if flag in forbidden:
-                return f"{shown!r}: the flag {flag} is not allowed for {name}"
-            # Allowed programs still only see the workspace: `cat /etc/passwd` is refused.
-            value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
-            if _looks_like_path(value):
-                verdict = self._paths.check(value, Capability.READ)
-                if not verdict.allowed:
-                    return f"{shown!r}: {verdict.reason}"
-        return None
+        name = argv[0]
+        if any(mark in name for mark in ("$", "`", *_GLOB_CHARACTERS)):
+            return [f"{shown!r}: the program is only known at run time"], None, False
+        if "/" in name:
+            return (
+                [
+                    f"{shown!r} runs {name} by path: only programs found on the system path can be "
+                    "allowed"
+                ],
+                None,
+                False,
+            )
+        reasons: list[str] = []
+        if name == "cd":
+            target = argv[1] if len(argv) > 1 else ""
+            if target and not self._paths.check(target, Capability.READ).allowed:
+                reasons.append(f"{shown!r} leaves the workspace")
+            return reasons, None, False
+        program = self.resolve(name)
+        if program is None:
+            return [f"{name!r} is not a program on the system path"], None, False
+        args = list(argv[1:])
+        subcommand: str | None = None
+        if os.path.basename(program) == "git":
+            global_args, subcommand, args = _split_git(args)
+            verdict, _ = judge_options(GIT_GLOBAL, global_args, program="git")
+            reasons.extend(verdict.unsafe)
+            reasons.extend(self._outside(verdict.reads, "git"))
+        entry = self._match(program, [*([subcommand] if subcommand else []), *args])
+        if entry is None:
+            return [f"{shown!r} is not an allowed command (allowed: {self._shown})"], program, False
+        profile = self._profile(program, subcommand, entry)
+        if profile is None:
+            # Allowed by configuration without a profile: trusted as configured, may write.
+            paths = [word for word in args if looks_like_path(word)]
+            reasons.extend(self._outside(paths, name))
+            return reasons, program, True
+        verdict, _ = judge_options(profile, args, program=name)
+        reasons.extend(verdict.unsafe)
+        reasons.extend(self._outside(verdict.reads, name))
+        for index in simple.globbed:
+            reasons.extend(self._outside([_glob_base(argv[index])], name))
+        return reasons, program, False
+
+    def _match(self, program: str, words: Sequence[str]) -> tuple[str, ...] | None:
+        """The longest allowlist entry for ``program`` whose words start ``words``."""
+        best: tuple[str, ...] | None = None
+        for allowed_program, rest, _ in self._prefixes:
+            if allowed_program != program or tuple(words[: len(rest)]) != rest:
+                continue
+            if best is None or len(rest) > len(best):
+                best = rest
+        return best
+
+    @staticmethod
+    def _profile(
+        program: str, subcommand: str | None, entry: tuple[str, ...]
+    ) -> ProgramProfile | None:
+        name = os.path.basename(program)
+        if name == "git":
+            if subcommand is None or (entry and entry[0] != subcommand):
+                return None
+            return GIT_SUBCOMMANDS.get(subcommand)
+        if entry:
+            return None  # a configured sub-command prefix (``npm test``): as configured
+        return PROFILES.get(name)
+
+    def _outside(self, paths: Sequence[str], program: str) -> list[str]:
+        reasons = []
+        for path in paths:
+            if not path:
+                continue
+            verdict = self._paths.check(path, Capability.READ)
+            if not verdict.allowed:
+                reasons.append(f"{program} reads {path}: {verdict.reason}")
+        return reasons
 
 
-def _looks_like_path(word: str) -> bool:
-    if not word or "://" in word or word.startswith("-") or "$" in word or "`" in word:
-        return False
-    return word.startswith(("/", "~", ".")) or "/" in word
+def _split_git(args: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """Git's global options, its subcommand, and the subcommand's arguments."""
+    index = 0
+    with_value = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix"}
+    while index < len(args):
+        word = args[index]
+        if not word.startswith("-") or word == "-":
+            return args[:index], word, args[index + 1 :]
+        index += 2 if word in with_value else 1
+    return args, None, []
+
+
+def _glob_base(word: str) -> str:
+    """The directory a glob pattern lists: its literal part up to the last ``/`` before it."""
+    cut = min((word.index(c) for c in _GLOB_CHARACTERS if c in word), default=len(word))
+    literal = word[:cut]
+    if "/" not in literal:
+        return "."
+    return literal.rsplit("/", 1)[0] or "/"

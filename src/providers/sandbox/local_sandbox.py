@@ -1,45 +1,82 @@
-"""``IToolSandbox`` for one machine: workspace roots, judged commands, guarded network."""
+"""``IToolSandbox`` for one machine: workspace files, judged and confined commands, guarded HTTP.
+
+Files are opened by the kernel itself through ``PathGuard``. Commands run in processes the
+operating system confines (``confinement``, applied by the launcher process), so the limits
+hold whatever the command line does; the ``CommandGuard`` judges lines for the policy. With
+``mode="unconfined"`` (``AGENT_SANDBOX_MODE``) commands run as plain child processes: only
+for machines without Landlock, and the kernel warns about it.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import shutil
 import signal
-from collections.abc import Sequence
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any, Literal
 
 import anyio
 import anyio.abc
 import anyio.to_thread
 import httpx
 
-from core_agent.contracts.errors import SandboxRefusedError
+from core_agent.contracts.errors import (
+    ConfigurationError,
+    ConfinementUnavailableError,
+    SandboxRefusedError,
+)
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.shell_parser import IShellParser
-from core_agent.contracts.tool import Capability
+from core_agent.contracts.tool import CallPermit, Capability
 from core_agent.contracts.tool_sandbox import (
+    CommandAssessment,
     CommandResult,
     FetchResult,
     IToolSandbox,
+    SandboxProfile,
     SandboxVerdict,
 )
 from providers.sandbox.commands import CommandGuard
+from providers.sandbox.confinement import (
+    CommandLimits,
+    carved_paths,
+    command_environment,
+    command_policy,
+)
+from providers.sandbox.launcher_client import CommandLauncher, ConfinedProcess, LauncherInfo
 from providers.sandbox.network import NetworkGuard
 from providers.sandbox.paths import PathGuard
+from providers.sandbox.program_paths import default_search_path
 from providers.shell.tree_sitter_parser import TreeSitterShellParser
 
-_PASSED_ENVIRONMENT = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR")
-"""The only variables a command sees: API keys and tokens in the host's environment stay out."""
+log = logging.getLogger(__name__)
+
+SandboxMode = Literal["confined", "unconfined"]
+NamespaceUse = Literal["auto", "off"]
+PROFILE_KIND = "local"
+PROFILE_VERSION = 1
+_KILL_WAIT_S = 5.0
+_OPT_OUT = (
+    "Set AGENT_SANDBOX_MODE=unconfined to run commands without it (they can then write "
+    "anywhere your user can and use the network)."
+)
 
 
 class LocalToolSandbox(IToolSandbox):
-    """Confines tools to workspace roots, allowed commands and public (allowed) hosts."""
+    """Confines tools to workspace roots, confined commands and public (allowed) hosts."""
 
     def __init__(
         self,
         *,
         roots: Sequence[Path],
         protected: Sequence[Path] = (),
+        hidden: Sequence[Path] = (),
         allowed_commands: Sequence[str] = (),
         allowed_domains: Sequence[str] = ("*",),
         allowed_private_addresses: Sequence[str] = (),
@@ -49,11 +86,34 @@ class LocalToolSandbox(IToolSandbox):
         max_fetch_bytes: int = 1_048_576,
         max_redirects: int = 5,
         transport: httpx.AsyncBaseTransport | None = None,
+        mode: SandboxMode = "confined",
+        namespaces: NamespaceUse = "auto",
+        limits: CommandLimits | None = None,
+        read_paths: Sequence[str] = (),
+        launcher: CommandLauncher | None = None,
     ) -> None:
-        self.paths = PathGuard(roots, protected)
-        self.commands = CommandGuard(
-            parser or TreeSitterShellParser(), allowed_commands, self.paths
-        )
+        self._parser = parser or TreeSitterShellParser()
+        self._transport = transport
+        self._settings: dict[str, Any] = {
+            "roots": [str(root) for root in roots],
+            "protected": [str(path) for path in protected],
+            "hidden": [str(path) for path in hidden],
+            "allowed_commands": list(allowed_commands),
+            "allowed_domains": list(allowed_domains),
+            "allowed_private_addresses": list(allowed_private_addresses),
+            "max_output_bytes": max_output_bytes,
+            "command_timeout_s": command_timeout_s,
+            "max_fetch_bytes": max_fetch_bytes,
+            "max_redirects": max_redirects,
+            "mode": mode,
+            "namespaces": namespaces,
+            "limits": asdict(limits or CommandLimits()),
+            "read_paths": list(read_paths),
+        }
+        self.paths = PathGuard(roots, protected, hidden)
+        excluded = [*self.paths.roots, *self.paths.hidden]
+        self.search_path = default_search_path(excluded)
+        self.commands = CommandGuard(self._parser, allowed_commands, self.paths, self.search_path)
         self.network = NetworkGuard(
             allowed_domains=allowed_domains,
             allowed_private=allowed_private_addresses,
@@ -63,16 +123,26 @@ class LocalToolSandbox(IToolSandbox):
         )
         self._max_output = max_output_bytes
         self._command_timeout_s = command_timeout_s
+        self._mode: SandboxMode = mode
+        self._namespaces: NamespaceUse = namespaces
+        self._limits = limits or CommandLimits()
+        self._read_paths = tuple(str(Path(p).resolve()) for p in read_paths)
+        self._launcher = launcher or CommandLauncher()
+        self._owns_launcher = launcher is None
+        self._info: LauncherInfo | None = None
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> LocalToolSandbox:
         """Roots from ``AGENT_WORKSPACE_ROOTS`` (else the current directory).
 
-        The kernel's data directory is protected.
+        The data directory is hidden from tools; it and the settings files are protected.
         """
+        protected = [settings.data_dir, *settings.sandbox_protected_paths]
+        protected.extend(p for p in (settings.policy_file, settings.env_file) if p is not None)
         return cls(
             roots=settings.workspace_roots or (Path.cwd(),),
-            protected=(settings.data_dir,),
+            protected=protected,
+            hidden=(settings.data_dir,),
             allowed_commands=settings.sandbox_allowed_commands,
             allowed_domains=settings.sandbox_allowed_domains,
             allowed_private_addresses=settings.sandbox_allowed_private_addresses,
@@ -80,19 +150,98 @@ class LocalToolSandbox(IToolSandbox):
             command_timeout_s=settings.sandbox_command_timeout_s,
             max_fetch_bytes=settings.sandbox_max_fetch_bytes,
             max_redirects=settings.sandbox_max_redirects,
+            mode=settings.sandbox_mode,
+            namespaces=settings.sandbox_namespaces,
+            limits=CommandLimits(
+                cpu_seconds=settings.sandbox_cpu_seconds,
+                data_bytes=settings.sandbox_memory_mb << 20,
+                file_bytes=settings.sandbox_max_file_mb << 20,
+                processes=settings.sandbox_max_processes,
+            ),
+            read_paths=[str(p) for p in settings.sandbox_read_paths],
         )
+
+    # -- profiles -------------------------------------------------------------------------
+
+    def profile(self) -> SandboxProfile:
+        """The settings as JSON data (``kind``, ``version`` and the constructor's values)."""
+        return {"kind": PROFILE_KIND, "version": PROFILE_VERSION, **self._settings}
+
+    def with_profile(self, profile: Mapping[str, Any]) -> LocalToolSandbox:
+        """A sandbox with a recorded task's settings, sharing this one's launcher.
+
+        A task recorded as ``unconfined`` runs confined when this sandbox is: a resumed task
+        never gets looser limits than the process resolving it allows.
+        """
+        if profile.get("kind") != PROFILE_KIND or profile.get("version") != PROFILE_VERSION:
+            raise ConfigurationError(
+                f"the task's sandbox profile is not a local sandbox profile v{PROFILE_VERSION}: "
+                f"{dict(profile).get('kind')!r} v{dict(profile).get('version')!r}"
+            )
+        values = {k: v for k, v in profile.items() if k in self._settings}
+        if self._mode == "confined":
+            values["mode"] = "confined"
+        return self._derive(values)
+
+    def with_roots(self, roots: Sequence[str | Path]) -> LocalToolSandbox:
+        """The same sandbox over other workspace roots."""
+        return self._derive({"roots": [str(root) for root in roots]})
+
+    def _derive(self, changes: Mapping[str, Any]) -> LocalToolSandbox:
+        values = {**self._settings, **changes}
+        try:
+            return LocalToolSandbox(
+                roots=[Path(p) for p in values["roots"]],
+                protected=[Path(p) for p in values["protected"]],
+                hidden=[Path(p) for p in values["hidden"]],
+                allowed_commands=values["allowed_commands"],
+                allowed_domains=values["allowed_domains"],
+                allowed_private_addresses=values["allowed_private_addresses"],
+                parser=self._parser,
+                max_output_bytes=int(values["max_output_bytes"]),
+                command_timeout_s=float(values["command_timeout_s"]),
+                max_fetch_bytes=int(values["max_fetch_bytes"]),
+                max_redirects=int(values["max_redirects"]),
+                transport=self._transport,
+                mode=values["mode"],
+                namespaces=values["namespaces"],
+                limits=CommandLimits(**values["limits"]),
+                read_paths=values["read_paths"],
+                launcher=self._launcher,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ConfigurationError(f"invalid sandbox profile: {exc}") from exc
+
+    # -- checks -----------------------------------------------------------------------------
 
     def check_path(self, path: str | Path, capability: Capability) -> SandboxVerdict:
         """See ``PathGuard.check``."""
         return self.paths.check(path, capability)
 
-    def check_command(self, command: str) -> SandboxVerdict:
-        """See ``CommandGuard.check``."""
-        return self.commands.check(command)
+    def assess_command(self, command: str) -> CommandAssessment:
+        """See ``CommandGuard.assess``."""
+        return self.commands.assess(command)
 
     async def check_url(self, url: str) -> SandboxVerdict:
         """See ``NetworkGuard.check``."""
         return await self.network.verdict(url)
+
+    @property
+    def confinement(self) -> str:
+        """``unconfined``, or the layers commands run under (known after the first one)."""
+        if self._mode == "unconfined":
+            return "unconfined"
+        info = self._info
+        if info is None:
+            return "landlock"
+        layers = [f"landlock-abi{info.landlock_abi}"]
+        if info.namespaces and self._namespaces != "off":
+            layers.append("namespaces")
+        if info.seccomp:
+            layers.append("seccomp")
+        return "+".join(layers)
+
+    # -- files ------------------------------------------------------------------------------
 
     async def read_bytes(self, path: str | Path, *, max_bytes: int) -> tuple[bytes, bool]:
         """Read through ``PathGuard.read`` in a worker thread."""
@@ -106,24 +255,158 @@ class LocalToolSandbox(IToolSandbox):
         """List through ``PathGuard.list_files`` in a worker thread."""
         return await anyio.to_thread.run_sync(self.paths.list_files, directory, limit)
 
-    async def run_command(self, command: str, *, timeout_s: float | None = None) -> CommandResult:
-        """Run an allowed command; a plain one as an argv list, a compound one with bash."""
-        verdict = self.commands.check(command)
-        if not verdict.allowed:
-            raise SandboxRefusedError(verdict.reason)
+    async def fetch(self, url: str, *, max_bytes: int | None = None) -> FetchResult:
+        """See ``NetworkGuard.fetch``."""
+        return await self.network.fetch(url, max_bytes)
+
+    # -- commands ---------------------------------------------------------------------------
+
+    async def run_command(
+        self, command: str, *, timeout_s: float | None = None, permit: CallPermit | None = None
+    ) -> CommandResult:
+        """Run ``command`` in the first root, confined to what ``permit`` allows."""
+        assessment = self.commands.assess(command)
+        if assessment.refusal:
+            raise SandboxRefusedError(assessment.refusal)
+        permit = permit or CallPermit()
+        timeout = timeout_s or self._command_timeout_s
+        program, argv = self._invocation(command)
+        temporary = await anyio.to_thread.run_sync(
+            lambda: tempfile.mkdtemp(prefix="core-agent-command-")
+        )
+        try:
+            if self._mode == "unconfined":
+                return await self._run_unconfined(program, argv, temporary, timeout)
+            return await self._run_confined(program, argv, temporary, timeout, permit)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(lambda: shutil.rmtree(temporary, ignore_errors=True))
+
+    def _invocation(self, command: str) -> tuple[str, list[str]]:
+        """A plain command runs its program directly; anything else runs in bash."""
         parsed = self.commands.parse(command)
-        plain = (
-            len(parsed.commands) == 1
+        if (
+            parsed.ok
+            and len(parsed.commands) == 1
             and not parsed.features
             and not parsed.redirections
-            and not parsed.commands[0].dynamic
-            and parsed.commands[0].origin == "top"
+            and not parsed.unproven
+        ):
+            simple = parsed.commands[0]
+            program = self.commands.resolve(simple.argv[0])
+            if program and not simple.dynamic and not simple.globbed and simple.origin == "top":
+                return program, list(simple.argv)
+        bash = self.commands.resolve("bash") or "/bin/bash"
+        return bash, ["bash", "-c", command]
+
+    async def command_readiness(self) -> str | None:
+        """Why confined commands cannot run here, or ``None`` (always ``None`` unconfined)."""
+        if self._mode == "unconfined":
+            return None
+        try:
+            await self._confinement_info()
+        except ConfinementUnavailableError as exc:
+            return exc.reason
+        return None
+
+    async def _confinement_info(self) -> LauncherInfo:
+        if not sys.platform.startswith("linux"):
+            raise ConfinementUnavailableError(
+                f"commands run only under operating-system confinement, which core-agent "
+                f"implements with Landlock on Linux; this is {sys.platform}. {_OPT_OUT}"
+            )
+        info = await self._launcher.info()
+        self._info = info
+        problem = None
+        if info.landlock_abi < 1:
+            problem = (
+                "this kernel has no Landlock (it needs Linux 5.13 or later with landlock in "
+                "its lsm= boot list)"
+            )
+        elif not (info.namespaces or info.seccomp):
+            problem = (
+                "this machine can cut commands off the network neither with namespaces nor seccomp"
+            )
+        if problem:
+            raise ConfinementUnavailableError(
+                f"commands run only under operating-system confinement, and {problem}. {_OPT_OUT}"
+            )
+        return info
+
+    async def _run_confined(
+        self, program: str, argv: list[str], temporary: str, limit_s: float, permit: CallPermit
+    ) -> CommandResult:
+        info = await self._confinement_info()
+        roots = self.paths.roots
+        namespaces = info.namespaces and self._namespaces != "off"
+        policy = command_policy(
+            program=program,
+            argv=argv,
+            cwd=roots[0],
+            environment=command_environment(self.search_path, temporary),
+            roots=roots,
+            carved=carved_paths(roots, self.paths.protected, self.paths.hidden),
+            temporary=temporary,
+            writable=permit.write,
+            network=permit.network,
+            namespaces=namespaces,
+            search_path=self.search_path,
+            extra_read=self._read_paths,
+            limits=self._limits,
         )
-        argv = list(parsed.commands[0].argv) if plain else ["bash", "-c", command]
-        environment = {k: os.environ[k] for k in _PASSED_ENVIRONMENT if k in os.environ}
-        timeout = timeout_s or self._command_timeout_s
+        policy["seccomp"] = info.seccomp
+        process = await self._launcher.spawn(policy)
+        outputs, truncated, timed_out = await self._collect(process, limit_s)
+        if process.errors and process.returncode in (126, 127):
+            outputs["stderr"] += ("\n".join(process.errors) + "\n").encode()
+        return CommandResult(
+            exit_code=process.returncode,
+            stdout=outputs["stdout"].decode("utf-8", "replace"),
+            stderr=outputs["stderr"].decode("utf-8", "replace"),
+            truncated=truncated,
+            timed_out=timed_out,
+            confinement=self.confinement,
+        )
+
+    async def _collect(
+        self, process: ConfinedProcess, limit_s: float
+    ) -> tuple[dict[str, bytearray], bool, bool]:
+        outputs = {"stdout": bytearray(), "stderr": bytearray()}
+        truncated = timed_out = False
+
+        async def drain(name: str, fd: int) -> None:
+            nonlocal truncated
+            while chunk := await process.read(fd):
+                room = self._max_output - len(outputs[name])
+                if room <= 0:
+                    truncated = True
+                    process.kill()
+                    continue
+                outputs[name] += chunk[:room]
+                truncated = truncated or len(chunk) > room
+
+        try:
+            with anyio.move_on_after(limit_s) as scope:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(drain, "stdout", process.stdout)
+                    group.start_soon(drain, "stderr", process.stderr)
+                    await process.wait()
+            timed_out = scope.cancelled_caught
+        finally:
+            if process.returncode is None or timed_out:
+                with anyio.CancelScope(shield=True):
+                    process.kill()
+                    with anyio.move_on_after(_KILL_WAIT_S):
+                        await process.wait()
+            process.close()
+        return outputs, truncated, timed_out
+
+    async def _run_unconfined(
+        self, program: str, argv: list[str], temporary: str, limit_s: float
+    ) -> CommandResult:
+        environment = command_environment(self.search_path, temporary)
         process = await anyio.open_process(
-            argv,
+            [program, *argv[1:]],
             cwd=self.paths.roots[0],
             env=environment,
             stdin=None,
@@ -140,20 +423,21 @@ class LocalToolSandbox(IToolSandbox):
                 room = self._max_output - len(outputs[name])
                 if room <= 0:
                     truncated = True
-                    _kill(process)
+                    _kill_group(process)
                     return
                 outputs[name] += chunk[:room]
                 truncated = truncated or len(chunk) > room
 
         async with process:
-            with anyio.move_on_after(timeout) as scope:
-                async with anyio.create_task_group() as group:
-                    group.start_soon(drain, "stdout", process.stdout)
-                    group.start_soon(drain, "stderr", process.stderr)
-                await process.wait()
-            if scope.cancelled_caught:
-                timed_out = True
-                _kill(process)
+            try:
+                with anyio.move_on_after(limit_s) as scope:
+                    async with anyio.create_task_group() as group:
+                        group.start_soon(drain, "stdout", process.stdout)
+                        group.start_soon(drain, "stderr", process.stderr)
+                    await process.wait()
+                timed_out = scope.cancelled_caught
+            finally:
+                _kill_group(process)
                 with anyio.CancelScope(shield=True):
                     await process.wait()
         return CommandResult(
@@ -162,13 +446,15 @@ class LocalToolSandbox(IToolSandbox):
             stderr=outputs["stderr"].decode("utf-8", "replace"),
             truncated=truncated,
             timed_out=timed_out,
+            confinement="unconfined",
         )
 
-    async def fetch(self, url: str, *, max_bytes: int | None = None) -> FetchResult:
-        """See ``NetworkGuard.fetch``."""
-        return await self.network.fetch(url, max_bytes)
+    async def close(self) -> None:
+        """Stop the launcher process (when this sandbox started it)."""
+        if self._owns_launcher:
+            await self._launcher.close()
 
 
-def _kill(process: anyio.abc.Process) -> None:
+def _kill_group(process: anyio.abc.Process) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)

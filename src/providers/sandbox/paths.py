@@ -32,11 +32,17 @@ def _within(path: Path, root: Path) -> bool:
 class PathGuard:
     """Judges and opens paths against allowed roots and protected locations."""
 
-    def __init__(self, roots: Sequence[Path], protected: Sequence[Path] = ()) -> None:
+    def __init__(
+        self, roots: Sequence[Path], protected: Sequence[Path] = (), hidden: Sequence[Path] = ()
+    ) -> None:
         if not roots:
             raise ValueError("the sandbox needs at least one workspace root")
         self.roots = [Path(os.path.realpath(root)) for root in roots]
-        self.protected = [Path(os.path.realpath(path)) for path in protected]
+        self.hidden = [Path(os.path.realpath(path)) for path in hidden]
+        self.protected = [
+            *(Path(os.path.realpath(path)) for path in protected),
+            *(h for h in self.hidden if h not in protected),
+        ]
 
     def resolve(self, path: str | Path) -> Path:
         """``path`` made absolute (relative to the first root) with symlinks and ``..`` resolved."""
@@ -50,7 +56,10 @@ class PathGuard:
         return next((root for root in self.roots if _within(resolved, root)), None)
 
     def check(self, path: str | Path, capability: Capability) -> SandboxVerdict:
-        """Allowed when the resolved path is inside a root and, for writes, not protected."""
+        """Allowed when the resolved path is inside a root and not hidden (the data directory).
+
+        For writes it must not be protected either.
+        """
         if "\x00" in str(path):
             return SandboxVerdict(False, "the path contains a NUL byte")
         resolved = self.resolve(path)
@@ -59,10 +68,15 @@ class PathGuard:
             shown = f"{path} (resolves to {resolved})" if str(path) != str(resolved) else str(path)
             roots = ", ".join(map(str, self.roots))
             return SandboxVerdict(False, f"{shown} is outside the workspace roots ({roots})")
+        for hidden in self.hidden:
+            if _within(resolved, hidden):
+                return SandboxVerdict(False, f"{resolved} is the kernel's data (not readable)")
         if capability in (Capability.WRITE, Capability.EXEC):
             for protected in self.protected:
                 if _within(resolved, protected) or _within(protected, resolved):
-                    return SandboxVerdict(False, f"{resolved} is protected (kernel data)")
+                    return SandboxVerdict(
+                        False, f"{resolved} is protected (kernel data or settings)"
+                    )
             parts = {part.lower() for part in resolved.relative_to(root).parts}
             hit = parts & PROTECTED_NAMES
             if hit:
@@ -157,7 +171,9 @@ class PathGuard:
             raise ToolExecutionError(f"{resolved} is not a directory", tool_name="")
         found: list[Path] = []
         for current, directories, files in os.walk(resolved, followlinks=False):
-            directories.sort()
+            directories[:] = sorted(
+                d for d in directories if not any(Path(current, d) == h for h in self.hidden)
+            )
             for name in sorted(files):
                 candidate = Path(current) / name
                 if candidate.is_symlink() or not candidate.is_file():

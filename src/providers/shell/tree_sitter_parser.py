@@ -1,28 +1,40 @@
 """``IShellParser`` on tree-sitter's bash grammar: a real parser, not a regex.
 
-Every ``command`` node in the syntax tree is a program that would run, wherever it sits:
-in a pipeline, after ``&&``/``||``/``;``, in ``$(...)`` or backticks, in a subshell, an ``if``
-or a loop. Wrappers that run another program (``bash -c '...'``, ``env``, ``xargs``,
-``find -exec``, ``sudo``, ``timeout``, ``nice``, ``nohup``, ``eval``...) are unwrapped so that
-the program they run is judged too. Anything the grammar cannot parse is reported as an error,
-never guessed.
+Every ``command`` node in the syntax tree is a program that would run, wherever it sits: in a
+pipeline, after ``&&``/``||``/``;``, in ``$(...)`` or backticks, in a subshell, in an
+assignment (``X=$(...) ls``), a here-string, an arithmetic expansion or a subscript. Wrappers
+that run another program (``bash -c '...'``, ``env``, ``exec``, ``xargs``, ``find -exec``,
+``sudo``, ``timeout``, ``nice``, ``eval``...) are recorded *and* unwrapped, so both are judged.
+
+The parser also lists what it cannot read statically (``unproven``): expansions of every kind
+(variables, tilde, braces, ANSI-C and locale quoting, arithmetic), substitutions, assignments,
+functions, control flow, here-documents that expand. It checks the raw text of unquoted words
+for those characters itself rather than trusting the grammar's node kinds, because the grammar
+and bash disagree in places (a backtick in a here-document body, brace expansion parsed as
+plain words). Anything the grammar cannot parse is an error, never a guess.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 import threading
-from typing import Any
+from dataclasses import dataclass, field
 
 import tree_sitter_bash
 from tree_sitter import Language, Node, Parser
 
 from core_agent.contracts.settings import AgentSettings
-from core_agent.contracts.shell_parser import IShellParser, ParsedCommand, SimpleCommand
+from core_agent.contracts.shell_parser import (
+    IShellParser,
+    ParsedCommand,
+    Redirection,
+    SimpleCommand,
+)
 
 _LANGUAGE = Language(tree_sitter_bash.language())
-_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
-# Programs that run their arguments as another program and add nothing we judge.
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox", "fish", "mksh", "rbash"})
+# Programs that run their arguments as another program.
 _TRANSPARENT = frozenset(
     {
         "env",
@@ -37,25 +49,95 @@ _TRANSPARENT = frozenset(
         "setsid",
         "unbuffer",
         "builtin",
+        "coproc",
+        "chrt",
+        "taskset",
+        "flock",
+        "nsenter",
+        "unshare",
+        "firejail",
+        "strace",
+        "ltrace",
     }
 )
-# Programs that run another program and are themselves judged (privilege, fan-out).
 _JUDGED_WRAPPERS = frozenset({"sudo", "doas", "xargs", "su", "chroot", "watch", "parallel"})
-_WRITE_REDIRECTS = frozenset({">", ">>", "&>", "&>>", ">|", "1>", "2>", ">&"})
-_GLOB = re.compile(r"(?<!\\)[*?\[]")
+_TAKES_VALUE: dict[str, frozenset[str]] = {
+    "env": frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}),
+    "sudo": frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T"}),
+    "nice": frozenset({"-n", "--adjustment"}),
+    "timeout": frozenset({"-s", "--signal", "-k", "--kill-after"}),
+    "xargs": frozenset({"-I", "-i", "-L", "-l", "-n", "-P", "-s", "-d", "-E", "-e", "-a"}),
+    "stdbuf": frozenset({"-i", "-o", "-e"}),
+    "ionice": frozenset({"-c", "-n", "-p"}),
+    "su": frozenset({"-c", "-s", "-g", "-G"}),
+    "watch": frozenset({"-n", "-d"}),
+    "exec": frozenset({"-a"}),
+    "flock": frozenset({"-w", "-E", "-c"}),
+    "taskset": frozenset({"-p"}),
+}
+_WRITE_OPERATORS = frozenset({">", ">>", "&>", "&>>", ">|", "<>"})
+_DUP_OPERATORS = frozenset({">&", "<&"})
+_OPERATORS = {
+    "&&": "and",
+    "||": "or",
+    "|": "pipe",
+    "|&": "pipe",
+    ";": "sequence",
+    "&": "background",
+}
+_STRUCTURE = frozenset({"program", "list", "pipeline", "redirected_statement", "comment"})
+_GROUPING = {
+    "subshell": "subshell",
+    "negated_command": "negation",
+    "compound_statement": "group",
+}
+_UNPROVEN_NODES = {
+    "function_definition": "a function definition",
+    "if_statement": "control flow (if)",
+    "while_statement": "a loop",
+    "for_statement": "a loop",
+    "c_style_for_statement": "a loop",
+    "case_statement": "control flow (case)",
+    "test_command": "a [[ ]] test",
+    "declaration_command": "a declaration (declare, export, local...)",
+    "unset_command": "unset",
+    "variable_assignment": "a shell variable assignment",
+    "variable_assignments": "a shell variable assignment",
+    "arithmetic_expansion": "arithmetic expansion",
+}
+_SUBSTITUTIONS = {
+    "command_substitution": "command substitution",
+    "process_substitution": "process substitution",
+}
+_EXPANSIONS = {
+    "simple_expansion": "variable expansion",
+    "expansion": "variable expansion",
+    "arithmetic_expansion": "arithmetic expansion",
+    "ansi_c_string": "ANSI-C quoting ($'...')",
+    "translated_string": 'locale quoting ($"...")',
+    "brace_expression": "brace expansion",
+}
 _MAX_DEPTH = 8
 
 
-class _Builder:
-    def __init__(self, source: bytes) -> None:
-        self.source = source
-        self.commands: list[SimpleCommand] = []
-        self.redirections: list[str] = []
-        self.features: set[str] = set()
-        self.error: str | None = None
+@dataclass(slots=True)
+class _Word:
+    text: str
+    dynamic: bool = False
+    glob: bool = False
 
-    def text(self, node: Node) -> str:
-        return self.source[node.start_byte : node.end_byte].decode("utf-8", "replace")
+
+@dataclass(slots=True)
+class _Builder:
+    commands: list[SimpleCommand] = field(default_factory=list)
+    redirections: list[Redirection] = field(default_factory=list)
+    features: set[str] = field(default_factory=set)
+    unproven: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def doubt(self, reason: str) -> None:
+        if reason not in self.unproven:
+            self.unproven.append(reason)
 
 
 class TreeSitterShellParser(IShellParser):
@@ -78,175 +160,313 @@ class TreeSitterShellParser(IShellParser):
 
     def parse(self, command: str) -> ParsedCommand:
         """All simple commands ``command`` would run; ``error`` when it cannot be judged."""
-        builder = _Builder(command.encode("utf-8"))
+        builder = _Builder()
         self._parse_into(builder, command, origin="top", depth=0)
         return ParsedCommand(
             commands=tuple(builder.commands),
             redirections=tuple(builder.redirections),
             error=builder.error,
             features=frozenset(builder.features),
+            unproven=tuple(builder.unproven),
         )
 
     def _parse_into(self, builder: _Builder, script: str, *, origin: str, depth: int) -> None:
         if depth > _MAX_DEPTH:
-            builder.error = "commands are nested too deeply to judge"
+            builder.error = builder.error or "commands are nested too deeply to judge"
             return
         if "\x00" in script:
-            builder.error = "the command contains a NUL byte"
+            builder.error = builder.error or "the command contains a NUL byte"
             return
         source = script.encode("utf-8")
         tree = self._parser().parse(source)
-        local = _Builder(source)
-        local.features = builder.features
         if tree.root_node.has_error:
-            builder.error = f"cannot parse {script[:120]!r}: {_first_error(tree.root_node, source)}"
-            return
-        self._walk(local, tree.root_node, origin, depth)
-        builder.commands.extend(local.commands)
-        builder.redirections.extend(local.redirections)
-        builder.error = builder.error or local.error
+            builder.error = builder.error or (
+                f"cannot parse {script[:120]!r}: {_first_error(tree.root_node, source)}"
+            )
+        _Walk(self, builder, source, depth).node(tree.root_node, origin)
 
-    def _walk(self, builder: _Builder, node: Node, origin: str, depth: int) -> None:
+
+class _Walk:
+    """One pass over one syntax tree (a nested ``bash -c`` string gets its own)."""
+
+    def __init__(
+        self, parser: TreeSitterShellParser, builder: _Builder, source: bytes, depth: int
+    ) -> None:
+        self.parser = parser
+        self.builder = builder
+        self.source = source
+        self.depth = depth
+
+    def text(self, node: Node) -> str:
+        return self.source[node.start_byte : node.end_byte].decode("utf-8", "replace")
+
+    def node(self, node: Node, origin: str, *, quiet: bool = False) -> None:
+        """Find the commands below ``node`` and note what cannot be read statically.
+
+        ``quiet`` (inside a construct already noted) only looks for commands.
+        """
         kind = node.type
+        builder = self.builder
         if kind == "command":
-            self._command(builder, node, origin, depth)
+            self.command(node, origin)
             return
-        if kind in _FEATURE_OF_NODE:
-            builder.features.add(_FEATURE_OF_NODE[kind])
-        if kind in ("list", "pipeline", "program"):
+        if kind in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
+            builder.redirections.extend(self.redirect(node, origin))
+            return
+        if kind in _SUBSTITUTIONS:
+            builder.features.add("substitution")
+            builder.doubt(_SUBSTITUTIONS[kind])
             for child in node.children:
-                operator = _OPERATORS.get(child.type)
-                if operator:
-                    builder.features.add(operator)
-        if kind == "file_redirect":
-            self._redirect(builder, node)
+                self.node(child, "substitution", quiet=True)
+            return
+        if kind == "ERROR" or node.is_missing:
+            builder.error = builder.error or f"syntax error at {self.text(node)[:40]!r}"
+        elif kind in _OPERATORS:
+            builder.features.add(_OPERATORS[kind])
+            if kind == "&":
+                builder.doubt("a background job")
+        elif kind in _GROUPING:
+            builder.features.add(_GROUPING[kind])
+            if kind == "compound_statement" and node.children and node.children[0].type == "((":
+                builder.doubt("arithmetic evaluation")
+                quiet = True
+        elif quiet or kind in _STRUCTURE or kind in _HARMLESS_LEAVES or not node.is_named:
+            pass
+        elif kind in _UNPROVEN_NODES:
+            builder.doubt(_UNPROVEN_NODES[kind])
+            if kind == "function_definition":
+                builder.features.add("function")
+            quiet = True
+        elif kind in _EXPANSIONS:
+            builder.doubt(_EXPANSIONS[kind])
+            quiet = True
+        else:
+            builder.doubt(f"a {kind.replace('_', ' ')}")
+            quiet = True
         for child in node.children:
-            self._walk(builder, child, origin, depth)
+            self.node(child, origin, quiet=quiet)
 
-    def _redirect(self, builder: _Builder, node: Node) -> None:
-        operator = next((builder.text(c) for c in node.children if not c.is_named), "")
-        destination = node.child_by_field_name("destination")
-        builder.features.add("redirection")
-        if operator in _WRITE_REDIRECTS and destination is not None:
-            target = self._word(builder, destination, depth=0)[0]
-            if target not in ("/dev/null", "&1", "&2", "1", "2"):
-                builder.redirections.append(target)
-
-    def _command(self, builder: _Builder, node: Node, origin: str, depth: int) -> None:
+    def command(self, node: Node, origin: str) -> None:
         argv: list[str] = []
         dynamic = False
+        globbed: list[int] = []
+        redirections: list[Redirection] = []
+        assignments: list[str] = []
         for child in node.children:
-            if child.type in ("variable_assignment", "comment"):
+            kind = child.type
+            if kind == "comment":
                 continue
-            if child.type == "file_redirect":
-                self._redirect(builder, child)
+            if kind == "variable_assignment":
+                assignments.append(self.text(child))
+                self.builder.doubt("a variable set for the command (NAME=value)")
+                for part in child.children:
+                    self.node(part, "substitution", quiet=True)
                 continue
-            if child.type == "herestring_redirect":
-                builder.features.add("redirection")
+            if kind in ("file_redirect", "heredoc_redirect", "herestring_redirect"):
+                redirections.extend(self.redirect(child, origin))
                 continue
-            target = child.children[0] if child.type == "command_name" and child.children else child
-            word, is_dynamic = self._word(builder, target, depth)
-            argv.append(word)
-            dynamic = dynamic or is_dynamic
+            target = child.children[0] if kind == "command_name" and child.children else child
+            word = self.word(target)
+            if word.glob:
+                globbed.append(len(argv))
+            argv.append(word.text)
+            dynamic = dynamic or word.dynamic
+        self.builder.redirections.extend(redirections)
         if not argv:
             return
-        self._unwrap(builder, argv, dynamic, origin, depth)
+        self.unwrap(argv, dynamic, origin, tuple(globbed), tuple(redirections), tuple(assignments))
 
-    def _unwrap(
-        self, builder: _Builder, argv: list[str], dynamic: bool, origin: str, depth: int
+    def unwrap(
+        self,
+        argv: list[str],
+        dynamic: bool,
+        origin: str,
+        globbed: tuple[int, ...] = (),
+        redirections: tuple[Redirection, ...] = (),
+        assignments: tuple[str, ...] = (),
     ) -> None:
+        builder = self.builder
+        builder.commands.append(
+            SimpleCommand(tuple(argv), dynamic, origin, globbed, redirections, assignments)
+        )
         program = argv[0].rsplit("/", 1)[-1]
-        if program in _SHELLS and "-c" in argv[1:]:
+        depth = self.depth + 1
+        if program in SHELLS and "-c" in argv[1:]:
             script_index = argv.index("-c", 1) + 1
             if script_index >= len(argv):
-                builder.error = f"{program} -c without a script"
-                return
-            if dynamic:
-                builder.error = f"{program} -c runs a script only known at run time"
-                return
-            self._parse_into(builder, argv[script_index], origin="wrapper", depth=depth + 1)
-            return
-        if program == "eval":
-            if dynamic:
-                builder.error = "eval of a value only known at run time"
-                return
-            self._parse_into(builder, " ".join(argv[1:]), origin="wrapper", depth=depth + 1)
-            return
-        if program in _TRANSPARENT:
-            inner = _after_options(program, argv[1:])
-            if inner:
-                self._unwrap(builder, inner, dynamic, "wrapper", depth + 1)
+                builder.error = builder.error or f"{program} -c without a script"
+            elif dynamic:
+                builder.doubt(f"{program} -c runs a script only known at run time")
             else:
-                builder.commands.append(SimpleCommand(tuple(argv), dynamic, origin))
+                self.parser._parse_into(builder, argv[script_index], origin="wrapper", depth=depth)
             return
-        builder.commands.append(SimpleCommand(tuple(argv), dynamic, origin))
-        if program in _JUDGED_WRAPPERS:
-            inner = _after_options(program, argv[1:])
-            if program == "xargs":
-                inner = inner or ["echo"]
-                self._unwrap(builder, inner, True, "wrapper", depth + 1)  # args come from stdin
-            elif inner:
-                self._unwrap(builder, inner, dynamic, "wrapper", depth + 1)
+        if program in ("eval", "source", "."):
+            if program == "eval" and not dynamic:
+                self.parser._parse_into(builder, " ".join(argv[1:]), origin="wrapper", depth=depth)
+            else:
+                builder.doubt(f"{program} runs code the line does not show")
+            return
+        if depth > _MAX_DEPTH:
+            builder.error = builder.error or "commands are nested too deeply to judge"
+            return
+        inner: list[str] = []
+        if program in _TRANSPARENT or program in _JUDGED_WRAPPERS:
+            inner = wrapped_command(program, argv[1:])
         elif program == "find":
-            for inner in _find_exec(argv):
-                self._unwrap(builder, inner, True, "wrapper", depth + 1)
+            for found in _find_exec(argv):
+                self._unwrap_inner(found, True, depth)
+            return
+        if inner:
+            self._unwrap_inner(inner, dynamic or program == "xargs", depth)
 
-    def _word(self, builder: _Builder, node: Node, depth: int) -> tuple[str, bool]:
+    def _unwrap_inner(self, argv: list[str], dynamic: bool, depth: int) -> None:
+        nested = _Walk(self.parser, self.builder, self.source, depth)
+        nested.unwrap(argv, dynamic, "wrapper")
+
+    def redirect(self, node: Node, origin: str) -> list[Redirection]:
+        builder = self.builder
+        builder.features.add("redirection")
+        operator = next((self.text(c) for c in node.children if not c.is_named), "")
+        if node.type == "herestring_redirect":
+            for child in node.named_children:
+                self.word(child)
+            return []
+        if node.type == "heredoc_redirect":
+            builder.features.add("heredoc")
+            start = next((c for c in node.children if c.type == "heredoc_start"), None)
+            quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
+            body = next((c for c in node.children if c.type == "heredoc_body"), None)
+            if body is not None:
+                text = self.text(body)
+                if not quoted and any(mark in text for mark in ("$", "`", "\\")):
+                    builder.doubt("a here-document that expands $, ` or \\")
+                for child in body.children:
+                    self.node(child, "substitution", quiet=True)
+            for child in node.children:
+                if child.type in ("file_redirect", "herestring_redirect"):
+                    builder.redirections.extend(self.redirect(child, origin))
+            return []
+        destination = node.child_by_field_name("destination")
+        if destination is None:
+            named = [c for c in node.named_children if c.type != "file_descriptor"]
+            destination = named[-1] if named else None
+        if destination is None:
+            return []
+        word = self.word(destination)
+        if operator in _DUP_OPERATORS and (destination.type == "number" or word.text == "-"):
+            return []
+        writes = operator in _WRITE_OPERATORS or operator in _DUP_OPERATORS
+        if word.glob:
+            builder.doubt("a redirection to a glob pattern")
+        return [Redirection(operator, word.text, writes, word.dynamic or word.glob)]
+
+    def word(self, node: Node) -> _Word:
         """The word as the program would receive it, and whether it is only known at run time."""
         kind = node.type
-        text = builder.text(node)
+        text = self.text(node)
+        builder = self.builder
+        if kind == "word":
+            marks = _unquoted_marks(text)
+            for reason, found in marks.items():
+                if found and reason != "glob":
+                    builder.doubt(reason)
+            dynamic = any(marks[reason] for reason in _DYNAMIC_MARKS)
+            return _Word(_unescape(text), dynamic, marks["glob"])
         if kind == "raw_string":
-            return text[1:-1], False
-        if kind in ("command_substitution", "process_substitution"):
-            builder.features.add("substitution")
-            for child in node.children:
-                self._walk(builder, child, "substitution", depth)
-            return text, True
-        if kind in ("simple_expansion", "expansion", "arithmetic_expansion"):
-            return text, True
-        if kind in ("string", "concatenation", "translated_string"):
+            return _Word(text[1:-1])
+        if kind == "number":
+            return _Word(text)
+        if kind in ("string", "concatenation"):
             parts: list[str] = []
-            dynamic = False
+            dynamic = glob = False
             for child in node.children:
-                if child.type in ('"', "$"):
+                if child.type == '"':
                     continue
                 if child.type == "string_content":
-                    parts.append(builder.text(child))
+                    parts.append(self.text(child))
                     continue
-                part, part_dynamic = self._word(builder, child, depth)
-                parts.append(part)
-                dynamic = dynamic or part_dynamic
-            if kind == "concatenation" and not node.children:
-                return text, False
-            return "".join(parts), dynamic
-        if kind == "word":
-            return _unescape(text), bool(_GLOB.search(text))
-        return text, kind not in ("number",)
+                if child.type == "$":
+                    builder.doubt(_EXPANSIONS["translated_string"])
+                    dynamic = True
+                    continue
+                part = self.word(child)
+                parts.append(part.text)
+                dynamic = dynamic or part.dynamic
+                glob = glob or (part.glob and kind == "concatenation")
+            return _Word("".join(parts), dynamic, glob)
+        if kind == "$":
+            builder.doubt('locale quoting ($"...") or a lone $')
+            return _Word(text, True)
+        # Expansions and substitutions note themselves; anything else is noted here.
+        self.node(node, "substitution")
+        if kind not in _SUBSTITUTIONS and kind not in _EXPANSIONS:
+            builder.doubt(f"a {kind.replace('_', ' ')}")
+        return _Word(text, True)
+
+
+_HARMLESS_LEAVES = frozenset({"word", "string_content", "number", "file_descriptor"})
+_DYNAMIC_MARKS = (
+    "variable expansion",
+    "command substitution",
+    "tilde expansion",
+    "brace expansion",
+)
+
+
+def _unquoted_marks(text: str) -> dict[str, bool]:
+    """Which expansions an unquoted word's raw text triggers (backslash-escaped ones do not)."""
+    found = dict.fromkeys((*_DYNAMIC_MARKS, "glob", "history or extended-glob !"), False)
+    escaped = False
+    for index, char in enumerate(text):
+        if escaped:
+            escaped = False
+            continue
+        if char == "\\":
+            escaped = True
+        elif char == "$":
+            found["variable expansion"] = True
+        elif char == "`":
+            found["command substitution"] = True
+        elif char == "~":
+            found["tilde expansion"] = True
+        elif char in "{}":
+            found["brace expansion"] = True
+        elif char in "*?[":
+            found["glob"] = True
+        elif char == "!" and index + 1 < len(text) and text[index + 1] == "(":
+            found["history or extended-glob !"] = True
+    return found
 
 
 def _unescape(word: str) -> str:
-    return re.sub(r"\\(.)", r"\1", word) if "\\" in word else word
+    return re.sub(r"\\(.)", r"\1", word, flags=re.DOTALL) if "\\" in word else word
 
 
-def _after_options(program: str, args: list[str]) -> list[str]:
-    """The command a wrapper runs: its arguments after its own options and settings."""
+def wrapped_command(program: str, args: list[str]) -> list[str]:
+    """The command a wrapper runs: its arguments after its own options and settings.
+
+    ``env -S STRING`` splits STRING into the start of that command, as env does.
+    """
     rest = list(args)
-    takes_value = {
-        "env": {"-u", "--unset", "-C", "--chdir", "-S"},
-        "sudo": {"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T"},
-        "nice": {"-n", "--adjustment"},
-        "timeout": {"-s", "--signal", "-k", "--kill-after"},
-        "xargs": {"-I", "-i", "-L", "-l", "-n", "-P", "-s", "-d", "-E", "-e", "-a"},
-        "stdbuf": {"-i", "-o", "-e"},
-        "ionice": {"-c", "-n", "-p"},
-        "su": {"-c", "-s", "-g", "-G"},
-        "watch": {"-n", "-d"},
-    }.get(program, set())
+    takes_value = _TAKES_VALUE.get(program, frozenset())
+    split: list[str] = []
     while rest:
         head = rest[0]
         if head == "--":
             rest = rest[1:]
             break
+        if program == "env" and (head.startswith(("-S", "--split-string"))):
+            value = rest[1] if head in ("-S", "--split-string") and len(rest) > 1 else ""
+            if head.startswith("--split-string="):
+                value = head.split("=", 1)[1]
+            elif head.startswith("-S") and head != "-S":
+                value = head[2:]
+            try:
+                split = shlex.split(value)
+            except ValueError:
+                split = value.split()
+            rest = rest[2:] if head in ("-S", "--split-string") else rest[1:]
+            continue
         if head.startswith("-") and head != "-":
             rest = rest[2:] if head in takes_value else rest[1:]
             continue
@@ -257,12 +477,11 @@ def _after_options(program: str, args: list[str]) -> list[str]:
     if program == "timeout" and rest:
         rest = rest[1:]  # the duration
     if program == "su":
-        # su -c 'cmd' user: the script is the value of -c.
         if "-c" in args:
             index = args.index("-c") + 1
             return ["sh", "-c", args[index]] if index < len(args) else []
         return []
-    return rest
+    return [*split, *rest]
 
 
 def _find_exec(argv: list[str]) -> list[list[str]]:
@@ -282,7 +501,7 @@ def _find_exec(argv: list[str]) -> list[list[str]]:
 
 
 def _first_error(node: Node, source: bytes) -> str:
-    stack: list[Any] = [node]
+    stack: list[Node] = [node]
     while stack:
         current = stack.pop(0)
         if current.type == "ERROR" or current.is_missing:
@@ -290,24 +509,3 @@ def _first_error(node: Node, source: bytes) -> str:
             return f"syntax error at {fragment[:40]!r}"
         stack.extend(current.children)
     return "syntax error"
-
-
-_OPERATORS = {
-    "&&": "and",
-    "||": "or",
-    "|": "pipe",
-    "|&": "pipe",
-    ";": "sequence",
-    "&": "background",
-}
-_FEATURE_OF_NODE = {
-    "subshell": "subshell",
-    "function_definition": "function",
-    "heredoc_redirect": "heredoc",
-    "command_substitution": "substitution",
-    "process_substitution": "substitution",
-    "if_statement": "conditional",
-    "for_statement": "loop",
-    "while_statement": "loop",
-    "c_style_for_statement": "loop",
-}

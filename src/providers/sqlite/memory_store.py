@@ -26,7 +26,7 @@ def _now() -> str:
 
 
 def _item(row: tuple[Any, ...]) -> MemoryItem:
-    scope, namespace, key, value_json, created, updated = row
+    scope, namespace, key, value_json, created, updated, tainted = row
     return MemoryItem(
         scope=scope,
         namespace=namespace,
@@ -34,6 +34,7 @@ def _item(row: tuple[Any, ...]) -> MemoryItem:
         value=json.loads(value_json),
         created_at=datetime.fromisoformat(created),
         updated_at=datetime.fromisoformat(updated),
+        tainted=bool(tainted),
     )
 
 
@@ -63,7 +64,9 @@ class SqliteMemoryStore(IMemoryStore):
         """The store in ``AGENT_DATA_DIR``'s database."""
         return cls(settings.database_path)
 
-    async def put(self, scope: MemoryScope, namespace: str, key: str, value: Any) -> MemoryItem:
+    async def put(
+        self, scope: MemoryScope, namespace: str, key: str, value: Any, *, tainted: bool = False
+    ) -> MemoryItem:
         """Insert or replace atomically; ``created_at`` survives replacement."""
         _check_address(scope, namespace, key)
         try:
@@ -78,14 +81,15 @@ class SqliteMemoryStore(IMemoryStore):
             with transaction(conn):
                 conn.execute(
                     "INSERT INTO agent_memories"
-                    " (id, scope, namespace, key, value_json, created_at, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+                    " (id, scope, namespace, key, value_json, created_at, updated_at, tainted)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
                     " ON CONFLICT (scope, namespace, key) DO UPDATE SET"
-                    "   value_json = excluded.value_json, updated_at = excluded.updated_at",
-                    (uuid.uuid4().hex, scope, namespace, key, value_json, now, now),
+                    "   value_json = excluded.value_json, updated_at = excluded.updated_at,"
+                    "   tainted = excluded.tainted",
+                    (uuid.uuid4().hex, scope, namespace, key, value_json, now, now, int(tainted)),
                 )
                 row = conn.execute(
-                    "SELECT scope, namespace, key, value_json, created_at, updated_at"
+                    "SELECT scope, namespace, key, value_json, created_at, updated_at, tainted"
                     " FROM agent_memories WHERE scope = ? AND namespace = ? AND key = ?",
                     (scope, namespace, key),
                 ).fetchone()
@@ -98,7 +102,7 @@ class SqliteMemoryStore(IMemoryStore):
         _check_address(scope, namespace, key)
         row = await self._db.run(
             lambda conn: conn.execute(
-                "SELECT scope, namespace, key, value_json, created_at, updated_at"
+                "SELECT scope, namespace, key, value_json, created_at, updated_at, tainted"
                 " FROM agent_memories WHERE scope = ? AND namespace = ? AND key = ?",
                 (scope, namespace, key),
             ).fetchone()
@@ -121,7 +125,7 @@ class SqliteMemoryStore(IMemoryStore):
             params += [_like(word), _like(word)]
         score = matched or "0"
         sql = (
-            "SELECT scope, namespace, key, value_json, created_at, updated_at FROM ("
+            "SELECT scope, namespace, key, value_json, created_at, updated_at, tainted FROM ("
             f"  SELECT *, ({score}) AS hits FROM agent_memories"
             "   WHERE scope = ? AND namespace = ?)"
             f" {'WHERE hits > 0' if words else ''}"

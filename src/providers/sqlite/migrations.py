@@ -143,6 +143,12 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (namespace, document_id)
     );
     """,
+    # 4: provenance: memories and tasks carry taint; a task records its sandbox's settings.
+    """
+    ALTER TABLE agent_memories ADD COLUMN tainted INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE agent_tasks ADD COLUMN tainted INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE agent_tasks ADD COLUMN sandbox_json TEXT;
+    """,
 )
 
 

@@ -28,7 +28,7 @@ _EVENTS: TypeAdapter[AgentEvent] = TypeAdapter(AgentEvent)
 
 _TASK_COLUMNS = (
     "id, session_id, trace_id, status, strategy, input_json, output_json, error_text, "
-    "usage_json, created_at, updated_at"
+    "usage_json, created_at, updated_at, tainted, sandbox_json"
 )
 
 
@@ -49,6 +49,8 @@ def _row_to_task(row: tuple[Any, ...]) -> TaskState:
         usage_json,
         created_at,
         updated_at,
+        tainted,
+        sandbox_json,
     ) = row
     return TaskState(
         task_id=task_id,
@@ -62,6 +64,8 @@ def _row_to_task(row: tuple[Any, ...]) -> TaskState:
         usage=TokenUsage.model_validate_json(usage_json),
         created_at=datetime.fromisoformat(created_at),
         updated_at=datetime.fromisoformat(updated_at),
+        tainted=bool(tainted),
+        sandbox=json.loads(sandbox_json) if sandbox_json else None,
     )
 
 
@@ -78,6 +82,8 @@ def _insert_event(conn: sqlite3.Connection, event: TaskEvent) -> None:
             _iso(event.occurred_at),
         ),
     )
+    if event.kind == "task.tainted":
+        conn.execute("UPDATE agent_tasks SET tainted = 1 WHERE id = ?", (event.task_id,))
 
 
 class SqliteTaskStore(ITaskStore):
@@ -103,7 +109,7 @@ class SqliteTaskStore(ITaskStore):
                     (task.session_id, created, created),
                 )
                 conn.execute(
-                    f"INSERT INTO agent_tasks ({_TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO agent_tasks ({_TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         task.task_id,
                         task.session_id,
@@ -116,6 +122,8 @@ class SqliteTaskStore(ITaskStore):
                         task.usage.model_dump_json(),
                         created,
                         _iso(task.updated_at),
+                        int(task.tainted),
+                        json.dumps(task.sandbox) if task.sandbox is not None else None,
                     ),
                 )
                 _insert_event(conn, queued_event)

@@ -46,7 +46,14 @@ class ApprovalDecision(BaseModel):
     approved: bool
     scope: ApprovalScope = "once"
     pattern: str | None = Field(
-        default=None, description="With scope 'pattern': the calls this decision covers."
+        default=None,
+        description="With scope 'pattern': the calls this decision covers (for a command, "
+        "each of its sub-commands must match).",
+    )
+    pattern_scope: Literal["session", "all_sessions"] = Field(
+        default="session",
+        description="With scope 'pattern': where the grant holds; the session it was given "
+        "in unless the human chose every session.",
     )
     expires_at: datetime | None = None
     reason: str = ""

@@ -173,6 +173,20 @@ class PolicyDecided(TaskEvent):
     tainted: bool = False
 
 
+class TaskTainted(TaskEvent):
+    """Content from outside the kernel's trust entered the task's context (once per task).
+
+    From then on the task's writes, commands and network calls are graded one level higher;
+    the mark is part of the task's state and survives suspension, restarts and resumes.
+    """
+
+    kind: Literal["task.tainted"] = "task.tainted"
+    source: str
+    """Where the content came from: a tool name, ``memory``..."""
+    call_id: str | None = None
+    reason: str = ""
+
+
 class InjectionSuspected(TaskEvent):
     """A tool's output looks like a prompt injection (advisory: nothing is blocked by it)."""
 
@@ -215,6 +229,7 @@ AgentEvent = Annotated[
     | ToolStarted
     | ToolCompleted
     | PolicyDecided
+    | TaskTainted
     | InjectionSuspected
     | ApprovalRequested
     | ApprovalResolved,

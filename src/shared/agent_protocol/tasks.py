@@ -49,6 +49,11 @@ class TaskRequest(BaseModel):
     tools: tuple[str, ...] | None = Field(
         default=None, description="Names of the tools this task may use; all when absent."
     )
+    workspace_roots: tuple[str, ...] | None = Field(
+        default=None,
+        description="Directories this task's tools may work in; the configured roots when "
+        "absent. Recorded with the task, so a resumed task keeps them.",
+    )
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -93,6 +98,14 @@ class TaskState(BaseModel):
     usage: TokenUsage = Field(default_factory=TokenUsage)
     created_at: datetime
     updated_at: datetime
+    tainted: bool = Field(
+        default=False, description="Untrusted content entered the task's context."
+    )
+    sandbox: dict[str, Any] | None = Field(
+        default=None,
+        description="The sandbox settings the task runs under (workspace roots, limits...), "
+        "recorded when it starts; a resumed task uses them, whoever resumes it.",
+    )
 
 
 class TaskResult(BaseModel):

@@ -1,6 +1,9 @@
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from core_agent.safety.approvals import ApprovalGrants, call_hash
+from providers.shell.tree_sitter_parser import TreeSitterShellParser
 from shared.agent_protocol import ApprovalDecision
 
 IDS = {"task_id": "t1", "session_id": "s1"}
@@ -31,15 +34,56 @@ def test_scopes() -> None:
     assert not session.covering(tool="launch", arguments={}, task_id="t9", session_id="s2")
 
 
-def test_pattern_grants_match_the_canonical_call() -> None:
+def test_pattern_grants_match_the_canonical_call_of_other_tools() -> None:
     grants = ApprovalGrants()
     grants.add(
-        decision(scope="pattern", pattern='run_command {"command":"git push*'),
-        tool="run_command",
-        **IDS,
+        decision(scope="pattern", pattern='fetch {"url":"https://a.org/*'), tool="fetch", **IDS
     )
-    assert grants.covering(tool="run_command", arguments={"command": "git push origin"}, **IDS)
-    assert not grants.covering(tool="run_command", arguments={"command": "rm -rf x"}, **IDS)
+    assert grants.covering(tool="fetch", arguments={"url": "https://a.org/x"}, **IDS)
+    assert not grants.covering(tool="fetch", arguments={"url": "https://b.org/x"}, **IDS)
+
+
+def command_grants(**extra: str) -> ApprovalGrants:
+    grants = ApprovalGrants(shell_parser=TreeSitterShellParser())
+    grants.add(
+        decision(scope="pattern", pattern="git rev-parse*", **extra), tool="run_command", **IDS
+    )
+    return grants
+
+
+@pytest.mark.parametrize(
+    "command", ["git rev-parse HEAD", "git rev-parse --short HEAD | git rev-parse --verify x"]
+)
+def test_a_command_pattern_covers_lines_whose_every_sub_command_matches(command: str) -> None:
+    assert command_grants().covering(tool="run_command", arguments={"command": command}, **IDS)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git rev-parse HEAD; git branch -D x",
+        "git rev-parse HEAD && rm -rf src",
+        "git rev-parse $(touch pwned)",
+        "git rev-parse HEAD > notes.txt",
+        "git rev-parse 'unterminated",
+        "rm -rf x",
+    ],
+)
+def test_a_command_pattern_never_covers_anything_more(command: str) -> None:
+    assert not command_grants().covering(tool="run_command", arguments={"command": command}, **IDS)
+
+
+def test_a_command_pattern_holds_in_its_session_unless_the_human_widened_it() -> None:
+    other = {"task_id": "t2", "session_id": "s2"}
+    call = {"tool": "run_command", "arguments": {"command": "git rev-parse HEAD"}}
+    assert not command_grants().covering(**call, **other)
+    assert command_grants(pattern_scope="all_sessions").covering(**call, **other)
+
+
+def test_without_a_parser_a_command_pattern_covers_nothing() -> None:
+    grants = ApprovalGrants()
+    grants.add(decision(scope="pattern", pattern="git rev-parse*"), tool="run_command", **IDS)
+    assert not grants.covering(tool="run_command", arguments={"command": "git rev-parse"}, **IDS)
 
 
 def test_denials_grant_nothing_and_grants_expire() -> None:

@@ -3,9 +3,10 @@ from pathlib import Path
 import pytest
 
 from core_agent.contracts.errors import ConfigurationError
-from core_agent.contracts.tool import Capability, ToolSpec
+from core_agent.contracts.tool import Capability, ToolAssessment, ToolSpec
 from core_agent.safety.policy_engine import RulePolicyEngine, load_rules
 from providers.shell.tree_sitter_parser import TreeSitterShellParser
+from shared.agent_protocol import RiskLevel
 
 RUN = ToolSpec("run_command", "", {}, frozenset({Capability.EXEC}))
 READ = ToolSpec("read_file", "", {}, frozenset({Capability.READ}))
@@ -22,8 +23,7 @@ def engine() -> RulePolicyEngine:
 @pytest.mark.parametrize(
     ("spec", "arguments", "risk", "rule", "denied"),
     [
-        (RUN, {"command": "git status"}, "low", "read-only-commands", False),
-        (RUN, {"command": "git status | grep x"}, "low", "read-only-commands", False),
+        (RUN, {"command": "git status"}, "high", "default:capabilities(exec)", False),
         (
             RUN,
             {"command": "git status && make deploy"},
@@ -51,6 +51,37 @@ def engine() -> RulePolicyEngine:
 def test_shipped_rules(engine, spec, arguments, risk, rule, denied) -> None:
     decision = engine.evaluate(spec, arguments)
     assert (decision.risk.value, decision.rule, decision.denied) == (risk, rule, denied)
+
+
+def test_the_tools_own_check_grades_when_no_rule_does(engine) -> None:
+    graded = engine.evaluate(RUN, {"command": "ls"}, assessment=ToolAssessment(risk=RiskLevel.LOW))
+    assert (graded.risk.value, graded.rule) == ("low", "tool-check:run_command")
+    ruled = engine.evaluate(READ, {"path": "a/.env"}, assessment=ToolAssessment(risk=RiskLevel.LOW))
+    assert (ruled.risk.value, ruled.rule) == ("high", "secret-files")
+
+
+def test_the_tools_refusal_denies_the_call(engine) -> None:
+    decision = engine.evaluate(CALC, {"expression": "x"}, assessment=ToolAssessment(refusal="no"))
+    assert decision.denied and "calculator refuses the call: no" in decision.reason
+
+
+def test_a_grade_rule_can_open_the_network_to_the_commands_it_matches() -> None:
+    rules = load_rules(
+        '[[rule]]\nname = "fetch"\nrisk = "medium"\ncommands = ["git fetch*"]\nnetwork = true\n',
+        "test",
+    )
+    engine = RulePolicyEngine(rules, shell_parser=TreeSitterShellParser())
+    assert engine.evaluate(RUN, {"command": "git fetch origin"}).allow_network
+    assert not engine.evaluate(RUN, {"command": "git status"}).allow_network
+
+
+@pytest.mark.parametrize("host", ["localhost.", "ＬＯＣＡＬＨＯＳＴ", "LocalHost", "localhost。"])
+def test_domain_rules_see_the_host_as_the_ssrf_guard_does(host: str) -> None:
+    rules = load_rules(
+        '[[rule]]\nname = "no-local"\neffect = "deny"\ndomains = ["localhost"]\n', "test"
+    )
+    engine = RulePolicyEngine(rules)
+    assert engine.evaluate(FETCH, {"url": f"http://{host}:8080/x"}).denied
 
 
 def test_taint_raises_write_exec_and_network_by_one_level(engine) -> None:

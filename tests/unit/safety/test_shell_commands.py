@@ -1,11 +1,15 @@
-"""Commands are judged sub-command by sub-command, through a real shell grammar."""
+"""Command lines are judged through a real shell grammar: proven, unproven, or refused."""
 
+import os
 from pathlib import Path
 
 import pytest
 
+from core_agent.contracts.settings import DEFAULT_ALLOWED_COMMANDS
 from providers.sandbox.commands import CommandGuard
 from providers.sandbox.paths import PathGuard
+from providers.sandbox.program_paths import default_search_path, system_search_path
+from providers.sandbox.program_profiles import PROFILES, judge_options
 from providers.shell.tree_sitter_parser import TreeSitterShellParser
 
 PARSER = TreeSitterShellParser()
@@ -20,7 +24,7 @@ def test_every_program_in_a_compound_line_is_found() -> None:
         "ls -la && echo $(cat /etc/passwd) | grep root; bash -c 'rm -rf /' || env FOO=1 curl x `id`"
     )
     programs = {argv[0] for argv in found}
-    assert programs == {"ls", "echo", "cat", "grep", "rm", "curl", "id"}
+    assert programs == {"ls", "echo", "cat", "grep", "bash", "rm", "env", "curl", "id"}
 
 
 @pytest.mark.parametrize(
@@ -36,25 +40,69 @@ def test_every_program_in_a_compound_line_is_found() -> None:
         ("(cd /tmp && git push)", ("git", "push")),
         ("for f in a b; do git push; done", ("git", "push")),
         ("cat <(git push)", ("git", "push")),
+        ("X=$(git push) ls", ("git", "push")),
+        ("cat <<< $(git push)", ("git", "push")),
+        ("echo ${x[$(git push)]}", ("git", "push")),
+        ("exec -a ls git push", ("git", "push")),
+        ("env -S'git push' ls", ("git", "push", "ls")),
+        ("((x=$(git push)))", ("git", "push")),
     ],
 )
-def test_wrappers_are_unwrapped(command: str, inner: tuple[str, ...]) -> None:
+def test_every_place_a_program_hides_is_searched(command: str, inner: tuple[str, ...]) -> None:
     assert inner in argvs(command)
 
 
 @pytest.mark.parametrize(
-    "command", ["echo 'unterminated", "ls &&", 'bash -c "$SCRIPT"', 'eval "$X"', "if then fi"]
+    ("command", "construct"),
+    [
+        ("X=$(touch p) ls", "variable set for the command"),
+        ("cat <<< $(touch p)", "command substitution"),
+        ("echo $((x))", "arithmetic expansion"),
+        ("BASH_ENV=evil.sh bash -c ls", "variable set for the command"),
+        ("GIT_CONFIG_COUNT=1 git status", "variable set for the command"),
+        ("cat >> $HOME/.bashrc", "variable expansion"),
+        ("ls ~", "tilde expansion"),
+        ("echo a=~/x", "tilde expansion"),
+        ("cat {a,b}", "brace expansion"),
+        ("cat $'\\x2fetc/passwd'", "ANSI-C quoting"),
+        ('echo $"x"', "locale quoting"),
+        ("cat /proc/$PPID/environ", "variable expansion"),
+        ("f() { ls; }; f", "function definition"),
+        ("ls &", "background job"),
+        ("export A=1", "declaration"),
+        ("cat <<EOF\n`id`\nEOF\n", "here-document that expands"),
+        ('bash -c "$SCRIPT"', "only known at run time"),
+        ('eval "$X"', "runs code the line does not show"),
+        ("source ./script.sh", "runs code the line does not show"),
+    ],
 )
-def test_what_cannot_be_judged_is_an_error(command: str) -> None:
+def test_what_cannot_be_read_statically_is_reported(command: str, construct: str) -> None:
+    parsed = PARSER.parse(command)
+    assert any(construct in reason for reason in parsed.unproven), parsed.unproven
+
+
+@pytest.mark.parametrize("command", ["echo 'unterminated", "ls &&", "if then fi"])
+def test_what_cannot_be_parsed_is_an_error(command: str) -> None:
     assert PARSER.parse(command).error
 
 
+def test_a_quoted_here_document_and_literal_words_are_plain() -> None:
+    parsed = PARSER.parse("cat <<'EOF'\n$x `id`\nEOF\n")
+    assert not parsed.unproven and parsed.ok
+
+
 @pytest.fixture
-def guard(tmp_path: Path) -> CommandGuard:
+def workspace(tmp_path: Path) -> Path:
     root = tmp_path / "ws"
-    root.mkdir()
-    allowed = ["git status", "git log", "ls", "grep", "echo", "find", "cat"]
-    return CommandGuard(PARSER, allowed, PathGuard([root], [tmp_path / "data"]))
+    (root / "src").mkdir(parents=True)
+    (root / ".git").mkdir()
+    return root
+
+
+@pytest.fixture
+def guard(workspace: Path, tmp_path: Path) -> CommandGuard:
+    paths = PathGuard([workspace], [tmp_path / "data"], [tmp_path / "data"])
+    return CommandGuard(PARSER, DEFAULT_ALLOWED_COMMANDS, paths, default_search_path([workspace]))
 
 
 @pytest.mark.parametrize(
@@ -62,63 +110,142 @@ def guard(tmp_path: Path) -> CommandGuard:
     [
         "git status",
         "git status --short | grep M",
-        "ls -la && git log -n 3",
-        "echo hi > out.txt",
-        "env LANG=C git status",
-        "bash -c 'git status; ls'",
-        "find . -name '*.py'",
+        "ls -la && git log -n 3 --oneline",
+        "git -C src log --format='%H %s' -- src/app.py",
+        "cat src/app.py | head -n 20 | wc -l",
+        "grep -rn TODO src/",
+        "sort -k2,2 -t, data.csv | uniq -c",
+        "ls src/*.py",
+        "git branch --list 'feat*'",
+        "date +%Y-%m-%d",
+        "echo https://x.org/a/b",
+        "cat <<'EOF'\nliteral $x\nEOF\n",
     ],
 )
-def test_allowed_when_every_sub_command_is(guard: CommandGuard, command: str) -> None:
-    assert guard.check(command).allowed, guard.check(command).reason
+def test_allowed_read_only_lines_are_proven(guard: CommandGuard, command: str) -> None:
+    verdict = guard.assess(command)
+    assert verdict.allowed and not verdict.writes, verdict
+
+
+def test_a_redirection_into_the_workspace_is_a_proven_write(guard: CommandGuard) -> None:
+    verdict = guard.assess("echo hi > out.txt 2>&1")
+    assert verdict.allowed and verdict.writes
 
 
 @pytest.mark.parametrize(
     ("command", "fragment"),
     [
-        ("git status && rm -rf /", "'rm -rf /' is not an allowed command"),
+        ("git status && rm -rf x", "'rm -rf x' is not an allowed command"),
         ("git status; curl http://x", "'curl http://x' is not an allowed command"),
-        ("git status || git push", "'git push' is not an allowed command"),
         ("ls | sh", "'sh' is not an allowed command"),
         ("echo $(id)", "'id' is not an allowed command"),
-        ("echo `whoami`", "'whoami' is not an allowed command"),
-        ("bash -c 'git status; git push'", "'git push' is not an allowed command"),
-        ("env git push", "'git push' is not an allowed command"),
-        ("find . -exec rm {} +", "'rm' is not an allowed command"),
-        ("find . -delete", "-delete is not allowed"),
-        ("git -c core.pager=sh status", "not an allowed command"),
-        ("ls | xargs rm", "'xargs rm' is not an allowed command"),
-        ("$CMD status", "only known at run time"),
-        ("echo 'oops", "cannot be judged"),
-        ("echo hi > /etc/cron.d/x", "outside the workspace roots"),
-        ("echo hi > .git/hooks/pre-commit", "protected .git"),
+        ("bash -c 'git status; ls'", "'bash -c git status; ls' is not an allowed command"),
+        ("env git status", "'env git status' is not an allowed command"),
+        ("git -c core.pager=sh status", "git -c writes files or runs programs"),
         ("git statusx", "not an allowed command"),
-        ("", "empty"),
+        ("$CMD status", "only known at run time"),
+        ("echo 'oops", "cannot be parsed"),
+        ("sort -o/tmp/x data", "sort -o writes files or runs programs"),
+        ("sort -rno/tmp/x data", "sort -o writes files or runs programs"),
+        ("sort --out=x data", "sort --output writes files or runs programs"),
+        ("sort --compress-program=sh data", "--compress-program"),
+        ("sort -T /tmp data", "sort -T"),
+        ("git diff --output=/abs", "git --output writes files or runs programs"),
+        ("git log --outp=x", "git --output"),
+        ("git log --ext-diff", "--ext-diff"),
+        ("git branch -D main", "git -D"),
+        ("git branch newbranch", "changes the repository"),
+        ("uniq input.txt output.txt", "is an output file"),
+        ("date -s '2020-01-01'", "date -s"),
+        ("date 010100002030", "sets the system clock"),
+        ("file -C -m magic", "file -C"),
+        ("cat /etc/passwd", "outside the workspace roots"),
+        ("cat ../../secret", "outside the workspace roots"),
+        ("grep -r root /etc", "outside the workspace roots"),
+        ("grep -f /etc/shadow x", "outside the workspace roots"),
+        ("git -C /etc log", "outside the workspace roots"),
+        ("cat src/../../x", "outside the workspace roots"),
+        ("cat /*", "outside the workspace roots"),
+        ("cat < /etc/passwd", "outside the workspace roots"),
+        ("python3 -m pytest", "not an allowed command"),
+        ("X=1 ls", "variable set for the command"),
     ],
 )
-def test_refused_when_any_part_is_not(guard: CommandGuard, command: str, fragment: str) -> None:
-    verdict = guard.check(command)
+def test_anything_not_proven_needs_a_human(
+    guard: CommandGuard, command: str, fragment: str
+) -> None:
+    verdict = guard.assess(command)
+    assert verdict.refusal is None
     assert not verdict.allowed
-    assert fragment in verdict.reason
+    assert any(fragment in reason for reason in verdict.unproven), verdict.unproven
 
 
 @pytest.mark.parametrize(
-    "command",
+    ("command", "fragment"),
     [
-        "cat /etc/passwd",
-        "cat ../../secret",
-        "grep -r root /etc",
-        "ls ~",
-        "cat src/../../x",
-        "git log --output=/tmp/x",
-        "find / -name '*.key'",
+        ("", "empty"),
+        ("echo hi > /etc/cron.d/x", "outside the workspace roots"),
+        ("echo hi > .git/hooks/pre-commit", "protected .git"),
+        ("git log > .git/config", "protected .git"),
+        ("echo x >> ../outside", "outside the workspace roots"),
     ],
 )
-def test_allowed_programs_cannot_reach_outside_the_workspace(guard, command) -> None:
-    verdict = guard.check(command)
-    assert not verdict.allowed and "outside the workspace roots" in verdict.reason
+def test_writes_the_confinement_would_refuse_are_refused(
+    guard: CommandGuard, command: str, fragment: str
+) -> None:
+    verdict = guard.assess(command)
+    assert verdict.refusal and fragment in verdict.refusal
 
 
-def test_paths_inside_the_workspace_and_urls_are_fine(guard) -> None:
-    for command in ("cat src/app.py", "ls ./src", "grep -rn TODO src/", "echo https://x.org/a/b"):
-        assert guard.check(command).allowed, guard.check(command).reason
+@pytest.mark.parametrize(
+    ("program", "args", "fragment"),
+    [
+        ("tree", ["-o", "listing.txt"], "tree -o"),
+        ("tree", ["-dR"], "tree -R"),
+        ("rg", ["--pre=sh", "x"], "rg --pre"),
+        ("rg", ["--pr", "sh", "x"], "rg --pre"),
+        ("rg", ["-iz", "x"], "rg -z"),
+        ("sort", ["-k", "1", "--compress=gzip"], "sort --compress-program"),
+    ],
+)
+def test_unsafe_options_are_found_under_every_spelling(
+    program: str, args: list[str], fragment: str
+) -> None:
+    verdict, _ = judge_options(PROFILES[program], args, program=program)
+    assert any(fragment in reason for reason in verdict.unsafe), verdict
+
+
+def test_option_values_and_operands_that_name_files_are_reported_as_reads() -> None:
+    verdict, operands = judge_options(
+        PROFILES["grep"], ["-f", "pats", "-e", "x", "a", "b"], program="grep"
+    )
+    assert verdict.reads == ("pats", "a", "b") and operands == 2
+    verdict, _ = judge_options(PROFILES["grep"], ["needle", "a.txt"], program="grep")
+    assert verdict.reads == ("a.txt",)
+
+
+def test_a_workspace_program_named_like_an_allowed_one_is_not_allowed(
+    guard: CommandGuard, workspace: Path
+) -> None:
+    fake = workspace / "bin" / "cat"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\ntouch pwned\n")
+    fake.chmod(0o755)
+    for command in ("bin/cat x", "./bin/cat x", f"{fake} x"):
+        verdict = guard.assess(command)
+        assert not verdict.allowed
+        assert any("by path" in reason for reason in verdict.unproven)
+
+
+def test_the_search_path_never_includes_the_workspace(workspace: Path, tmp_path: Path) -> None:
+    tools = workspace / "bin"
+    tools.mkdir()
+    (tools / "cat").write_text("#!/bin/sh\n")
+    path = system_search_path(f"{tools}:.:relative:/usr/bin", [workspace])
+    assert str(tools) not in path and "." not in path and "relative" not in path
+    assert os.path.realpath("/usr/bin") in path
+
+
+def test_programs_are_resolved_before_they_are_judged(guard: CommandGuard) -> None:
+    verdict = guard.assess("ls | wc -l")
+    assert verdict.programs and all(os.path.isabs(p) for p in verdict.programs)

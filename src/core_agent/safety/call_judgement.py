@@ -1,0 +1,78 @@
+"""One judgement of a tool call, shared by the real run and ``core-agent policy check``.
+
+The tool's own static check (``ITool.assess``) and the policy rules are combined here, once,
+so what ``policy check`` reports is what the kernel does: the same refusal, the same risk,
+the same need for a human, the same permit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from core_agent.contracts.policy_engine import IPolicyEngine, PolicyDecision
+from core_agent.contracts.tool import CallPermit, ITool, ToolAssessment, ToolContext
+from shared.agent_protocol import RiskLevel
+
+
+@dataclass(frozen=True, slots=True)
+class CallJudgement:
+    """What the kernel does with a call before it runs.
+
+    ``permit`` is what the call may do if it runs without a human; an approval widens it
+    to workspace writes (``approved_permit``).
+    """
+
+    decision: PolicyDecision
+    assessment: ToolAssessment
+    approval_required: bool
+    permit: CallPermit
+
+    @property
+    def approved_permit(self) -> CallPermit:
+        """The permit after a human approved the call."""
+        return replace(self.permit, write=True, approved=True)
+
+
+def judge_call(
+    policy: IPolicyEngine,
+    tool: ITool,
+    arguments: Mapping[str, Any],
+    validated: Mapping[str, Any],
+    context: ToolContext,
+    *,
+    tainted: bool,
+    threshold: RiskLevel,
+) -> CallJudgement:
+    """Assess, grade and decide.
+
+    A call the tool cannot vouch for (``assessment.unproven``) is graded at least at the
+    approval threshold, whatever the rules say: a rule can make a call riskier, never make
+    an unreadable command safe.
+
+    Args:
+        policy: The rules.
+        tool: The tool called.
+        arguments: The arguments as the model sent them (what rules match).
+        validated: ``tool.validate_arguments(arguments)`` (what the tool assesses).
+        context: The call's context (its sandbox is what the tool assesses against).
+        tainted: Whether untrusted content is in the task's context.
+        threshold: The risk at and above which a human must approve.
+    """
+    assessment = tool.assess(validated, context)
+    decision = policy.evaluate(tool.spec, arguments, tainted=tainted, assessment=assessment)
+    if not decision.denied and assessment.unproven:
+        doubts = "; ".join(assessment.unproven[:5])
+        if not decision.risk.at_least(threshold):
+            decision = replace(
+                decision,
+                risk=threshold,
+                reason=f"{decision.reason}; raised to {threshold.value}: cannot be proven "
+                f"harmless ({doubts})",
+            )
+        else:
+            decision = replace(decision, reason=f"{decision.reason}; unproven: {doubts}")
+    approval_required = not decision.denied and decision.risk.at_least(threshold)
+    permit = CallPermit(write=assessment.writes, network=decision.allow_network)
+    return CallJudgement(decision, assessment, approval_required, permit)

@@ -1,0 +1,188 @@
+"""What a confined command may touch: the policy the launcher applies before ``execve``.
+
+* **Reads**: the workspace roots, the system's programs and libraries (``/usr``, ``/bin``,
+  ``/lib*``, ``/opt``, ``/etc`` without its secrets), the kernel's Python installation, the
+  directories on the commands' search path, ``/proc`` (other processes' memory and
+  environment stay closed: Landlock refuses access across sandbox boundaries), and the paths
+  the user adds. Not the user's home, not the data directory.
+* **Writes**: a fresh private temporary directory (also ``HOME`` and ``TMPDIR``), and the
+  workspace roots only when the call may write (a human approved it, or it was judged a
+  workspace write); never ``.git``, the data directory or the protected paths.
+* **Network**: none unless the call's policy allows it; Unix sockets never (a socket file
+  such as Docker's is a way out of any sandbox).
+* **Processes**: a session and namespaces of their own, resource limits, no capabilities,
+  nothing inherited but the output pipes, and nothing left running when the command ends.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+SYSTEM_READ_PATHS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/opt",
+    "/etc",
+    "/nix/store",
+    "/proc",
+)
+SYSTEM_HIDDEN_PATHS = (
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+    "/etc/krb5.keytab",
+    "/etc/NetworkManager/system-connections",
+    "/etc/wireguard",
+    "/etc/credstore",
+    "/etc/credstore.encrypted",
+)
+"""Credentials that live below the readable system directories."""
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+PASSED_LOCALE = ("LANG", "LC_ALL", "LC_CTYPE", "TZ")
+
+
+@dataclass(frozen=True, slots=True)
+class CommandLimits:
+    """Resource limits of one confined process (0: the system's own)."""
+
+    cpu_seconds: int = 600
+    data_bytes: int = 4 << 30
+    file_bytes: int = 1 << 30
+    processes: int = 512
+    open_files: int = 4096
+
+
+def python_paths() -> tuple[str, ...]:
+    """The kernel's Python installation (its prefixes and the interpreter's directory)."""
+    found: list[str] = []
+    for path in (
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+    ):
+        real = os.path.realpath(path)
+        if real not in found and real != "/":
+            found.append(real)
+    return tuple(found)
+
+
+def carved_paths(
+    roots: Sequence[Path], protected: Sequence[Path], hidden: Sequence[Path]
+) -> dict[str, str]:
+    """Paths cut out of the grants: ``readonly`` (``.git``, protected) or ``hidden``.
+
+    Each root's ``.git`` (a directory, or a file naming the real one) is read-only, as is the
+    repository it points to when that is in a root too.
+    """
+    carved: dict[str, str] = {path: "hidden" for path in SYSTEM_HIDDEN_PATHS}
+    for root in roots:
+        git = root / ".git"
+        if git.is_symlink() or git.exists():
+            carved[os.path.realpath(git)] = "readonly"
+            carved[str(git)] = "readonly"
+            if git.is_file():
+                target = _gitdir(git)
+                if target is not None:
+                    carved[os.path.realpath(target)] = "readonly"
+    for path in protected:
+        carved.setdefault(os.path.realpath(path), "readonly")
+    for path in hidden:
+        carved[os.path.realpath(path)] = "hidden"
+    return carved
+
+
+def _gitdir(pointer: Path) -> Path | None:
+    try:
+        text = pointer.read_text(encoding="utf-8", errors="replace")[:4096]
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("gitdir:"):
+            target = Path(line.split(":", 1)[1].strip())
+            return target if target.is_absolute() else pointer.parent / target
+    return None
+
+
+def command_environment(search_path: Sequence[str], home: str) -> dict[str, str]:
+    """The whole environment of a confined command: no key or token of the host's."""
+    environment = {
+        "PATH": os.pathsep.join(search_path),
+        "HOME": home,
+        "TMPDIR": home,
+        "TMP": home,
+        "TEMP": home,
+        "TERM": "dumb",
+        "PAGER": "cat",
+        "GIT_PAGER": "cat",
+        "GIT_OPTIONAL_LOCKS": "0",
+        "CORE_AGENT_SANDBOX": "1",
+    }
+    for name in PASSED_LOCALE:
+        if name in os.environ:
+            environment[name] = os.environ[name]
+    environment.setdefault("LANG", "C.UTF-8")
+    return environment
+
+
+def command_policy(
+    *,
+    program: str,
+    argv: Sequence[str],
+    cwd: Path,
+    environment: Mapping[str, str],
+    roots: Sequence[Path],
+    carved: Mapping[str, str],
+    temporary: str,
+    writable: bool,
+    network: bool,
+    namespaces: bool,
+    search_path: Sequence[str],
+    extra_read: Sequence[str] = (),
+    limits: CommandLimits | None = None,
+) -> dict[str, Any]:
+    """The JSON policy the launcher applies (see ``confined_child``)."""
+    roots_text = [str(root) for root in roots]
+    read = [*SYSTEM_READ_PATHS, *python_paths(), *search_path, *extra_read, *roots_text]
+    write = [temporary, *(roots_text if writable else ())]
+    if namespaces:
+        write.append("/dev/shm")  # a private tmpfs in the command's mount namespace
+    return {
+        "program": program,
+        "argv": list(argv),
+        "env": dict(environment),
+        "cwd": str(cwd),
+        "read": _unique(read),
+        "write": _unique(write),
+        "devices": list(DEVICES),
+        "carved": dict(carved),
+        "network": network,
+        "namespaces": namespaces,
+        "seccomp": True,
+        "limits": asdict(limits or CommandLimits()),
+    }
+
+
+def _unique(paths: Sequence[str]) -> list[str]:
+    seen: list[str] = []
+    for path in paths:
+        if path and path not in seen:
+            seen.append(path)
+    return seen

@@ -1,0 +1,106 @@
+"""A seccomp filter that takes sockets and a few kernel interfaces away from a sandbox.
+
+Landlock confines files and TCP; it does not see UDP, raw sockets or connections to Unix
+socket files (``/var/run/docker.sock``, a D-Bus or X11 socket: each one a way out of any
+sandbox). This filter, installed right before ``execve``, refuses ``socket()`` for every
+family when the call has no network, and for ``AF_UNIX`` when it has (``socketpair`` stays:
+pipes between a program's own processes). It also refuses ``io_uring`` (which opens
+connections without ``socket()``) and the kernel keyring calls (a user's keyring holds
+credentials). Syscalls of another ABI than the native one (i386 or x32 on x86-64, where
+``socketcall`` would sidestep the rules) are refused outright.
+
+Standard library only: the launcher process imports it. Supports x86-64 and aarch64;
+``supported()`` says whether this machine is one of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import platform
+import struct
+
+_BPF_LD_W_ABS = 0x20
+_BPF_JEQ_K = 0x15
+_BPF_JGE_K = 0x35
+_BPF_RET_K = 0x06
+_RET_ALLOW = 0x7FFF0000
+_RET_ERRNO = 0x00050000
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_AF_UNIX = 1
+_X32_BIT = 0x40000000
+
+# (audit arch, socket, io_uring_setup/enter/register, keyctl/add_key/request_key)
+_ARCHES = {
+    "x86_64": (0xC000003E, 41, (425, 426, 427), (250, 248, 249)),
+    "aarch64": (0xC00000B7, 198, (425, 426, 427), (219, 217, 218)),
+}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+
+def supported() -> bool:
+    """Whether a filter can be built for this machine's architecture."""
+    return platform.machine() in _ARCHES
+
+
+def build(*, network: bool) -> bytes:
+    """The filter program (``struct sock_filter[]``) for the native architecture.
+
+    Raises:
+        OSError: The architecture is not supported.
+    """
+    machine = platform.machine()
+    if machine not in _ARCHES:
+        raise OSError(errno.ENOSYS, f"no seccomp filter for {machine}")
+    arch, socket_nr, io_uring, keyring = _ARCHES[machine]
+    denied = (*io_uring, *keyring)
+    program: list[tuple[int, int, int, int]] = []
+    # Jump offsets are filled in once every label's position is known.
+    labels: dict[str, int] = {}
+    jumps: list[tuple[int, str | None, str | None]] = []
+
+    def emit(code: int, k: int, jt: str | None = None, jf: str | None = None) -> None:
+        if jt or jf:
+            jumps.append((len(program), jt, jf))
+        program.append((code, 0, 0, k))
+
+    emit(_BPF_LD_W_ABS, 4)  # seccomp_data.arch
+    emit(_BPF_JEQ_K, arch, jf="deny")
+    emit(_BPF_LD_W_ABS, 0)  # seccomp_data.nr
+    if machine == "x86_64":
+        emit(_BPF_JGE_K, _X32_BIT, jt="deny")
+    for number in denied:
+        emit(_BPF_JEQ_K, number, jt="deny")
+    emit(_BPF_JEQ_K, socket_nr, jt="socket")
+    emit(_BPF_RET_K, _RET_ALLOW)
+    labels["socket"] = len(program)
+    if network:
+        emit(_BPF_LD_W_ABS, 16)  # low half of args[0], the address family
+        emit(_BPF_JEQ_K, _AF_UNIX, jt="deny")
+        emit(_BPF_RET_K, _RET_ALLOW)
+    labels["deny"] = len(program)
+    emit(_BPF_RET_K, _RET_ERRNO | errno.EPERM)
+    for index, jt, jf in jumps:
+        code, _, _, k = program[index]
+        true = labels[jt] - index - 1 if jt else 0
+        false = labels[jf] - index - 1 if jf else 0
+        program[index] = (code, true, false, k)
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+
+
+def install(program: bytes) -> None:
+    """Install ``program`` on the calling thread (``no_new_privs`` must be set).
+
+    Raises:
+        OSError: The kernel refused the filter.
+    """
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"seccomp filter refused: {errno.errorcode.get(code, code)}")
