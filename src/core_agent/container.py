@@ -9,6 +9,7 @@ point names a factory taking ``AgentSettings``. Tests swap any adapter with
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import TypeVar
@@ -55,6 +56,13 @@ from core_agent.orchestration.task_classifier import TaskClassifier
 from core_agent.orchestration.tool_gate import ToolCallGate
 from core_agent.safety.approvals import ApprovalGrants
 from core_agent.safety.policy_engine import RulePolicyEngine
+from core_agent.safety.redacting_stores import (
+    RedactingCheckpointStore,
+    RedactingMemoryStore,
+    RedactingTaskStore,
+    RedactingTraceStore,
+)
+from core_agent.safety.redaction import Redactor, host_secrets
 from core_agent.tooling.memory_tools import knowledge_search_tool, memory_tools
 from core_agent.tooling.registry import ToolRegistry
 
@@ -208,6 +216,20 @@ def build_router(
     )
 
 
+def build_redactor(settings: AgentSettings) -> Redactor:
+    """What never reaches the stores.
+
+    The configured keys, the host's credential variables, well-known key formats and
+    ``AGENT_REDACT_PATTERNS``.
+    """
+    keys = [
+        key.get_secret_value()
+        for key in (settings.model_api_key, settings.embedding_api_key)
+        if key is not None
+    ]
+    return Redactor([*keys, *host_secrets(os.environ)], settings.redact_patterns)
+
+
 class OpenedStores:
     """The stores a container opened on first use, closed together with the kernel."""
 
@@ -241,6 +263,10 @@ class KernelContainer(containers.DeclarativeContainer):
         load_provider, TRACE_STORES, settings.provided.trace_store, settings, ITraceStore
     )
     event_bus = providers.Singleton(InProcessEventBus)
+    redactor = providers.Singleton(build_redactor, settings)
+    # What the kernel writes through: every store redacts secrets on the way in.
+    redacted_task_store = providers.Singleton(RedactingTaskStore, task_store, redactor)
+    redacted_trace_store = providers.Singleton(RedactingTraceStore, trace_store, redactor)
 
     embedder = providers.Singleton(
         load_provider, EMBEDDERS, settings.provided.embedder, settings, IEmbedder
@@ -265,14 +291,22 @@ class KernelContainer(containers.DeclarativeContainer):
         )
     )
     memory_store = providers.Singleton(
-        SemanticMemory,
-        store=providers.Singleton(
-            opened.provided.track.call(
-                load_provider, MEMORY_STORES, settings.provided.memory_store, settings, IMemoryStore
-            )
+        RedactingMemoryStore,
+        providers.Singleton(
+            SemanticMemory,
+            store=providers.Singleton(
+                opened.provided.track.call(
+                    load_provider,
+                    MEMORY_STORES,
+                    settings.provided.memory_store,
+                    settings,
+                    IMemoryStore,
+                )
+            ),
+            vectors=vector_store,
+            embedder=embedder,
         ),
-        vectors=vector_store,
-        embedder=embedder,
+        redactor,
     )
     retriever = providers.Singleton(
         HybridRetriever,
@@ -316,6 +350,9 @@ class KernelContainer(containers.DeclarativeContainer):
         settings,
         ICheckpointStore,
     )
+    redacted_checkpoint_store = providers.Singleton(
+        RedactingCheckpointStore, checkpoint_store, redactor
+    )
     shell_parser = providers.Singleton(
         load_provider, SHELL_PARSERS, settings.provided.shell_parser, settings, IShellParser
     )
@@ -337,7 +374,7 @@ class KernelContainer(containers.DeclarativeContainer):
         ReActLoop,
         llm=llm_gateway,
         tools=tool_registry,
-        trace_store=trace_store,
+        trace_store=redacted_trace_store,
         tool_timeout_s=settings.provided.tool_timeout_s,
         temperature=settings.provided.model_temperature,
         limits=providers.Factory(
@@ -355,20 +392,20 @@ class KernelContainer(containers.DeclarativeContainer):
     planner = providers.Singleton(
         LLMPlanner,
         llm=llm_gateway,
-        trace_store=trace_store,
+        trace_store=redacted_trace_store,
         max_attempts=settings.provided.plan_max_attempts,
         max_steps=settings.provided.plan_max_steps,
         temperature=settings.provided.model_temperature,
     )
     react_executor = providers.Singleton(
-        ReActExecutor, loop=react_loop, checkpoints=checkpoint_store
+        ReActExecutor, loop=react_loop, checkpoints=redacted_checkpoint_store
     )
     plan_execute_executor = providers.Singleton(
         PlanExecuteExecutor,
         planner=planner,
         loop=react_loop,
-        trace_store=trace_store,
-        checkpoints=checkpoint_store,
+        trace_store=redacted_trace_store,
+        checkpoints=redacted_checkpoint_store,
         limits=providers.Factory(
             PlanExecuteLimits,
             max_parallel_steps=settings.provided.plan_max_parallel_steps,
@@ -380,14 +417,14 @@ class KernelContainer(containers.DeclarativeContainer):
 
     kernel = providers.Singleton(
         AgentKernel,
-        task_store=task_store,
-        trace_store=trace_store,
+        task_store=redacted_task_store,
+        trace_store=redacted_trace_store,
         event_bus=event_bus,
         router=router,
         tools=tool_registry,
         executors=providers.Dict(react=react_executor, plan_execute=plan_execute_executor),
         max_turns=settings.provided.max_turns,
-        closables=providers.List(checkpoint_store, opened),
+        closables=providers.List(redacted_checkpoint_store, opened),
         long_term_memory=memory_store.provider,
         memory_namespace=settings.provided.memory_namespace,
         recall_k=settings.provided.memory_recall_k,

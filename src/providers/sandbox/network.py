@@ -22,6 +22,7 @@ import anyio
 import httpx
 
 from core_agent.contracts.errors import SandboxRefusedError, ToolExecutionError
+from core_agent.contracts.host_names import normalize_host
 from core_agent.contracts.tool_sandbox import FetchResult, SandboxVerdict
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -83,7 +84,7 @@ class NetworkGuard:
         timeout_s: float = 20.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._domains = [d.lower().rstrip(".") for d in allowed_domains]
+        self._domains = [_domain_pattern(d) for d in allowed_domains]
         self._private = {entry.lower() for entry in allowed_private}
         self._max_redirects = max_redirects
         self._max_bytes = max_bytes
@@ -98,16 +99,19 @@ class NetworkGuard:
 
     async def check(self, url: str) -> CheckedURL:
         """The URL with its checked address, or ``SandboxRefusedError``."""
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise SandboxRefusedError(f"{url!r}: malformed URL ({exc})") from exc
         if parts.scheme not in ("http", "https"):
             raise SandboxRefusedError(f"{url!r}: only http and https URLs may be fetched")
-        try:
-            host = (parts.hostname or "").encode("idna").decode("ascii").lower().rstrip(".")
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except (UnicodeError, ValueError) as exc:
-            raise SandboxRefusedError(f"{url!r}: malformed host or port ({exc})") from exc
-        if not host:
+        if not parts.hostname:
             raise SandboxRefusedError(f"{url!r}: no host")
+        try:
+            host = normalize_host(parts.hostname)
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError as exc:
+            raise SandboxRefusedError(f"{url!r}: malformed host or port ({exc})") from exc
         if not self._domain_allowed(host):
             raise SandboxRefusedError(f"{host} is not in the allowed domains")
         try:
@@ -196,6 +200,16 @@ class NetworkGuard:
             raise ToolExecutionError(
                 f"fetching {checked.url} failed: {type(exc).__name__}: {exc}", tool_name=""
             ) from exc
+
+
+def _domain_pattern(pattern: str) -> str:
+    """An allowed-domain glob in the form hosts are compared in (wildcards kept)."""
+    if pattern == "*":
+        return pattern
+    try:
+        return normalize_host(pattern.replace("*", "wildcard")).replace("wildcard", "*")
+    except ValueError:
+        return pattern.lower().rstrip(".")
 
 
 def _charset(content_type: str) -> str:
