@@ -220,15 +220,19 @@ async def _policy_check(args: argparse.Namespace) -> int:
         raise UsageError(
             f"unknown tool {args.tool!r}; available tools: {', '.join(registry.names())}"
         )
-    report = await check_call(
-        tools=registry,
-        policy=container.policy_engine(),
-        sandbox=container.sandbox(),
-        threshold=settings.policy_approval_required_risk,
-        tool=args.tool,
-        arguments=arguments,
-        tainted=args.tainted,
-    )
+    sandbox = container.sandbox()
+    try:
+        report = await check_call(
+            tools=registry,
+            policy=container.policy_engine(),
+            sandbox=sandbox,
+            threshold=settings.policy_approval_required_risk,
+            tool=args.tool,
+            arguments=arguments,
+            tainted=args.tainted,
+        )
+    finally:
+        await sandbox.close()
     print(json.dumps(report, indent=2))
     return EXIT_OK
 
@@ -271,6 +275,7 @@ async def _run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from core_agent.safety.terminal_text import printable
     from shared.agent_protocol import (
         LLMDelta,
         PlanCreated,
@@ -289,6 +294,13 @@ async def _run(args: argparse.Namespace) -> int:
 
     out, err = Console(highlight=False), Console(stderr=True, highlight=False)
     kernel, settings = _kernel()
+    if settings.sandbox_mode == "unconfined":
+        err.print(
+            "warning: AGENT_SANDBOX_MODE=unconfined: commands run without operating-system "
+            "confinement (they can write anywhere you can and use the network).",
+            style="yellow",
+            markup=False,
+        )
     if settings.gateway_name == "scripted" and settings.scripted_model_script is None:
         from core_agent.contracts.settings import MODEL_CONFIGURATION_HELP
 
@@ -315,12 +327,14 @@ async def _run(args: argparse.Namespace) -> int:
                 err.print(f"strategy: {event.strategy} ({event.reason})", style="dim", markup=False)
             elif isinstance(event, PlanCreated):
                 steps = ", ".join(f"{s['id']}: {s['goal']}" for s in event.steps)
-                err.print(f"plan r{event.revision}: {steps}", style="dim", markup=False)
+                err.print(f"plan r{event.revision}: {printable(steps)}", style="dim", markup=False)
             elif isinstance(event, PlanStepStarted):
-                err.print(f"\n▶ step {event.step_id}: {event.goal}", style="dim", markup=False)
+                err.print(
+                    f"\n▶ step {event.step_id}: {printable(event.goal)}", style="dim", markup=False
+                )
             elif isinstance(event, StrategyFallback):
                 err.print(
-                    f"\nfalling back to {event.to_strategy}: {event.reason}",
+                    f"\nfalling back to {event.to_strategy}: {printable(event.reason)}",
                     style="yellow",
                     markup=False,
                 )
@@ -333,17 +347,21 @@ async def _run(args: argparse.Namespace) -> int:
                     markup=False,
                 )
             elif isinstance(event, LLMDelta):
-                out.print(event.text, end="", markup=False, soft_wrap=True)
+                out.print(printable(event.text), end="", markup=False, soft_wrap=True)
             elif isinstance(event, ToolStarted):
                 call = event.tool_call
                 shown = (
                     json.dumps(call.arguments) if call.arguments is not None else call.raw_arguments
                 )
-                err.print(f"\n→ {call.name}({shown})", style="cyan", markup=False)
+                err.print(
+                    f"\n→ {printable(call.name)}({printable(shown or '')})",
+                    style="cyan",
+                    markup=False,
+                )
             elif isinstance(event, ToolCompleted):
                 result = event.result
                 style = "red" if result.is_error else "green"
-                err.print(f"← {result.content[:500]}", style=style, markup=False)
+                err.print(f"← {printable(result.content[:500])}", style=style, markup=False)
             if isinstance(event, TaskWaitingApproval):
                 status = EXIT_WAITING
             if isinstance(event, TaskSucceeded | TaskFailed | TaskCanceled):
@@ -363,13 +381,15 @@ _ANSWERS: dict[str, Literal["once", "task", "session"]] = {
 
 def _ask_in_terminal(request: ApprovalRequest) -> ApprovalDecision:
     """Show a risky call on stderr and read the decision from the terminal (blocking)."""
+    from core_agent.safety.terminal_text import printable
     from shared.agent_protocol import ApprovalDecision
 
     call = request.tool_call
     shown = json.dumps(call.arguments, indent=2) if call and call.arguments is not None else ""
     print(
         f"\n--- approval needed ({request.risk.value} risk, rule {request.rule}) ---\n"
-        f"tool: {call.name if call else '-'}\narguments: {shown}\nwhy: {request.reason}\n"
+        f"tool: {printable(call.name) if call else '-'}\narguments: {printable(shown)}\n"
+        f"why: {printable(request.reason or request.question)}\n"
         "approve? [y]es once / [t]his task / [s]ession / [N]o: ",
         end="",
         file=sys.stderr,
@@ -397,7 +417,11 @@ def _print_summary(
     status = event.kind.removeprefix("task.")
     console.print()
     if event.kind == "task.failed":
-        console.print(f"error ({event.error_type}): {event.error}", style="red", markup=False)
+        from core_agent.safety.terminal_text import printable
+
+        console.print(
+            f"error ({event.error_type}): {printable(event.error or '')}", style="red", markup=False
+        )
     console.print(
         f"status: {status}  task: {event.task_id}  trace: {trace_id}  "
         f"tokens: {usage.input_tokens} in / {usage.output_tokens} out  cost: {cost}",
@@ -409,6 +433,7 @@ _REFUSALS = frozenset({"SandboxRefusedError", "PolicyDeniedError", "ApprovalDeni
 
 
 async def _audit(args: argparse.Namespace) -> int:
+    from core_agent.safety.terminal_text import printable
     from shared.agent_protocol import (
         ApprovalRequested,
         ApprovalResolved,
@@ -448,11 +473,13 @@ async def _audit(args: argparse.Namespace) -> int:
         if args.json:
             print(event.model_dump_json())
         else:
-            print(f"{event.occurred_at:%H:%M:%S} {line}")
+            print(f"{event.occurred_at:%H:%M:%S} {printable(line, newlines=False)}")
     return EXIT_OK
 
 
 async def _approvals(args: argparse.Namespace) -> int:
+    from core_agent.safety.terminal_text import printable
+
     kernel, _ = _kernel()
     async with kernel:
         pending = await kernel.pending_approvals()
@@ -462,10 +489,11 @@ async def _approvals(args: argparse.Namespace) -> int:
         print(f"request {request.request_id} (task {request.task_id}, risk {request.risk.value})")
         call = request.tool_call
         if call is not None:
-            print(f"  {call.name} {json.dumps(call.arguments)} (rule {request.rule})")
-            print(f"  why: {request.reason}")
+            shown = printable(f"{call.name} {json.dumps(call.arguments)}", newlines=False)
+            print(f"  {shown} (rule {request.rule})")
+            print(f"  why: {printable(request.reason)}")
         else:
-            print(f"  {request.question or request.reason}")
+            print(f"  {printable(request.question or request.reason)}")
     return EXIT_OK
 
 
@@ -479,7 +507,9 @@ async def _resolve(args: argparse.Namespace) -> int:
     async with kernel:
         result = await kernel.resolve_approval(args.request_id, decision)
     if result.output:
-        print(result.output)
+        from core_agent.safety.terminal_text import printable
+
+        print(printable(result.output))
     print(f"status: {result.status.value}  task: {result.task_id}", file=sys.stderr)
     return EXIT_OK if result.status is TaskStatus.SUCCEEDED else EXIT_FAILED
 
@@ -488,6 +518,7 @@ async def _tasks(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from core_agent.safety.terminal_text import printable
     from shared.agent_protocol import TaskStatus
 
     kernel, _ = _kernel()
@@ -505,7 +536,7 @@ async def _tasks(args: argparse.Namespace) -> int:
             task.status.value,
             task.created_at.strftime("%Y-%m-%d %H:%M:%S"),
             f"{task.usage.input_tokens}/{task.usage.output_tokens}",
-            task.request.task[:60],
+            printable(task.request.task[:60], newlines=False),
         )
     Console().print(table)
     return EXIT_OK
@@ -560,11 +591,13 @@ async def _trace(args: argparse.Namespace) -> int:
         "detail",
         title=f"trace {task.trace_id} (task {task.task_id}, {task.status.value})",
     )
+    from core_agent.safety.terminal_text import printable
+
     for s in spans:
-        detail = s.error or json.dumps(s.attributes, default=str)
+        detail = printable(s.error or json.dumps(s.attributes, default=str), newlines=False)
         table.add_row(
             s.kind,
-            s.name,
+            printable(s.name, newlines=False),
             s.status,
             f"{s.latency_ms:.2f}",
             "" if s.tokens_in is None else str(s.tokens_in),

@@ -29,6 +29,7 @@ from core_agent.memory.vector_migration import (
     reembed_namespace,
     verify_vectors,
 )
+from core_agent.safety.terminal_text import printable
 
 EXIT_OK, EXIT_FAILED = 0, 1
 
@@ -97,7 +98,8 @@ async def ingest(args: argparse.Namespace) -> int:
         chunks = sum(r.chunks for r in results if r.status == "ingested")
         for result in results:
             if result.status == "failed":
-                print(f"failed: {result.source}: {result.error}", file=sys.stderr)
+                shown = printable(f"{result.source}: {result.error}", newlines=False)
+                print(f"failed: {shown}", file=sys.stderr)
         print(
             f"{counts['ingested']} ingested ({chunks} chunks), {counts['unchanged']} unchanged, "
             f"{counts['failed']} failed, into namespace {namespace!r}"
@@ -133,8 +135,8 @@ async def search(args: argparse.Namespace) -> int:
             f"{side} {value:.3f} (#{hit.ranks[side]})" for side, value in hit.scores.items()
         )
         where = f"{hit.source or hit.document_id}:{hit.start_offset}-{hit.end_offset}"
-        print(f"{rank:>2}. {hit.score:.4f}  {sides}\n    {where}")
-        snippet = " ".join(hit.text.split())
+        print(f"{rank:>2}. {hit.score:.4f}  {sides}\n    {printable(where, newlines=False)}")
+        snippet = printable(" ".join(hit.text.split()), newlines=False)
         print(f"    {snippet[:200]}{'…' if len(snippet) > 200 else ''}")
     return EXIT_OK
 

@@ -127,9 +127,31 @@ def _kept_mount_flags(path: str) -> int:
     return kept
 
 
-def protect_with_mounts(readonly: Iterable[str], hidden: Iterable[str], private_shm: bool) -> None:
-    """In a new mount namespace: read-only binds, empty tmpfs over hidden directories."""
+def protect_with_mounts(
+    writable: Iterable[str], readonly: Iterable[str], hidden: Iterable[str], private_shm: bool
+) -> list[str]:
+    """In a new mount namespace: everything read-only but the writable roots.
+
+    Every mount is remounted read-only (which also stops changes of modes, owners and times
+    that Landlock does not cover), the writable roots are bound read-write again, protected
+    paths inside them read-only on top, hidden directories under an empty read-only tmpfs,
+    and ``/dev/shm`` is a private tmpfs. Returns the mount points that could not be made
+    read-only (a mount the namespace may not change).
+
+    Raises:
+        SetupError: A writable root, protected or hidden path could not be set up.
+    """
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)
+    stuck = []
+    for target in _mount_points():
+        try:
+            flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _kept_mount_flags(target)
+            _mount(None, target, None, flags, None)
+        except (SetupError, OSError):
+            stuck.append(target)
+    for path in writable:
+        _mount(path, path, None, _MS_BIND | _MS_REC, None)
+        _mount(None, path, None, _MS_BIND | _MS_REMOUNT | _kept_mount_flags(path), None)
     for path in readonly:
         _mount(path, path, None, _MS_BIND | _MS_REC, None)
         flags = _MS_BIND | _MS_REMOUNT | _MS_RDONLY | _kept_mount_flags(path)
@@ -143,6 +165,33 @@ def protect_with_mounts(readonly: Iterable[str], hidden: Iterable[str], private_
             _mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None)
     if private_shm and os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=64m")
+    return stuck
+
+
+def _mount_points() -> list[str]:
+    """Every mount point of this mount namespace, parents first."""
+    points = []
+    with open("/proc/self/mountinfo") as mountinfo:
+        for line in mountinfo:
+            fields = line.split()
+            if len(fields) > 4:
+                points.append(_unescape_mount_path(fields[4]))
+    return points
+
+
+def _unescape_mount_path(text: str) -> str:
+    """Mount points escape space, tab, newline and backslash as octal (backslash 040)."""
+    if "\\" not in text:
+        return text
+    out, index = [], 0
+    while index < len(text):
+        if text[index] == "\\" and text[index + 1 : index + 4].isdigit():
+            out.append(chr(int(text[index + 1 : index + 4], 8)))
+            index += 4
+        else:
+            out.append(text[index])
+            index += 1
+    return "".join(out)
 
 
 def grant(ruleset: landlock.Ruleset, path: str, rights: int, carved: Mapping[str, str]) -> None:
@@ -226,19 +275,25 @@ def _has_capabilities() -> bool:
     return False
 
 
-def set_limits(limits: Mapping[str, int], with_process_count: bool) -> None:
-    """CPU seconds, data size, file size, open files; process count when it is per-sandbox."""
+def set_limits(limits: Mapping[str, int], per_sandbox_processes: bool) -> None:
+    """CPU seconds, data size, file size, open files, processes; no core dumps.
+
+    The process limit counts per user namespace: in a namespace of its own the sandbox
+    starts from zero; otherwise every process of the user counts, so the limit is added to
+    how many the user already runs.
+    """
     table = {
         "cpu_seconds": resource.RLIMIT_CPU,
         "data_bytes": resource.RLIMIT_DATA,
         "file_bytes": resource.RLIMIT_FSIZE,
         "open_files": resource.RLIMIT_NOFILE,
+        "processes": resource.RLIMIT_NPROC,
     }
-    if with_process_count:
-        table["processes"] = resource.RLIMIT_NPROC
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for name, which in table.items():
         value = limits.get(name)
+        if value and name == "processes" and not per_sandbox_processes:
+            value += _processes_of(os.getuid())
         if value:
             _, hard = resource.getrlimit(which)
             ceiling = value if hard == resource.RLIM_INFINITY else min(value, hard)
@@ -247,6 +302,26 @@ def set_limits(limits: Mapping[str, int], with_process_count: bool) -> None:
                 ceiling + 1 if name == "cpu_seconds" and hard == resource.RLIM_INFINITY else ceiling
             )
             resource.setrlimit(which, (ceiling, high))
+
+
+def _processes_of(uid: int) -> int:
+    """How many tasks (processes and their threads) the user runs now."""
+    count = 0
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        fields: dict[str, str] = {}
+        try:
+            with open(f"/proc/{entry.name}/status") as status:
+                for line in status:
+                    name, _, value = line.partition(":")
+                    if name in ("Uid", "Threads"):
+                        fields[name] = value.split()[0]
+        except (OSError, IndexError):
+            continue
+        if fields.get("Uid") == str(uid):
+            count += int(fields.get("Threads", "1"))
+    return count
 
 
 def _default_signals() -> None:
@@ -288,7 +363,14 @@ def exec_command(
         drop_capabilities()
         ruleset.restrict_self()  # sets no_new_privs first
         if policy.get("seccomp", True):
-            seccomp.install(seccomp.build(network=bool(policy["network"])))
+            writable = bool(policy["writable"])
+            program = seccomp.build(
+                network=bool(policy["network"]),
+                # Without read-only mounts nothing stops a chmod outside the workspace.
+                modes=writable and not carve_writes,
+                times=writable,
+            )
+            seccomp.install(program)
         keep = sock.fileno()
         os.closerange(3, keep)
         os.closerange(keep + 1, 1 << 16)
@@ -326,6 +408,7 @@ def keep(
             }
             try:
                 protect_with_mounts(
+                    [w for w in write_roots if w != "/dev/shm" and os.path.isdir(w)],
                     [p for p, k in inside.items() if k == "readonly" and os.path.lexists(p)],
                     [p for p, k in inside.items() if k == "hidden" and os.path.lexists(p)],
                     private_shm="/dev/shm" in write_roots,

@@ -174,6 +174,7 @@ def command_policy(
         "devices": list(DEVICES),
         "carved": dict(carved),
         "network": network,
+        "writable": writable,
         "namespaces": namespaces,
         "seccomp": True,
         "limits": asdict(limits or CommandLimits()),

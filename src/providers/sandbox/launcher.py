@@ -41,7 +41,7 @@ def probe_namespaces() -> bool:
                 | child.CLONE_NEWNET
             )
             child.map_own_ids(uid, gid)
-            child.protect_with_mounts((), (), private_shm=False)
+            child.protect_with_mounts((), (), (), private_shm=False)
         except BaseException:
             os._exit(1)
         os._exit(0)

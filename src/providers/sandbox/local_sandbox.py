@@ -69,7 +69,12 @@ _OPT_OUT = (
 
 
 class LocalToolSandbox(IToolSandbox):
-    """Confines tools to workspace roots, confined commands and public (allowed) hosts."""
+    """Confines tools to workspace roots, confined commands and public (allowed) hosts.
+
+    ``judge_commands=False`` switches the command judge off: every command line counts as
+    allowed and writing, so only the operating system's confinement holds. It exists to test
+    that confinement alone; never use it otherwise.
+    """
 
     def __init__(
         self,
@@ -91,6 +96,7 @@ class LocalToolSandbox(IToolSandbox):
         limits: CommandLimits | None = None,
         read_paths: Sequence[str] = (),
         launcher: CommandLauncher | None = None,
+        judge_commands: bool = True,
     ) -> None:
         self._parser = parser or TreeSitterShellParser()
         self._transport = transport
@@ -129,6 +135,7 @@ class LocalToolSandbox(IToolSandbox):
         self._read_paths = tuple(str(Path(p).resolve()) for p in read_paths)
         self._launcher = launcher or CommandLauncher()
         self._owns_launcher = launcher is None
+        self._judge_commands = judge_commands
         self._info: LauncherInfo | None = None
 
     @classmethod
@@ -208,6 +215,7 @@ class LocalToolSandbox(IToolSandbox):
                 limits=CommandLimits(**values["limits"]),
                 read_paths=values["read_paths"],
                 launcher=self._launcher,
+                judge_commands=self._judge_commands,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"invalid sandbox profile: {exc}") from exc
@@ -220,6 +228,8 @@ class LocalToolSandbox(IToolSandbox):
 
     def assess_command(self, command: str) -> CommandAssessment:
         """See ``CommandGuard.assess``."""
+        if not self._judge_commands and command.strip() and "\x00" not in command:
+            return CommandAssessment(writes=True)
         return self.commands.assess(command)
 
     async def check_url(self, url: str) -> SandboxVerdict:
@@ -265,7 +275,7 @@ class LocalToolSandbox(IToolSandbox):
         self, command: str, *, timeout_s: float | None = None, permit: CallPermit | None = None
     ) -> CommandResult:
         """Run ``command`` in the first root, confined to what ``permit`` allows."""
-        assessment = self.commands.assess(command)
+        assessment = self.assess_command(command)
         if assessment.refusal:
             raise SandboxRefusedError(assessment.refusal)
         permit = permit or CallPermit()

@@ -6,8 +6,12 @@ sandbox). This filter, installed right before ``execve``, refuses ``socket()`` f
 family when the call has no network, and for ``AF_UNIX`` when it has (``socketpair`` stays:
 pipes between a program's own processes). It also refuses ``io_uring`` (which opens
 connections without ``socket()``) and the kernel keyring calls (a user's keyring holds
-credentials). Syscalls of another ABI than the native one (i386 or x32 on x86-64, where
-``socketcall`` would sidestep the rules) are refused outright.
+credentials). Landlock does not cover changes of file metadata (mode, owner, extended
+attributes, times) either: a command that may not write gets none of those calls, and one
+that may write but whose protected paths are not behind read-only mounts gets no mode, owner
+or attribute changes (else ``chmod 777 ~/.ssh/id_rsa`` would work). Syscalls of another ABI
+than the native one (i386 or x32 on x86-64, where ``socketcall`` would sidestep the rules)
+are refused outright.
 
 Standard library only: the launcher process imports it. Supports x86-64 and aarch64;
 ``supported()`` says whether this machine is one of them.
@@ -30,10 +34,25 @@ _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _AF_UNIX = 1
 _X32_BIT = 0x40000000
 
-# (audit arch, socket, io_uring_setup/enter/register, keyctl/add_key/request_key)
+# (audit arch, socket, io_uring_setup/enter/register, keyctl/add_key/request_key,
+#  chmod/chown/xattr family, utime family)
 _ARCHES = {
-    "x86_64": (0xC000003E, 41, (425, 426, 427), (250, 248, 249)),
-    "aarch64": (0xC00000B7, 198, (425, 426, 427), (219, 217, 218)),
+    "x86_64": (
+        0xC000003E,
+        41,
+        (425, 426, 427),
+        (250, 248, 249),
+        (90, 91, 268, 452, 92, 93, 94, 260, 188, 189, 190, 197, 198, 199),
+        (132, 235, 261, 280),
+    ),
+    "aarch64": (
+        0xC00000B7,
+        198,
+        (425, 426, 427),
+        (219, 217, 218),
+        (52, 53, 452, 55, 54, 5, 6, 7, 14, 15, 16),
+        (88,),
+    ),
 }
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -48,8 +67,13 @@ def supported() -> bool:
     return platform.machine() in _ARCHES
 
 
-def build(*, network: bool) -> bytes:
+def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
     """The filter program (``struct sock_filter[]``) for the native architecture.
+
+    Args:
+        network: The command may open network sockets (never ``AF_UNIX`` ones).
+        modes: The command may change file modes, owners and extended attributes.
+        times: The command may change file times.
 
     Raises:
         OSError: The architecture is not supported.
@@ -57,8 +81,13 @@ def build(*, network: bool) -> bytes:
     machine = platform.machine()
     if machine not in _ARCHES:
         raise OSError(errno.ENOSYS, f"no seccomp filter for {machine}")
-    arch, socket_nr, io_uring, keyring = _ARCHES[machine]
-    denied = (*io_uring, *keyring)
+    arch, socket_nr, io_uring, keyring, mode_calls, time_calls = _ARCHES[machine]
+    denied = (
+        *io_uring,
+        *keyring,
+        *(() if modes else mode_calls),
+        *(() if times else time_calls),
+    )
     program: list[tuple[int, int, int, int]] = []
     # Jump offsets are filled in once every label's position is known.
     labels: dict[str, int] = {}
