@@ -160,7 +160,8 @@ def command_policy(
 ) -> dict[str, Any]:
     """The JSON policy the launcher applies (see ``confined_child``)."""
     roots_text = [str(root) for root in roots]
-    read = [*SYSTEM_READ_PATHS, *python_paths(), *search_path, *extra_read, *roots_text]
+    system = _unique([*SYSTEM_READ_PATHS, *python_paths(), *search_path, *extra_read])
+    read = _unique([*system, *roots_text])
     write = [temporary, *(roots_text if writable else ())]
     if namespaces:
         write.append("/dev/shm")  # a private tmpfs in the command's mount namespace
@@ -169,7 +170,8 @@ def command_policy(
         "argv": list(argv),
         "env": dict(environment),
         "cwd": str(cwd),
-        "read": _unique(read),
+        "read": read,
+        "system_read": [path for path in read if path in system],
         "write": _unique(write),
         "devices": list(DEVICES),
         "carved": dict(carved),
@@ -182,8 +184,12 @@ def command_policy(
 
 
 def _unique(paths: Sequence[str]) -> list[str]:
-    seen: list[str] = []
+    """The paths in order, without repeats or paths already below another one (one rule each)."""
+    kept: list[str] = []
     for path in paths:
-        if path and path not in seen:
-            seen.append(path)
-    return seen
+        if not path or path in kept:
+            continue
+        if any(path.startswith(other.rstrip("/") + "/") for other in paths if other != path):
+            continue
+        kept.append(path)
+    return kept

@@ -150,6 +150,17 @@ class Ruleset:
             "landlock_add_rule",
         )
 
+    def allow_prepared(self, fd: int, rights: int) -> None:
+        """Like ``allow_fd`` for rights already fit to the descriptor's kind (no ``fstat``)."""
+        rights &= self.fs_mask
+        if not rights:
+            return
+        attr = _PathBeneathAttr(rights, fd)
+        _check(
+            _libc.syscall(_SYS_ADD_RULE, self._fd, _RULE_PATH_BENEATH, ctypes.byref(attr), 0),
+            "landlock_add_rule",
+        )
+
     def allow_path(self, path: str, rights: int) -> bool:
         """Grant ``rights`` beneath ``path``; ``False`` (nothing granted) when it is missing."""
         try:

@@ -20,9 +20,57 @@ import os
 import signal
 import socket
 import sys
+import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 MAX_MESSAGE_BYTES = 1 << 20
+GRANTS_TTL_S = 60.0
+PROCESSES_TTL_S = 1.0
+
+
+class SystemGrants:
+    """Rules for the system paths, planned once and reused by every command for a while.
+
+    Without namespaces, secrets under the readable system directories (``/etc/shadow``...) are
+    cut out of the grants entry by entry; doing that for every command would cost more than
+    starting it. A path replaced since (a new inode) is simply not granted until the plan is
+    renewed, which fails safe. The count of the user's processes is cached the same way.
+    """
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[Any, ...], tuple[float, Any]] = {}
+        self._running: tuple[float, int] | None = None
+
+    def prepared(self, policy: Mapping[str, Any]) -> dict[str, Any]:
+        """Planned rules for the policy's system paths (see ``confined_child.plan_grant``)."""
+        from providers.sandbox import confined_child, landlock
+
+        carved = policy.get("carved", {})
+        now = time.monotonic()
+        out = {}
+        for path in policy.get("system_read", ()):
+            inside = tuple(sorted((c, k) for c, k in carved.items() if c.startswith(path)))
+            key = (path, inside)
+            cached = self._plans.get(key)
+            if cached is None or now - cached[0] > GRANTS_TTL_S:
+                if cached is not None:
+                    for fd, _ in cached[1]:
+                        os.close(fd)
+                plan = confined_child.plan_grant(path, landlock.READ_RIGHTS, carved)
+                cached = self._plans[key] = (now, plan)
+            out[path] = cached[1]
+        return out
+
+    def running(self) -> int:
+        """How many processes the user runs (refreshed at most every second)."""
+        from providers.sandbox import confined_child
+
+        now = time.monotonic()
+        if self._running is None or now - self._running[0] > PROCESSES_TTL_S:
+            self._running = (now, confined_child.processes_of(os.getuid()))
+        return self._running[1]
 
 
 def probe_namespaces() -> bool:
@@ -55,6 +103,12 @@ def serve(control: socket.socket) -> None:
 
     abi = landlock.abi_version()
     namespaces = probe_namespaces()
+    # Commands inherit ignored signals across execve: start them from the defaults, except
+    # for the few the keepers reset themselves (confined_child.RESET_SIGNALS).
+    for number in signal.valid_signals():
+        if number not in (signal.SIGKILL, signal.SIGSTOP):
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(number, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # Linux reaps the keepers itself
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     hello = {
@@ -65,6 +119,7 @@ def serve(control: socket.socket) -> None:
         "seccomp": seccomp.supported(),
     }
     control.send(json.dumps(hello).encode())
+    grants = SystemGrants()
     while True:
         try:
             data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE_BYTES, 3)
@@ -83,6 +138,13 @@ def serve(control: socket.socket) -> None:
             policy = json.loads(data)
         except ValueError:
             policy = None
+        use_namespaces = namespaces and isinstance(policy, dict) and bool(policy.get("namespaces"))
+        prepared = running = None
+        if isinstance(policy, dict) and not use_namespaces:
+            try:
+                prepared, running = grants.prepared(policy), grants.running()
+            except (OSError, ValueError, TypeError, KeyError):
+                prepared = running = None  # the keeper plans for itself
         pid = os.fork()
         if pid == 0:
             os.close(control.fileno())
@@ -92,12 +154,7 @@ def serve(control: socket.socket) -> None:
                     command.send(b'{"setup_error": "the launcher received a malformed request"}')
                 os._exit(126)
             confined_child.keep(
-                policy,
-                command,
-                stdout,
-                stderr,
-                abi,
-                namespaces and bool(policy.get("namespaces", True)),
+                policy, command, stdout, stderr, abi, use_namespaces, prepared, running
             )
         for fd in fds:
             os.close(fd)

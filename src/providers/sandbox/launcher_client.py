@@ -50,6 +50,8 @@ class ConfinedProcess:
         self.stderr = stderr
         self.pid: int | None = None
         self.namespaces = False
+        self.started = False
+        """The keeper confined and started the command (a setup failure leaves it ``False``)."""
         self.returncode: int | None = None
         self.errors: list[str] = []
         self._closed = False
@@ -73,29 +75,20 @@ class ConfinedProcess:
             return decoded if isinstance(decoded, dict) else {}
 
     def _note(self, report: Mapping[str, Any]) -> None:
+        if "started" in report:
+            self.started = True
+            self.pid = int(report["started"])
+            self.namespaces = bool(report.get("namespaces"))
         for key in ("setup_error", "exec_error"):
             if key in report:
                 self.errors.append(str(report[key]))
+        if "setup_error" in report:
+            self.started = False
         if "exit" in report:
             self.returncode = int(report["exit"])
 
-    async def started(self) -> None:
-        """Wait for the keeper to start the command.
-
-        Raises:
-            ConfinementUnavailableError: The confinement could not be set up.
-        """
-        report = await self.message()
-        if report is None or "started" not in report:
-            if report is not None:
-                self._note(report)
-            reason = "; ".join(self.errors) or "the keeper ended before starting the command"
-            raise ConfinementUnavailableError(f"the command was not started: {reason}")
-        self.pid = int(report["started"])
-        self.namespaces = bool(report.get("namespaces"))
-
-    async def wait(self) -> int:
-        """The exit code (negative: killed by that signal) once the command ended."""
+    async def ended(self) -> int:
+        """The exit code (negative: killed by that signal) once the keeper reported it."""
         while self.returncode is None:
             report = await self.message()
             if report is None:
@@ -104,6 +97,26 @@ class ConfinedProcess:
                 break
             self._note(report)
         return self.returncode
+
+    def check_started(self) -> None:
+        """Raise when the confinement could not be set up (after ``ended``).
+
+        Raises:
+            ConfinementUnavailableError: Nothing ran; the reason says why.
+        """
+        if not self.started:
+            reason = "; ".join(self.errors) or "the keeper ended before starting the command"
+            raise ConfinementUnavailableError(f"the command was not started: {reason}")
+
+    async def wait(self) -> int:
+        """``ended``, then ``check_started``: the exit code of a command that ran.
+
+        Raises:
+            ConfinementUnavailableError: The confinement could not be set up (nothing ran).
+        """
+        code = await self.ended()
+        self.check_started()
+        return code
 
     def kill(self) -> None:
         """Ask the keeper to kill the command and everything it started (idempotent)."""
@@ -200,8 +213,7 @@ class CommandLauncher:
         """Start one command under ``policy`` (see ``confinement.command_policy``).
 
         Raises:
-            ConfinementUnavailableError: The launcher is gone and cannot be restarted, or the
-                command's confinement could not be set up (nothing ran).
+            ConfinementUnavailableError: The launcher is gone and cannot be restarted.
         """
         await self.info()
         data = json.dumps(policy).encode()
@@ -231,13 +243,9 @@ class CommandLauncher:
         ours.setblocking(False)
         os.set_blocking(out_read, False)
         os.set_blocking(err_read, False)
-        process = ConfinedProcess(ours, out_read, err_read)
-        try:
-            await process.started()
-        except BaseException:
-            process.close()
-            raise
-        return process
+        # Setup failures arrive with the exit report (see ``ConfinedProcess.wait``): not
+        # waiting for "started" here saves a round trip per command.
+        return ConfinedProcess(ours, out_read, err_read)
 
     def _send(self, data: bytes, fds: list[int]) -> None:
         with self._lock:

@@ -400,15 +400,16 @@ class LocalToolSandbox(IToolSandbox):
                 async with anyio.create_task_group() as group:
                     group.start_soon(drain, "stdout", process.stdout)
                     group.start_soon(drain, "stderr", process.stderr)
-                    await process.wait()
+                    await process.ended()
             timed_out = scope.cancelled_caught
         finally:
             if process.returncode is None or timed_out:
                 with anyio.CancelScope(shield=True):
                     process.kill()
                     with anyio.move_on_after(_KILL_WAIT_S):
-                        await process.wait()
+                        await process.ended()
             process.close()
+        process.check_started()
         return outputs, truncated, timed_out
 
     async def _run_unconfined(
