@@ -7,6 +7,7 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.plan_step_overhead
 "$PY" -m benchmarks.router_eval
 "$PY" -m benchmarks.safety_latency
+"$PY" -m benchmarks.confinement_overhead
 "$PY" -m benchmarks.injection_eval
 "$PY" -m benchmarks.startup
 "$PY" -m benchmarks.retrieval

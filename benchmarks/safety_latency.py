@@ -2,8 +2,10 @@
 
     python -m benchmarks.safety_latency
 
-Decisions use the shipped rules with a tree-sitter shell parser (as the kernel does); the
-commands are a mix of simple, chained and wrapped lines.
+Decisions use the shipped rules with a tree-sitter shell parser (as the kernel does), and the
+tool's own assessment where the kernel passes one (``run_command``); the commands are a mix
+of simple, chained, wrapped and hostile lines, judged by the sandbox's ``CommandGuard``
+(parse, program resolution on the search path, option profiles, path checks).
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ import time
 from pathlib import Path
 
 from benchmarks.stats import summary
-from core_agent.contracts.tool import Capability, ToolSpec
+from core_agent.contracts.settings import DEFAULT_ALLOWED_COMMANDS
+from core_agent.contracts.tool import Capability, ToolAssessment, ToolSpec
 from core_agent.safety.policy_engine import RulePolicyEngine
 from providers.sandbox.commands import CommandGuard
 from providers.sandbox.paths import PathGuard
+from providers.sandbox.program_paths import default_search_path
 from providers.shell.tree_sitter_parser import TreeSitterShellParser
+from shared.agent_protocol import RiskLevel
 
 CALLS = [
     (ToolSpec("read_file", "", {}, frozenset({Capability.READ})), {"path": "src/app.py"}),
@@ -32,10 +37,15 @@ CALLS = [
         {"url": "https://example.org/a"},
     ),
     (ToolSpec("calculator", "", {}), {"expression": "1 + 2"}),
-    (ToolSpec("run_command", "", {}, frozenset({Capability.EXEC})), {"command": "git status"}),
+    (
+        ToolSpec("run_command", "", {}, frozenset({Capability.EXEC})),
+        {"command": "git status"},
+        ToolAssessment(risk=RiskLevel.LOW),
+    ),
     (
         ToolSpec("run_command", "", {}, frozenset({Capability.EXEC})),
         {"command": "git log -n 5 | grep fix && ls src"},
+        ToolAssessment(risk=RiskLevel.LOW),
     ),
 ]
 COMMANDS = [
@@ -45,6 +55,8 @@ COMMANDS = [
     "find . -name '*.py' -exec cat {} \\;",
     "echo $(git rev-parse HEAD) > out.txt",
     "env LANG=C timeout 5 git log --format='%H %s' | head -n 20",
+    "sort -rno/tmp/x data.csv | uniq -c > counts.txt",
+    "X=$(touch p) ls; cat <<< $(id); echo ${x[$(id)]}",
 ]
 
 
@@ -61,12 +73,19 @@ def measure(fn, items, repeat: int) -> dict[str, float]:
 def main() -> None:
     parser = TreeSitterShellParser()
     engine = RulePolicyEngine.from_file(None, shell_parser=parser)
-    policy = measure(lambda call: engine.evaluate(call[0], call[1]), CALLS, 2000)
+    policy = measure(
+        lambda call: engine.evaluate(
+            call[0], call[1], assessment=call[2] if len(call) > 2 else None
+        ),
+        CALLS,
+        2000,
+    )
     with tempfile.TemporaryDirectory() as root:
+        roots = [Path(root)]
         guard = CommandGuard(
-            parser, ["git", "ls", "cat", "grep", "find", "echo", "head"], PathGuard([Path(root)])
+            parser, DEFAULT_ALLOWED_COMMANDS, PathGuard(roots), default_search_path(roots)
         )
-        commands = measure(guard.check, COMMANDS, 1000)
+        commands = measure(guard.assess, COMMANDS, 1000)
     for name, stats, target in (
         ("policy_decision", policy, 0.2),
         ("command_parse_and_judge", commands, 2.0),

@@ -247,3 +247,32 @@ def test_audit_lists_decisions_and_refusals(tmp_path) -> None:
     assert "refused   run_command: PolicyDeniedError" in audit
     assert "refused   read_file: PolicyDeniedError" in audit
     assert "outside the workspace roots" in audit
+
+
+def test_an_unknown_setting_stops_start_up_with_the_closest_name(tmp_path) -> None:
+    result = run("tasks", data_dir=tmp_path, AGENT_WORKSPACE_ROOT=str(tmp_path))
+    assert result.returncode == 2
+    assert "AGENT_WORKSPACE_ROOT (did you mean AGENT_WORKSPACE_ROOTS?)" in result.stderr
+
+
+def test_untrusted_text_reaches_the_terminal_escaped(tmp_path) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    hostile = "before\x1b[2J\x1b]0;pwned\x07\u202eafter"
+    (workspace / "note.txt").write_text(hostile)
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"tool_calls": [{"name": "run_command", "arguments": {"command": "cat note.txt"}}]},
+                {"content": f"It says: {hostile}"},
+            ]
+        )
+    )
+    env = {"AGENT_SCRIPTED_MODEL_SCRIPT": str(script), "AGENT_WORKSPACE_ROOTS": str(workspace)}
+    result = run("run", "read the note", "--mode", "react", data_dir=tmp_path / "data", **env)
+    assert result.returncode == 0, result.stderr
+    for stream in (result.stdout, result.stderr):
+        assert "\x1b" not in stream and "\x07" not in stream and "\u202e" not in stream
+    assert "before\\x1b[2J\\x1b]0;pwned\\x07\\u202eafter" in result.stdout
+    assert "\\x1b[2J" in result.stderr  # the tool's output, shown on stderr

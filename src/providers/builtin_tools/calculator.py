@@ -60,9 +60,10 @@ class CalculatorTool(ModelArgumentsTool[CalculatorArguments]):
     arguments_model: ClassVar[type[BaseModel]] = CalculatorArguments
     idempotent: ClassVar[bool] = True
 
-    def __init__(self, *, time_limit_s: float = TIME_LIMIT_S) -> None:
+    def __init__(self, *, time_limit_s: float = TIME_LIMIT_S, worker: Path = WORKER) -> None:
         super().__init__()
         self._time_limit_s = time_limit_s
+        self._worker = worker
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> CalculatorTool:
@@ -84,7 +85,7 @@ class CalculatorTool(ModelArgumentsTool[CalculatorArguments]):
             check(args.expression)
         except CalculationError as exc:
             raise ToolExecutionError(str(exc), tool_name=self.name) from exc
-        command = [sys.executable, "-I", "-S", str(WORKER)]
+        command = [sys.executable, "-I", "-S", str(self._worker)]
         with anyio.move_on_after(self._time_limit_s) as scope:
             # run_process kills the worker when this scope (or the task) is cancelled.
             finished = await anyio.run_process(

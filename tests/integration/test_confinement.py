@@ -1,0 +1,276 @@
+"""The operating system's confinement of commands, through the sandbox and the kernel."""
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import pytest
+
+from core_agent.container import KernelContainer
+from core_agent.contracts.errors import ConfinementUnavailableError
+from core_agent.contracts.tool import CallPermit
+from core_agent.kernel.call_check import check_call
+from providers.sandbox.launcher_client import CommandLauncher, LauncherInfo
+from providers.sandbox.local_sandbox import LocalToolSandbox
+from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from shared.agent_protocol import (
+    ApprovalDecision,
+    ChatMessage,
+    TaskRequest,
+    TaskStatus,
+    ToolMessage,
+)
+
+pytestmark = pytest.mark.anyio
+CONNECT = "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 2)'"
+
+
+class Listener:
+    def __init__(self) -> None:
+        self.hits = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                connection, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.hits += 1
+            connection.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def listener():
+    server = Listener()
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=["auto", "off"], ids=["namespaces", "landlock-only"])
+async def sandbox(request, tmp_path: Path):
+    workspace = tmp_path / "ws"
+    (workspace / ".git").mkdir(parents=True)
+    box = LocalToolSandbox(
+        roots=[workspace],
+        protected=[tmp_path / "data"],
+        hidden=[tmp_path / "data"],
+        command_timeout_s=10,
+        namespaces=request.param,
+    )
+    yield box
+    await box.close()
+
+
+def leftovers(mark: str) -> list[int]:
+    deadline = time.monotonic() + 2
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if mark in cmdline and state != "Z":
+                found.append(int(entry.name))
+        if not found or time.monotonic() > deadline:
+            for pid in found:
+                os.kill(pid, signal.SIGKILL)
+            return found
+        time.sleep(0.05)
+
+
+async def test_only_a_network_permit_opens_tcp_and_never_unix_sockets(
+    sandbox: LocalToolSandbox, listener: Listener, tmp_path: Path
+) -> None:
+    command = CONNECT.format(port=listener.port)
+    refused = await sandbox.run_command(command)
+    assert refused.exit_code != 0 and listener.hits == 0
+    allowed = await sandbox.run_command(command, permit=CallPermit(network=True))
+    assert allowed.exit_code == 0, allowed.stderr
+    assert listener.hits == 1
+    unix = tmp_path / "agent.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(unix))
+    server.listen()
+    try:
+        local = await sandbox.run_command(
+            f"python3 -c 'import socket; socket.socket(1).connect(\"{unix}\")'",
+            permit=CallPermit(network=True),
+        )
+    finally:
+        server.close()
+    assert local.exit_code != 0 and "Operation not permitted" in local.stderr
+
+
+async def test_a_timeout_kills_everything_the_command_started(sandbox: LocalToolSandbox) -> None:
+    result = await sandbox.run_command(
+        "setsid sleep 9871 > /dev/null 2>&1 & sleep 9872", timeout_s=1
+    )
+    assert result.timed_out
+    assert leftovers("sleep 987") == []
+
+
+async def test_a_cancelled_call_kills_everything_the_command_started(
+    sandbox: LocalToolSandbox,
+) -> None:
+    with anyio.move_on_after(1):
+        await sandbox.run_command("(sleep 9873 &) ; sleep 9874")
+    assert leftovers("sleep 987") == []
+
+
+async def test_writes_follow_the_permit_and_never_reach_git_or_the_data_dir(
+    sandbox: LocalToolSandbox, tmp_path: Path
+) -> None:
+    workspace = sandbox.paths.roots[0]
+    (tmp_path / "data").mkdir()
+    # Without namespaces a root holding .git takes no new entries itself (README, threat
+    # model): the write below goes into an existing directory so both set-ups allow it.
+    (workspace / "sub").mkdir()
+    # Written through a program, so only the operating system stands in the way.
+    write = (
+        "python3 -c 'import sys\nfor p in sys.argv[1:]:\n"
+        '  try: open(p, "w")\n  except OSError as e: print(e)\''
+    )
+    read_only = await sandbox.run_command(f"{write} sub.txt .git/hook")
+    assert not (workspace / "sub.txt").exists()
+    await sandbox.run_command(
+        f"{write} sub/made.txt .git/hook {tmp_path}/data/x",
+        permit=CallPermit(write=True),
+    )
+    assert (workspace / "sub" / "made.txt").exists()
+    assert not (workspace / ".git" / "hook").exists()
+    assert not (tmp_path / "data" / "x").exists()
+    assert "Read-only file system" in read_only.stdout or "denied" in read_only.stdout
+
+
+async def test_a_data_dir_inside_the_workspace_is_hidden(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    data = workspace / ".agent"
+    data.mkdir(parents=True)
+    (data / "core_agent.db").write_text("memories")
+    box = LocalToolSandbox(roots=[workspace], protected=[data], hidden=[data])
+    try:
+        result = await box.run_command("cat .agent/core_agent.db", permit=CallPermit(write=True))
+        listed = await box.list_files(".", limit=100)
+        verdict = box.check_path(".agent/core_agent.db", capability="read")  # type: ignore[arg-type]
+    finally:
+        await box.close()
+    assert "memories" not in result.stdout
+    assert listed == []
+    assert not verdict.allowed and "kernel's data" in verdict.reason
+
+
+class NoLandlock(CommandLauncher):
+    """A launcher on a machine whose kernel has no Landlock."""
+
+    async def info(self) -> LauncherInfo:
+        return LauncherInfo(pid=0, landlock_abi=0, namespaces=False, seccomp=False)
+
+
+async def test_without_landlock_commands_are_refused_with_the_way_out(tmp_path: Path) -> None:
+    box = LocalToolSandbox(roots=[tmp_path], launcher=NoLandlock())
+    with pytest.raises(ConfinementUnavailableError, match="AGENT_SANDBOX_MODE=unconfined"):
+        await box.run_command("ls")
+    assert "no Landlock" in (await box.command_readiness() or "")
+    container = KernelContainer()
+    container.settings.override(container.settings().model_copy(update={"data_dir": tmp_path}))
+    report = await check_call(
+        tools=container.tool_registry(),
+        policy=container.policy_engine(),
+        sandbox=box,
+        threshold=container.settings().policy_approval_required_risk,
+        tool="run_command",
+        arguments={"command": "ls"},
+    )
+    assert not report["would_run"] and "no Landlock" in report["sandbox"]["reason"]
+
+
+def runs(command: str):
+    def model(messages: Sequence[ChatMessage]) -> ScriptedTurn:
+        if any(isinstance(m, ToolMessage) for m in messages):
+            return ScriptedTurn(content="done")
+        return ScriptedTurn(
+            tool_calls=[ScriptedToolCall(name="run_command", arguments={"command": command})]
+        )
+
+    return model
+
+
+async def test_the_opt_out_is_warned_about_and_on_every_tool_span(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={
+                "data_dir": tmp_path / "data",
+                "workspace_roots": (tmp_path,),
+                "sandbox_mode": "unconfined",
+            }
+        )
+    )
+    container.llm_gateway.override(ScriptedLLMGateway(policy=runs("ls")))
+    with caplog.at_level(logging.WARNING):
+        kernel = container.kernel()
+    assert "AGENT_SANDBOX_MODE=unconfined" in caplog.text
+    async with kernel:
+        result = await kernel.execute_task(TaskRequest(task="list", force_mode="react"))
+        spans = await kernel.task_spans(result.task_id)
+    (tool_span,) = [s for s in spans if s.kind == "tool"]
+    assert tool_span.attributes["confinement"] == "unconfined"
+
+
+async def test_a_policy_rule_can_open_the_network_to_an_approved_command(
+    tmp_path: Path, listener: Listener
+) -> None:
+    rules = tmp_path / "policy.toml"
+    rules.write_text(
+        '[[rule]]\nname = "local-service"\ntools = ["run_command"]\n'
+        'commands = ["python3 -c *"]\nrisk = "high"\nnetwork = true\n'
+    )
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={
+                "data_dir": tmp_path / "data",
+                "workspace_roots": (tmp_path,),
+                "policy_file": rules,
+            }
+        )
+    )
+    command = CONNECT.format(port=listener.port)
+    container.llm_gateway.override(ScriptedLLMGateway(policy=runs(command)))
+    kernel = container.kernel()
+    kernel.set_approval_callback(
+        lambda request: ApprovalDecision(request_id=request.request_id, approved=True)
+    )
+    async with kernel:
+        result = await kernel.execute_task(TaskRequest(task="ping", force_mode="react"))
+        events = await kernel.task_events(result.task_id)
+    assert result.status is TaskStatus.SUCCEEDED
+    assert listener.hits == 1
+    decided = next(e for e in events if e.kind == "policy.decided")
+    assert decided.rule == "local-service"
+    completed = next(e for e in events if e.kind == "tool.completed")
+    assert "exit code: 0" in completed.result.content, json.dumps(completed.result.content)

