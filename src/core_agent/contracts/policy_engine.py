@@ -16,7 +16,9 @@ class PolicyDecision:
     """The risk of one call, the rule that set it, and whether the call is denied outright.
 
     ``allow_network``: the rule that graded the call lets it use the network (a command's
-    confinement then leaves the network open).
+    confinement then leaves the network open). ``unproven``: what in the call's command
+    arguments the shell parser could not read statically, when the tool did not judge them
+    itself; such a call needs a human whatever its risk.
     """
 
     risk: RiskLevel
@@ -24,6 +26,7 @@ class PolicyDecision:
     denied: bool = False
     reason: str = ""
     allow_network: bool = False
+    unproven: tuple[str, ...] = ()
 
 
 class IPolicyEngine(abc.ABC):

@@ -62,8 +62,9 @@ def judge_call(
     """
     assessment = tool.assess(validated, context)
     decision = policy.evaluate(tool.spec, arguments, tainted=tainted, assessment=assessment)
-    if not decision.denied and assessment.unproven:
-        doubts = "; ".join(assessment.unproven[:5])
+    unproven = assessment.unproven or decision.unproven
+    if not decision.denied and unproven:
+        doubts = "; ".join(unproven[:5])
         if not decision.risk.at_least(threshold):
             decision = replace(
                 decision,
@@ -75,4 +76,6 @@ def judge_call(
             decision = replace(decision, reason=f"{decision.reason}; unproven: {doubts}")
     approval_required = not decision.denied and decision.risk.at_least(threshold)
     permit = CallPermit(write=assessment.writes, network=decision.allow_network)
+    if decision.unproven and not assessment.unproven:
+        assessment = replace(assessment, unproven=decision.unproven)
     return CallJudgement(decision, assessment, approval_required, permit)

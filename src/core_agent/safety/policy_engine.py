@@ -105,6 +105,7 @@ class _CallFacts:
     commands: tuple[str, ...]
     domains: tuple[str, ...]
     unparsable_command: bool
+    doubts: tuple[str, ...]
 
 
 class RulePolicyEngine(IPolicyEngine):
@@ -187,7 +188,7 @@ class RulePolicyEngine(IPolicyEngine):
             None,
         )
         allow_network = False
-        if facts.unparsable_command and assessment is None:
+        if facts.unparsable_command and (assessment is None or assessment.risk is None):
             # No rule can vouch for a command nobody can read.
             risk = max(capability_risk, RiskLevel.HIGH, key=lambda r: r.rank)
             rule, reason = "unparsable-command", "the command cannot be parsed"
@@ -206,8 +207,14 @@ class RulePolicyEngine(IPolicyEngine):
             if raised is not risk:
                 reason = f"{reason}; raised from {risk.value}: untrusted content is in context"
                 risk = raised
+        judged_by_tool = assessment is not None and assessment.risk is not None
         return PolicyDecision(
-            risk=risk, rule=rule, denied=False, reason=reason, allow_network=allow_network
+            risk=risk,
+            rule=rule,
+            denied=False,
+            reason=reason,
+            allow_network=allow_network,
+            unproven=() if judged_by_tool else facts.doubts,
         )
 
     def _facts(self, arguments: Mapping[str, Any]) -> _CallFacts:
@@ -215,6 +222,7 @@ class RulePolicyEngine(IPolicyEngine):
         commands: list[str] = []
         domains: list[str] = []
         unparsable = False
+        doubts: list[str] = []
         for name, value in arguments.items():
             values = [v for v in _strings(value)]
             key = name.lower()
@@ -222,25 +230,27 @@ class RulePolicyEngine(IPolicyEngine):
                 paths.extend(values)
             if key in COMMAND_ARGUMENTS:
                 for command in values:
-                    split, ok = self._sub_commands(command)
+                    split, ok, unproven = self._sub_commands(command)
                     commands.extend(split)
                     unparsable = unparsable or not ok
+                    doubts.extend(d for d in unproven if d not in doubts)
             for text in values:
                 if key in URL_ARGUMENTS or text.startswith(("http://", "https://")):
                     host = _url_host(text)
                     if host:
                         domains.append(host)
-        return _CallFacts(tuple(paths), tuple(commands), tuple(domains), unparsable)
+        return _CallFacts(tuple(paths), tuple(commands), tuple(domains), unparsable, tuple(doubts))
 
-    def _sub_commands(self, command: str) -> tuple[list[str], bool]:
+    def _sub_commands(self, command: str) -> tuple[list[str], bool, tuple[str, ...]]:
+        """The sub-commands' texts, whether the line parsed, what could not be read."""
         if self._parser is None:
-            return [command.strip()], True
+            return [command.strip()], True, ()
         parsed = self._parser.parse(command)
         found = [" ".join(c.argv) for c in parsed.commands]
         if not parsed.ok:
             # Deny rules still see every command the parser could find, and the raw line.
-            return [*found, command.strip()], False
-        return found or [command.strip()], True
+            return [*found, command.strip()], False, (f"cannot be parsed: {parsed.error}",)
+        return found or [command.strip()], True, parsed.unproven
 
     def _matches(
         self, rule: PolicyRule, spec: ToolSpec, facts: _CallFacts, tainted: bool, deny: bool

@@ -137,3 +137,30 @@ tools = ["http_fetch"]
 def test_a_bad_policy_file_is_a_clear_configuration_error(text: str) -> None:
     with pytest.raises(ConfigurationError, match=r"invalid policy file test\.toml"):
         load_rules(text, "test.toml")
+
+
+def test_a_tool_that_does_not_judge_its_command_gets_the_parsers_doubts(engine) -> None:
+    from core_agent.contracts.tool import ToolContext
+    from core_agent.safety.call_judgement import judge_call
+    from core_agent.tooling.function_tool import FunctionTool
+
+    async def remote_shell(command: str) -> str:
+        """Run a command on the build server.
+
+        Args:
+            command: The line.
+        """
+        return command
+
+    tool = FunctionTool(remote_shell, capabilities={"read"})
+    context = ToolContext(task_id="t", session_id="s", call_id="c")
+    plain = judge_call(
+        engine, tool, {"command": "ls"}, {"command": "ls"}, context,
+        tainted=False, threshold=RiskLevel.HIGH,
+    )  # fmt: skip
+    hidden = {"command": "ls $(cat ~/.ssh/id_rsa)"}
+    doubted = judge_call(
+        engine, tool, hidden, hidden, context, tainted=False, threshold=RiskLevel.HIGH
+    )
+    assert not plain.approval_required
+    assert doubted.approval_required and "command substitution" in doubted.decision.reason
