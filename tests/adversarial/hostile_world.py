@@ -47,8 +47,10 @@ def tree_digest(root: Path, *, skip: tuple[str, ...] = ()) -> str:
         if path.is_symlink():
             digest.update(b"link:" + os.readlink(path).encode())
         elif path.is_file():
+            info = path.stat()
             digest.update(path.read_bytes())
-            digest.update(oct(path.stat().st_mode).encode())
+            digest.update(f"{info.st_mode:o} {info.st_mtime_ns} {info.st_uid}".encode())
+            digest.update(repr(sorted(os.listxattr(path))).encode())
         else:
             digest.update(b"dir")
     return digest.hexdigest()

@@ -17,8 +17,16 @@ from core_agent.container import KernelContainer
 from core_agent.contracts.errors import ConfinementUnavailableError
 from core_agent.contracts.tool import CallPermit
 from core_agent.kernel.call_check import check_call
+from providers.sandbox import confinement
+from providers.sandbox.confinement import (
+    SYSTEM_HIDDEN_PATHS,
+    carved_paths,
+    command_environment,
+    command_policy,
+)
 from providers.sandbox.launcher_client import CommandLauncher, LauncherInfo
 from providers.sandbox.local_sandbox import LocalToolSandbox
+from providers.sandbox.program_paths import default_search_path, resolve_program
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
 from shared.agent_protocol import (
     ApprovalDecision,
@@ -274,3 +282,178 @@ async def test_a_policy_rule_can_open_the_network_to_an_approved_command(
     assert decided.rule == "local-service"
     completed = next(e for e in events if e.kind == "tool.completed")
     assert "exit code: 0" in completed.result.content, json.dumps(completed.result.content)
+
+
+async def test_the_command_cannot_stop_or_kill_its_keeper(sandbox: LocalToolSandbox) -> None:
+    for signal_name in ("-9", "-STOP"):
+        result = await sandbox.run_command(
+            f"(setsid sleep 9875 > /dev/null 2>&1 &); sleep 0.3; kill {signal_name} $PPID; "
+            "echo sent=$?",
+            permit=CallPermit(write=True),
+            timeout_s=5,
+        )
+        assert result.exit_code is not None and not result.timed_out
+        assert leftovers("sleep 987") == []
+
+
+async def test_the_command_inherits_no_socket_of_its_keeper(sandbox: LocalToolSandbox) -> None:
+    forged = await sandbox.run_command(
+        'ls -l /proc/self/fd; printf \'{"exit": 0}\' >&3; printf \'{"setup_error": "x"}\' >&3',
+        permit=CallPermit(write=True),
+    )
+    assert "socket:" not in forged.stdout
+    assert forged.exit_code != 0  # its own failure, not a forged report
+
+
+async def test_newer_metadata_syscalls_do_not_slip_past_the_filter(
+    sandbox: LocalToolSandbox, tmp_path: Path
+) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("x")
+    victim.chmod(0o600)
+    setxattrat = (
+        "python3 -c 'import ctypes,os; libc=ctypes.CDLL(None, use_errno=True)\n"
+        'class A(ctypes.Structure): _fields_=[("v",ctypes.c_void_p),("s",ctypes.c_uint32),'
+        '("f",ctypes.c_uint32)]\n'
+        'b=b"x"; a=A(ctypes.cast(ctypes.c_char_p(b),ctypes.c_void_p),1,0)\n'
+        f'r=libc.syscall(463,-100,b"{victim}",0,b"user.pwned",ctypes.byref(a),'
+        "ctypes.sizeof(a)); print(r, ctypes.get_errno())'"
+    )
+    await sandbox.run_command(setxattrat, permit=CallPermit(write=True))
+    await sandbox.run_command(f"touch -d 2001-01-01 {victim}", permit=CallPermit(write=True))
+    assert victim.stat().st_mtime > 1e9 + 3e8  # not moved to 2001
+    assert "user.pwned" not in os.listxattr(victim)
+
+
+@pytest.mark.parametrize("namespaces", ["auto", "off"])
+async def test_a_protected_path_cannot_be_carried_away_by_renaming_its_parent(
+    tmp_path: Path, namespaces: str
+) -> None:
+    workspace = tmp_path / "ws"
+    data = workspace / "state" / "agent"
+    data.mkdir(parents=True)
+    (data / "core_agent.db").write_text("DB-SECRET")
+    policy = workspace / "config" / "policy.toml"
+    policy.parent.mkdir()
+    policy.write_text("# the user's rules\n")
+    # The judge is off: only the operating system stands in the way.
+    box = LocalToolSandbox(
+        roots=[workspace],
+        protected=[data, policy],
+        hidden=[data],
+        judge_commands=False,
+        namespaces=namespaces,  # type: ignore[arg-type]
+    )
+    try:
+        moved = await box.run_command(
+            "mv state state.old; mkdir -p state/agent; cat state.old/agent/core_agent.db; "
+            "mv config config.old; mkdir config; echo 'rules: none' > config/policy.toml",
+            permit=CallPermit(write=True),
+        )
+    finally:
+        await box.close()
+    assert "DB-SECRET" not in moved.stdout
+    assert (data / "core_agent.db").read_text() == "DB-SECRET"
+    assert policy.read_text() == "# the user's rules\n"
+
+
+def readable_system_secrets() -> list[str]:
+    return [
+        path
+        for path in SYSTEM_HIDDEN_PATHS
+        if (os.path.isfile(path) and os.access(path, os.R_OK))
+        or (os.path.isdir(path) and os.listdir(path))
+    ]
+
+
+async def test_system_secrets_stay_unreadable_to_every_command(tmp_path: Path) -> None:
+    readable = readable_system_secrets()
+    assert readable, "no system secret readable here: the test would prove nothing"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    reads = " ".join(f"cat {path} {path}/* {path}/*/*;" for path in readable)
+    listings = " ".join(f"ls -A {path}/;" for path in readable)
+    for namespaces in ("auto", "off"):
+        box = LocalToolSandbox(
+            roots=[workspace],
+            judge_commands=False,
+            namespaces=namespaces,  # type: ignore[arg-type]
+        )
+        try:
+            for permit in (CallPermit(), CallPermit(write=True)):
+                result = await box.run_command(f"{reads} echo done", permit=permit)
+                assert result.stdout.strip() == "done", (namespaces, permit, result.stdout)
+                if namespaces == "auto":
+                    # Under an empty mount even the names are gone (without namespaces,
+                    # Landlock leaves a hidden directory's names listable: README).
+                    listed = await box.run_command(f"{listings} echo done", permit=permit)
+                    assert listed.stdout.strip() == "done", (permit, listed.stdout)
+        finally:
+            await box.close()
+
+
+async def test_requests_of_every_shape_run_one_after_another(tmp_path: Path) -> None:
+    # Keepers are forked ahead of their requests, inside the namespaces the last one needed;
+    # a request that needs others gets a keeper of its own, and each gets its own limits.
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    listener = Listener()
+    launcher = CommandLauncher()
+    search_path = default_search_path([workspace])
+    python = resolve_program("python3", search_path)
+    assert python is not None
+    connect = f"import socket; socket.create_connection(('127.0.0.1', {listener.port}), 2)"
+    try:
+        shapes = [
+            (namespaces, network, filtered)
+            for namespaces in (True, False)
+            for network in (False, True)
+            for filtered in (True, False)
+        ]
+        for namespaces, network, filtered in shapes * 2:
+            policy = command_policy(
+                program=python,
+                argv=["python3", "-c", connect],
+                cwd=workspace,
+                environment=command_environment(search_path, str(workspace)),
+                roots=[workspace],
+                carved=carved_paths([workspace], [], []),
+                temporary=str(workspace),
+                writable=False,
+                network=network,
+                namespaces=namespaces,
+                search_path=search_path,
+            )
+            policy["seccomp"] = filtered
+            hits = listener.hits
+            process = await launcher.spawn(policy)
+            code = await process.wait()
+            process.close()
+            shape = (namespaces, network, filtered)
+            assert (code == 0) is network, shape
+            assert listener.hits == hits + (1 if network else 0), shape
+    finally:
+        await launcher.close()
+        listener.close()
+
+
+async def test_a_command_allowed_the_network_can_read_where_the_resolver_config_points(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # systemd-resolved and NetworkManager make /etc/resolv.conf a link into /run.
+    target = tmp_path / "run" / "stub-resolv.conf"
+    target.parent.mkdir()
+    target.write_text("nameserver 127.0.0.53\n")
+    link = tmp_path / "resolv.conf"
+    link.symlink_to(target)
+    monkeypatch.setattr(confinement, "RESOLVER_FILES", (str(link),))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    box = LocalToolSandbox(roots=[workspace], judge_commands=False)
+    try:
+        offline = await box.run_command(f"cat {link}")
+        online = await box.run_command(f"cat {link}", permit=CallPermit(network=True))
+    finally:
+        await box.close()
+    assert "nameserver" not in offline.stdout
+    assert online.stdout == "nameserver 127.0.0.53\n", online.stderr

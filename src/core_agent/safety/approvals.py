@@ -4,8 +4,10 @@ An approval is bound to a hash of the exact call (tool name and canonical JSON a
 decision scoped wider than ``once`` becomes a grant that covers later calls in the same task,
 the same session, or matching a pattern, until it expires. A pattern grant holds in the
 session it was given in unless the human chose every session, and for a command it covers a
-line only when *each* of its sub-commands matches and it writes no file: a grant for
-``git rev-parse*`` does not cover ``git rev-parse HEAD; git branch -D x``.
+line only when *each* of its sub-commands matches, it writes no file through a redirection and
+the parser can read all of it (no assignment, expansion or substitution): a grant for
+``git rev-parse*`` does not cover ``git rev-parse HEAD; git branch -D x`` nor
+``GIT_CONFIG_COUNT=1 ... git rev-parse``.
 """
 
 from __future__ import annotations
@@ -106,7 +108,9 @@ class ApprovalGrants:
             return False  # nobody can split the line: a pattern cannot vouch for it
         for command in commands:
             parsed = self._parser.parse(command)
-            if not parsed.ok or not parsed.commands:
+            if not parsed.ok or not parsed.commands or parsed.unproven:
+                # Assignments (GIT_CONFIG_*, LD_PRELOAD), expansions and substitutions run
+                # more than the words the pattern was matched against.
                 return False
             if any(r.writes and r.target != "/dev/null" for r in parsed.redirections):
                 return False

@@ -127,24 +127,26 @@ class CommandGuard:
                 False,
             )
         reasons: list[str] = []
-        if name == "cd":
-            target = argv[1] if len(argv) > 1 else ""
-            if target and not self._paths.check(target, Capability.READ).allowed:
-                reasons.append(f"{shown!r} leaves the workspace")
-            return reasons, None, False
+        if name in _DIRECTORY_CHANGES:
+            # Every relative path after it (operands, redirections) would mean something else
+            # than what was checked against the workspace root.
+            return [f"{shown!r} changes the directory the other paths are checked in"], None, False
         program = self.resolve(name)
         if program is None:
             return [f"{name!r} is not a program on the system path"], None, False
         args = list(argv[1:])
         subcommand: str | None = None
         if os.path.basename(program) == "git":
-            global_args, subcommand, args = _split_git(args)
+            global_args, subcommand, args, unknown = _split_git(args)
+            if unknown:
+                reasons.append(f"{shown!r}: unknown git option {unknown!r} before the subcommand")
             verdict, _ = judge_options(GIT_GLOBAL, global_args, program="git")
             reasons.extend(verdict.unsafe)
             reasons.extend(self._outside(verdict.reads, "git"))
         entry = self._match(program, [*([subcommand] if subcommand else []), *args])
         if entry is None:
-            return [f"{shown!r} is not an allowed command (allowed: {self._shown})"], program, False
+            reasons.append(f"{shown!r} is not an allowed command (allowed: {self._shown})")
+            return reasons, program, False
         profile = self._profile(program, subcommand, entry)
         if profile is None:
             # Allowed by configuration without a profile: trusted as configured, may write.
@@ -192,16 +194,58 @@ class CommandGuard:
         return reasons
 
 
-def _split_git(args: list[str]) -> tuple[list[str], str | None, list[str]]:
-    """Git's global options, its subcommand, and the subcommand's arguments."""
+_DIRECTORY_CHANGES = frozenset({"cd", "pushd", "popd"})
+_GIT_FLAGS = frozenset(
+    {
+        "-p",
+        "--paginate",
+        "-P",
+        "--no-pager",
+        "--no-replace-objects",
+        "--literal-pathspecs",
+        "--glob-pathspecs",
+        "--noglob-pathspecs",
+        "--icase-pathspecs",
+        "--no-optional-locks",
+        "--no-lazy-fetch",
+        "--no-advice",
+    }
+)
+_GIT_WITH_VALUE = frozenset(
+    {
+        "-C",
+        "-c",
+        "--git-dir",
+        "--work-tree",
+        "--namespace",
+        "--super-prefix",
+        "--config-env",
+        "--list-cmds",
+        "--attr-source",
+        "--exec-path",
+    }
+)
+
+
+def _split_git(args: list[str]) -> tuple[list[str], str | None, list[str], str | None]:
+    """Split a git command line into global options, subcommand, and its arguments.
+
+    The fourth value is the first global option not known: then the subcommand cannot be told
+    for certain.
+    """
     index = 0
-    with_value = {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--super-prefix"}
     while index < len(args):
         word = args[index]
         if not word.startswith("-") or word == "-":
-            return args[:index], word, args[index + 1 :]
-        index += 2 if word in with_value else 1
-    return args, None, []
+            return args[:index], word, args[index + 1 :], None
+        name = word.split("=", 1)[0]
+        if word in _GIT_WITH_VALUE:
+            index += 2
+        elif word in _GIT_FLAGS or (name in _GIT_WITH_VALUE and "=" in word):
+            index += 1
+        else:
+            return args[:index], None, args[index:], word
+    return args, None, [], None
 
 
 def _glob_base(word: str) -> str:

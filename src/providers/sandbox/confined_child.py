@@ -46,7 +46,7 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _MS_NOATIME, _MS_NODIRATIME, _MS_RELATIME = 1024, 2048, 1 << 21
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
-_PR_SET_SECUREBITS, _PR_CAPBSET_DROP, _PR_CAP_AMBIENT = 28, 24, 47
+_PR_SET_SECUREBITS, _PR_CAP_AMBIENT = 28, 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 # NOROOT, NO_SETUID_FIXUP, KEEP_CAPS and NO_CAP_AMBIENT_RAISE, each with its lock bit.
 _SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
@@ -56,11 +56,6 @@ _EXIT_EXEC_FAILED = 127
 _CLEANUP_ROUNDS = 400
 
 _libc = ctypes.CDLL(None, use_errno=True)
-try:
-    with open("/proc/sys/kernel/cap_last_cap") as _cap_file:
-        _LAST_CAPABILITY = int(_cap_file.read().strip())
-except (OSError, ValueError):
-    _LAST_CAPABILITY = 63  # dropping unknown capabilities fails harmlessly
 _libc.mount.argtypes = (
     ctypes.c_char_p,
     ctypes.c_char_p,
@@ -167,8 +162,7 @@ def protect_with_mounts(
             flags = _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC
             _mount("tmpfs", path, "tmpfs", flags, "size=4k,mode=0555")
         else:
-            _mount("/dev/null", path, None, _MS_BIND, None)
-            _mount(None, path, None, _MS_BIND | _MS_REMOUNT | _MS_RDONLY, None)
+            _mount("/dev/null", path, None, _MS_BIND, None)  # reads nothing, writes go nowhere
     if private_shm and os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, "size=64m")
     return stuck
@@ -286,27 +280,70 @@ def grant(ruleset: landlock.Ruleset, path: str, rights: int, carved: Mapping[str
             os.close(fd)
 
 
+class StartedRuleset:
+    """A ruleset already holding the rules of the system paths, made before its request.
+
+    A spare keeper builds it from the launcher's cached plans for the last request (carving
+    ``/etc`` takes hundreds of rules); the keeper uses it only when the new request wants the
+    same plans and the same network handling, else it starts a ruleset of its own.
+    """
+
+    def __init__(self, abi: int, network: bool, plans: Mapping[str, Grants]) -> None:
+        self.network = network
+        self.plans = dict(plans)
+        self.ruleset = landlock.Ruleset(abi, network=not network, scoped=True)
+        try:
+            for planned in self.plans.values():
+                for fd, granted in planned:
+                    self.ruleset.allow_prepared(fd, granted)
+        except BaseException:
+            self.ruleset.close()
+            raise
+
+    def fits(self, network: bool, plans: Mapping[str, Grants]) -> bool:
+        """Whether it holds exactly these plans (the same cached rules) and network handling."""
+        return (
+            network == self.network
+            and plans.keys() == self.plans.keys()
+            and all(plans[path] is planned for path, planned in self.plans.items())
+        )
+
+
 def build_ruleset(
     policy: Mapping[str, Any],
     abi: int,
     carve: bool,
-    prepared: Mapping[str, Grants] | None = None,
+    prepared: Mapping[str, Any] | None = None,
 ) -> landlock.Ruleset:
     """The command's Landlock ruleset from the policy the kernel sent.
 
-    With ``carve``, protected and hidden paths are cut out of the grants rule by rule
-    (``prepared`` holds the launcher's cached rules for system paths); without, mounts already
-    made them read-only or empty.
+    Secrets under the system paths (``/etc/shadow``...) are always cut out of their grants
+    rule by rule. Protected and hidden paths under the workspace are too with ``carve``;
+    without, mounts already made them read-only or empty. ``prepared`` holds the launcher's
+    cached plans for the system paths (``{"plans": {path: Grants}}``, and maybe
+    ``"started"``: a ``StartedRuleset`` holding them already).
     """
     network = bool(policy["network"])
-    ruleset = landlock.Ruleset(abi, network=not network, scoped=True)
-    carved: dict[str, str] = dict(policy.get("carved", {})) if carve else {}
+    every_carved: dict[str, str] = dict(policy.get("carved", {}))
+    carved = every_carved if carve else {}
+    system = set(policy.get("system_read", ()))
+    plans: Mapping[str, Grants] = prepared.get("plans", {}) if prepared else {}
+    started = prepared.get("started") if prepared else None
+    done: Mapping[str, Grants] = {}
+    if isinstance(started, StartedRuleset) and started.fits(network, plans):
+        ruleset, done = started.ruleset, started.plans
+    else:
+        if isinstance(started, StartedRuleset):
+            started.ruleset.close()
+        ruleset = landlock.Ruleset(abi, network=not network, scoped=True)
     for path in policy["read"]:
-        if carve and prepared and path in prepared:
-            for fd, granted in prepared[path]:
+        if path in done:
+            continue
+        if path in plans:
+            for fd, granted in plans[path]:
                 ruleset.allow_prepared(fd, granted)
         else:
-            grant(ruleset, path, landlock.READ_RIGHTS, carved)
+            grant(ruleset, path, landlock.READ_RIGHTS, every_carved if path in system else carved)
     for path in policy["write"]:
         grant(ruleset, path, landlock.WRITE_RIGHTS, carved)
     for path in policy["devices"]:
@@ -317,6 +354,11 @@ def build_ruleset(
 def drop_capabilities(*, in_user_namespace: bool) -> None:
     """No capabilities now or after ``execve``, even for root.
 
+    Every set is emptied (effective, permitted, inheritable, ambient) and the securebits are
+    locked so that running a program as root grants none back; ``no_new_privs`` (set by the
+    Landlock restriction) makes ``execve`` ignore file capabilities and set-uid bits, so the
+    bounding set no longer matters.
+
     Raises:
         SetupError: The process is root (in its namespace) and the drop failed.
     """
@@ -324,8 +366,6 @@ def drop_capabilities(*, in_user_namespace: bool) -> None:
     if not privileged:
         return
     _call(_libc.prctl(_PR_SET_SECUREBITS, _SECUREBITS_LOCKED_DOWN, 0, 0, 0), "securebits")
-    for capability in range(_LAST_CAPABILITY + 1):
-        _call(_libc.prctl(_PR_CAPBSET_DROP, capability, 0, 0, 0), "capability bounding set")
     _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
     header = _CapHeader(_LINUX_CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
@@ -411,7 +451,7 @@ def _send(sock: socket.socket, message: Mapping[str, Any]) -> None:
 
 def confine(
     policy: Mapping[str, Any], abi: int, *, mounted: bool, per_sandbox_processes: bool,
-    prepared: Mapping[str, Grants] | None = None, running: int | None = None,
+    prepared: Mapping[str, Any] | None = None, running: int | None = None,
 ) -> None:  # fmt: skip
     """Confine the calling process for good: limits, no capabilities, Landlock, seccomp.
 
@@ -428,9 +468,9 @@ def confine(
         writable = bool(policy["writable"])
         program = seccomp.build(
             network=bool(policy["network"]),
-            # Without read-only mounts nothing stops a chmod outside the workspace.
+            # Without read-only mounts nothing stops a chmod or a touch outside the workspace.
             modes=writable and mounted,
-            times=writable,
+            times=writable and mounted,
         )
     set_limits(policy.get("limits", {}), per_sandbox_processes, running)
     drop_capabilities(in_user_namespace=per_sandbox_processes)
@@ -442,8 +482,9 @@ def confine(
 
 
 def exec_command(
-    policy: Mapping[str, Any], sock: socket.socket, stdout: int, stderr: int, *, parent: int
-) -> NoReturn:
+    policy: Mapping[str, Any], sock: socket.socket, stdout: int, stderr: int, abi: int, *,
+    parent: int,
+) -> NoReturn:  # fmt: skip
     """In the command's process (already confined): a session, its pipes, then ``execve``.
 
     ``parent`` is the pid the keeper has as seen from here (0 from inside a PID namespace).
@@ -461,8 +502,13 @@ def exec_command(
         os.chdir(policy["cwd"])
         os.umask(0o022)
         keep = sock.fileno()
+        os.set_inheritable(keep, False)  # kept only to report a failed execve
         os.closerange(3, keep)
         os.closerange(keep + 1, 1 << 16)
+        if abi >= 6:
+            # A domain of its own below the keeper's: the command cannot signal the keeper
+            # (which would leave its processes unwatched), only processes of its own domain.
+            landlock.Ruleset(abi, network=False, scoped=True, fs=False).restrict_self()
     except Exception as exc:
         _send(sock, {"setup_error": f"{type(exc).__name__}: {exc}"})
         os._exit(_EXIT_SETUP_FAILED)
@@ -473,24 +519,39 @@ def exec_command(
     os._exit(_EXIT_EXEC_FAILED)
 
 
+SPARE_NAMESPACES = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS
+"""What a spare keeper enters before it knows its command (plus a network namespace where
+there is no seccomp filter)."""
+
+
+def enter(flags: int) -> None:
+    """Enter new namespaces (``flags``) with the caller's ids mapped to themselves."""
+    uid, gid = os.getuid(), os.getgid()
+    unshare(flags)
+    map_own_ids(uid, gid)
+
+
 def keep(
     policy: Mapping[str, Any], sock: socket.socket, stdout: int, stderr: int, abi: int,
-    namespaces: bool, prepared: Mapping[str, Grants] | None = None, running: int | None = None,
+    namespaces: bool, prepared: Mapping[str, Any] | None = None, running: int | None = None,
+    entered: int = 0,
 ) -> NoReturn:  # fmt: skip
     """In the keeper process: set up, confine itself, fork the command, watch it.
 
     ``prepared`` and ``running`` are the launcher's cached system rules and count of the
-    user's processes (used without namespaces). Never returns.
+    user's processes (used without namespaces); ``entered`` the namespaces a spare keeper
+    already entered. Never returns.
     """
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the launcher ignores it; we wait
     mounted = False
     try:
         if namespaces:
-            mounted = _enter_namespaces(policy)
-            if not mounted:
-                # Landlock carves around them instead; the host's /dev/shm stays closed.
-                policy = {**policy, "write": [w for w in policy["write"] if w != "/dev/shm"]}
+            # The host's /dev/shm is granted only when a private tmpfs covers it.
+            mounted, write_dirs = _enter_namespaces(policy, entered)
+            policy = {**policy, "write": write_dirs}
         else:
+            policy = {**policy, "write": [w for w in policy["write"] if w != "/dev/shm"]}
+        if not namespaces:
             _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except Exception as exc:
         _send(sock, {"setup_error": f"{type(exc).__name__}: {exc}"})
@@ -506,7 +567,7 @@ def keep(
     me = os.getpid()
     child = os.fork()
     if child == 0:
-        exec_command(policy, sock, stdout, stderr, parent=0 if namespaces else me)
+        exec_command(policy, sock, stdout, stderr, abi, parent=0 if namespaces else me)
     os.close(stdout)
     os.close(stderr)
     _send(sock, {"started": me, "child": child, "namespaces": namespaces})
@@ -515,53 +576,87 @@ def keep(
     os._exit(0)
 
 
-def _enter_namespaces(policy: Mapping[str, Any]) -> bool:
+def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool, list[str]]:
     """New user, PID and IPC namespaces, and a mount namespace when mounts are needed.
 
-    Mounts are needed when the command may write (everything read-only but the writable
-    roots, protected paths read-only over them) or when a secret it could read sits below
-    a granted path (an empty mount over it). Returns whether the mounts protect the command
-    (else Landlock must carve around the paths rule by rule).
+    Mounts are needed when the command may write the workspace (everything read-only but the
+    writable directories, protected paths read-only over them and their parents pinned so
+    they cannot be renamed away) or when a secret it could read sits below a granted path
+    (an empty mount over it; secret files below system paths are carved out of the Landlock
+    grants instead, which costs nothing per command).
+    Returns whether the mounts (or the lack of any need for them) protect the command, and
+    the directories it may write.
     """
     writable = bool(policy["writable"])
-    write_roots = tuple(policy["write"])
-    granted = (*write_roots, *policy["read"])
+    write_dirs = [w for w in policy["write"] if w != "/dev/shm"]
+    system = set(policy.get("system_read", ()))
+    workspace = (*write_dirs, *(path for path in policy["read"] if path not in system))
+    granted = (*workspace, *system)
     carved = dict(policy.get("carved", {}))
     readonly = [
         path
         for path, kind in carved.items()
-        if kind == "readonly" and writable and any(_below(path, r) for r in write_roots)
+        if kind == "readonly" and writable and any(_below(path, r) for r in write_dirs)
     ]
     hidden = [
         path
         for path, kind in carved.items()
         if kind == "hidden"
+        # Secret files under system paths are carved out of their grants (the launcher's
+        # cached plans); a directory still needs a mount, or its names could be listed.
+        and (
+            os.path.isdir(path)
+            if not any(_below(path, root) for root in workspace)
+            else os.path.isdir(path) or os.access(path, os.R_OK)
+        )
         and any(_below(path, root) for root in granted)
-        # A file this user cannot read is hidden already; a mount would be wasted.
-        and (os.path.isdir(path) or os.access(path, os.R_OK))
     ]
-    flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC
-    if writable or hidden:
-        flags |= CLONE_NEWNS
-    if not policy["network"] and not policy.get("seccomp", True):
-        # Without the seccomp filter an empty network namespace keeps UDP and raw sockets
-        # off the network (it costs half a millisecond per command otherwise).
-        flags |= CLONE_NEWNET
-    uid, gid = os.getuid(), os.getgid()
-    unshare(flags)
-    map_own_ids(uid, gid)
-    if not flags & CLONE_NEWNS:
-        return True  # nothing to protect by mounts: no writes, no readable secret below
+    needs_mounts = bool(writable or hidden)
+    flags = entered
+    if not entered:
+        flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC
+        if needs_mounts:
+            flags |= CLONE_NEWNS
+        if not policy["network"] and not policy.get("seccomp", True):
+            # Without the seccomp filter an empty network namespace keeps UDP and raw
+            # sockets off the network (it costs half a millisecond per command otherwise).
+            flags |= CLONE_NEWNET
+        enter(flags)
+    if not needs_mounts or not flags & CLONE_NEWNS:
+        # Nothing to protect by mounts: no workspace writes, no readable secret below a grant.
+        return True, write_dirs
+    private_shm = bool(policy.get("private_shm")) and os.path.isdir("/dev/shm")
+    pinned = _parents_between([p for p in (*readonly, *hidden) if os.path.lexists(p)], write_dirs)
     try:
         protect_with_mounts(
-            [w for w in write_roots if w != "/dev/shm" and os.path.isdir(w)] if writable else [],
+            [w for w in (*write_dirs, *pinned) if os.path.isdir(w)],
             [path for path in readonly if os.path.lexists(path)],
             [path for path in hidden if os.path.lexists(path)],
-            private_shm=writable and "/dev/shm" in write_roots,
+            private_shm=private_shm,
         )
     except (SetupError, OSError):
-        return False
-    return True
+        return False, write_dirs
+    return True, [*write_dirs, "/dev/shm"] if private_shm else write_dirs
+
+
+def _parents_between(paths: Iterable[str], roots: Iterable[str]) -> list[str]:
+    """Directories between each writable root and the paths below it.
+
+    Bound onto themselves they become mount points, which cannot be renamed: otherwise
+    ``mv state x && mkdir -p state/agent`` would carry a protected mount away and put an
+    attacker's directory where the kernel looks for its data.
+    """
+    found: list[str] = []
+    for path in paths:
+        for root in roots:
+            if not _below(path, root) or path == root:
+                continue
+            parent = os.path.dirname(path)
+            while parent != root and _below(parent, root):
+                if parent not in found:
+                    found.append(parent)
+                parent = os.path.dirname(parent)
+    return sorted(found, key=len)
 
 
 def _below(path: str, root: str) -> bool:

@@ -36,6 +36,7 @@ SYSTEM_READ_PATHS = (
     "/nix/store",
     "/proc",
 )
+RESOLVER_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/nsswitch.conf", "/etc/gai.conf")
 SYSTEM_HIDDEN_PATHS = (
     "/etc/shadow",
     "/etc/shadow-",
@@ -51,6 +52,17 @@ SYSTEM_HIDDEN_PATHS = (
     "/etc/wireguard",
     "/etc/credstore",
     "/etc/credstore.encrypted",
+    "/etc/letsencrypt",
+    "/etc/kubernetes",
+    "/etc/mysql/debian.cnf",
+    "/etc/pki/tls/private",
+    "/etc/ipsec.secrets",
+    "/etc/ppp/chap-secrets",
+    "/etc/ppp/pap-secrets",
+    "/etc/openvpn",
+    "/etc/docker/key.json",
+    "/etc/sssd",
+    "/etc/samba/private",
 )
 """Credentials that live below the readable system directories."""
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
@@ -160,11 +172,12 @@ def command_policy(
 ) -> dict[str, Any]:
     """The JSON policy the launcher applies (see ``confined_child``)."""
     roots_text = [str(root) for root in roots]
-    system = _unique([*SYSTEM_READ_PATHS, *python_paths(), *search_path, *extra_read])
+    # The resolver's files are often links into /run (systemd-resolved, NetworkManager):
+    # their targets must be readable too, or a command allowed the network cannot find hosts.
+    resolver = [os.path.realpath(path) for path in RESOLVER_FILES] if network else []
+    system = _unique([*SYSTEM_READ_PATHS, *python_paths(), *search_path, *extra_read, *resolver])
     read = _unique([*system, *roots_text])
     write = [temporary, *(roots_text if writable else ())]
-    if namespaces:
-        write.append("/dev/shm")  # a private tmpfs in the command's mount namespace
     return {
         "program": program,
         "argv": list(argv),
@@ -178,6 +191,7 @@ def command_policy(
         "network": network,
         "writable": writable,
         "namespaces": namespaces,
+        "private_shm": namespaces and writable,
         "seccomp": True,
         "limits": asdict(limits or CommandLimits()),
     }

@@ -112,13 +112,14 @@ class Ruleset:
         abi: The kernel's ABI (``abi_version()``); rights it does not know are dropped.
         network: Handle TCP bind and connect (ABI 4+), so only granted ports are reachable.
         scoped: Keep signals and abstract Unix sockets inside the sandbox (ABI 6+).
+        fs: Handle the filesystem rights (off for a ruleset that only scopes, ABI 6+).
     """
 
-    def __init__(self, abi: int, *, network: bool, scoped: bool) -> None:
+    def __init__(self, abi: int, *, network: bool, scoped: bool, fs: bool = True) -> None:
         if abi < 1:
             raise LandlockError(95, "Landlock is not available in this kernel")
         self.abi = abi
-        self.fs_mask = fs_rights(abi)
+        self.fs_mask = fs_rights(abi) if fs else 0
         attr = _RulesetAttr(self.fs_mask, 0, 0)
         size = 8
         if abi >= 4:

@@ -15,6 +15,8 @@ unconfined: a policy it cannot apply fails that command.
 from __future__ import annotations
 
 import contextlib
+import gc
+import itertools
 import json
 import os
 import signal
@@ -27,21 +29,24 @@ from typing import Any
 
 MAX_MESSAGE_BYTES = 1 << 20
 GRANTS_TTL_S = 60.0
+_EXIT_SETUP_FAILED = 126  # as confined_child reports a keeper that could not set up
 PROCESSES_TTL_S = 1.0
+COLLECT_EVERY = 500  # requests between two garbage collections in the launcher
 
 
 class SystemGrants:
     """Rules for the system paths, planned once and reused by every command for a while.
 
-    Without namespaces, secrets under the readable system directories (``/etc/shadow``...) are
-    cut out of the grants entry by entry; doing that for every command would cost more than
-    starting it. A path replaced since (a new inode) is simply not granted until the plan is
-    renewed, which fails safe. The count of the user's processes is cached the same way.
+    Secrets under the readable system directories (``/etc/shadow``...) are cut out of the
+    grants entry by entry; doing that for every command would cost more than starting it. A
+    path replaced since (a new inode) is simply not granted until the plan is renewed, which
+    fails safe. The count of the user's processes is cached the same way.
     """
 
     def __init__(self) -> None:
         self._plans: dict[tuple[Any, ...], tuple[float, Any]] = {}
         self._running: tuple[float, int] | None = None
+        self._last: tuple[bool, dict[str, Any]] | None = None
 
     def prepared(self, policy: Mapping[str, Any]) -> dict[str, Any]:
         """Planned rules for the policy's system paths (see ``confined_child.plan_grant``)."""
@@ -61,7 +66,17 @@ class SystemGrants:
                 plan = confined_child.plan_grant(path, landlock.READ_RIGHTS, carved)
                 cached = self._plans[key] = (now, plan)
             out[path] = cached[1]
+        self._last = (bool(policy.get("network")), out)
         return out
+
+    def start_ruleset(self, abi: int) -> Any:
+        """A ``StartedRuleset`` with the rules the last request's system paths had, if any."""
+        from providers.sandbox import confined_child
+
+        if self._last is None:
+            return None
+        network, plans = self._last
+        return confined_child.StartedRuleset(abi, network, plans)
 
     def running(self) -> int:
         """How many processes the user runs (refreshed at most every second)."""
@@ -98,7 +113,11 @@ def probe_namespaces() -> bool:
 
 
 def serve(control: socket.socket) -> None:
-    """Answer spawn requests until the kernel closes its end."""
+    """Answer spawn requests until the kernel closes its end.
+
+    Each request goes to the spare keeper when it entered the namespaces the request needs
+    (else to a keeper forked for it), and a new spare is forked right after.
+    """
     from providers.sandbox import confined_child, landlock, seccomp
 
     abi = landlock.abi_version()
@@ -119,10 +138,25 @@ def serve(control: socket.socket) -> None:
         "seccomp": seccomp.supported(),
     }
     control.send(json.dumps(hello).encode())
+    # Keepers are forked from this process and live for one command: a collection in one
+    # would touch (and so copy) every page it shares with the launcher. The launcher itself
+    # collects now and then, between requests.
+    gc.disable()
+    served = 0
     grants = SystemGrants()
+    if seccomp.supported():
+        for network, modes, times in itertools.product((False, True), repeat=3):
+            seccomp.build(network=network, modes=modes, times=times)  # kept for the keepers
+    network_namespace = 0 if seccomp.supported() else confined_child.CLONE_NEWNET
+    base = confined_child.SPARE_NAMESPACES | network_namespace
+    spare = Spare.start(control, abi, base if namespaces else 0, grants)
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE_BYTES, 3)
+            # Close-on-exec: no command may inherit its keeper's socket (it could forge the
+            # keeper's reports) or another descriptor it was not given on purpose.
+            data, fds, _, _ = socket.recv_fds(
+                control, MAX_MESSAGE_BYTES, 3, socket.MSG_CMSG_CLOEXEC
+            )
         except InterruptedError:
             continue
         except OSError:
@@ -133,31 +167,155 @@ def serve(control: socket.socket) -> None:
             for fd in fds:
                 os.close(fd)
             continue
-        command_fd, stdout, stderr = fds
         try:
             policy = json.loads(data)
         except ValueError:
             policy = None
         use_namespaces = namespaces and isinstance(policy, dict) and bool(policy.get("namespaces"))
-        prepared = running = None
-        if isinstance(policy, dict) and not use_namespaces:
-            try:
-                prepared, running = grants.prepared(policy), grants.running()
-            except (OSError, ValueError, TypeError, KeyError):
-                prepared = running = None  # the keeper plans for itself
-        pid = os.fork()
-        if pid == 0:
-            os.close(control.fileno())
-            command = socket.socket(fileno=command_fd)
-            if not isinstance(policy, dict):
-                with contextlib.suppress(OSError):
-                    command.send(b'{"setup_error": "the launcher received a malformed request"}')
-                os._exit(126)
-            confined_child.keep(
-                policy, command, stdout, stderr, abi, use_namespaces, prepared, running
-            )
+        wanted = 0
+        if use_namespaces and isinstance(policy, dict):
+            wanted = confined_child.SPARE_NAMESPACES
+            if not policy.get("network") and not policy.get("seccomp", True):
+                wanted |= confined_child.CLONE_NEWNET
+        if spare is None or not spare.hand_over(data, fds, wanted):
+            _fork_keeper(control, data, fds, abi, use_namespaces, grants)
         for fd in fds:
             os.close(fd)
+        if isinstance(policy, dict):
+            # The next spare inherits these rules, planned now rather than after its fork.
+            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                grants.prepared(policy)
+                if not use_namespaces:
+                    grants.running()
+        served += 1
+        if served % COLLECT_EVERY == 0:
+            gc.collect()
+        spare = Spare.start(control, abi, wanted if use_namespaces else 0, grants)
+
+
+class Spare:
+    """A keeper forked (and, with namespaces, already in them) before its command arrives.
+
+    Forking and entering namespaces take about a millisecond each; a spare does both while
+    the launcher waits for the next request, so a command starts without them.
+    """
+
+    def __init__(self, pid: int, channel: socket.socket, flags: int) -> None:
+        self.pid = pid
+        self.channel = channel
+        self.flags = flags
+
+    @classmethod
+    def start(
+        cls, control: socket.socket, abi: int, flags: int, grants: SystemGrants
+    ) -> Spare | None:
+        """Fork a spare keeper entering ``flags`` (``None`` if it cannot be forked)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            try:
+                os.close(control.fileno())
+                ours.close()
+                _wait_as_spare(theirs, abi, flags, grants)
+            finally:
+                os._exit(_EXIT_SETUP_FAILED)  # never back into the launcher's loop
+        theirs.close()
+        return cls(pid, ours, flags)
+
+    def hand_over(self, data: bytes, fds: list[int], wanted: int) -> bool:
+        """Give the request to this spare if it entered the namespaces it needs.
+
+        The spare ends either way: with a request it becomes its keeper, without one (its
+        channel closed) it exits.
+        """
+        try:
+            if self.flags != wanted:
+                return False
+            socket.send_fds(self.channel, [data], fds)
+            return True
+        except OSError:
+            return False
+        finally:
+            self.channel.close()
+
+
+def _wait_as_spare(channel: socket.socket, abi: int, flags: int, grants: SystemGrants) -> None:
+    """In a spare: enter ``flags``, wait for one request, then keep its command."""
+    from providers.sandbox import confined_child
+
+    failure = None
+    try:
+        if flags:
+            confined_child.enter(flags)
+    except Exception as exc:  # reported to the command that comes, as its keeper would
+        failure = f"{type(exc).__name__}: {exc}"
+    started = None
+    if failure is None:
+        with contextlib.suppress(OSError):  # the keeper then builds the whole ruleset itself
+            started = grants.start_ruleset(abi)
+    try:
+        data, fds, _, _ = socket.recv_fds(channel, MAX_MESSAGE_BYTES, 3, socket.MSG_CMSG_CLOEXEC)
+    except OSError:
+        return  # the client sees its command socket close and reports the failed start
+    if not data or len(fds) != 3:
+        return  # the launcher ended, or replaced this spare
+    channel.close()
+    if failure is not None:
+        with contextlib.suppress(OSError):
+            socket.socket(fileno=fds[0]).send(json.dumps({"setup_error": failure}).encode())
+        return
+    _keep_request(data, fds, abi, bool(flags), grants, entered=flags, started=started)
+
+
+def _fork_keeper(
+    control: socket.socket, data: bytes, fds: list[int], abi: int, namespaces: bool,
+    grants: SystemGrants,
+) -> None:  # fmt: skip
+    """Start a keeper for a request no spare could take."""
+    if os.fork() != 0:
+        return
+    try:
+        os.close(control.fileno())
+        _keep_request(data, fds, abi, namespaces, grants, entered=0, started=None)
+    finally:
+        os._exit(_EXIT_SETUP_FAILED)  # never back into the launcher's loop
+
+
+def _keep_request(
+    data: bytes, fds: list[int], abi: int, namespaces: bool, grants: SystemGrants, *,
+    entered: int, started: Any,
+) -> None:  # fmt: skip
+    """In a keeper: read the request's policy and keep its command (never returns).
+
+    ``entered``: the namespaces a spare already entered; ``started``: its ``StartedRuleset``.
+    """
+    from providers.sandbox import confined_child
+
+    command_fd, stdout, stderr = fds
+    command = socket.socket(fileno=command_fd)
+    try:
+        policy = json.loads(data)
+        if not isinstance(policy, dict):
+            raise ValueError(policy)
+    except ValueError:
+        with contextlib.suppress(OSError):
+            command.send(b'{"setup_error": "the launcher received a malformed request"}')
+        return
+    prepared: dict[str, Any] | None = None
+    running = None
+    try:
+        prepared = {"plans": grants.prepared(policy), "started": started}
+        running = None if namespaces else grants.running()
+    except (OSError, ValueError, TypeError, KeyError):
+        prepared = running = None  # the keeper plans for itself
+    confined_child.keep(
+        policy, command, stdout, stderr, abi, namespaces, prepared, running, entered=entered
+    )
 
 
 def main(argv: list[str]) -> int:

@@ -17,7 +17,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-ValueKind = Literal["text", "read", "unsafe"]
+ValueKind = Literal["text", "read", "optional", "unsafe"]
+"""``text``/``read``: the option takes a value (attached, or the next word); ``read`` names a
+file. ``optional``: a value only when attached with ``=`` (``--color[=WHEN]``), so the next
+word stays an operand. ``unsafe``: the option writes files or runs programs."""
 OperandKind = Literal["read", "text", "pattern_then_read", "revisions_or_paths", "date"]
 
 
@@ -72,7 +75,7 @@ _HISTORY = ProgramProfile(
     short_values={"n": "text", "U": "text", "S": "text", "G": "text", "O": "read", "L": "text"},
     long_values={
         "format": "text",
-        "pretty": "text",
+        "pretty": "optional",
         "max-count": "text",
         "since": "text",
         "until": "text",
@@ -84,7 +87,7 @@ _HISTORY = ProgramProfile(
         "skip": "text",
         "diff-filter": "text",
         "word-diff-regex": "text",
-        "relative": "text",
+        "relative": "optional",
         "src-prefix": "text",
         "dst-prefix": "text",
         "line-prefix": "text",
@@ -92,17 +95,17 @@ _HISTORY = ProgramProfile(
         "output-indicator-old": "text",
         "output-indicator-context": "text",
         "anchored": "text",
-        "color-moved": "text",
+        "color-moved": "optional",
         "date": "text",
-        "decorate": "text",
+        "decorate": "optional",
         "encoding": "text",
-        "abbrev": "text",
-        "stat": "text",
-        "dirstat": "text",
-        "submodule": "text",
-        "ignore-submodules": "text",
-        "color": "text",
-        "word-diff": "text",
+        "abbrev": "optional",
+        "stat": "optional",
+        "dirstat": "optional",
+        "submodule": "optional",
+        "ignore-submodules": "optional",
+        "color": "optional",
+        "word-diff": "optional",
     },
     operands="revisions_or_paths",
 )
@@ -110,14 +113,14 @@ _HISTORY = ProgramProfile(
 GIT_SUBCOMMANDS: dict[str, ProgramProfile] = {
     "status": ProgramProfile(
         short_values={"u": "text"},
-        long_values={"untracked-files": "text", "ignored": "text", "column": "text"},
+        long_values={"untracked-files": "optional", "ignored": "optional", "column": "optional"},
         operands="read",
     ),
     "diff": _HISTORY,
     "log": _HISTORY,
     "show": _HISTORY,
     "rev-parse": ProgramProfile(
-        long_values={"git-path": "text", "short": "text", "abbrev-ref": "text"},
+        long_values={"git-path": "text", "short": "optional", "abbrev-ref": "optional"},
         operands="text",
     ),
     "branch": ProgramProfile(
@@ -146,9 +149,9 @@ GIT_SUBCOMMANDS: dict[str, ProgramProfile] = {
             "points-at": "text",
             "format": "text",
             "sort": "text",
-            "column": "text",
-            "abbrev": "text",
-            "color": "text",
+            "column": "optional",
+            "abbrev": "optional",
+            "color": "optional",
         },
         operands="text",
         unsafe_operands_without=frozenset({"--list", "-l"}),
@@ -207,8 +210,8 @@ PROFILES: dict[str, ProgramProfile] = {
             "exclude-from": "read",
             "exclude-dir": "text",
             "label": "text",
-            "color": "text",
-            "colour": "text",
+            "color": "optional",
+            "colour": "optional",
             "binary-files": "text",
             "devices": "text",
             "directories": "text",
@@ -284,8 +287,8 @@ PROFILES: dict[str, ProgramProfile] = {
             "skip-fields": "text",
             "skip-chars": "text",
             "check-chars": "text",
-            "all-repeated": "text",
-            "group": "text",
+            "all-repeated": "optional",
+            "group": "optional",
         },
         max_operands=1,
     ),
@@ -320,11 +323,11 @@ PROFILES: dict[str, ProgramProfile] = {
             "ignore-matching-lines": "text",
             "label": "text",
             "ifdef": "text",
-            "unified": "text",
-            "context": "text",
+            "unified": "optional",
+            "context": "optional",
             "width": "text",
             "starting-file": "text",
-            "color": "text",
+            "color": "optional",
             "palette": "text",
             "line-format": "text",
             "old-line-format": "text",
@@ -345,7 +348,13 @@ PROFILES: dict[str, ProgramProfile] = {
         unsafe_short="s",
         unsafe_long=frozenset({"set"}),
         short_values={"d": "text", "f": "read", "r": "read"},
-        long_values={"date": "text", "file": "read", "reference": "read", "iso-8601": "text"},
+        long_values={
+            "date": "text",
+            "file": "read",
+            "reference": "read",
+            "iso-8601": "optional",
+            "rfc-3339": "text",
+        },
         operands="date",
     ),
     "stat": ProgramProfile(
@@ -353,9 +362,9 @@ PROFILES: dict[str, ProgramProfile] = {
         long_values={"format": "text", "printf": "text", "cached": "text"},
     ),
     "file": ProgramProfile(
-        # -C compiles a magic file into the current directory.
-        unsafe_short="C",
-        unsafe_long=frozenset({"compile"}),
+        # -C compiles a magic file into the current directory; -z/-Z run decompressors.
+        unsafe_short="CzZ",
+        unsafe_long=frozenset({"compile", "uncompress", "uncompress-noreport"}),
         short_values={"m": "read", "f": "read", "F": "text", "e": "text", "P": "text"},
         long_values={
             "magic-file": "read",
@@ -375,7 +384,7 @@ PROFILES: dict[str, ProgramProfile] = {
             "block-size": "text",
             "max-depth": "text",
             "threshold": "text",
-            "time": "text",
+            "time": "optional",
             "time-style": "text",
         },
     ),
@@ -388,7 +397,6 @@ PROFILES: dict[str, ProgramProfile] = {
             "filelimit": "text",
             "timefmt": "text",
             "sort": "text",
-            "prune": "text",
             "gitfile": "read",
             "infofile": "read",
             "hintro": "read",
@@ -426,7 +434,7 @@ def judge_options(
                 unsafe.append(f"{program} --{match} writes files or runs programs")
                 continue
             kind = profile.long_values.get(match)
-            if kind is None:
+            if kind is None or (kind == "optional" and not has_value):
                 continue
             if not has_value and index < len(args):
                 value, index = args[index], index + 1

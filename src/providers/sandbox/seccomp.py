@@ -6,7 +6,8 @@ sandbox). This filter, installed right before ``execve``, refuses ``socket()`` f
 family when the call has no network, and for ``AF_UNIX`` when it has (``socketpair`` stays:
 pipes between a program's own processes). It also refuses ``io_uring`` (which opens
 connections without ``socket()``) and the kernel keyring calls (a user's keyring holds
-credentials). Landlock does not cover changes of file metadata (mode, owner, extended
+credentials), and answers ``ENOSYS`` to syscalls newer than it knows. Landlock does not
+cover changes of file metadata (mode, owner, extended
 attributes, times) either: a command that may not write gets none of those calls, and one
 that may write but whose protected paths are not behind read-only mounts gets no mode, owner
 or attribute changes (else ``chmod 777 ~/.ssh/id_rsa`` would work). Syscalls of another ABI
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import platform
 import struct
 
@@ -33,6 +35,10 @@ _RET_ERRNO = 0x00050000
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _AF_UNIX = 1
 _X32_BIT = 0x40000000
+NEWEST_KNOWN = 462
+"""``lsm_list_modules``, the newest syscall this filter was written against (the same number on
+x86-64 and aarch64). Newer ones (``setxattrat``, ``file_setattr``...) get ``ENOSYS``, which
+makes libc fall back to the calls the filter judges, instead of slipping past it."""
 
 # (audit arch, socket, io_uring_setup/enter/register, keyctl/add_key/request_key,
 #  chmod/chown/xattr family, utime family)
@@ -67,8 +73,11 @@ def supported() -> bool:
     return platform.machine() in _ARCHES
 
 
+@functools.lru_cache(maxsize=8)
 def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
     """The filter program (``struct sock_filter[]``) for the native architecture.
+
+    Cached: the launcher builds every variant once and its keepers inherit them.
 
     Args:
         network: The command may open network sockets (never ``AF_UNIX`` ones).
@@ -103,6 +112,7 @@ def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
     emit(_BPF_LD_W_ABS, 0)  # seccomp_data.nr
     if machine == "x86_64":
         emit(_BPF_JGE_K, _X32_BIT, jt="deny")
+    emit(_BPF_JGE_K, NEWEST_KNOWN + 1, jt="unknown")
     for number in denied:
         emit(_BPF_JEQ_K, number, jt="deny")
     emit(_BPF_JEQ_K, socket_nr, jt="socket")
@@ -114,6 +124,8 @@ def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
         emit(_BPF_RET_K, _RET_ALLOW)
     labels["deny"] = len(program)
     emit(_BPF_RET_K, _RET_ERRNO | errno.EPERM)
+    labels["unknown"] = len(program)
+    emit(_BPF_RET_K, _RET_ERRNO | errno.ENOSYS)
     for index, jt, jf in jumps:
         code, _, _, k = program[index]
         true = labels[jt] - index - 1 if jt else 0

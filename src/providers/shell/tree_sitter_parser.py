@@ -161,6 +161,10 @@ class TreeSitterShellParser(IShellParser):
     def parse(self, command: str) -> ParsedCommand:
         """All simple commands ``command`` would run; ``error`` when it cannot be judged."""
         builder = _Builder()
+        if "\\\n" in command or "\\\r" in command:
+            # bash joins the two halves of a word around a backslash-newline; the grammar
+            # splits it there, so the line would run otherwise than it reads.
+            builder.doubt("a line continuation (backslash-newline)")
         self._parse_into(builder, command, origin="top", depth=0)
         return ParsedCommand(
             commands=tuple(builder.commands),

@@ -67,6 +67,8 @@ def test_a_command_pattern_covers_lines_whose_every_sub_command_matches(command:
         "git rev-parse HEAD > notes.txt",
         "git rev-parse 'unterminated",
         "rm -rf x",
+        "GIT_CONFIG_COUNT=1 GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0=x git rev-parse",
+        "LD_PRELOAD=./x.so git rev-parse HEAD",
     ],
 )
 def test_a_command_pattern_never_covers_anything_more(command: str) -> None:

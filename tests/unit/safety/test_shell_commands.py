@@ -169,6 +169,21 @@ def test_a_redirection_into_the_workspace_is_a_proven_write(guard: CommandGuard)
         ("cat < /etc/passwd", "outside the workspace roots"),
         ("python3 -m pytest", "not an allowed command"),
         ("X=1 ls", "variable set for the command"),
+        # What an adversarial review of the judge found, each a way past it before:
+        ("git --shallow-file log -c core.fsmonitor=x status", "unknown git option"),
+        ("git --bogus status", "unknown git option"),
+        ("sort -S1 --\\\ncompress-program=sh README.md > out.txt", "line continuation"),
+        ("cat .\\\n./.\\\n./etc/hostname", "line continuation"),
+        ("cd -P /etc && cat hostname", "changes the directory"),
+        ("cd src && cat ../../x", "changes the directory"),
+        ("grep --color root /etc/passwd", "outside the workspace roots"),
+        ("diff --unified /etc/passwd README.md", "outside the workspace roots"),
+        ("git diff --no-index --color /etc/passwd README.md", "outside the workspace roots"),
+        ("git status --ignored /etc", "outside the workspace roots"),
+        ("du --time /root", "outside the workspace roots"),
+        ("uniq --group README.md out.txt", "is an output file"),
+        ("git branch --color evil", "changes the repository"),
+        ("file -z notes.gz", "file -z"),
     ],
 )
 def test_anything_not_proven_needs_a_human(
