@@ -57,84 +57,59 @@ def tree_digest(root: Path, *, skip: tuple[str, ...] = ()) -> str:
 
 
 class _Sink:
-    """Counts what reaches a loopback endpoint."""
+    """Counts what reaches a loopback endpoint, served by a thread until ``close``."""
 
-    def __init__(self) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         self.hits = 0
+        self.sock = sock
+        self.sock.settimeout(0.2)
         self._stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._receive()
+            except OSError:
+                continue
+            self.hits += 1
+
+    def _receive(self) -> None:
+        connection, _ = self.sock.accept()
+        connection.close()
 
     def close(self) -> None:
         self._stop.set()
+        self.sock.close()
 
 
 class TcpSink(_Sink):
     def __init__(self) -> None:
-        super().__init__()
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                connection, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.hits += 1
-            connection.close()
-
-    def close(self) -> None:
-        super().close()
-        self.sock.close()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        self.port = sock.getsockname()[1]
+        super().__init__(sock)
 
 
 class UdpSink(_Sink):
     def __init__(self) -> None:
-        super().__init__()
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        super().__init__(sock)
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sock.recvfrom(4096)
-            except OSError:
-                continue
-            self.hits += 1
-
-    def close(self) -> None:
-        super().close()
-        self.sock.close()
+    def _receive(self) -> None:
+        self.sock.recvfrom(4096)
 
 
 class UnixSink(_Sink):
     def __init__(self, path: Path) -> None:
-        super().__init__()
         self.path = path
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(str(path))
-        self.sock.listen(16)
-        self.sock.settimeout(0.2)
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                connection, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.hits += 1
-            connection.close()
-
-    def close(self) -> None:
-        super().close()
-        self.sock.close()
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(str(path))
+        sock.listen(16)
+        super().__init__(sock)
 
 
 @dataclass

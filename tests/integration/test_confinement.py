@@ -5,7 +5,6 @@ import logging
 import os
 import signal
 import socket
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,39 +34,15 @@ from shared.agent_protocol import (
     TaskStatus,
     ToolMessage,
 )
+from tests.adversarial.hostile_world import TcpSink
 
 pytestmark = pytest.mark.anyio
 CONNECT = "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 2)'"
 
 
-class Listener:
-    def __init__(self) -> None:
-        self.hits = 0
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(8)
-        self.sock.settimeout(0.1)
-        self.port = self.sock.getsockname()[1]
-        self._stop = threading.Event()
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                connection, _ = self.sock.accept()
-            except OSError:
-                continue
-            self.hits += 1
-            connection.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self.sock.close()
-
-
 @pytest.fixture
 def listener():
-    server = Listener()
+    server = TcpSink()
     yield server
     server.close()
 
@@ -109,7 +84,7 @@ def leftovers(mark: str) -> list[int]:
 
 
 async def test_only_a_network_permit_opens_tcp_and_never_unix_sockets(
-    sandbox: LocalToolSandbox, listener: Listener, tmp_path: Path
+    sandbox: LocalToolSandbox, listener: TcpSink, tmp_path: Path
 ) -> None:
     command = CONNECT.format(port=listener.port)
     refused = await sandbox.run_command(command)
@@ -250,7 +225,7 @@ async def test_the_opt_out_is_warned_about_and_on_every_tool_span(
 
 
 async def test_a_policy_rule_can_open_the_network_to_an_approved_command(
-    tmp_path: Path, listener: Listener
+    tmp_path: Path, listener: TcpSink
 ) -> None:
     rules = tmp_path / "policy.toml"
     rules.write_text(
@@ -397,7 +372,7 @@ async def test_requests_of_every_shape_run_one_after_another(tmp_path: Path) -> 
     # a request that needs others gets a keeper of its own, and each gets its own limits.
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    listener = Listener()
+    listener = TcpSink()
     launcher = CommandLauncher()
     search_path = default_search_path([workspace])
     python = resolve_program("python3", search_path)
