@@ -1,10 +1,14 @@
 """The operating system's confinement of commands, through the sandbox and the kernel."""
 
+import fcntl
 import json
 import logging
 import os
 import signal
 import socket
+import struct
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,7 +20,7 @@ from core_agent.container import KernelContainer
 from core_agent.contracts.errors import ConfinementUnavailableError
 from core_agent.contracts.tool import CallPermit
 from core_agent.kernel.call_check import check_call
-from providers.sandbox import confinement
+from providers.sandbox import confinement, launcher
 from providers.sandbox.confinement import (
     SYSTEM_HIDDEN_PATHS,
     carved_paths,
@@ -259,6 +263,23 @@ async def test_a_policy_rule_can_open_the_network_to_an_approved_command(
     assert "exit code: 0" in completed.result.content, json.dumps(completed.result.content)
 
 
+async def test_a_deep_chain_of_process_groups_is_killed_whole(
+    sandbox: LocalToolSandbox,
+) -> None:
+    # Each level in a process group of its own, so killing groups reaches one level at a time.
+    chain = (
+        "python3 -c 'import os, time\n"
+        "for _ in range(600):\n"
+        "    os.setpgid(0, 0)\n"
+        "    if os.fork(): time.sleep(1000)\n"
+        'os.execvp("sleep", ["sleep", "9876"])\' & sleep 2; echo started'
+    )
+    result = await sandbox.run_command(chain, permit=CallPermit(write=True))
+    assert "started" in result.stdout
+    assert leftovers("sleep 9876") == []
+    assert leftovers("import os, time") == []
+
+
 async def test_the_command_cannot_stop_or_kill_its_keeper(sandbox: LocalToolSandbox) -> None:
     for signal_name in ("-9", "-STOP"):
         result = await sandbox.run_command(
@@ -280,7 +301,7 @@ async def test_the_command_inherits_no_socket_of_its_keeper(sandbox: LocalToolSa
     assert forged.exit_code != 0  # its own failure, not a forged report
 
 
-async def test_newer_metadata_syscalls_do_not_slip_past_the_filter(
+async def test_metadata_changes_do_not_slip_past_the_filter(
     sandbox: LocalToolSandbox, tmp_path: Path
 ) -> None:
     victim = tmp_path / "victim.txt"
@@ -296,8 +317,36 @@ async def test_newer_metadata_syscalls_do_not_slip_past_the_filter(
     )
     await sandbox.run_command(setxattrat, permit=CallPermit(write=True))
     await sandbox.run_command(f"touch -d 2001-01-01 {victim}", permit=CallPermit(write=True))
+    config = sandbox.paths.roots[0] / ".git" / "config"
+    config.write_text("[core]\n")
+    await sandbox.run_command(f"python3 -c '{SET_NODUMP}' .git/config")
     assert victim.stat().st_mtime > 1e9 + 3e8  # not moved to 2001
     assert "user.pwned" not in os.listxattr(victim)
+    assert not inode_flags(config) & NODUMP  # chattr +d on a file it may only read
+
+
+SET_NODUMP = (
+    "import fcntl, os, struct, sys; fd = os.open(sys.argv[1], os.O_RDONLY); "
+    'fcntl.ioctl(fd, 0x40086602, struct.pack("l", 0x40))'
+)
+NODUMP = 0x40
+
+
+def inode_flags(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        flags = fcntl.ioctl(fd, 0x80086601, struct.pack("l", 0))  # FS_IOC_GETFLAGS
+    finally:
+        os.close(fd)
+    return int(struct.unpack("l", flags)[0])
+
+
+def test_this_file_system_keeps_inode_flags(tmp_path: Path) -> None:
+    # What the check above relies on: without confinement the flag sticks.
+    probe = tmp_path / "probe"
+    probe.write_text("x")
+    subprocess.run([sys.executable, "-c", SET_NODUMP, str(probe)], check=True)
+    assert inode_flags(probe) & NODUMP
 
 
 @pytest.mark.parametrize("namespaces", ["auto", "off"])
@@ -339,6 +388,11 @@ def readable_system_secrets() -> list[str]:
         if (os.path.isfile(path) and os.access(path, os.R_OK))
         or (os.path.isdir(path) and os.listdir(path))
     ]
+
+
+def secrets_by_kind() -> tuple[list[str], list[str]]:
+    found = readable_system_secrets()
+    return [p for p in found if os.path.isfile(p)], [p for p in found if os.path.isdir(p)]
 
 
 async def test_system_secrets_stay_unreadable_to_every_command(tmp_path: Path) -> None:
@@ -432,3 +486,104 @@ async def test_a_command_allowed_the_network_can_read_where_the_resolver_config_
         await box.close()
     assert "nameserver" not in offline.stdout
     assert online.stdout == "nameserver 127.0.0.53\n", online.stderr
+
+
+async def test_a_file_added_to_a_split_system_directory_is_readable_at_once(
+    tmp_path: Path,
+) -> None:
+    # Extra read paths are planned like /etc: split around what is hidden below them, with
+    # the plan cached by the launcher. A new entry must not wait for the cache to expire.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "secret.key").write_text("KEY")
+    (shared / "old.txt").write_text("old")
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    box = LocalToolSandbox(
+        roots=[workspace],
+        hidden=[shared / "secret.key"],
+        read_paths=[shared],
+        judge_commands=False,
+    )
+    try:
+        first = await box.run_command(f"cat {shared}/old.txt {shared}/secret.key")
+        (shared / "new.txt").write_text("new")
+        (shared / "old.txt").unlink()
+        (shared / "old.txt").write_text("replaced")
+        second = await box.run_command(f"cat {shared}/new.txt {shared}/old.txt")
+        third = await box.run_command(f"cat {shared}/secret.key")
+    finally:
+        await box.close()
+    assert first.stdout == "old" and "KEY" not in first.stdout
+    assert second.stdout == "newreplaced", second.stderr
+    assert "KEY" not in third.stdout
+
+
+def test_the_launchers_plan_cache_stays_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    system = tmp_path / "system"
+    system.mkdir()
+    for index in range(50):
+        (system / f"entry{index}").write_text("x")
+    monkeypatch.setattr(launcher, "MAX_CACHED_DESCRIPTORS", 200)
+    grants = launcher.SystemGrants()
+    opened_before = len(os.listdir("/proc/self/fd"))
+    for index in range(40):
+        # A different hidden entry each time: a plan of its own each time (~50 descriptors).
+        grants.prepared(
+            {"system_read": [str(system)], "carved": {str(system / f"entry{index}"): "hidden"}}
+        )
+    held = len(os.listdir("/proc/self/fd")) - opened_before
+    assert 0 < held <= 200 + 60
+
+
+@pytest.mark.parametrize("namespaces", ["auto", "off"])
+async def test_a_git_link_to_a_secret_does_not_unhide_it(tmp_path: Path, namespaces: str) -> None:
+    files, directories = secrets_by_kind()
+    assert files and directories, "needs a readable secret file and directory (run as root)"
+    secret_file, secret_dir = files[0], directories[0]
+    workspace = tmp_path / "ws"
+    other = tmp_path / "other"
+    workspace.mkdir()
+    other.mkdir()
+    (other / ".git").write_text(f"gitdir: {secret_dir}\n")  # a worktree-style pointer
+    # The judge is off: only the operating system stands in the way.
+    box = LocalToolSandbox(
+        roots=[workspace, other],
+        judge_commands=False,
+        namespaces=namespaces,  # type: ignore[arg-type]
+    )
+    try:
+        await box.run_command(f"ln -s {secret_file} .git", permit=CallPermit(write=True))
+        assert (workspace / ".git").is_symlink()
+        later = await box.run_command(
+            f"cat {secret_file} {secret_dir}/* .git; echo done", permit=CallPermit(write=True)
+        )
+    finally:
+        await box.close()
+    assert later.stdout.strip() == "done", later.stdout
+
+
+@pytest.mark.parametrize("namespaces", ["auto", "off"])
+async def test_a_protected_path_that_does_not_exist_yet_cannot_be_created(
+    tmp_path: Path, namespaces: str
+) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "src").mkdir(parents=True)
+    policy = workspace / "policy.toml"  # the kernel would read it at its next start
+    box = LocalToolSandbox(
+        roots=[workspace],
+        protected=[policy],
+        judge_commands=False,
+        namespaces=namespaces,  # type: ignore[arg-type]
+    )
+    try:
+        result = await box.run_command(
+            "echo 'rules: none' > policy.toml; echo ok > src/made.txt",
+            permit=CallPermit(write=True),
+        )
+    finally:
+        await box.close()
+    assert not policy.exists(), result.stdout
+    assert (workspace / "src" / "made.txt").read_text() == "ok\n"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
 import json
 import os
 import resource
@@ -53,7 +52,7 @@ _SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _EXIT_SETUP_FAILED = 126
 _EXIT_EXEC_FAILED = 127
-_CLEANUP_ROUNDS = 400
+_CLEANUP_SECONDS = 2.0
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = (
@@ -234,12 +233,20 @@ def plan_grant(path: str, rights: int, carved: Mapping[str, str]) -> Grants:
     ``rights``, a ``readonly`` path gets read rights and a ``hidden`` one nothing. The caller
     owns (and closes) the descriptors.
     """
-    inner = [c for c in carved if c == path or c.startswith(path.rstrip("/") + "/")]
-    if path in carved and carved[path] == "hidden":
+    kind = carved.get(path)
+    if kind == "hidden":
         return []
-    if not inner or path in carved:
-        if path in carved:
-            rights &= landlock.READ_RIGHTS  # readonly
+    if kind == "readonly":
+        rights &= landlock.READ_RIGHTS
+    prefix = path.rstrip("/") + "/"
+    # Only what would lose rights splits the grant: a hidden path always, a read-only one
+    # only below a grant that can write.
+    inner = [
+        c
+        for c, k in carved.items()
+        if c.startswith(prefix) and (k == "hidden" or rights & ~landlock.READ_RIGHTS)
+    ]
+    if not inner:
         try:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError:
@@ -319,13 +326,14 @@ def build_ruleset(
 
     Secrets under the system paths (``/etc/shadow``...) are always cut out of their grants
     rule by rule. Protected and hidden paths under the workspace are too with ``carve``;
-    without, mounts already made them read-only or empty. ``prepared`` holds the launcher's
+    without, mounts already made them read-only or empty, except those no mount could cover
+    (``policy["carved_by_rules"]``). ``prepared`` holds the launcher's
     cached plans for the system paths (``{"plans": {path: Grants}}``, and maybe
     ``"started"``: a ``StartedRuleset`` holding them already).
     """
     network = bool(policy["network"])
     every_carved: dict[str, str] = dict(policy.get("carved", {}))
-    carved = every_carved if carve else {}
+    carved = every_carved if carve else dict(policy.get("carved_by_rules", {}))
     system = set(policy.get("system_read", ()))
     plans: Mapping[str, Grants] = prepared.get("plans", {}) if prepared else {}
     started = prepared.get("started") if prepared else None
@@ -547,8 +555,8 @@ def keep(
     try:
         if namespaces:
             # The host's /dev/shm is granted only when a private tmpfs covers it.
-            mounted, write_dirs = _enter_namespaces(policy, entered)
-            policy = {**policy, "write": write_dirs}
+            mounted, write_dirs, uncovered = _enter_namespaces(policy, entered)
+            policy = {**policy, "write": write_dirs, "carved_by_rules": uncovered}
         else:
             policy = {**policy, "write": [w for w in policy["write"] if w != "/dev/shm"]}
         if not namespaces:
@@ -576,7 +584,9 @@ def keep(
     os._exit(0)
 
 
-def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool, list[str]]:
+def _enter_namespaces(
+    policy: Mapping[str, Any], entered: int = 0
+) -> tuple[bool, list[str], dict[str, str]]:
     """New user, PID and IPC namespaces, and a mount namespace when mounts are needed.
 
     Mounts are needed when the command may write the workspace (everything read-only but the
@@ -584,8 +594,11 @@ def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool
     they cannot be renamed away) or when a secret it could read sits below a granted path
     (an empty mount over it; secret files below system paths are carved out of the Landlock
     grants instead, which costs nothing per command).
-    Returns whether the mounts (or the lack of any need for them) protect the command, and
-    the directories it may write.
+    A protected path a mount cannot cover (missing, so it could be created, or a symbolic
+    link) is left to Landlock: returned with the others it carves out of the write grants.
+
+    Returns whether the mounts (or the lack of any need for them) protect the command, the
+    directories it may write, and the paths still to carve out of them.
     """
     writable = bool(policy["writable"])
     write_dirs = [w for w in policy["write"] if w != "/dev/shm"]
@@ -593,10 +606,14 @@ def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool
     workspace = (*write_dirs, *(path for path in policy["read"] if path not in system))
     granted = (*workspace, *system)
     carved = dict(policy.get("carved", {}))
+    written = {p: k for p, k in carved.items() if writable and _below_any(p, write_dirs)}
+    uncovered = {
+        path: kind
+        for path, kind in written.items()
+        if not os.path.lexists(path) or os.path.islink(path)
+    }
     readonly = [
-        path
-        for path, kind in carved.items()
-        if kind == "readonly" and writable and any(_below(path, r) for r in write_dirs)
+        path for path, kind in written.items() if kind == "readonly" and path not in uncovered
     ]
     hidden = [
         path
@@ -610,6 +627,7 @@ def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool
             else os.path.isdir(path) or os.access(path, os.R_OK)
         )
         and any(_below(path, root) for root in granted)
+        and path not in uncovered
     ]
     needs_mounts = bool(writable or hidden)
     flags = entered
@@ -624,7 +642,7 @@ def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool
         enter(flags)
     if not needs_mounts or not flags & CLONE_NEWNS:
         # Nothing to protect by mounts: no workspace writes, no readable secret below a grant.
-        return True, write_dirs
+        return True, write_dirs, uncovered
     private_shm = bool(policy.get("private_shm")) and os.path.isdir("/dev/shm")
     pinned = _parents_between([p for p in (*readonly, *hidden) if os.path.lexists(p)], write_dirs)
     try:
@@ -635,8 +653,12 @@ def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool
             private_shm=private_shm,
         )
     except (SetupError, OSError):
-        return False, write_dirs
-    return True, [*write_dirs, "/dev/shm"] if private_shm else write_dirs
+        return False, write_dirs, carved
+    return True, [*write_dirs, "/dev/shm"] if private_shm else write_dirs, uncovered
+
+
+def _below_any(path: str, roots: Iterable[str]) -> bool:
+    return any(_below(path, root) for root in roots)
 
 
 def _parents_between(paths: Iterable[str], roots: Iterable[str]) -> list[str]:
@@ -702,23 +724,23 @@ def _reap(pid: int) -> int:
 def _kill_tree(child: int, namespaces: bool) -> None:
     """SIGKILL the command and everything it started.
 
-    In a PID namespace killing its first process ends all of them. Otherwise the command's
-    process group goes first, then every orphan that was handed to this subreaper.
+    In a PID namespace killing its first process ends all of them. Otherwise every process
+    below this keeper (a subreaper: orphans come back to it) is found by walking the
+    ``children`` lists, stopped so that none can fork while the others die, then killed;
+    rounds repeat until nothing is left, or until ``_CLEANUP_SECONDS`` have passed.
     """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(child, signal.SIGKILL)
     if namespaces:
         return
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child, signal.SIGKILL)
     me = os.getpid()
-    for _ in range(_CLEANUP_ROUNDS):
-        alive = _children(me)
-        for pid in alive:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + _CLEANUP_SECONDS
+    while True:
+        alive = _descendants(me)
+        for number in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in alive:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, number)
         reaped = False
         while True:
             try:
@@ -728,16 +750,40 @@ def _kill_tree(child: int, namespaces: bool) -> None:
             if pid == 0:
                 break
             reaped = True
-        if not alive and not reaped and not _children(me):
+        if not alive and not reaped:
             return
-        time.sleep(0.002)
+        if time.monotonic() > deadline:
+            return
+        if not reaped:
+            time.sleep(0.001)  # killed processes take a moment to come back as orphans
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root``, through the children of each of their threads."""
+    found: list[int] = []
+    seen = {root}
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        for child in _children(pid):
+            if child not in seen:
+                seen.add(child)
+                found.append(child)
+                pending.append(child)
+    return found
 
 
 def _children(pid: int) -> list[int]:
+    """The children of every thread of ``pid`` (none once it is gone)."""
+    children: list[int] = []
     try:
-        with open(f"/proc/{pid}/task/{pid}/children") as handle:
-            return [int(value) for value in handle.read().split()]
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            return []
-        raise
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return children
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as handle:
+                children.extend(int(value) for value in handle.read().split())
+        except OSError:
+            continue
+    return children

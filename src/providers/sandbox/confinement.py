@@ -102,22 +102,31 @@ def carved_paths(
     """Paths cut out of the grants: ``readonly`` (``.git``, protected) or ``hidden``.
 
     Each root's ``.git`` (a directory, or a file naming the real one) is read-only, as is the
-    repository it points to when that is in a root too.
+    repository it points to when that is in a root too (outside the roots nothing is writable
+    anyway). Nothing makes a hidden path less hidden: a ``.git`` that is a link to
+    ``/etc/shadow`` protects the link, and the secret stays hidden.
     """
-    carved: dict[str, str] = {path: "hidden" for path in SYSTEM_HIDDEN_PATHS}
+    carved: dict[str, str] = {}
+
+    def inside_roots(path: str) -> bool:
+        return any(path == str(root) or path.startswith(str(root) + os.sep) for root in roots)
+
     for root in roots:
         git = root / ".git"
         if git.is_symlink() or git.exists():
-            carved[os.path.realpath(git)] = "readonly"
             carved[str(git)] = "readonly"
+            targets = [os.path.realpath(git)]
             if git.is_file():
-                target = _gitdir(git)
-                if target is not None:
-                    carved[os.path.realpath(target)] = "readonly"
+                pointed = _gitdir(git)
+                if pointed is not None:
+                    targets.append(os.path.realpath(pointed))
+            for target in targets:
+                if inside_roots(target):
+                    carved[target] = "readonly"
     for path in protected:
         carved.setdefault(os.path.realpath(path), "readonly")
-    for path in hidden:
-        carved[os.path.realpath(path)] = "hidden"
+    for secret in (*SYSTEM_HIDDEN_PATHS, *(os.path.realpath(path) for path in hidden)):
+        carved[secret] = "hidden"
     return carved
 
 

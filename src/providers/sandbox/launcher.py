@@ -32,42 +32,88 @@ GRANTS_TTL_S = 60.0
 _EXIT_SETUP_FAILED = 126  # as confined_child reports a keeper that could not set up
 PROCESSES_TTL_S = 1.0
 COLLECT_EVERY = 500  # requests between two garbage collections in the launcher
+MAX_CACHED_DESCRIPTORS = 4096  # the launcher's cached plans hold at most this many
+
+
+class _Plan:
+    """One system path's planned rules and what they were planned from."""
+
+    def __init__(self, rules: Any, signature: tuple[Any, ...], now: float) -> None:
+        self.rules = rules
+        self.signature = signature
+        self.planned_at = now
+        self.used_at = now
+
+    def close(self) -> None:
+        for fd, _ in self.rules:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class SystemGrants:
-    """Rules for the system paths, planned once and reused by every command for a while.
+    """Rules for the system paths, planned once and reused while the directories hold still.
 
     Secrets under the readable system directories (``/etc/shadow``...) are cut out of the
     grants entry by entry; doing that for every command would cost more than starting it. A
-    path replaced since (a new inode) is simply not granted until the plan is renewed, which
-    fails safe. The count of the user's processes is cached the same way.
+    plan holds descriptors of the entries it grants, so it is renewed as soon as one of the
+    directories it split changes (an entry added, removed or renamed: a new ``resolv.conf``
+    is readable by the next command), and at least every ``GRANTS_TTL_S``. Plans not used for
+    that long are dropped, and the cache never holds more than ``MAX_CACHED_DESCRIPTORS``.
+    The count of the user's processes is cached for a second.
     """
 
     def __init__(self) -> None:
-        self._plans: dict[tuple[Any, ...], tuple[float, Any]] = {}
+        self._plans: dict[tuple[Any, ...], _Plan] = {}
         self._running: tuple[float, int] | None = None
         self._last: tuple[bool, dict[str, Any]] | None = None
 
     def prepared(self, policy: Mapping[str, Any]) -> dict[str, Any]:
-        """Planned rules for the policy's system paths (see ``confined_child.plan_grant``)."""
+        """Planned rules for the policy's system paths (see ``confined_child.plan_grant``).
+
+        Raises:
+            TypeError, ValueError, AttributeError: The policy is malformed.
+        """
         from providers.sandbox import confined_child, landlock
 
-        carved = policy.get("carved", {})
+        carved = dict(policy.get("carved", {}))
         now = time.monotonic()
+        self._evict(now)
         out = {}
         for path in policy.get("system_read", ()):
-            inside = tuple(sorted((c, k) for c, k in carved.items() if c.startswith(path)))
+            prefix = path.rstrip("/") + "/"
+            # Read grants only split around hidden paths (read-only ones read all the same).
+            inside = tuple(
+                sorted((c, k) for c, k in carved.items() if k == "hidden" and c.startswith(prefix))
+            )
             key = (path, inside)
+            signature = _signature(path, [c for c, _ in inside])
             cached = self._plans.get(key)
-            if cached is None or now - cached[0] > GRANTS_TTL_S:
+            if (
+                cached is None
+                or cached.signature != signature
+                or now - cached.planned_at > GRANTS_TTL_S
+            ):
                 if cached is not None:
-                    for fd, _ in cached[1]:
-                        os.close(fd)
-                plan = confined_child.plan_grant(path, landlock.READ_RIGHTS, carved)
-                cached = self._plans[key] = (now, plan)
-            out[path] = cached[1]
+                    cached.close()
+                rules = confined_child.plan_grant(path, landlock.READ_RIGHTS, dict(inside))
+                cached = self._plans[key] = _Plan(rules, signature, now)
+            cached.used_at = now
+            out[path] = cached.rules
         self._last = (bool(policy.get("network")), out)
         return out
+
+    def _evict(self, now: float) -> None:
+        for key, plan in list(self._plans.items()):
+            if now - plan.used_at > GRANTS_TTL_S:
+                plan.close()
+                del self._plans[key]
+        held = sum(len(plan.rules) for plan in self._plans.values())
+        for key, plan in sorted(self._plans.items(), key=lambda item: item[1].used_at):
+            if held <= MAX_CACHED_DESCRIPTORS:
+                break
+            held -= len(plan.rules)
+            plan.close()
+            del self._plans[key]
 
     def start_ruleset(self, abi: int) -> Any:
         """A ``StartedRuleset`` with the rules the last request's system paths had, if any."""
@@ -86,6 +132,25 @@ class SystemGrants:
         if self._running is None or now - self._running[0] > PROCESSES_TTL_S:
             self._running = (now, confined_child.processes_of(os.getuid()))
         return self._running[1]
+
+
+def _signature(path: str, carved: list[str]) -> tuple[Any, ...]:
+    """The identity and last change of every directory a plan for ``path`` splits."""
+    directories = {path}
+    for inner in carved:
+        parent = os.path.dirname(inner)
+        while parent.startswith(path) and parent not in directories:
+            directories.add(parent)
+            parent = os.path.dirname(parent)
+    stamps: list[tuple[Any, ...]] = []
+    for directory in sorted(directories):
+        try:
+            info = os.stat(directory)
+        except OSError:
+            stamps.append((directory, None))
+        else:
+            stamps.append((directory, info.st_dev, info.st_ino, info.st_mtime_ns))
+    return tuple(stamps)
 
 
 def probe_namespaces() -> bool:
@@ -169,7 +234,7 @@ def serve(control: socket.socket) -> None:
             continue
         try:
             policy = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):  # its keeper reports the malformed request
             policy = None
         use_namespaces = namespaces and isinstance(policy, dict) and bool(policy.get("namespaces"))
         wanted = 0
@@ -182,8 +247,9 @@ def serve(control: socket.socket) -> None:
         for fd in fds:
             os.close(fd)
         if isinstance(policy, dict):
-            # The next spare inherits these rules, planned now rather than after its fork.
-            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            # The next spare inherits these rules, planned now rather than after its fork. A
+            # malformed policy fails in its keeper, which reports it; never here.
+            with contextlib.suppress(Exception):
                 grants.prepared(policy)
                 if not use_namespaces:
                     grants.running()
@@ -302,7 +368,7 @@ def _keep_request(
         policy = json.loads(data)
         if not isinstance(policy, dict):
             raise ValueError(policy)
-    except ValueError:
+    except (ValueError, RecursionError):
         with contextlib.suppress(OSError):
             command.send(b'{"setup_error": "the launcher received a malformed request"}')
         return
@@ -311,8 +377,8 @@ def _keep_request(
     try:
         prepared = {"plans": grants.prepared(policy), "started": started}
         running = None if namespaces else grants.running()
-    except (OSError, ValueError, TypeError, KeyError):
-        prepared = running = None  # the keeper plans for itself
+    except Exception:
+        prepared = running = None  # the keeper plans for itself, and reports what is wrong
     confined_child.keep(
         policy, command, stdout, stderr, abi, namespaces, prepared, running, entered=entered
     )

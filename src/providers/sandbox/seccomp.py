@@ -35,17 +35,25 @@ _RET_ERRNO = 0x00050000
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _AF_UNIX = 1
 _X32_BIT = 0x40000000
+# The ioctls that change inode flags (chattr: immutable, append-only, no-dump...) and
+# extended attributes of the XFS kind, which are file metadata like modes.
+_SETFLAGS_IOCTLS = (
+    0x40086602,  # FS_IOC_SETFLAGS
+    0x40046602,  # FS_IOC32_SETFLAGS
+    0x401C5820,  # FS_IOC_FSSETXATTR
+)
 NEWEST_KNOWN = 462
 """``lsm_list_modules``, the newest syscall this filter was written against (the same number on
 x86-64 and aarch64). Newer ones (``setxattrat``, ``file_setattr``...) get ``ENOSYS``, which
 makes libc fall back to the calls the filter judges, instead of slipping past it."""
 
-# (audit arch, socket, io_uring_setup/enter/register, keyctl/add_key/request_key,
+# (audit arch, socket, ioctl, io_uring_setup/enter/register, keyctl/add_key/request_key,
 #  chmod/chown/xattr family, utime family)
 _ARCHES = {
     "x86_64": (
         0xC000003E,
         41,
+        16,
         (425, 426, 427),
         (250, 248, 249),
         (90, 91, 268, 452, 92, 93, 94, 260, 188, 189, 190, 197, 198, 199),
@@ -54,6 +62,7 @@ _ARCHES = {
     "aarch64": (
         0xC00000B7,
         198,
+        29,
         (425, 426, 427),
         (219, 217, 218),
         (52, 53, 452, 55, 54, 5, 6, 7, 14, 15, 16),
@@ -81,7 +90,8 @@ def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
 
     Args:
         network: The command may open network sockets (never ``AF_UNIX`` ones).
-        modes: The command may change file modes, owners and extended attributes.
+        modes: The command may change file modes, owners, extended attributes and inode
+            flags (``chattr``).
         times: The command may change file times.
 
     Raises:
@@ -90,7 +100,7 @@ def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
     machine = platform.machine()
     if machine not in _ARCHES:
         raise OSError(errno.ENOSYS, f"no seccomp filter for {machine}")
-    arch, socket_nr, io_uring, keyring, mode_calls, time_calls = _ARCHES[machine]
+    arch, socket_nr, ioctl_nr, io_uring, keyring, mode_calls, time_calls = _ARCHES[machine]
     denied = (
         *io_uring,
         *keyring,
@@ -116,7 +126,15 @@ def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
     for number in denied:
         emit(_BPF_JEQ_K, number, jt="deny")
     emit(_BPF_JEQ_K, socket_nr, jt="socket")
+    if not modes:
+        emit(_BPF_JEQ_K, ioctl_nr, jt="ioctl")
     emit(_BPF_RET_K, _RET_ALLOW)
+    if not modes:
+        labels["ioctl"] = len(program)
+        emit(_BPF_LD_W_ABS, 24)  # low half of args[1], the request
+        for request in _SETFLAGS_IOCTLS:
+            emit(_BPF_JEQ_K, request, jt="deny")
+        emit(_BPF_RET_K, _RET_ALLOW)
     labels["socket"] = len(program)
     if network:
         emit(_BPF_LD_W_ABS, 16)  # low half of args[0], the address family

@@ -364,6 +364,42 @@ class _Walk:
             builder.doubt("a redirection to a glob pattern")
         return [Redirection(operator, word.text, writes, word.dynamic or word.glob)]
 
+    def double_quoted(self, node: Node) -> _Word:
+        """A double-quoted word as bash reads it.
+
+        Only a backslash before ``$``, a backquote, ``"``, a backslash or a newline escapes
+        anything. The grammar leaves some literal text (a newline) between its children, so
+        the text is read from the source between them rather than from the children alone.
+        """
+        builder = self.builder
+        parts: list[str] = []
+        literal: list[str] = []
+        dynamic = False
+        position = node.start_byte + 1
+        children = [c for c in node.children if c.type != '"']
+        closed = bool(node.children) and node.children[-1].type == '"'
+        end = node.end_byte - 1 if closed else node.end_byte
+        for child in children:
+            if child.start_byte > position:
+                literal.append(self.source[position : child.start_byte].decode("utf-8", "replace"))
+            position = max(position, child.end_byte)
+            if child.type == "string_content":
+                literal.append(self.text(child))
+                continue
+            parts.append(_unescape_double_quoted("".join(literal)))
+            literal = []
+            if child.type == "$":
+                builder.doubt(_EXPANSIONS["translated_string"])
+                dynamic = True
+                continue
+            part = self.word(child)
+            parts.append(part.text)
+            dynamic = dynamic or part.dynamic
+        if end > position:
+            literal.append(self.source[position:end].decode("utf-8", "replace"))
+        parts.append(_unescape_double_quoted("".join(literal)))
+        return _Word("".join(parts), dynamic)
+
     def word(self, node: Node) -> _Word:
         """The word as the program would receive it, and whether it is only known at run time."""
         kind = node.type
@@ -380,15 +416,12 @@ class _Walk:
             return _Word(text[1:-1])
         if kind == "number":
             return _Word(text)
-        if kind in ("string", "concatenation"):
+        if kind == "string":
+            return self.double_quoted(node)
+        if kind == "concatenation":
             parts: list[str] = []
             dynamic = glob = False
             for child in node.children:
-                if child.type == '"':
-                    continue
-                if child.type == "string_content":
-                    parts.append(self.text(child))
-                    continue
                 if child.type == "$":
                     builder.doubt(_EXPANSIONS["translated_string"])
                     dynamic = True
@@ -396,7 +429,7 @@ class _Walk:
                 part = self.word(child)
                 parts.append(part.text)
                 dynamic = dynamic or part.dynamic
-                glob = glob or (part.glob and kind == "concatenation")
+                glob = glob or part.glob
             return _Word("".join(parts), dynamic, glob)
         if kind == "$":
             builder.doubt('locale quoting ($"...") or a lone $')
@@ -440,6 +473,12 @@ def _unquoted_marks(text: str) -> dict[str, bool]:
         elif char == "!" and index + 1 < len(text) and text[index + 1] == "(":
             found["history or extended-glob !"] = True
     return found
+
+
+def _unescape_double_quoted(text: str) -> str:
+    if "\\" not in text:
+        return text
+    return re.sub(r'\\([$`"\\\n])', lambda m: "" if m.group(1) == "\n" else m.group(1), text)
 
 
 def _unescape(word: str) -> str:

@@ -1,6 +1,7 @@
 """Command lines are judged through a real shell grammar: proven, unproven, or refused."""
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -264,3 +265,27 @@ def test_the_search_path_never_includes_the_workspace(workspace: Path, tmp_path:
 def test_programs_are_resolved_before_they_are_judged(guard: CommandGuard) -> None:
     verdict = guard.assess("ls | wc -l")
     assert verdict.programs and all(os.path.isabs(p) for p in verdict.programs)
+
+
+@pytest.mark.parametrize(
+    "words",
+    [
+        '"a\nb"',
+        '"a\\"b" "c\\\\d" "e\\f" "\\$x" "\\`y\\`"',
+        'python3 -c "print(\\"hi\\")"',
+        '"  spaced  " "" "tab\there"',
+        '"a"b\'c\'"d"',
+        '"one\ntwo\n\nthree"',
+        "-c 'single \\\" kept'",
+        '"new\\\nline"',
+        '"中文 \\"引号\\""',
+    ],
+)
+def test_the_words_a_program_gets_are_the_words_bash_gives_it(words: str) -> None:
+    # The confined command is started from the parser's words, so they must be bash's own.
+    bash = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {words}"], capture_output=True, check=True
+    ).stdout.decode()
+    expected = tuple(bash.split("\0")[:-1])
+    (command,) = PARSER.parse(f"printf {words}").commands
+    assert command.argv[1:] == expected
