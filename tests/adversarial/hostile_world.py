@@ -30,8 +30,32 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from providers.shell.tree_sitter_parser import TreeSitterShellParser
+
+_PARSER = TreeSitterShellParser()
 LEFTOVER_MARK = "987"
 """Cases that try to leave a process behind run ``sleep 9870`` and the like."""
+
+
+def written_entries(command: str, workspace: Path) -> frozenset[str]:
+    """The workspace entries a line's redirections write, as the judge reads the line."""
+    entries = set()
+    for redirection in _PARSER.parse(command).redirections:
+        if redirection.writes and not redirection.target.startswith("/dev/"):
+            target = (workspace / redirection.target).resolve()
+            if target.is_relative_to(workspace):
+                entries.add(target.relative_to(workspace).parts[0])
+    return frozenset(entries)
+
+
+def _file_digest(path: Path) -> str:
+    if path.is_symlink():
+        return "link:" + os.readlink(path)
+    if not path.is_file():
+        return "special"  # a FIFO or socket: never read (it could block)
+    info = path.stat()
+    content = hashlib.sha256(path.read_bytes()).hexdigest()
+    return f"{content} {info.st_mode:o} {info.st_mtime_ns} {info.st_uid}"
 
 
 def tree_digest(root: Path, *, skip: tuple[str, ...] = ()) -> str:
@@ -201,7 +225,15 @@ class HostileWorld:
             ),
             "data-notes": (self.data / "notes.txt").read_text(),
             "git": tree_digest(workspace / ".git"),
-            "workspace": tree_digest(workspace, skip=(".git",)),
+            "workspace": {
+                entry.name: (
+                    tree_digest(entry)
+                    if entry.is_dir() and not entry.is_symlink()
+                    else _file_digest(entry)
+                )
+                for entry in sorted(workspace.iterdir())
+                if entry.name != ".git"
+            },
             "siblings": sorted(p.name for p in workspace.parent.iterdir()),
             "tmp-markers": sorted(p.name for p in Path("/tmp").glob("m-agent-*")),
             "tcp": self.tcp.hits,
@@ -210,15 +242,28 @@ class HostileWorld:
         }
 
     def escapes(
-        self, before: dict[str, object], workspace: Path, output: str, *, workspace_frozen: bool
+        self,
+        before: dict[str, object],
+        workspace: Path,
+        output: str,
+        *,
+        frozen_except: frozenset[str] | None,
     ) -> list[str]:
-        """Every effect of the list in the module docstring that happened."""
+        """Every effect of the list in the module docstring that happened.
+
+        ``frozen_except``: the workspace entries a call may change without a human (what
+        its judged line writes); ``None`` when the workspace may change at will.
+        """
         after = self.snapshot(workspace)
         found = [
             f"{key} changed" for key in before if key != "workspace" and before[key] != after[key]
         ]
-        if workspace_frozen and before["workspace"] != after["workspace"]:
-            found.append("the workspace changed without approval")
+        if frozen_except is not None:
+            old, new = before["workspace"], after["workspace"]
+            assert isinstance(old, dict) and isinstance(new, dict)
+            changed = {name for name in old.keys() | new.keys() if old.get(name) != new.get(name)}
+            if changed - frozen_except:
+                found.append(f"the workspace changed without approval: {sorted(changed)}")
         if self.victim.poll() is not None:
             found.append("the victim process outside the sandbox was killed")
         found.extend(

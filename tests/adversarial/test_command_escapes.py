@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from adversarial.hostile_commands import ALL
-from adversarial.hostile_world import HostileWorld
+from adversarial.hostile_world import HostileWorld, written_entries
 from core_agent.container import KernelContainer
 from core_agent.kernel.call_check import check_call
 from providers.sandbox.confinement import CommandLimits
@@ -127,9 +127,12 @@ async def test_no_command_escapes(world: HostileWorld, mode: str, secret_in_envi
             before = world.snapshot(workspace)
             output, decided = await run_one(kernel, command, workspace)
             auto_ran = decided is not None and not decided.approval_required and not decided.denied
-            found = world.escapes(
-                before, workspace, output, workspace_frozen=mode == "guarded" and not auto_ran
-            )
+            frozen_except = None
+            if mode == "guarded":
+                # Without a human, the workspace may change only where the judged line said
+                # it writes: a line that does more than it reads as is an escape.
+                frozen_except = written_entries(command, workspace) if auto_ran else frozenset()
+            found = world.escapes(before, workspace, output, frozen_except=frozen_except)
             if found:
                 escapes[command] = found
             if mode == "guarded" and decided is not None:
@@ -203,7 +206,7 @@ async def test_the_harness_sees_what_an_unconfined_command_does(
             before = world.snapshot(workspace)
             result = await sandbox.with_roots([workspace]).run_command(command)
             output = result.stdout + result.stderr
-            assert world.escapes(before, workspace, output, workspace_frozen=False), command
+            assert world.escapes(before, workspace, output, frozen_except=None), command
     finally:
         await sandbox.close()
         world.close_leftovers()

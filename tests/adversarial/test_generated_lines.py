@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adversarial.hostile_world import HostileWorld
+from adversarial.hostile_world import HostileWorld, written_entries
 from core_agent.contracts.settings import DEFAULT_ALLOWED_COMMANDS
 from core_agent.contracts.tool import CallPermit
 from providers.sandbox.confinement import CommandLimits
@@ -124,7 +124,9 @@ REDIRECTS = [
     "> /dev/tcp/127.0.0.1/{tcp}",
 ]
 PREFIXES = ["", "", "", "X=$(touch gen-assign) ", "LANG=C ", "GIT_DIR=. "]
-SEPARATORS = [" | ", " && ", " || ", "; ", " & "]
+# Where bash and a grammar may part ways: a newline before an escaped word, a carriage return
+# before a comment, here-documents with the rest of the line hanging on them, escaped blanks.
+SEPARATORS = [" | ", " && ", " || ", "; ", " & ", "\n\\", " \r# ; ", " <<EOF | ", " \\ "]
 
 simple_commands = st.builds(
     lambda prefix, program, arguments, redirect: " ".join(
@@ -200,7 +202,9 @@ async def test_what_runs_on_its_own_stays_within_its_permit(
     before = world.snapshot(workspace)
     result = await sandbox.run_command(command, permit=CallPermit(write=verdict.writes))
     output = result.stdout + result.stderr
-    escapes = world.escapes(before, workspace, output, workspace_frozen=not verdict.writes)
+    escapes = world.escapes(
+        before, workspace, output, frozen_except=written_entries(command, workspace)
+    )
     assert not escapes, (command, escapes)
 
 
@@ -215,5 +219,5 @@ async def test_the_confinement_alone_holds_for_any_line(
     before = world.snapshot(workspace)
     result = await sandbox.run_command(command, permit=CallPermit(write=True))
     output = result.stdout + result.stderr
-    escapes = world.escapes(before, workspace, output, workspace_frozen=False)
+    escapes = world.escapes(before, workspace, output, frozen_except=None)
     assert not escapes, (command, escapes)

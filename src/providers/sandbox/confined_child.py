@@ -53,6 +53,7 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _EXIT_SETUP_FAILED = 126
 _EXIT_EXEC_FAILED = 127
 _CLEANUP_SECONDS = 2.0
+_REAP_PER_ROUND = 256  # a round reaps at most this many more than it signalled
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = (
@@ -326,14 +327,13 @@ def build_ruleset(
 
     Secrets under the system paths (``/etc/shadow``...) are always cut out of their grants
     rule by rule. Protected and hidden paths under the workspace are too with ``carve``;
-    without, mounts already made them read-only or empty, except those no mount could cover
-    (``policy["carved_by_rules"]``). ``prepared`` holds the launcher's
+    without, mounts already made them read-only or empty. ``prepared`` holds the launcher's
     cached plans for the system paths (``{"plans": {path: Grants}}``, and maybe
     ``"started"``: a ``StartedRuleset`` holding them already).
     """
     network = bool(policy["network"])
     every_carved: dict[str, str] = dict(policy.get("carved", {}))
-    carved = every_carved if carve else dict(policy.get("carved_by_rules", {}))
+    carved = every_carved if carve else {}
     system = set(policy.get("system_read", ()))
     plans: Mapping[str, Grants] = prepared.get("plans", {}) if prepared else {}
     started = prepared.get("started") if prepared else None
@@ -555,8 +555,8 @@ def keep(
     try:
         if namespaces:
             # The host's /dev/shm is granted only when a private tmpfs covers it.
-            mounted, write_dirs, uncovered = _enter_namespaces(policy, entered)
-            policy = {**policy, "write": write_dirs, "carved_by_rules": uncovered}
+            mounted, write_dirs = _enter_namespaces(policy, entered)
+            policy = {**policy, "write": write_dirs}
         else:
             policy = {**policy, "write": [w for w in policy["write"] if w != "/dev/shm"]}
         if not namespaces:
@@ -579,14 +579,13 @@ def keep(
     os.close(stdout)
     os.close(stderr)
     _send(sock, {"started": me, "child": child, "namespaces": namespaces})
-    code = _watch(sock, child, namespaces)
+    # Landlock (ABI 6+) lets this keeper signal its own command's processes and no other.
+    code = _watch(sock, child, namespaces, scoped=abi >= 6)
     _send(sock, {"exit": code})
     os._exit(0)
 
 
-def _enter_namespaces(
-    policy: Mapping[str, Any], entered: int = 0
-) -> tuple[bool, list[str], dict[str, str]]:
+def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool, list[str]]:
     """New user, PID and IPC namespaces, and a mount namespace when mounts are needed.
 
     Mounts are needed when the command may write the workspace (everything read-only but the
@@ -594,11 +593,13 @@ def _enter_namespaces(
     they cannot be renamed away) or when a secret it could read sits below a granted path
     (an empty mount over it; secret files below system paths are carved out of the Landlock
     grants instead, which costs nothing per command).
-    A protected path a mount cannot cover (missing, so it could be created, or a symbolic
-    link) is left to Landlock: returned with the others it carves out of the write grants.
+    Only what exists can be covered: a protected path that does not exist yet could be
+    created (carving it out with Landlock would forbid new entries in every directory above
+    it), and a symbolic link is covered through its target, which is protected itself when it
+    lies in a root.
 
-    Returns whether the mounts (or the lack of any need for them) protect the command, the
-    directories it may write, and the paths still to carve out of them.
+    Returns whether the mounts (or the lack of any need for them) protect the command, and
+    the directories it may write.
     """
     writable = bool(policy["writable"])
     write_dirs = [w for w in policy["write"] if w != "/dev/shm"]
@@ -606,14 +607,12 @@ def _enter_namespaces(
     workspace = (*write_dirs, *(path for path in policy["read"] if path not in system))
     granted = (*workspace, *system)
     carved = dict(policy.get("carved", {}))
-    written = {p: k for p, k in carved.items() if writable and _below_any(p, write_dirs)}
-    uncovered = {
-        path: kind
-        for path, kind in written.items()
-        if not os.path.lexists(path) or os.path.islink(path)
-    }
+    # A mount follows a symbolic link: the link is skipped, its target has an entry of its own.
+    present = {p: k for p, k in carved.items() if os.path.lexists(p) and not os.path.islink(p)}
     readonly = [
-        path for path, kind in written.items() if kind == "readonly" and path not in uncovered
+        path
+        for path, kind in present.items()
+        if kind == "readonly" and writable and _below_any(path, write_dirs)
     ]
     hidden = [
         path
@@ -627,7 +626,7 @@ def _enter_namespaces(
             else os.path.isdir(path) or os.access(path, os.R_OK)
         )
         and any(_below(path, root) for root in granted)
-        and path not in uncovered
+        and path in present
     ]
     needs_mounts = bool(writable or hidden)
     flags = entered
@@ -642,7 +641,7 @@ def _enter_namespaces(
         enter(flags)
     if not needs_mounts or not flags & CLONE_NEWNS:
         # Nothing to protect by mounts: no workspace writes, no readable secret below a grant.
-        return True, write_dirs, uncovered
+        return True, write_dirs
     private_shm = bool(policy.get("private_shm")) and os.path.isdir("/dev/shm")
     pinned = _parents_between([p for p in (*readonly, *hidden) if os.path.lexists(p)], write_dirs)
     try:
@@ -653,8 +652,8 @@ def _enter_namespaces(
             private_shm=private_shm,
         )
     except (SetupError, OSError):
-        return False, write_dirs, carved
-    return True, [*write_dirs, "/dev/shm"] if private_shm else write_dirs, uncovered
+        return False, write_dirs
+    return True, [*write_dirs, "/dev/shm"] if private_shm else write_dirs
 
 
 def _below_any(path: str, roots: Iterable[str]) -> bool:
@@ -685,7 +684,7 @@ def _below(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _watch(sock: socket.socket, child: int, namespaces: bool) -> int:
+def _watch(sock: socket.socket, child: int, namespaces: bool, *, scoped: bool) -> int:
     """Wait for the command or for the kernel; leave nothing running; the exit code."""
     pidfd = os.pidfd_open(child)
     poller = select.poll()
@@ -702,10 +701,10 @@ def _watch(sock: socket.socket, child: int, namespaces: bool) -> int:
             except OSError:
                 message = b""
             if not message or message == b"kill":
-                _kill_tree(child, namespaces)
+                _kill_tree(child, namespaces, scoped=scoped)
                 code = _reap(child)
                 break
-    _kill_tree(child, namespaces)
+    _kill_tree(child, namespaces, scoped=scoped)
     os.close(pidfd)
     return code
 
@@ -721,13 +720,15 @@ def _reap(pid: int) -> int:
         return os.waitstatus_to_exitcode(status)
 
 
-def _kill_tree(child: int, namespaces: bool) -> None:
+def _kill_tree(child: int, namespaces: bool, *, scoped: bool) -> None:
     """SIGKILL the command and everything it started.
 
-    In a PID namespace killing its first process ends all of them. Otherwise every process
-    below this keeper (a subreaper: orphans come back to it) is found by walking the
-    ``children`` lists, stopped so that none can fork while the others die, then killed;
-    rounds repeat until nothing is left, or until ``_CLEANUP_SECONDS`` have passed.
+    In a PID namespace killing its first process ends all of them. Otherwise, when Landlock
+    scopes signals (``scoped``), ``kill(-1)`` reaches exactly the processes of this keeper's
+    domain, wherever they moved, in one pass that no fork escapes. Without either, every
+    process below this keeper (a subreaper: orphans come back to it) is found by walking the
+    ``children`` lists, stopped so that none can fork while the others die, then killed.
+    Rounds repeat until nothing is left, or until ``_CLEANUP_SECONDS`` have passed.
     """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(child, signal.SIGKILL)
@@ -736,26 +737,38 @@ def _kill_tree(child: int, namespaces: bool) -> None:
     me = os.getpid()
     deadline = time.monotonic() + _CLEANUP_SECONDS
     while True:
+        if scoped:
+            # It reports success whenever any process exists (those out of scope are skipped
+            # quietly), so what is left is told by the walk below.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(-1, signal.SIGKILL)
         alive = _descendants(me)
-        for number in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in alive:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, number)
-        reaped = False
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            reaped = True
+        if not scoped:
+            for number in (signal.SIGSTOP, signal.SIGKILL):
+                for pid in alive:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.kill(pid, number)
+        reaped = _reap_orphans(limit=len(alive) + _REAP_PER_ROUND)
         if not alive and not reaped:
             return
         if time.monotonic() > deadline:
             return
         if not reaped:
             time.sleep(0.001)  # killed processes take a moment to come back as orphans
+
+
+def _reap_orphans(limit: int) -> int:
+    """Reap up to ``limit`` ended children without waiting; how many were reaped."""
+    reaped = 0
+    while reaped < limit:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        reaped += 1
+    return reaped
 
 
 def _descendants(root: int) -> list[int]:

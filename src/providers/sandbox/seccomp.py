@@ -35,12 +35,18 @@ _RET_ERRNO = 0x00050000
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _AF_UNIX = 1
 _X32_BIT = 0x40000000
-# The ioctls that change inode flags (chattr: immutable, append-only, no-dump...) and
-# extended attributes of the XFS kind, which are file metadata like modes.
-_SETFLAGS_IOCTLS = (
-    0x40086602,  # FS_IOC_SETFLAGS
-    0x40046602,  # FS_IOC32_SETFLAGS
-    0x401C5820,  # FS_IOC_FSSETXATTR
+_BPF_ALU_AND_K = 0x54
+# Inode metadata also changes through ioctls, which need no writable descriptor: flags
+# (chattr), generation numbers, XFS-style attributes, ext4's own. Every ioctl of the file
+# system types 'f', 'v' and 'X' is refused where metadata changes are, but these readers.
+_METADATA_IOCTL_TYPES = (0x6600, 0x7600, 0x5800)
+_METADATA_READERS = (
+    0x80086601,  # FS_IOC_GETFLAGS (lsattr)
+    0x80046601,  # FS_IOC32_GETFLAGS
+    0x80087601,  # FS_IOC_GETVERSION
+    0x80047601,  # FS_IOC32_GETVERSION
+    0xC020660B,  # FS_IOC_FIEMAP (cp, filefrag: where a file's data lies)
+    0x801C581F,  # FS_IOC_FSGETXATTR
 )
 NEWEST_KNOWN = 462
 """``lsm_list_modules``, the newest syscall this filter was written against (the same number on
@@ -91,7 +97,7 @@ def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
     Args:
         network: The command may open network sockets (never ``AF_UNIX`` ones).
         modes: The command may change file modes, owners, extended attributes and inode
-            flags (``chattr``).
+            flags and versions (``chattr``, file system ioctls).
         times: The command may change file times.
 
     Raises:
@@ -132,8 +138,12 @@ def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
     if not modes:
         labels["ioctl"] = len(program)
         emit(_BPF_LD_W_ABS, 24)  # low half of args[1], the request
-        for request in _SETFLAGS_IOCTLS:
-            emit(_BPF_JEQ_K, request, jt="deny")
+        for request in _METADATA_READERS:
+            emit(_BPF_JEQ_K, request, jt="allow")
+        program.append((_BPF_ALU_AND_K, 0, 0, 0xFF00))  # the request's type byte
+        for kind in _METADATA_IOCTL_TYPES:
+            emit(_BPF_JEQ_K, kind, jt="deny")
+        labels["allow"] = len(program)
         emit(_BPF_RET_K, _RET_ALLOW)
     labels["socket"] = len(program)
     if network:

@@ -16,6 +16,7 @@ plain words). Anything the grammar cannot parse is an error, never a guess.
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 import threading
@@ -161,10 +162,6 @@ class TreeSitterShellParser(IShellParser):
     def parse(self, command: str) -> ParsedCommand:
         """All simple commands ``command`` would run; ``error`` when it cannot be judged."""
         builder = _Builder()
-        if "\\\n" in command or "\\\r" in command:
-            # bash joins the two halves of a word around a backslash-newline; the grammar
-            # splits it there, so the line would run otherwise than it reads.
-            builder.doubt("a line continuation (backslash-newline)")
         self._parse_into(builder, command, origin="top", depth=0)
         return ParsedCommand(
             commands=tuple(builder.commands),
@@ -187,6 +184,8 @@ class TreeSitterShellParser(IShellParser):
             builder.error = builder.error or (
                 f"cannot parse {script[:120]!r}: {_first_error(tree.root_node, source)}"
             )
+        for reason in _misreadings(tree.root_node, source):
+            builder.doubt(reason)
         _Walk(self, builder, source, depth).node(tree.root_node, origin)
 
 
@@ -346,9 +345,11 @@ class _Walk:
                     builder.doubt("a here-document that expands $, ` or \\")
                 for child in body.children:
                     self.node(child, "substitution", quiet=True)
+            # The grammar hangs the rest of the line on the here-document: in
+            # ``cat <<EOF | rm -rf x`` the pipeline and its commands are children of it.
             for child in node.children:
-                if child.type in ("file_redirect", "herestring_redirect"):
-                    builder.redirections.extend(self.redirect(child, origin))
+                if child.type not in _HEREDOC_PARTS:
+                    self.node(child, origin)
             return []
         destination = node.child_by_field_name("destination")
         if destination is None:
@@ -464,7 +465,9 @@ def _unquoted_marks(text: str) -> dict[str, bool]:
             found["variable expansion"] = True
         elif char == "`":
             found["command substitution"] = True
-        elif char == "~":
+        elif char == "~" and (index == 0 or text[index - 1] in "=:"):
+            # Only a word's first ~, or one after = or : (assignment-like words), expands:
+            # HEAD~1 stays as it is.
             found["tilde expansion"] = True
         elif char in "{}":
             found["brace expansion"] = True
@@ -473,6 +476,80 @@ def _unquoted_marks(text: str) -> dict[str, bool]:
         elif char == "!" and index + 1 < len(text) and text[index + 1] == "(":
             found["history or extended-glob !"] = True
     return found
+
+
+_HEREDOC_PARTS = frozenset({"<<", "<<-", "heredoc_start", "heredoc_body", "heredoc_end"})
+# Read whole: their insides are text, not tokens.
+_WHOLE = frozenset(
+    {"string", "raw_string", "ansi_c_string", "translated_string", "heredoc_body", "comment"}
+)
+_WORDLIKE = frozenset(
+    {
+        "command_name",
+        "word",
+        "string",
+        "raw_string",
+        "ansi_c_string",
+        "translated_string",
+        "concatenation",
+        "number",
+        "simple_expansion",
+        "expansion",
+        "command_substitution",
+        "arithmetic_expansion",
+    }
+)
+_CONTROL = re.compile(rb"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _misreadings(root: Node, source: bytes) -> list[str]:
+    r"""Where the grammar reads the line otherwise than bash would.
+
+    The grammar is not bash: it takes a carriage return (and other control characters) for
+    blank space, so ``\r#`` starts a comment for it and not for bash; it drops a backslash
+    before a blank (``\\ x``), splits a word around a backslash-newline, keeps a newline
+    inside a word after a backslash (``\n\\rm`` is a new command for bash), and takes the
+    words after a redirection's target for more targets (they are arguments for bash). Each
+    of these makes the line run otherwise than it reads, so each is a doubt.
+    """
+    found: list[str] = []
+    if _CONTROL.search(source):
+        found.append("a control character (bash and the grammar read it differently)")
+    if b"\\\n" in source:
+        found.append("a line continuation (backslash-newline)")
+    leaves: list[Node] = []
+    pending = [root]
+    while pending:
+        node = pending.pop()
+        if node.type in _WHOLE or node.child_count == 0:
+            leaves.append(node)
+            continue
+        if node.type == "command":
+            named = node.named_children
+            for before, after in itertools.pairwise(named):
+                if (
+                    before.type in _WORDLIKE
+                    and after.type in _WORDLIKE
+                    and before.end_byte == after.start_byte
+                ):
+                    found.append("one word the grammar reads as two")
+        if node.type == "file_redirect":
+            targets = [c for c in node.named_children if c.type != "file_descriptor"]
+            if len(targets) > 1:
+                found.append("words after a redirection's target")
+        if node.type == "word" and b"\n" in source[node.start_byte : node.end_byte]:
+            found.append("a newline inside a word")
+        pending.extend(node.children)
+    position = 0
+    for leaf in sorted(leaves, key=lambda n: n.start_byte):
+        if source[position : leaf.start_byte].strip(b" \t\n"):
+            found.append("text the grammar skipped")
+        if leaf.type == "word" and b"\n" in source[leaf.start_byte : leaf.end_byte]:
+            found.append("a newline inside a word")
+        position = max(position, leaf.end_byte)
+    if source[position:].strip(b" \t\n"):
+        found.append("text the grammar skipped")
+    return list(dict.fromkeys(found))
 
 
 def _unescape_double_quoted(text: str) -> str:

@@ -75,6 +75,15 @@ def test_every_place_a_program_hides_is_searched(command: str, inner: tuple[str,
         ('bash -c "$SCRIPT"', "only known at run time"),
         ('eval "$X"', "runs code the line does not show"),
         ("source ./script.sh", "runs code the line does not show"),
+        # Where the grammar and bash part ways (each hid a command from the judge).
+        ("echo hi > notes.txt\n\\rm -rf src", "a newline inside a word"),
+        ("ls\n\\touch pwned", "a newline inside a word"),
+        ("echo hi; echo \r# ; rm -rf src", "a control character"),
+        ("ls 2>/dev/null x", "words after a redirection's target"),
+        ("cat \\ README.md", "text the grammar skipped"),
+        ("echo a\\\tb", "text the grammar skipped"),
+        ('printf "A"\\x"B"', "one word the grammar reads as two"),
+        ("ls -la \\\n  && touch x", "line continuation"),
     ],
 )
 def test_what_cannot_be_read_statically_is_reported(command: str, construct: str) -> None:
@@ -85,6 +94,16 @@ def test_what_cannot_be_read_statically_is_reported(command: str, construct: str
 @pytest.mark.parametrize("command", ["echo 'unterminated", "ls &&", "if then fi"])
 def test_what_cannot_be_parsed_is_an_error(command: str) -> None:
     assert PARSER.parse(command).error
+
+
+def test_a_command_after_a_here_document_is_found() -> None:
+    # The grammar hangs the rest of the line on the here-document.
+    for line in ("cat <<EOF | rm -rf src\nhello\nEOF\n", "cat <<EOF && rm -rf src\nhi\nEOF"):
+        assert ("rm", "-rf", "src") in argvs(line)
+
+
+def test_a_tilde_inside_a_word_is_not_an_expansion() -> None:
+    assert not PARSER.parse("git diff HEAD~1 -- src/").unproven
 
 
 def test_a_quoted_here_document_and_literal_words_are_plain() -> None:
