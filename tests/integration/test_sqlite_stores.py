@@ -1,11 +1,21 @@
+import itertools
 import sqlite3
 from datetime import UTC, datetime
+from pathlib import Path
 
+import anyio
 import pytest
 
+from core_agent.container import KernelContainer
 from core_agent.contracts.errors import InvalidTransitionError, StorageError, TaskNotFoundError
 from core_agent.contracts.trace_store import Span
-from providers.sqlite.database import SqliteDatabase, connect, sqlite_driver
+from providers.scripted_gateway import ScriptedLLMGateway, ScriptedTurn
+from providers.sqlite.database import (
+    WAL_SIZE_LIMIT_BYTES,
+    SqliteDatabase,
+    connect,
+    sqlite_driver,
+)
 from providers.sqlite.migrations import MIGRATIONS, schema_version
 from providers.sqlite.task_store import SqliteTaskStore
 from providers.sqlite.trace_store import SqliteTraceStore
@@ -193,7 +203,6 @@ async def test_a_closed_store_raises_a_storage_error(tmp_path) -> None:
 
 
 async def test_a_writer_locked_out_by_another_process_waits_off_the_event_loop(tmp_path) -> None:
-    import anyio
 
     store = SqliteTaskStore(tmp_path / "k.db")
     other = connect(tmp_path / "k.db")  # stands for another process holding the write lock
@@ -221,3 +230,26 @@ async def test_a_writer_locked_out_by_another_process_waits_off_the_event_loop(t
     assert ticks >= 3  # the loop kept running while the write waited
     assert (await store.get_task("t1")).status is TaskStatus.QUEUED
     assert len(await store.list_events("t1")) == 1
+
+
+async def test_the_wal_starts_over_while_a_kernel_keeps_writing(tmp_path: Path) -> None:
+    # A kernel that never closes still folds its write-ahead log back and starts it over:
+    # without that, the file only ever grows (hundreds of MiB after a few thousand tasks).
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(update={"data_dir": tmp_path / "data"})
+    )
+    container.llm_gateway.override(ScriptedLLMGateway(policy=lambda _: ScriptedTurn(content="ok")))
+    kernel = container.kernel()
+    wal = tmp_path / "data" / "core_agent.db-wal"
+    sizes: list[int] = []
+    async with kernel:
+        for number in range(400):
+            await kernel.execute_task(TaskRequest(task=f"task {number}", force_mode="react"))
+            sizes.append(wal.stat().st_size if wal.exists() else 0)
+        assert len(await kernel.list_tasks(limit=1000)) == 400
+    # It started over more than once (an appended-to file never shrinks), and never grew past
+    # the limit by more than a few checkpoints' worth of writes.
+    shrank = sum(1 for before, after in itertools.pairwise(sizes) if after < before)
+    assert shrank >= 2, sizes[::20]
+    assert max(sizes) < WAL_SIZE_LIMIT_BYTES + (4 << 20)

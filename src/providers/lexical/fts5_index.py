@@ -37,7 +37,7 @@ class Fts5LexicalIndex(ILexicalIndex):
     """BM25 keyword search with SQLite FTS5 (see the module docstring)."""
 
     def __init__(self, path: Path | str) -> None:
-        self._db = SqliteDatabase(path)
+        self._db = SqliteDatabase.open(path)
         self._readers = ReaderPool(path)
         self._driver_errors = (sqlite_driver().Error, sqlite3.Error)
 

@@ -1,8 +1,9 @@
 """``ILexicalIndex`` with rank-bm25 (Okapi BM25 in Python), passages kept in SQLite.
 
 rank-bm25 scores in memory: the model for a namespace is built from the stored passages on
-the first search after a change (seen through ``PRAGMA data_version``, so other processes'
-writes count too) and scores every passage per query. Simple and exact, but a search costs
+the first search after a change (seen through ``PRAGMA data_version`` for other processes'
+writes and the shared connection's change count for this one's) and scores every passage per
+query. Simple and exact, but a search costs
 time proportional to the corpus (about 150 ms at 100k passages; see
 ``benchmarks/retrieval.py``), which is why it is not the default.
 """
@@ -24,6 +25,10 @@ from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.settings import AgentSettings
 from providers.lexical.passages import check_passages, search_terms, terms
 from providers.sqlite.database import SqliteDatabase, transaction
+
+
+def _version(conn: sqlite3.Connection) -> tuple[int, int]:
+    return int(conn.execute("PRAGMA data_version").fetchone()[0]), conn.total_changes
 
 
 class _PositiveIdfBM25(BM25Okapi):  # type: ignore[misc]
@@ -51,9 +56,8 @@ class RankBM25LexicalIndex(ILexicalIndex):
     """Okapi BM25 from the rank-bm25 package (see the module docstring)."""
 
     def __init__(self, path: Path | str) -> None:
-        self._db = SqliteDatabase(path)
+        self._db = SqliteDatabase.open(path)
         self._models: dict[str, _Model] = {}
-        self._writes = 0
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> RankBM25LexicalIndex:
@@ -75,7 +79,6 @@ class RankBM25LexicalIndex(ILexicalIndex):
                 )
 
         await self._db.run(write)
-        self._writes += 1
 
     async def search(self, namespace: str, query: str, k: int) -> list[LexicalHit]:
         """Score every passage of the namespace; the ``k`` best with a positive score."""
@@ -101,10 +104,9 @@ class RankBM25LexicalIndex(ILexicalIndex):
         return hits
 
     async def _model(self, namespace: str) -> _Model | None:
-        version_row = await self._db.run(
-            lambda conn: conn.execute("PRAGMA data_version").fetchone()
-        )
-        version = (int(version_row[0]), self._writes)
+        # data_version moves with other connections' commits, total_changes with this
+        # process's (its stores share one connection).
+        version = await self._db.run(_version)
         cached = self._models.get(namespace)
         if cached is not None and cached.version == version:
             return cached
@@ -140,7 +142,6 @@ class RankBM25LexicalIndex(ILexicalIndex):
                 return int(cursor.rowcount)
 
         deleted = await self._db.run(write)
-        self._writes += 1
         return deleted
 
     async def count(self, namespace: str) -> int:

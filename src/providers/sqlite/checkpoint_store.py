@@ -18,7 +18,7 @@ class SqliteCheckpointStore(ICheckpointStore):
     """Checkpoints in ``agent_checkpoints``; a save replaces the previous one atomically."""
 
     def __init__(self, path: Path | str) -> None:
-        self._db = SqliteDatabase(path)
+        self._db = SqliteDatabase.open(path)
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> SqliteCheckpointStore:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import anyio.lowlevel
 import anyio.to_thread
@@ -31,7 +31,9 @@ BUSY_TIMEOUT_MS = 30_000
 READER_MMAP_BYTES = 1 << 30
 READER_CACHE_KIB = 65_536
 CHECKPOINT_EVERY_CALLS = 500
-"""Run a passive WAL checkpoint in the background after this many calls."""
+"""Run a WAL checkpoint in the background after this many calls."""
+WAL_SIZE_LIMIT_BYTES = 16 << 20
+"""After a checkpoint lets the WAL start over, its file is cut back to this size."""
 _SQLITE_BUSY, _SQLITE_LOCKED = 5, 6
 
 
@@ -76,6 +78,7 @@ def connect(path: Path | str) -> sqlite3.Connection:
         # A checkpoint fsyncs the database file (milliseconds); SqliteDatabase runs them in a
         # background thread instead of inside whichever commit crosses the threshold.
         conn.execute("PRAGMA wal_autocheckpoint=0")
+        conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
         conn.enable_load_extension(True)
         try:
             sqlite_vec.load(conn)
@@ -143,12 +146,36 @@ class SqliteDatabase:
     """One connection, used by one thread at a time, off the event loop.
 
     Driver errors become ``StorageError``; kernel errors raised inside a call pass through.
+    Stores get theirs from ``open``: one handle per file in a process, so what several stores
+    write for one step can commit as one transaction, and one connection checkpoints the WAL.
     """
+
+    _shared: ClassVar[dict[str, tuple[SqliteDatabase, int]]] = {}
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def open(cls, path: Path | str) -> SqliteDatabase:
+        """The process's handle on ``path`` (opened on first use); ``close`` releases it.
+
+        Raises:
+            StorageError: The file cannot be opened or migrated.
+        """
+        key = str(path) if str(path) == ":memory:" else str(Path(path).resolve())
+        with cls._shared_lock:
+            found = cls._shared.get(key)
+            if found is not None and not found[0]._closed:
+                cls._shared[key] = (found[0], found[1] + 1)
+                return found[0]
+            database = cls(path)
+            database._shared_key = key
+            cls._shared[key] = (database, 1)
+            return database
 
     def __init__(self, path: Path | str) -> None:
         from providers.sqlite.migrations import migrate
 
         self.path = path
+        self._shared_key: str | None = None
         self._driver_errors: tuple[type[BaseException], ...] = (
             sqlite_driver().Error,
             sqlite3.Error,
@@ -188,20 +215,24 @@ class SqliteDatabase:
         statement fails first), so the retry cannot apply a change twice.
         """
         if self._lock.acquire(blocking=False):
+            done = False
             try:
                 if self._closed:
                     raise StorageError(f"database {self.path} is closed")
                 try:
                     result = fn(self._conn)  # busy_timeout is 0 between calls
+                    done = True
                 except self._driver_errors as exc:
                     if not _is_busy(exc):
                         raise StorageError(f"database {self.path}: {exc}") from exc
-                else:
-                    self._count_call()
-                    await anyio.lowlevel.checkpoint()
-                    return result
             finally:
                 self._lock.release()
+            if done:
+                self._count_call()
+                # Yield only after letting go: a task that ran while we held the connection
+                # across the yield would find it busy and hop to a worker thread.
+                await anyio.lowlevel.checkpoint()
+                return result
         result = await anyio.to_thread.run_sync(self.call, fn)
         self._count_call()
         return result
@@ -224,13 +255,19 @@ class SqliteDatabase:
     def _checkpoint(self) -> None:
         """Copy committed WAL frames into the database file, off the event loop.
 
-        PASSIVE never waits for readers or writers; what it cannot copy now is copied by a
-        later checkpoint. Runs on its own short-lived connection, holding ``_checkpoint_lock``.
+        First PASSIVE, which never waits: what it cannot copy now is copied by a later one.
+        When it copied everything, TRUNCATE (waiting at most a moment for a writer) lets the
+        WAL start over from an empty file: without that, a kernel that never stops writing
+        would only ever append to it. Runs on its own short-lived connection, holding
+        ``_checkpoint_lock``.
         """
         try:
             conn = sqlite_driver().connect(str(self.path), isolation_level=None, timeout=1.0)
             try:
-                conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                conn.execute("PRAGMA busy_timeout=100")
+                busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                if not busy and frames == copied:
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             finally:
                 conn.close()
         except self._driver_errors:
@@ -241,7 +278,18 @@ class SqliteDatabase:
             self._checkpoint_lock.release()
 
     async def close(self) -> None:
-        """Close the connection; later calls raise ``StorageError``."""
+        """Release this handle; the last release closes the connection.
+
+        Later calls on a closed handle raise ``StorageError``.
+        """
+        if self._shared_key is not None:
+            with self._shared_lock:
+                found = self._shared.get(self._shared_key)
+                if found is not None and found[0] is self:
+                    if found[1] > 1:
+                        self._shared[self._shared_key] = (self, found[1] - 1)
+                        return
+                    del self._shared[self._shared_key]
 
         def close() -> None:
             with self._checkpoint_lock, self._lock:

@@ -36,7 +36,7 @@ class SqliteDocumentCatalog(IDocumentCatalog):
     """What is ingested, by namespace and document id."""
 
     def __init__(self, path: Path | str) -> None:
-        self._db = SqliteDatabase(path)
+        self._db = SqliteDatabase.open(path)
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> SqliteDocumentCatalog:

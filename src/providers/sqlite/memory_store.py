@@ -57,7 +57,7 @@ class SqliteMemoryStore(IMemoryStore):
     """Facts and preferences by scope, namespace and key; a write replaces the key's value."""
 
     def __init__(self, path: Path | str) -> None:
-        self._db = SqliteDatabase(path)
+        self._db = SqliteDatabase.open(path)
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> SqliteMemoryStore:

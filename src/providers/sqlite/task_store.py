@@ -90,7 +90,7 @@ class SqliteTaskStore(ITaskStore):
     """Tasks in ``agent_tasks``, events in ``agent_task_events``, sessions in ``agent_sessions``."""
 
     def __init__(self, path: Path | str) -> None:
-        self._db = SqliteDatabase(path)
+        self._db = SqliteDatabase.open(path)
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> SqliteTaskStore:

@@ -63,7 +63,7 @@ class SqliteTraceStore(ITraceStore):
     """One row per finished span; latency is stored for queries that aggregate it."""
 
     def __init__(self, path: Path | str) -> None:
-        self._db = SqliteDatabase(path)
+        self._db = SqliteDatabase.open(path)
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> SqliteTraceStore:

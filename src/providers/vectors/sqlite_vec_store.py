@@ -183,7 +183,7 @@ class SqliteVecVectorStore(IVectorStore):
     def __init__(self, path: Path | str, *, partitions: int = 4) -> None:
         if partitions < 1:
             raise UsageError("partitions must be at least 1")
-        self._db = SqliteDatabase(path)
+        self._db = SqliteDatabase.open(path)
         self._partitions = partitions
         self._readers = ReaderPool(path)
         self._driver_errors = (sqlite_driver().Error, sqlite3.Error)
