@@ -32,6 +32,7 @@ from core_agent.contracts.shell_parser import IShellParser
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.contracts.tool import ITool
+from core_agent.contracts.tool_call_ledger import IToolCallLedger
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.contracts.vector_store import IVectorStore
@@ -60,6 +61,7 @@ from core_agent.safety.redacting_stores import (
     RedactingCheckpointStore,
     RedactingMemoryStore,
     RedactingTaskStore,
+    RedactingToolCallLedger,
     RedactingTraceStore,
 )
 from core_agent.safety.redaction import Redactor, host_secrets
@@ -70,6 +72,7 @@ LLM_GATEWAYS = "core_agent.llm_gateways"
 TASK_STORES = "core_agent.task_stores"
 TRACE_STORES = "core_agent.trace_stores"
 CHECKPOINT_STORES = "core_agent.checkpoint_stores"
+TOOL_CALL_LEDGERS = "core_agent.tool_call_ledgers"
 SANDBOXES = "core_agent.sandboxes"
 SHELL_PARSERS = "core_agent.shell_parsers"
 TOOLS = "core_agent.tools"
@@ -353,6 +356,16 @@ class KernelContainer(containers.DeclarativeContainer):
     redacted_checkpoint_store = providers.Singleton(
         RedactingCheckpointStore, checkpoint_store, redactor
     )
+    tool_call_ledger = providers.Singleton(
+        load_provider,
+        TOOL_CALL_LEDGERS,
+        settings.provided.tool_call_ledger,
+        settings,
+        IToolCallLedger,
+    )
+    redacted_tool_call_ledger = providers.Singleton(
+        RedactingToolCallLedger, tool_call_ledger, redactor
+    )
     shell_parser = providers.Singleton(
         load_provider, SHELL_PARSERS, settings.provided.shell_parser, settings, IShellParser
     )
@@ -398,7 +411,10 @@ class KernelContainer(containers.DeclarativeContainer):
         temperature=settings.provided.model_temperature,
     )
     react_executor = providers.Singleton(
-        ReActExecutor, loop=react_loop, checkpoints=redacted_checkpoint_store
+        ReActExecutor,
+        loop=react_loop,
+        checkpoints=redacted_checkpoint_store,
+        ledger=redacted_tool_call_ledger,
     )
     plan_execute_executor = providers.Singleton(
         PlanExecuteExecutor,
@@ -406,6 +422,7 @@ class KernelContainer(containers.DeclarativeContainer):
         loop=react_loop,
         trace_store=redacted_trace_store,
         checkpoints=redacted_checkpoint_store,
+        ledger=redacted_tool_call_ledger,
         limits=providers.Factory(
             PlanExecuteLimits,
             max_parallel_steps=settings.provided.plan_max_parallel_steps,
@@ -424,12 +441,15 @@ class KernelContainer(containers.DeclarativeContainer):
         tools=tool_registry,
         executors=providers.Dict(react=react_executor, plan_execute=plan_execute_executor),
         max_turns=settings.provided.max_turns,
-        closables=providers.List(redacted_checkpoint_store, opened),
+        closables=providers.List(redacted_checkpoint_store, redacted_tool_call_ledger, opened),
         long_term_memory=memory_store.provider,
         memory_namespace=settings.provided.memory_namespace,
         recall_k=settings.provided.memory_recall_k,
         approval_timeout_s=settings.provided.approval_timeout_s,
         sandbox=sandbox,
+        lease_s=settings.provided.task_lease_s,
+        cancel_check_s=settings.provided.cancel_check_s,
+        recovery=settings.provided.recovery,
     )
 
 

@@ -7,10 +7,11 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from core_agent.contracts.checkpoint_store import ICheckpointStore
+from core_agent.contracts.checkpoint_store import Checkpoint, ICheckpointStore
 from core_agent.contracts.errors import (
+    CorruptStateError,
     InvalidTransitionError,
     StorageError,
     TaskNotFoundError,
@@ -18,8 +19,11 @@ from core_agent.contracts.errors import (
 )
 from core_agent.contracts.memory_store import IMemoryStore, MemoryItem
 from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.tool_call_ledger import IToolCallLedger, LedgerEntry
 from core_agent.contracts.trace_store import ITraceStore, Span
-from shared.agent_protocol import TaskState, TaskStatus, TokenUsage
+from shared.agent_protocol import ChatMessage, TaskState, TaskStatus, TokenUsage
+
+_MESSAGE: TypeAdapter[ChatMessage] = TypeAdapter(ChatMessage)
 
 
 class FakeTaskStore(ITaskStore):
@@ -86,6 +90,45 @@ class FakeTaskStore(ITaskStore):
     async def list_events(self, task_id: str) -> Sequence[BaseModel]:
         return list(self.events.get(task_id, []))
 
+    async def acquire_lease(self, task_id: str, *, owner: str, until: datetime) -> bool:
+        task = await self.get_task(task_id)
+        live = task.lease_expires_at is not None and task.lease_expires_at > datetime.now(UTC)
+        if task.owner not in (None, owner) and live:
+            return False
+        self.tasks[task_id] = task.model_copy(update={"owner": owner, "lease_expires_at": until})
+        return True
+
+    async def renew_leases(self, owner: str, task_ids, *, until: datetime) -> set[str]:  # type: ignore[no-untyped-def]
+        kept = {i for i in task_ids if i in self.tasks and self.tasks[i].owner == owner}
+        for task_id in kept:
+            self.tasks[task_id] = self.tasks[task_id].model_copy(update={"lease_expires_at": until})
+        return kept
+
+    async def release_lease(self, task_id: str, *, owner: str) -> None:
+        task = self.tasks.get(task_id)
+        if task is not None and task.owner == owner:
+            self.tasks[task_id] = task.model_copy(update={"owner": None, "lease_expires_at": None})
+
+    async def orphaned_tasks(self, *, now: datetime, limit: int = 100) -> list[TaskState]:
+        found = [
+            t
+            for t in self.tasks.values()
+            if t.status in (TaskStatus.QUEUED, TaskStatus.RUNNING)
+            and (t.lease_expires_at is None or t.lease_expires_at < now)
+        ]
+        return sorted(found, key=lambda t: t.created_at)[:limit]
+
+    async def request_cancel(self, task_id: str, reason: str) -> None:
+        task = await self.get_task(task_id)
+        self.tasks[task_id] = task.model_copy(update={"cancel_requested": reason})
+
+    async def cancel_requests(self, task_ids) -> dict[str, str]:  # type: ignore[no-untyped-def]
+        return {
+            i: self.tasks[i].cancel_requested  # type: ignore[misc]
+            for i in task_ids
+            if i in self.tasks and self.tasks[i].cancel_requested is not None
+        }
+
     async def close(self) -> None:
         self.closed = True
 
@@ -119,18 +162,38 @@ class FakeTraceStore(ITraceStore):
 
 
 class FakeCheckpointStore(ICheckpointStore):
+    """Checkpoints as the JSON a real store would keep; messages in per-key lists."""
+
     def __init__(self) -> None:
         self.saved: dict[tuple[str, str], dict] = {}
         self.history: list[tuple[str, str, dict]] = []
+        self.messages: dict[tuple[str, str], list[ChatMessage]] = {}
         self.closed = False
 
-    async def save(self, task_id: str, key: str, state: dict) -> None:
-        snapshot = json.loads(json.dumps(state))  # what a real store would keep
+    async def save(self, task_id: str, key: str, checkpoint: Checkpoint) -> None:
+        snapshot = json.loads(checkpoint.model_dump_json())
         self.saved[(task_id, key)] = snapshot
         self.history.append((task_id, key, snapshot))
 
-    async def load(self, task_id: str, key: str) -> dict | None:
-        return self.saved.get((task_id, key))
+    async def load(self, task_id: str, key: str, model):  # type: ignore[no-untyped-def]
+        state = self.saved.get((task_id, key))
+        if state is None:
+            return None
+        try:
+            return model.model_validate(state)
+        except ValidationError as exc:
+            raise CorruptStateError(task_id, f"checkpoint {key!r}: {exc}") from exc
+
+    async def append_messages(self, task_id: str, key: str, first: int, messages) -> None:  # type: ignore[no-untyped-def]
+        log = self.messages.setdefault((task_id, key), [])
+        del log[first:]
+        log.extend(_MESSAGE.validate_json(_MESSAGE.dump_json(m)) for m in messages)
+
+    async def load_messages(self, task_id: str, key: str, count: int) -> list[ChatMessage]:
+        log = self.messages.get((task_id, key), [])
+        if len(log) < count:
+            raise CorruptStateError(task_id, f"{key!r} has {len(log)} of {count} messages")
+        return list(log[:count])
 
     async def list_keys(self, task_id: str) -> list[str]:
         return list(dict.fromkeys(k for t, k, _ in self.history if t == task_id))
@@ -177,3 +240,31 @@ class FakeMemoryStore(IMemoryStore):
 
     async def close(self) -> None:
         pass
+
+
+class FakeToolCallLedger(IToolCallLedger):
+    """Ledger entries in a dict, by idempotency key."""
+
+    def __init__(self) -> None:
+        self.entries_by_key: dict[str, LedgerEntry] = {}
+        self.closed = False
+
+    async def begin(self, entry: LedgerEntry) -> LedgerEntry:
+        return self.entries_by_key.setdefault(entry.idempotency_key, entry)
+
+    async def finish(self, idempotency_key, result, *, status="finished", note=None) -> None:  # type: ignore[no-untyped-def]
+        entry = self.entries_by_key[idempotency_key]
+        self.entries_by_key[idempotency_key] = replace(
+            entry,
+            status=status,
+            result=result,
+            ended_at=datetime.now(UTC),
+            note=note or entry.note,
+        )
+
+    async def entries(self, task_id: str) -> list[LedgerEntry]:
+        found = [e for e in self.entries_by_key.values() if e.task_id == task_id]
+        return sorted(found, key=lambda e: e.started_at)
+
+    async def close(self) -> None:
+        self.closed = True

@@ -9,7 +9,13 @@ from core_agent.container import (
 )
 from core_agent.contracts.errors import ModelNotConfiguredError, ProviderNotFoundError
 from core_agent.contracts.settings import AgentSettings
-from fakes.stores import FakeCheckpointStore, FakeMemoryStore, FakeTaskStore, FakeTraceStore
+from fakes.stores import (
+    FakeCheckpointStore,
+    FakeMemoryStore,
+    FakeTaskStore,
+    FakeToolCallLedger,
+    FakeTraceStore,
+)
 from providers.scripted_gateway import ScriptedLLMGateway
 
 pytestmark = pytest.mark.anyio
@@ -74,6 +80,7 @@ async def test_adapters_are_swapped_through_the_container(settings) -> None:
     container.task_store.override(tasks)
     container.trace_store.override(traces)
     container.checkpoint_store.override(FakeCheckpointStore())
+    container.tool_call_ledger.override(FakeToolCallLedger())
     memory = FakeMemoryStore()
     container.memory_store.override(memory)
     container.llm_gateway.override(ScriptedLLMGateway())
@@ -97,6 +104,7 @@ async def test_the_model_classifier_is_wired_by_setting(settings) -> None:
     container.task_store.override(FakeTaskStore())
     container.trace_store.override(FakeTraceStore())
     container.checkpoint_store.override(FakeCheckpointStore())
+    container.tool_call_ledger.override(FakeToolCallLedger())
     container.llm_gateway.override(
         ScriptedLLMGateway([ScriptedTurn(content='{"sub_goals": 1, "dependent": false}')])
     )

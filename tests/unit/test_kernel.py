@@ -11,7 +11,7 @@ from core_agent.contracts.errors import ConfigurationError, InvalidTransitionErr
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.kernel.event_bus import InProcessEventBus
 from core_agent.tooling.registry import ToolRegistry
-from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
+from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeToolCallLedger, FakeTraceStore
 from providers.scripted_gateway import (
     ScriptedError,
     ScriptedLLMGateway,
@@ -41,6 +41,7 @@ def build(container: KernelContainer, *turns: ScriptedTurn):
     container.task_store.override(tasks)
     container.trace_store.override(traces)
     container.checkpoint_store.override(FakeCheckpointStore())
+    container.tool_call_ledger.override(FakeToolCallLedger())
     container.tool_registry.override(ToolRegistry([lookup, wait_forever]))
     container.llm_gateway.override(ScriptedLLMGateway(list(turns)))
     return container.kernel(), tasks, traces

@@ -8,7 +8,7 @@ from core_agent import tool
 from core_agent.contracts.planner import Plan, PlanStep
 from core_agent.orchestration.planner import check_plan
 from core_agent.tooling.registry import ToolRegistry
-from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
+from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeToolCallLedger, FakeTraceStore
 from providers.scripted_gateway import (
     ScriptedConversation,
     ScriptedError,
@@ -78,6 +78,7 @@ def kernel_with(container):
         container.task_store.override(stores[0])
         container.trace_store.override(stores[1])
         container.checkpoint_store.override(stores[2])
+        container.tool_call_ledger.override(FakeToolCallLedger())
         container.tool_registry.override(ToolRegistry([collect]))
         container.llm_gateway.override(ScriptedLLMGateway(conversations=list(conversations)))
         return container.kernel(), *stores
@@ -117,10 +118,14 @@ async def test_independent_steps_overlap_and_the_dependent_one_waits(kernel_with
     plan_event = next(e for e in tasks.events[result.task_id] if e.kind == "plan.created")
     assert plan_event.steps[0]["tool_hints"] == ["collect"]  # the unknown hint was dropped
 
-    saves = [state for task_id, key, state in checkpoints.history if task_id == result.task_id]
+    saves = [
+        state
+        for task_id, key, state in checkpoints.history
+        if task_id == result.task_id and key == "plan_execute" and state["phase"] == "executing"
+    ]
     assert [sorted(s["results"]) for s in saves] in (
-        [["a"], ["a", "b"], ["a", "b", "c"]],
-        [["b"], ["a", "b"], ["a", "b", "c"]],
+        [[], ["a"], ["a", "b"], ["a", "b", "c"]],
+        [[], ["b"], ["a", "b"], ["a", "b", "c"]],
     )
 
 
@@ -281,6 +286,7 @@ async def test_a_resumed_plan_skips_finished_steps_and_passes_on_the_guidance(co
     container.task_store.override(tasks)
     container.trace_store.override(traces)
     container.checkpoint_store.override(FakeCheckpointStore())
+    container.tool_call_ledger.override(FakeToolCallLedger())
     container.tool_registry.override(ToolRegistry([collect]))
     container.llm_gateway.override(gateway)
     kernel = container.kernel()

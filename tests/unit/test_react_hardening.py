@@ -8,7 +8,7 @@ from core_agent.contracts.errors import TaskFailedError
 from core_agent.orchestration.react_loop import truncate_observation
 from core_agent.tooling.registry import ToolRegistry
 from fakes.gateways import FakeRecordingGateway, FakeSequentialGateway
-from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
+from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeToolCallLedger, FakeTraceStore
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
 from shared.agent_protocol import (
     AssistantMessage,
@@ -83,6 +83,7 @@ def run(container):
         container.task_store.override(tasks)
         container.trace_store.override(traces)
         container.checkpoint_store.override(FakeCheckpointStore())
+        container.tool_call_ledger.override(FakeToolCallLedger())
         container.tool_registry.override(ToolRegistry([fetch, page, dump, broken, meet, pair]))
         container.llm_gateway.override(gateway)
         return container.kernel(), gateway, tasks, traces

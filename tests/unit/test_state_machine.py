@@ -8,6 +8,7 @@ from shared.agent_protocol import TaskStatus as S
 
 LEGAL = {
     (S.QUEUED, S.RUNNING),
+    (S.QUEUED, S.FAILED),
     (S.QUEUED, S.CANCELED),
     (S.RUNNING, S.WAITING_APPROVAL),
     (S.RUNNING, S.SUCCEEDED),

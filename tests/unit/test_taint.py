@@ -6,7 +6,7 @@ import pytest
 
 from core_agent import tool
 from core_agent.tooling.registry import ToolRegistry
-from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
+from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeToolCallLedger, FakeTraceStore
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
 from providers.sqlite.memory_store import SqliteMemoryStore
 from shared.agent_protocol import TaskRequest
@@ -41,6 +41,7 @@ def run(container):
         container.task_store.override(tasks)
         container.trace_store.override(FakeTraceStore())
         container.checkpoint_store.override(FakeCheckpointStore())
+        container.tool_call_ledger.override(FakeToolCallLedger())
         container.tool_registry.override(ToolRegistry([lookup, add]))
         container.llm_gateway.override(ScriptedLLMGateway(list(turns)))
         return container.kernel(), tasks

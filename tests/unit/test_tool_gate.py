@@ -5,7 +5,7 @@ import pytest
 
 from core_agent import tool
 from core_agent.tooling.registry import ToolRegistry
-from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
+from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeToolCallLedger, FakeTraceStore
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
 from shared.agent_protocol import ApprovalDecision, TaskRequest, TaskStatus
 
@@ -38,6 +38,7 @@ def kernel_for(container):
         container.task_store.override(tasks)
         container.trace_store.override(traces)
         container.checkpoint_store.override(FakeCheckpointStore())
+        container.tool_call_ledger.override(FakeToolCallLedger())
         container.tool_registry.override(ToolRegistry([launch, peek]))
         container.llm_gateway.override(ScriptedLLMGateway(list(turns)))
         kernel = container.kernel()
@@ -138,7 +139,7 @@ async def test_a_call_changed_after_approval_is_refused(kernel_for, container) -
     def approve_then_tamper(request):
         # Someone edits the suspended call (in the store) after it was shown and approved.
         saved = checkpoints.saved[(request.task_id, "react")]
-        saved["calls"][0]["arguments"]["target"] = "the neighbours"
+        saved["pending_calls"][0]["arguments"]["target"] = "the neighbours"
         return ApprovalDecision(request_id=request.request_id, approved=True)
 
     kernel, tasks, _ = kernel_for(

@@ -28,6 +28,7 @@ fails, and the host may retry)::
         │   ├── PolicyDeniedError       a policy rule forbids the call
         │   └── ApprovalDeniedError     a human (or a timeout) said no
         ├── StorageError                a store could not read or write
+        │   └── CorruptStateError       one task's stored state cannot be read
         ├── TurnLimitExceededError      the executor ran out of turns
         ├── PlanningError               no valid plan within the retry bound
         ├── StructuredOutputError       the answer does not fit the requested model
@@ -242,6 +243,20 @@ class ApprovalDeniedError(ToolError):
 
 class StorageError(RunError):
     """A store could not read or write; nothing partial was committed."""
+
+
+class CorruptStateError(StorageError):
+    """What is stored for one task (a checkpoint, an event, a message) cannot be read.
+
+    Only that task is affected: the error names it and what is wrong, and others go on.
+
+    Attributes:
+        task_id: The task whose stored state is damaged.
+    """
+
+    def __init__(self, task_id: str, message: str) -> None:
+        self.task_id = task_id
+        super().__init__(f"the stored state of task {task_id} is unreadable: {message}")
 
 
 class TurnLimitExceededError(RunError):

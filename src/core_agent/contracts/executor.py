@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import abc
+import contextlib
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -88,6 +91,12 @@ class ExecutionContext:
     """On resume: tool-call id -> the request shown and the human's decision."""
     approval_decisions: dict[str, ApprovalDecision] = field(default_factory=dict)
     """On resume: every decision recorded for the task, by request id."""
+    resuming: bool = False
+    """The run carries on from the task's checkpoints (after a crash, or a human's decision)
+    instead of starting over."""
+    unit_of_work: Callable[[], AbstractAsyncContextManager[None]] = contextlib.nullcontext
+    """Opens a unit of work in which the step's events, spans and checkpoint commit together
+    (``ITaskStore.unit_of_work``); by default each write commits on its own."""
 
     async def taint(self, source: str, *, call_id: str | None = None, reason: str = "") -> None:
         """Mark the task as holding untrusted content.

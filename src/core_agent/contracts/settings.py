@@ -96,6 +96,17 @@ class AgentSettings(BaseSettings):
     task_store: str = "sqlite"
     trace_store: str = "sqlite"
     checkpoint_store: str = "sqlite"
+    tool_call_ledger: str = "sqlite"
+
+    task_lease_s: float = Field(default=30.0, ge=1.0, le=3600.0)
+    """How long a running task stays this kernel's without a renewal (renewed every third of
+    it while it runs). A task whose lease ran out is taken over by ``recover``."""
+    recovery: Literal["resume", "fail", "off"] = "resume"
+    """What a kernel does at start (``async with kernel``) and on ``core-agent recover`` with
+    tasks whose owner died: resume them from their last checkpoint, fail them with a reason,
+    or leave them."""
+    cancel_check_s: float = Field(default=1.0, gt=0, le=60.0)
+    """How often a running task looks for a cancel request made by another process."""
 
     tools: Annotated[tuple[str, ...] | None, NoDecode] = None
     """Names of the installed tools to enable (comma-separated); all when unset."""

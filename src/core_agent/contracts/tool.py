@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -74,6 +75,23 @@ class ToolAssessment:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class UninterruptibleWork:
+    """How a tool whose work cannot be stopped (a Python function in a thread) reports it.
+
+    When the kernel stops waiting (time limit, cancel) while that work goes on, the tool
+    waits up to ``grace_s`` more for it. ``outcome`` then describes how it ended (its result
+    or error, as text), or stays ``None`` while it still runs; a tool calls ``report_late``
+    from its worker when such work ends later, so the kernel can record that too.
+    """
+
+    grace_s: float = 5.0
+    outcome: str | None = None
+    still_running: bool = False
+    report_late: Callable[[str], None] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """Who is calling, the sandbox the call must act through, and what it may do."""
@@ -88,6 +106,11 @@ class ToolContext:
     """What the policy decided this call may do (commands run within it)."""
     tainted: bool = False
     """Untrusted content is in the task's context; what the call stores carries that mark."""
+    idempotency_key: str | None = None
+    """The same for every attempt at this call, in every process that resumes the task
+    (see the tool-call ledger): pass it to services that deduplicate requests."""
+    work: UninterruptibleWork = field(default_factory=UninterruptibleWork)
+    """Where a tool reports work that outlives the kernel's wait (see the class)."""
 
 
 class ITool(abc.ABC):

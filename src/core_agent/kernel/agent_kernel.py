@@ -1,6 +1,7 @@
 """The public facade: run tasks, stream their events, inspect tasks and traces.
 
-It also answers the questions a task asks a human (``resolve_approval``).
+It also answers the questions a task asks a human (``resolve_approval``), carries on tasks
+whose process died (``resume``, ``recover``) and cancels tasks wherever they run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar, overload
 
 import anyio
+import anyio.abc
 import anyio.to_thread
 from pydantic import BaseModel
 
@@ -21,6 +23,7 @@ from core_agent.contracts.errors import (
     ApprovalPendingError,
     ConfigurationError,
     CoreAgentError,
+    InvalidTransitionError,
     RunError,
     TaskFailedError,
     UsageError,
@@ -34,6 +37,7 @@ from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.kernel.state_machine import check_transition
+from core_agent.kernel.task_lease import LeaseWatch, lease_until, new_owner
 from core_agent.memory.hybrid_memory import recall_message
 from core_agent.observability.tracer import Tracer, new_trace_id
 from core_agent.orchestration.react_loop import UNTRUSTED_NOTICE
@@ -109,9 +113,17 @@ class _TaskEvents:
 
     async def __call__(self, event_type: type[TaskEvent], /, **fields: Any) -> None:
         event = self.make(event_type, **fields)
-        if event.kind not in EPHEMERAL_EVENT_KINDS:
-            await self._task_store.append_event(event)
-        await self._event_bus.publish(event)
+        if event.kind in EPHEMERAL_EVENT_KINDS:
+            await self._event_bus.publish(event)
+            return
+        await self._task_store.append_event(event)
+
+        async def publish() -> None:
+            await self._event_bus.publish(event)
+
+        # Subscribers hear of an event once it is durable (after the step's unit of work).
+        if not self._task_store.after_commit(publish):
+            await publish()
 
 
 class AgentKernel:
@@ -142,6 +154,10 @@ class AgentKernel:
         memory_namespace: str = "default",
         recall_k: int = 3,
         sandbox: IToolSandbox | None = None,
+        lease_s: float = 30.0,
+        cancel_check_s: float = 1.0,
+        recovery: str = "resume",
+        owner: str | None = None,
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -160,7 +176,15 @@ class AgentKernel:
         self._memory_namespace = memory_namespace
         self._recall_k = recall_k
         self._sandbox = sandbox
-        self._running: dict[str, anyio.CancelScope] = {}
+        self._running: dict[str, tuple[anyio.CancelScope, LeaseWatch]] = {}
+        self._lease_s = lease_s
+        self._cancel_check_s = cancel_check_s
+        if recovery not in ("resume", "fail", "off"):
+            raise ConfigurationError(f"recovery must be resume, fail or off, not {recovery!r}")
+        self._recovery = recovery
+        self.owner = owner or new_owner()
+        """This kernel's name on the tasks it runs (see ``TaskState.owner``)."""
+        self._background: anyio.abc.TaskGroup | None = None
         if sandbox is not None and sandbox.confinement == "unconfined":
             log.warning(
                 "AGENT_SANDBOX_MODE=unconfined: commands run without operating-system "
@@ -188,13 +212,28 @@ class AgentKernel:
         return self._event_bus
 
     async def __aenter__(self) -> AgentKernel:
+        """Start: tasks whose process died are recovered in the background (``recovery``)."""
+        if self._recovery != "off":
+            self._background = anyio.create_task_group()
+            await self._background.__aenter__()
+            self._background.start_soon(self._recover_in_background)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    async def _recover_in_background(self) -> None:
+        try:
+            await self.recover()
+        except CoreAgentError as exc:
+            log.warning("recovering tasks failed: %s", exc)
+
     async def aclose(self) -> None:
-        """Close the stores and stop the sandbox's processes."""
+        """Stop background recovery, close the stores and stop the sandbox's processes."""
+        if self._background is not None:
+            background, self._background = self._background, None
+            background.cancel_scope.cancel()
+            await background.__aexit__(None, None, None)
         await self._task_store.close()
         await self._trace_store.close()
         for closable in self._closables:
@@ -284,9 +323,121 @@ class AgentKernel:
             f"A human reviewed earlier failures of this task.\n{request.question}\n"
             f"Their guidance: {decision.reason or '(none: retry as you see fit)'}"
         )
+        context.resuming = True
         await self._move(state, TaskStatus.WAITING_APPROVAL, TaskStatus.RUNNING, resolved)
-        await events(TaskResumed)
+        await self._task_store.acquire_lease(
+            state.task_id, owner=self.owner, until=lease_until(self._lease_s)
+        )
+        await events(TaskResumed, reason="a human answered", owner=self.owner)
         return await self._drive(state, executor, context, events)
+
+    async def resume(self, task_id: str) -> TaskResult:
+        """Carry on a task whose process died, from its last checkpoint, to the end.
+
+        The kernel takes the task's lease (so no other process runs it too), and the run goes
+        on from the last step its executor saved: a finished tool call is not run again, one
+        that was interrupted runs again only when that is harmless, else a human is asked. A
+        task that was queued and never started starts now.
+
+        Raises:
+            TaskNotFoundError: No such task.
+            UsageError: It runs in a live process (its lease holds), it waits for a human
+                (use ``resolve_approval``), or it already ended.
+        """
+        state = await self._task_store.get_task(task_id)
+        if state.status is TaskStatus.WAITING_APPROVAL:
+            raise UsageError(
+                f"task {task_id} waits for a human's decision: answer it with resolve_approval"
+            )
+        if state.status not in (TaskStatus.RUNNING, TaskStatus.QUEUED):
+            raise UsageError(f"task {task_id} already ended ({state.status.value})")
+        if task_id in self._running or not await self._task_store.acquire_lease(
+            task_id, owner=self.owner, until=lease_until(self._lease_s)
+        ):
+            raise UsageError(
+                f"task {task_id} runs in a live process ({state.owner}, lease until "
+                f"{state.lease_expires_at:%H:%M:%S} UTC): cancel it there, or wait for it"
+            )
+        state = await self._task_store.get_task(task_id)
+        persisted = await self._task_store.list_events(task_id)
+        events = self._continued_events(task_id, persisted)
+        if state.status is TaskStatus.QUEUED:
+            return await self._start(state, events, None, sandbox=self._task_sandbox(state))
+        executor = self._executors.get(state.strategy or "react") or self._executors["react"]
+        context = self._context(state, events, None)
+        context.stats.usage = state.usage
+        context.resuming = True
+        context.approval_decisions = _decisions(persisted)
+        await events(TaskResumed, reason="taken over after its process stopped", owner=self.owner)
+        return await self._drive(state, executor, context, events)
+
+    async def recover(self) -> list[TaskResult]:
+        """Resume, or fail, every task whose process died (``AGENT_RECOVERY``).
+
+        Tasks that are ``queued`` or ``running`` with no live lease are taken over one batch
+        at a time, up to four at once. With ``fail`` each ends ``failed`` with the reason;
+        with ``resume`` each runs to its end here (``resume``). A task another kernel takes
+        first is left to it. Returns the results, in the order the tasks ended.
+        """
+        if self._recovery == "off":
+            return []
+        results: list[TaskResult] = []
+        tried: set[str] = set()
+        limiter = anyio.CapacityLimiter(4)
+
+        async def take(state: TaskState) -> None:
+            async with limiter:
+                try:
+                    if self._recovery == "fail":
+                        result = await self._fail_orphan(state)
+                    else:
+                        result = await self.resume(state.task_id)
+                except UsageError:
+                    return  # taken over by another kernel, or ended meanwhile
+                results.append(result)
+
+        while True:
+            orphans = [
+                state
+                for state in await self._task_store.orphaned_tasks(now=_now(), limit=100)
+                if state.task_id not in tried and state.task_id not in self._running
+            ]
+            if not orphans:
+                return results
+            tried.update(state.task_id for state in orphans)
+            async with anyio.create_task_group() as group:
+                for state in orphans:
+                    group.start_soon(take, state)
+
+    async def _fail_orphan(self, state: TaskState) -> TaskResult:
+        """End a task whose process died as ``failed``, saying so."""
+        if not await self._task_store.acquire_lease(
+            state.task_id, owner=self.owner, until=lease_until(self._lease_s)
+        ):
+            raise UsageError(f"task {state.task_id} is running in a live process")
+        events = self._continued_events(
+            state.task_id, await self._task_store.list_events(state.task_id)
+        )
+        error = "the process running this task stopped before it ended (AGENT_RECOVERY=fail)"
+        try:
+            await self._move(
+                state,
+                state.status,
+                TaskStatus.FAILED,
+                events.make(TaskFailed, error=error, error_type="ProcessLost", usage=state.usage),
+                error=error,
+            )
+        except InvalidTransitionError as exc:
+            raise UsageError(str(exc)) from exc
+        return TaskResult(
+            task_id=state.task_id,
+            session_id=state.session_id,
+            trace_id=state.trace_id,
+            status=TaskStatus.FAILED,
+            error=error,
+            error_type="ProcessLost",
+            usage=state.usage,
+        )
 
     async def get_task(self, task_id: str) -> TaskState:
         """The stored task; ``TaskNotFoundError`` if there is none."""
@@ -316,13 +467,33 @@ class AgentKernel:
         return sorted(pending, key=lambda r: r.created_at)
 
     async def cancel_task(self, task_id: str, reason: str = "canceled by host") -> None:
-        """Cancel a task: running here, it is interrupted; queued or waiting, it is marked."""
-        scope = self._running.get(task_id)
-        if scope is not None:
+        """Cancel a task wherever it runs.
+
+        Running here, it is interrupted and ends ``canceled``. Running in another live
+        process, the request is recorded and that process carries it out within
+        ``AGENT_CANCEL_CHECK_S`` (its host gets a ``canceled`` result). Queued, waiting for a
+        human, or left by a dead process, it is marked ``canceled`` at once.
+
+        Raises:
+            TaskNotFoundError: No such task.
+            InvalidTransitionError: It already ended.
+        """
+        running = self._running.get(task_id)
+        if running is not None:
+            scope, watch = running
+            watch.cancel_reason = reason
             scope.cancel()
             return
         state = await self._task_store.get_task(task_id)
         check_transition(task_id, state.status, TaskStatus.CANCELED)
+        if (
+            state.status in (TaskStatus.RUNNING, TaskStatus.QUEUED)
+            and state.owner is not None
+            and state.lease_expires_at is not None
+            and state.lease_expires_at > _now()
+        ):
+            await self._task_store.request_cancel(task_id, reason)
+            return
         events = self._continued_events(task_id, await self._task_store.list_events(task_id))
         event = events.make(TaskCanceled, reason=reason, usage=state.usage)
         await self._task_store.transition(
@@ -380,15 +551,7 @@ class AgentKernel:
     async def _execute(
         self, request: TaskRequest, task_id: str, response_model: type[BaseModel] | None
     ) -> TaskResult:
-        routed_at = _now()
-        decision = await self._router.route(request, self._specs(request))
-        routed_until = _now()
-        executor = self._executors.get(decision.strategy)
-        if executor is None:
-            raise ConfigurationError(
-                f"strategy {decision.strategy!r} is not installed; "
-                f"available: {', '.join(sorted(self._executors))}"
-            )
+        routing = await self._routing(request)
         sandbox = self._sandbox
         if sandbox is not None and request.workspace_roots:
             sandbox = sandbox.with_roots(request.workspace_roots)
@@ -402,6 +565,8 @@ class AgentKernel:
             created_at=now,
             updated_at=now,
             sandbox=sandbox.profile() if sandbox is not None else None,
+            owner=self.owner,
+            lease_expires_at=lease_until(self._lease_s),
         )
         events = _TaskEvents(self._task_store, self._event_bus, task_id)
         queued = events.make(
@@ -409,6 +574,38 @@ class AgentKernel:
         )
         await self._task_store.create_task(state, queued)
         await self._event_bus.publish(queued)
+        return await self._start(state, events, response_model, sandbox=sandbox, routing=routing)
+
+    async def _routing(
+        self, request: TaskRequest
+    ) -> tuple[RoutingDecision, IExecutor, datetime, datetime]:
+        """The router's decision, the executor it names, and when routing began and ended.
+
+        Raises:
+            ConfigurationError: The strategy it names is not installed.
+        """
+        routed_at = _now()
+        decision = await self._router.route(request, self._specs(request))
+        routed_until = _now()
+        executor = self._executors.get(decision.strategy)
+        if executor is None:
+            raise ConfigurationError(
+                f"strategy {decision.strategy!r} is not installed; "
+                f"available: {', '.join(sorted(self._executors))}"
+            )
+        return decision, executor, routed_at, routed_until
+
+    async def _start(
+        self,
+        state: TaskState,
+        events: _TaskEvents,
+        response_model: type[BaseModel] | None,
+        *,
+        sandbox: IToolSandbox | None,
+        routing: tuple[RoutingDecision, IExecutor, datetime, datetime] | None = None,
+    ) -> TaskResult:
+        """Start a queued task: route it (unless done), record the route, run it."""
+        decision, executor, routed_at, routed_until = routing or await self._routing(state.request)
         await self._move(
             state,
             TaskStatus.QUEUED,
@@ -417,24 +614,25 @@ class AgentKernel:
             strategy=executor.strategy,
         )
         tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
-        await tracer.record(
-            "planning",
-            "route",
-            started_at=routed_at,
-            ended_at=routed_until,
-            attributes={
-                "strategy": decision.strategy,
-                "reason": decision.reason,
-                "forced": decision.forced,
-                "features": decision.features,
-            },
-        )
-        await events(
-            StrategySelected,
-            strategy=decision.strategy,
-            reason=decision.reason,
-            features=decision.features,
-        )
+        async with self._task_store.unit_of_work():
+            await tracer.record(
+                "planning",
+                "route",
+                started_at=routed_at,
+                ended_at=routed_until,
+                attributes={
+                    "strategy": decision.strategy,
+                    "reason": decision.reason,
+                    "forced": decision.forced,
+                    "features": decision.features,
+                },
+            )
+            await events(
+                StrategySelected,
+                strategy=decision.strategy,
+                reason=decision.reason,
+                features=decision.features,
+            )
         context = self._context(state, events, response_model, sandbox=sandbox)
         await self._recall(state, context)
         return await self._drive(state, executor, context, events)
@@ -500,6 +698,7 @@ class AgentKernel:
             ),
             tainted=state.tainted,
             sandbox=sandbox if sandbox is not None else self._task_sandbox(state),
+            unit_of_work=self._task_store.unit_of_work,
         )
 
     async def _move(
@@ -525,20 +724,37 @@ class AgentKernel:
     ) -> TaskResult:
         """Run a ``running`` task's executor and record how it ended."""
         tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
+        watch = LeaseWatch(
+            self._task_store, state.task_id, self.owner, self._lease_s, self._cancel_check_s
+        )
         try:
             with anyio.CancelScope() as scope:
-                self._running[state.task_id] = scope
-                async with tracer.span("task", "task") as root:
-                    root.attributes["strategy"] = executor.strategy
-                    context.parent_span_id = root.span_id
+                self._running[state.task_id] = (scope, watch)
+                failure: Exception | None = None
+                async with anyio.create_task_group() as watching:
+                    watching.start_soon(watch.run, scope)
                     try:
-                        outcome = await executor.run(context)
-                    finally:
-                        usage = context.stats.usage
-                        root.tokens_in, root.tokens_out = usage.input_tokens, usage.output_tokens
-                        root.cost_usd = usage.cost_usd
+                        async with tracer.span("task", "task") as root:
+                            root.attributes["strategy"] = executor.strategy
+                            context.parent_span_id = root.span_id
+                            try:
+                                outcome = await executor.run(context)
+                            finally:
+                                usage = context.stats.usage
+                                root.tokens_in = usage.input_tokens
+                                root.tokens_out = usage.output_tokens
+                                root.cost_usd = usage.cost_usd
+                    except Exception as exc:
+                        # Raised past the group it would arrive wrapped in an ExceptionGroup.
+                        failure = exc
+                    watching.cancel_scope.cancel()
+                if failure is not None:
+                    raise failure
             if scope.cancelled_caught:
-                return await self._finish_canceled(state, context, events, "canceled by host")
+                if watch.lost:
+                    return await self._stored_result(state, context)
+                reason = watch.cancel_reason or "canceled by host"
+                return await self._finish_canceled(state, context, events, reason)
         except ApprovalPendingError as pending:
             return await self._suspend(state, context, events, pending)
         except RunError as exc:
@@ -557,14 +773,19 @@ class AgentKernel:
         if outcome.escalation is not None:
             return await self._wait_for_human(state, context, events, outcome)
         usage = context.stats.usage
-        await self._move(
-            state,
-            TaskStatus.RUNNING,
-            TaskStatus.SUCCEEDED,
-            events.make(TaskSucceeded, output=outcome.output, usage=usage),
-            output=outcome.output,
-            usage=usage,
-        )
+        try:
+            await self._move(
+                state,
+                TaskStatus.RUNNING,
+                TaskStatus.SUCCEEDED,
+                events.make(TaskSucceeded, output=outcome.output, usage=usage),
+                output=outcome.output,
+                usage=usage,
+            )
+        except InvalidTransitionError:
+            # Ended meanwhile by someone else (a cancel marked by another process that took
+            # this one for dead): report what is stored rather than fail the host.
+            return await self._stored_result(state, context)
         return self._result(
             state,
             context,
@@ -706,7 +927,11 @@ class AgentKernel:
                 pending_approval=still_open[0].request_id,
             )
         await self._move(state, TaskStatus.WAITING_APPROVAL, TaskStatus.RUNNING, resolved)
-        await events(TaskResumed)
+        await self._task_store.acquire_lease(
+            state.task_id, owner=self.owner, until=lease_until(self._lease_s)
+        )
+        await events(TaskResumed, reason="every pending approval has a decision", owner=self.owner)
+        context.resuming = True
         context.approval_decisions = {**_decisions(persisted), decision.request_id: decision}
         executor = self._executors.get(state.strategy or "react") or self._executors["react"]
         return await self._drive(state, executor, context, events)
@@ -716,14 +941,17 @@ class AgentKernel:
     ) -> TaskResult:
         error = str(exc) or type(exc).__name__
         usage = context.stats.usage
-        await self._move(
-            state,
-            TaskStatus.RUNNING,
-            TaskStatus.FAILED,
-            events.make(TaskFailed, error=error, error_type=type(exc).__name__, usage=usage),
-            error=error,
-            usage=usage,
-        )
+        try:
+            await self._move(
+                state,
+                TaskStatus.RUNNING,
+                TaskStatus.FAILED,
+                events.make(TaskFailed, error=error, error_type=type(exc).__name__, usage=usage),
+                error=error,
+                usage=usage,
+            )
+        except InvalidTransitionError:
+            return await self._stored_result(state, context)
         return self._result(
             state, context, TaskStatus.FAILED, error=error, error_type=type(exc).__name__
         )
@@ -732,15 +960,26 @@ class AgentKernel:
         self, state: TaskState, context: ExecutionContext, events: _TaskEvents, reason: str
     ) -> TaskResult:
         usage = context.stats.usage
-        await self._move(
-            state,
-            TaskStatus.RUNNING,
-            TaskStatus.CANCELED,
-            events.make(TaskCanceled, reason=reason, usage=usage),
-            error=reason,
-            usage=usage,
-        )
+        try:
+            await self._move(
+                state,
+                TaskStatus.RUNNING,
+                TaskStatus.CANCELED,
+                events.make(TaskCanceled, reason=reason, usage=usage),
+                error=reason,
+                usage=usage,
+            )
+        except InvalidTransitionError:
+            return await self._stored_result(state, context)
         return self._result(state, context, TaskStatus.CANCELED, error=reason)
+
+    async def _stored_result(self, state: TaskState, context: ExecutionContext) -> TaskResult:
+        """The result as the store has it (the task was ended or taken over elsewhere)."""
+        stored = await self._task_store.get_task(state.task_id)
+        error = stored.error
+        if stored.status is TaskStatus.RUNNING and stored.owner != self.owner:
+            error = f"another kernel ({stored.owner}) took this task over and runs it"
+        return self._result(state, context, stored.status, output=stored.output, error=error)
 
     @staticmethod
     def _result(

@@ -11,7 +11,7 @@ _S = TaskStatus
 
 ALLOWED_TRANSITIONS: MappingProxyType[TaskStatus, frozenset[TaskStatus]] = MappingProxyType(
     {
-        _S.QUEUED: frozenset({_S.RUNNING, _S.CANCELED}),
+        _S.QUEUED: frozenset({_S.RUNNING, _S.FAILED, _S.CANCELED}),
         _S.RUNNING: frozenset({_S.WAITING_APPROVAL, _S.SUCCEEDED, _S.FAILED, _S.CANCELED}),
         _S.WAITING_APPROVAL: frozenset({_S.RUNNING, _S.FAILED, _S.CANCELED}),
         _S.SUCCEEDED: frozenset(),
@@ -21,8 +21,9 @@ ALLOWED_TRANSITIONS: MappingProxyType[TaskStatus, frozenset[TaskStatus]] = Mappi
 )
 """``queued -> running -> (waiting_approval <-> running) -> succeeded | failed | canceled``.
 
-A queued task may be canceled before it starts; a waiting task may be canceled or fail (a
-denied or expired approval). Terminal statuses have no way out.
+A queued task may be canceled before it starts, or fail when its process died before it
+could (recovery set to fail); a waiting task may be canceled or fail (a denied or expired
+approval). Terminal statuses have no way out.
 """
 
 

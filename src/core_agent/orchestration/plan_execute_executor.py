@@ -2,10 +2,18 @@
 
 Steps run in layers computed by ``graphlib.TopologicalSorter``: every step whose
 dependencies are done starts at once (bounded by ``max_parallel_steps``), each as a constrained
-ReAct loop whose result is handed to its dependents. After each step a checkpoint records the
-plan and the results so far. A failed step triggers a replan of the remaining work (bounded);
-if planning or execution still fails, the task falls back to a constrained ReAct loop over the
-whole task; if that fails too, the run stops with a question for a human.
+ReAct loop whose result is handed to its dependents. A failed step triggers a replan of the
+remaining work (bounded); if planning or execution still fails, the task falls back to a
+constrained ReAct loop over the whole task; if that fails too, the run stops with a question
+for a human.
+
+A ``PlanCheckpoint`` records the plan, the results so far and the phase, after the plan is
+made and after each step; each step's loop (and the synthesis and the fallback) keeps its own
+journal. A resumed run (``context.resuming``) reuses finished steps' results, carries each
+unfinished loop on from its last step (its tool calls through the ledger), and re-enters the
+synthesis or the fallback where it was. A run resumed with a human's guidance keeps the
+finished steps and passes the guidance to the others (or plans anew with it when no step
+finished).
 """
 
 from __future__ import annotations
@@ -13,12 +21,15 @@ from __future__ import annotations
 import dataclasses
 import graphlib
 import math
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import anyio
+from pydantic import BaseModel, Field
 
-from core_agent.contracts.checkpoint_store import ICheckpointStore
+from core_agent.contracts.checkpoint_store import Checkpoint, ICheckpointStore
 from core_agent.contracts.errors import PlanningError, RunError, StructuredOutputError
 from core_agent.contracts.executor import (
     Escalation,
@@ -28,9 +39,11 @@ from core_agent.contracts.executor import (
 )
 from core_agent.contracts.planner import IPlanner, Plan, PlanStep
 from core_agent.contracts.tool import ToolSpec
+from core_agent.contracts.tool_call_ledger import IToolCallLedger
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.observability.tracer import Tracer
-from core_agent.orchestration.react_loop import ReActLoop, truncate_observation
+from core_agent.orchestration.loop_journal import LoopJournal
+from core_agent.orchestration.react_loop import LoopResult, ReActLoop, truncate_observation
 from core_agent.orchestration.structured_output import with_schema
 from shared.agent_protocol import (
     ChatMessage,
@@ -40,6 +53,7 @@ from shared.agent_protocol import (
     StrategyFallback,
     StrategyMode,
     SystemMessage,
+    TokenUsage,
     UserMessage,
 )
 
@@ -70,6 +84,41 @@ class PlanExecuteLimits:
     result_chars_per_step: int = 4000
 
 
+class PlanCheckpoint(Checkpoint):
+    """Where a plan-and-execute run stands (see the module docstring)."""
+
+    kind: Literal["plan_execute"] = "plan_execute"
+    version: Literal[1] = 1
+    run_id: str
+    """Prefix of the keys of this run's loops: a run started afresh gets new ones."""
+    phase: Literal["executing", "synthesizing", "falling_back"]
+    plan: Plan | None = None
+    results: dict[str, str] = Field(default_factory=dict)
+    revision: int = 0
+    replans: int = 0
+    prior: str = ""
+    failures: list[str] = Field(default_factory=list)
+    tainted: bool = False
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    turns: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+
+
+@dataclass(slots=True)
+class _Run:
+    """What one run of the executor carries between its phases."""
+
+    run_id: str
+    plan: Plan | None = None
+    results: dict[str, str] = dataclasses.field(default_factory=dict)
+    revision: int = 0
+    replans: int = 0
+    prior: str = ""
+    failures: list[str] = dataclasses.field(default_factory=list)
+    resuming: bool = False
+
+
 class _StepFailed(Exception):
     def __init__(self, step_id: str, error: RunError) -> None:
         self.step_id = step_id
@@ -87,12 +136,14 @@ class PlanExecuteExecutor(IExecutor):
         loop: ReActLoop,
         trace_store: ITraceStore,
         checkpoints: ICheckpointStore,
+        ledger: IToolCallLedger | None = None,
         limits: PlanExecuteLimits | None = None,
     ) -> None:
         self._planner = planner
         self._loop = loop
         self._trace_store = trace_store
         self._checkpoints = checkpoints
+        self._ledger = ledger
         self._limits = limits or PlanExecuteLimits()
 
     @property
@@ -101,43 +152,132 @@ class PlanExecuteExecutor(IExecutor):
         return "plan_execute"
 
     async def run(self, context: ExecutionContext) -> ExecutionOutcome:
-        """Plan, execute, replan, fall back, or escalate; see the module docstring."""
+        """Plan, execute, replan, fall back, or escalate; see the module docstring.
+
+        Raises:
+            CorruptStateError: A resumed run's checkpoint cannot be read.
+        """
         tracer = Tracer(self._trace_store, trace_id=context.trace_id, task_id=context.task_id)
         allowed = self._allowed(context)
         specs = self._loop.tools.specs(allowed)
-        saved = await self._checkpoints.load(context.task_id, CHECKPOINT_KEY)
-        revision = 0
-        results: dict[str, str] = {}
-        prior = ""
-        plan: Plan | None = None
-        if saved is not None:  # resumed: finished steps are not run again
-            plan = Plan.model_validate(saved["plan"])
-            results = dict(saved["results"])
-            revision = int(saved["revision"])
-            prior = str(saved.get("prior", ""))
-            context.tainted = context.tainted or bool(saved.get("tainted"))
+        run, phase = await self._restore(context)
         feedback = context.guidance
-        if feedback and plan is not None:
-            prior = f"{prior}\nGuidance from a human: {feedback}".strip()
-        failures: list[str] = []
-        replans = 0
+        if phase == "falling_back":
+            return await self._fall_back(context, allowed, run)
+        if phase == "synthesizing" and run.plan is not None:
+            return await self._synthesize(context, run)
         while True:
             try:
-                if plan is None:
-                    plan = await self._make_plan(context, tracer, specs, feedback, revision)
-                await self._execute(context, tracer, plan, results, allowed, prior, revision)
+                if run.plan is None:
+                    run.plan = await self._make_plan(context, tracer, specs, feedback, run.revision)
+                    await self._save(context, run, "executing")
+                await self._execute(context, tracer, run, allowed)
                 break
             except PlanningError as exc:
-                failures.append(f"planning failed: {exc}")
-                return await self._fall_back(context, allowed, failures, prior, results)
+                run.failures.append(f"planning failed: {exc}")
+                return await self._fall_back(context, allowed, run)
             except _StepFailed as exc:
-                failures.append(str(exc))
-                if replans >= self._limits.max_replans:
-                    return await self._fall_back(context, allowed, failures, prior, results)
-                prior = _progress(plan, results, prior, self._limits.result_chars_per_step)
-                feedback = f"{exc}.\nAlready done:\n{prior or '(nothing)'}"
-                plan, results, revision, replans = None, {}, revision + 1, replans + 1
-        return await self._synthesize(context, plan, results, prior)
+                run.failures.append(str(exc))
+                if run.replans >= self._limits.max_replans:
+                    return await self._fall_back(context, allowed, run)
+                limit = self._limits.result_chars_per_step
+                run.prior = _progress(run.plan, run.results, run.prior, limit)
+                feedback = f"{exc}.\nAlready done:\n{run.prior or '(nothing)'}"
+                run.plan, run.results = None, {}
+                run.revision, run.replans = run.revision + 1, run.replans + 1
+        return await self._synthesize(context, run)
+
+    async def _restore(self, context: ExecutionContext) -> tuple[_Run, str | None]:
+        """The run to carry on (resumed) or a new one, and the phase to re-enter."""
+        saved = None
+        if context.resuming:
+            saved = await self._checkpoints.load(context.task_id, CHECKPOINT_KEY, PlanCheckpoint)
+        if saved is None:
+            return _Run(run_id=uuid.uuid4().hex), None
+        context.tainted = context.tainted or saved.tainted
+        stats = context.stats
+        stats.usage, stats.turns = saved.usage, saved.turns
+        stats.llm_calls, stats.tool_calls = saved.llm_calls, saved.tool_calls
+        run = _Run(
+            run_id=saved.run_id,
+            plan=saved.plan,
+            results=dict(saved.results),
+            revision=saved.revision,
+            replans=saved.replans,
+            prior=saved.prior,
+            failures=list(saved.failures),
+            resuming=True,
+        )
+        if context.guidance:
+            # A human's guidance after the run gave up. With steps done, the plan goes on:
+            # their results are kept, the guidance is passed to the remaining steps. With
+            # none done, a new plan is made with it. Either way in new loops: none carries on
+            # from where it failed.
+            if not run.results:
+                return _Run(run_id=uuid.uuid4().hex, revision=run.revision + 1), None
+            run.run_id = uuid.uuid4().hex
+            run.prior = f"{run.prior}\nGuidance from a human: {context.guidance}".strip()
+            run.failures, run.replans, run.resuming = [], 0, False
+            return run, None
+        return run, saved.phase
+
+    async def _save(
+        self,
+        context: ExecutionContext,
+        run: _Run,
+        phase: Literal["executing", "synthesizing", "falling_back"],
+    ) -> None:
+        stats = context.stats
+        async with context.unit_of_work():
+            await self._checkpoints.save(
+                context.task_id,
+                CHECKPOINT_KEY,
+                PlanCheckpoint(
+                    run_id=run.run_id,
+                    phase=phase,
+                    plan=run.plan,
+                    results=run.results,
+                    revision=run.revision,
+                    replans=run.replans,
+                    prior=run.prior,
+                    failures=run.failures,
+                    tainted=context.tainted,
+                    usage=stats.usage,
+                    turns=stats.turns,
+                    llm_calls=stats.llm_calls,
+                    tool_calls=stats.tool_calls,
+                ),
+            )
+
+    async def _run_loop(
+        self,
+        context: ExecutionContext,
+        run: _Run,
+        name: str,
+        messages: list[ChatMessage],
+        *,
+        max_turns: int,
+        allowed: Sequence[str],
+        parent_span_id: str | None,
+        output_type: type[BaseModel] | None = None,
+    ) -> LoopResult:
+        """Run one of this run's loops with its journal (carried on when it had started)."""
+        journal = LoopJournal(
+            self._checkpoints, context.task_id, f"plan:{run.run_id}:{name}", ledger=self._ledger
+        )
+        if run.resuming:
+            restored = await journal.restore()
+            if restored is not None:
+                messages[:] = restored[1]
+        return await self._loop.run(
+            context,
+            messages,
+            max_turns=max_turns,
+            allowed=allowed,
+            parent_span_id=parent_span_id,
+            output_type=output_type,
+            journal=journal,
+        )
 
     def _allowed(self, context: ExecutionContext) -> list[str]:
         request = context.request
@@ -169,15 +309,11 @@ class PlanExecuteExecutor(IExecutor):
         return plan
 
     async def _execute(
-        self,
-        context: ExecutionContext,
-        tracer: Tracer,
-        plan: Plan,
-        results: dict[str, str],
-        allowed: list[str],
-        prior: str,
-        revision: int,
+        self, context: ExecutionContext, tracer: Tracer, run: _Run, allowed: list[str]
     ) -> None:
+        plan = run.plan
+        assert plan is not None
+        results = run.results
         steps = {step.id: step for step in plan.steps}
         sorter = graphlib.TopologicalSorter({s.id: s.depends_on for s in plan.steps})
         sorter.prepare()
@@ -189,7 +325,7 @@ class PlanExecuteExecutor(IExecutor):
             async with limiter:
                 try:
                     output: str | RunError = await self._run_step(
-                        context, tracer, step, steps, results, allowed, prior
+                        context, tracer, run, step, steps, allowed
                     )
                 except RunError as exc:
                     output = exc
@@ -215,17 +351,7 @@ class PlanExecuteExecutor(IExecutor):
                         break
                     results[step_id] = outcome
                     sorter.done(step_id)
-                    await self._checkpoints.save(
-                        context.task_id,
-                        CHECKPOINT_KEY,
-                        {
-                            "plan": plan.model_dump(),
-                            "results": results,
-                            "revision": revision,
-                            "prior": prior,
-                            "tainted": context.tainted,
-                        },
-                    )
+                    await self._save(context, run, "executing")
         if failure is not None:
             raise failure
 
@@ -233,22 +359,25 @@ class PlanExecuteExecutor(IExecutor):
         self,
         context: ExecutionContext,
         tracer: Tracer,
+        run: _Run,
         step: PlanStep,
         steps: dict[str, PlanStep],
-        results: dict[str, str],
         allowed: list[str],
-        prior: str,
     ) -> str:
         await context.emit(PlanStepStarted, step_id=step.id, goal=step.goal)
         async with tracer.span("step", step.id, parent_span_id=context.parent_span_id) as span:
             span.attributes.update(goal=step.goal, depends_on=step.depends_on)
             messages: list[ChatMessage] = [
                 SystemMessage(content=STEP_SYSTEM_PROMPT),
-                UserMessage(content=self._step_prompt(context, step, steps, results, prior)),
+                UserMessage(
+                    content=self._step_prompt(context, step, steps, run.results, run.prior)
+                ),
             ]
             try:
-                result = await self._loop.run(
+                result = await self._run_loop(
                     context,
+                    run,
+                    f"{run.revision}:{step.id}",
                     messages,
                     max_turns=self._limits.step_max_turns,
                     allowed=allowed,
@@ -290,10 +419,9 @@ class PlanExecuteExecutor(IExecutor):
             lines.append(f"Done in an earlier attempt:\n{prior}")
         return "\n".join(lines)
 
-    async def _synthesize(
-        self, context: ExecutionContext, plan: Plan, results: dict[str, str], prior: str
-    ) -> ExecutionOutcome:
-        summary = _progress(plan, results, prior, self._limits.result_chars_per_step)
+    async def _synthesize(self, context: ExecutionContext, run: _Run) -> ExecutionOutcome:
+        await self._save(context, run, "synthesizing")
+        summary = _progress(run.plan, run.results, run.prior, self._limits.result_chars_per_step)
         messages: list[ChatMessage] = [
             SystemMessage(content=SYNTHESIS_SYSTEM_PROMPT),
             UserMessage(
@@ -303,8 +431,10 @@ class PlanExecuteExecutor(IExecutor):
         ]
         if context.output_type is not None:
             with_schema(messages, context.output_type)
-        result = await self._loop.run(
+        result = await self._run_loop(
             context,
+            run,
+            "synthesis",
             messages,
             max_turns=3,
             allowed=[],
@@ -315,20 +445,17 @@ class PlanExecuteExecutor(IExecutor):
         return ExecutionOutcome(output=result.output, structured=result.structured)
 
     async def _fall_back(
-        self,
-        context: ExecutionContext,
-        allowed: list[str],
-        failures: list[str],
-        prior: str,
-        results: dict[str, str],
+        self, context: ExecutionContext, allowed: list[str], run: _Run
     ) -> ExecutionOutcome:
-        reason = failures[-1]
+        failures = run.failures
+        reason = failures[-1] if failures else "the run was resumed in its fallback"
+        await self._save(context, run, "falling_back")
         await context.emit(
             StrategyFallback, from_strategy="plan_execute", to_strategy="react", reason=reason
         )
         tracer = Tracer(self._trace_store, trace_id=context.trace_id, task_id=context.task_id)
         messages = list(context.messages)
-        done = prior or "\n".join(f"- {k}: {v}" for k, v in results.items())
+        done = run.prior or "\n".join(f"- {k}: {v}" for k, v in run.results.items())
         if done:
             messages.append(UserMessage(content=f"Progress from an earlier attempt:\n{done}"))
         if context.output_type is not None:
@@ -338,8 +465,10 @@ class PlanExecuteExecutor(IExecutor):
         ) as span:
             span.attributes.update(reason=reason, failures=failures)
             try:
-                result = await self._loop.run(
+                result = await self._run_loop(
                     context,
+                    run,
+                    "fallback",
                     messages,
                     max_turns=self._limits.fallback_max_turns,
                     allowed=allowed,

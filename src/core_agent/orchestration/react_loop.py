@@ -9,7 +9,10 @@
 * after a streak of failed tool calls, a notice asks the model to step back;
 * the tool calls of one model turn run concurrently, with a bound;
 * with a response model, a ``final_answer`` tool carries the typed answer, and a text answer
-  is extracted, repaired and validated, with one self-correction round.
+  is extracted, repaired and validated, with one self-correction round;
+* with a journal (``loop_journal``), every step is checkpointed with its events and spans in
+  one unit of work, tool calls go through the ledger (``call_ledger``), and a loop resumed
+  in any process carries on from its last step without repeating a finished call.
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 from pydantic import BaseModel, ValidationError
 
 from core_agent.contracts.errors import (
+    ApprovalDeniedError,
     ApprovalPendingError,
     StructuredOutputError,
     TurnLimitExceededError,
@@ -37,12 +42,15 @@ from core_agent.contracts.llm_gateway import (
     ToolDefinition,
 )
 from core_agent.contracts.tool import CallPermit, Capability, ITool, ToolContext
+from core_agent.contracts.tool_call_ledger import LedgerEntry
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.contracts.untrusted import wrap_untrusted
 from core_agent.memory.prompt_window import PromptWindow
 from core_agent.observability.tracer import Tracer
+from core_agent.orchestration.call_ledger import LedgeredCalls
+from core_agent.orchestration.loop_journal import LoopCheckpoint, LoopJournal
 from core_agent.orchestration.model_call import traced_model_call
 from core_agent.orchestration.structured_output import (
     OutputParseError,
@@ -112,6 +120,10 @@ class _LoopState:
     corrections_left: int = 1
     last_output_error: StructuredOutputError | None = None
     window: PromptWindow | None = None
+    turns: int = 0
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    journal: LoopJournal | None = None
+    ledger: LedgeredCalls | None = None
 
 
 def truncate_observation(text: str, limit: int) -> str:
@@ -177,18 +189,21 @@ class ReActLoop:
         allowed: Sequence[str],
         parent_span_id: str | None,
         output_type: type[BaseModel] | None = None,
-        resume: PendingTurn | None = None,
+        journal: LoopJournal | None = None,
     ) -> LoopResult:
         """Loop model turns and tool calls until the model answers; appends to ``messages``.
 
-        With ``resume``, the interrupted turn's remaining calls run first (``messages`` ends
-        with that turn's assistant message).
+        With ``journal``, every step is checkpointed; when the journal was restored
+        (``LoopJournal.restore``, with ``messages`` set to the restored conversation), the
+        loop carries on from the step it records: an interrupted turn's remaining calls run
+        first, through the ledger.
 
         Raises:
             TurnSuspended: Calls wait for a human and ``context.can_suspend`` is set.
             TurnLimitExceededError: No answer within ``max_turns``.
             StructuredOutputError: With ``output_type``, the answer never validated.
             ModelError: A model call failed.
+            CorruptStateError: The ledger of a resumed loop cannot be read.
         """
         tracer = Tracer(self._trace_store, trace_id=context.trace_id, task_id=context.task_id)
         definitions = [
@@ -198,37 +213,62 @@ class ReActLoop:
         if output_type is not None:
             definitions.append(_final_answer_definition(output_type))
         state = _LoopState(window=self._prompt_window() if self._prompt_window else None)
-        if resume is not None:
+        state.journal = journal
+        restored = journal.restored if journal is not None else None
+        pending: tuple[ToolCall, ...] = ()
+        finished: dict[int, ToolResult] = {}
+        if restored is not None:
+            state.run_id = restored.run_id
+            state.turns = restored.turns
+            state.results_by_fingerprint = dict(restored.fingerprints)
+            state.error_streak = restored.error_streak
+            state.corrections_left = restored.corrections_left
+            if restored.phase == "answered":
+                return LoopResult(restored.output or "", restored.structured)
+            if restored.phase == "tools":
+                pending, finished = tuple(restored.pending_calls), dict(restored.finished)
+                for index, call in enumerate(pending):
+                    if index not in finished:  # marked seen when it started, not a repeat
+                        state.results_by_fingerprint.pop(call_fingerprint(call), None)
+        if journal is not None and journal.ledger is not None:
+            state.ledger = await LedgeredCalls.open(
+                journal.ledger,
+                task_id=context.task_id,
+                scope=journal.key,
+                run_id=state.run_id,
+                resuming=restored is not None,
+            )
+        if pending:
             await self._run_tools(
                 context,
                 tracer,
-                list(resume.calls),
+                list(pending),
                 allowed,
                 messages,
                 state,
                 parent_span_id,
                 output_type,
-                prefilled=resume.results,
+                prefilled=finished,
             )
-        for _ in range(max_turns):
+        while state.turns < max_turns:
+            state.turns += 1
             context.stats.turns += 1
-            response = await self._call_model(
-                context, tracer, messages, definitions, parent_span_id, state.window
-            )
-            messages.append(response.message)
-            calls = list(response.message.tool_calls)
-            if output_type is not None:
-                final = self._final_answer(calls, output_type, state)
-                if final is not None:
-                    return final
-            if not calls:
-                text = response.message.content or ""
-                if output_type is None:
-                    return LoopResult(output=text)
-                result = self._parse_text_answer(text, output_type, state, messages)
-                if result is not None:
-                    return result
-                continue
+            async with context.unit_of_work():
+                response = await self._call_model(
+                    context, tracer, messages, definitions, parent_span_id, state.window
+                )
+                messages.append(response.message)
+                calls = list(response.message.tool_calls)
+                answer = self._answer(
+                    calls, response.message.content or "", output_type, state, messages
+                )
+                if answer is not None:
+                    await self._checkpoint(context, state, messages, "answered", answer=answer)
+                    return answer
+                if not calls:  # an unusable typed answer: the model was asked to correct it
+                    await self._checkpoint(context, state, messages, "model")
+                    continue
+                await self._checkpoint(context, state, messages, "tools", pending=calls)
             await self._run_tools(
                 context, tracer, calls, allowed, messages, state, parent_span_id, output_type
             )
@@ -237,6 +277,63 @@ class ReActLoop:
         raise TurnLimitExceededError(
             f"no final answer after {max_turns} turns (raise max_turns or simplify the task)"
         )
+
+    def _answer(
+        self,
+        calls: list[ToolCall],
+        text: str,
+        output_type: type[BaseModel] | None,
+        state: _LoopState,
+        messages: list[ChatMessage],
+    ) -> LoopResult | None:
+        """The model's answer, if this turn gave one (a correction request is appended)."""
+        if output_type is not None:
+            final = self._final_answer(calls, output_type, state)
+            if final is not None:
+                return final
+        if calls:
+            return None
+        if output_type is None:
+            return LoopResult(output=text)
+        return self._parse_text_answer(text, output_type, state, messages)
+
+    async def _checkpoint(
+        self,
+        context: ExecutionContext,
+        state: _LoopState,
+        messages: list[ChatMessage],
+        phase: Literal["model", "tools", "answered"],
+        *,
+        pending: Sequence[ToolCall] = (),
+        finished: Mapping[int, ToolResult] | None = None,
+        requests: Sequence[ApprovalRequest] = (),
+        answer: LoopResult | None = None,
+    ) -> None:
+        """Save where the loop stands (inside the step's unit of work)."""
+        journal = state.journal
+        if journal is None:
+            return
+        stats = context.stats
+        checkpoint = LoopCheckpoint(
+            phase=phase,
+            run_id=state.run_id,
+            message_count=len(messages),
+            turns=state.turns,
+            usage=stats.usage,
+            task_turns=stats.turns,
+            llm_calls=stats.llm_calls,
+            tool_calls=stats.tool_calls,
+            tainted=context.tainted,
+            pending_calls=list(pending),
+            finished=dict(finished or {}),
+            requests=list(requests),
+            fingerprints={k: v[:300] for k, v in state.results_by_fingerprint.items()},
+            error_streak=state.error_streak,
+            corrections_left=state.corrections_left,
+            output=answer.output if answer is not None else None,
+            structured=answer.structured if answer is not None else None,
+        )
+        await journal.save(messages, checkpoint)
 
     def _final_answer(
         self, calls: list[ToolCall], output_type: type[BaseModel], state: _LoopState
@@ -318,6 +415,8 @@ class ReActLoop:
     ) -> None:
         results: list[ToolResult | None] = [None] * len(calls)
         to_run: list[int] = []
+        if state.ledger is not None:
+            state.ledger.turn = len(messages) - 1  # the model message that asked for them
         pending: dict[int, list[ApprovalRequest]] = {}
         for index, call in enumerate(calls):
             if prefilled and index in prefilled:
@@ -348,7 +447,7 @@ class ReActLoop:
             async with limiter:
                 try:
                     results[index] = await self._call_tool(
-                        context, tracer, calls[index], allowed, parent_span_id
+                        context, tracer, calls[index], allowed, parent_span_id, state.ledger
                     )
                 except ApprovalPendingError as exc:
                     pending[index] = exc.requests
@@ -363,6 +462,16 @@ class ReActLoop:
         if pending:
             finished = {i: r for i, r in enumerate(results) if r is not None}
             requests = [request for index in sorted(pending) for request in pending[index]]
+            async with context.unit_of_work():
+                await self._checkpoint(
+                    context,
+                    state,
+                    messages,
+                    "tools",
+                    pending=calls,
+                    finished=finished,
+                    requests=requests,
+                )
             raise TurnSuspended(requests, PendingTurn(tuple(calls), finished))
 
         for call, result in zip(calls, results, strict=True):
@@ -381,6 +490,8 @@ class ReActLoop:
             if state.error_streak >= self._limits.error_streak_warning:
                 messages.append(UserMessage(content=_streak_notice(state.error_streak)))
                 state.error_streak = 0
+        async with context.unit_of_work():
+            await self._checkpoint(context, state, messages, "model")
 
     async def _call_tool(
         self,
@@ -389,6 +500,7 @@ class ReActLoop:
         call: ToolCall,
         allowed: Sequence[str],
         parent_span_id: str | None,
+        ledger: LedgeredCalls | None = None,
     ) -> ToolResult:
         await context.emit(ToolStarted, tool_call=call)
         started = time.perf_counter()
@@ -407,11 +519,38 @@ class ReActLoop:
                 arguments: Mapping[str, Any],
                 validated: Mapping[str, Any],
                 tool_context: ToolContext,
+                preapproved: bool,
             ) -> CallPermit:
                 if gate is None:
                     return CallPermit()
                 return await gate.check(
-                    context, tracer, call, tool, arguments, validated, tool_context, span.span_id
+                    context,
+                    tracer,
+                    call,
+                    tool,
+                    arguments,
+                    validated,
+                    tool_context,
+                    span.span_id,
+                    preapproved=preapproved,
+                )
+
+            async def confirm_rerun(
+                tool: ITool,
+                arguments: Mapping[str, Any],
+                validated: Mapping[str, Any],
+                tool_context: ToolContext,
+                entry: LedgerEntry,
+            ) -> None:
+                span.attributes["interrupted_before"] = entry.started_at.isoformat()
+                if gate is None:
+                    raise ApprovalDeniedError(
+                        f"{call.name} may or may not have taken effect before the process "
+                        "stopped, and nothing here can ask a human whether to run it again",
+                        tool_name=call.name,
+                    )
+                await gate.confirm_rerun(
+                    context, tracer, call, tool, arguments, entry, span.span_id
                 )
 
             result = await self._runner.run(
@@ -425,6 +564,8 @@ class ReActLoop:
                 ),
                 allowed=allowed,
                 gate=check,
+                ledger=ledger,
+                confirm_rerun=confirm_rerun if ledger is not None else None,
             )
             if self._brings_untrusted_content(call.name, result):
                 await context.taint(call.name, call_id=call.id, reason="tool output")

@@ -23,10 +23,17 @@ from core_agent.contracts.errors import (
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.policy_engine import IPolicyEngine
 from core_agent.contracts.tool import CallPermit, ITool, ToolContext
+from core_agent.contracts.tool_call_ledger import LedgerEntry
 from core_agent.observability.tracer import Tracer
 from core_agent.safety.approvals import ApprovalGrants, call_hash
 from core_agent.safety.call_judgement import judge_call
-from shared.agent_protocol import ApprovalRequest, PolicyDecided, RiskLevel, ToolCall
+from shared.agent_protocol import (
+    ApprovalDecision,
+    ApprovalRequest,
+    PolicyDecided,
+    RiskLevel,
+    ToolCall,
+)
 
 
 class ToolCallGate:
@@ -58,8 +65,13 @@ class ToolCallGate:
         validated: Mapping[str, Any],
         tool_context: ToolContext,
         parent_span_id: str | None,
+        *,
+        preapproved: bool = False,
     ) -> CallPermit:
         """The call's permit once it may run.
+
+        ``preapproved``: a human just approved running this very call (``confirm_rerun``),
+        so a call that needs approval is not asked about again.
 
         Raises:
             PolicyDeniedError: A deny rule or the tool's own check refused it.
@@ -116,54 +128,128 @@ class ToolCallGate:
             )
         if not needs_approval:
             return judgement.permit
+        if preapproved:
+            return judgement.approved_permit
         scope = {"task_id": context.task_id, "session_id": context.session_id, "tool": spec.name}
         if self._grants.covering(**scope, arguments=arguments) is not None:
             return judgement.approved_permit
+        request = ApprovalRequest(
+            request_id=uuid.uuid4().hex,
+            task_id=context.task_id,
+            session_id=context.session_id,
+            tool_call=call,
+            call_hash=call_hash(spec.name, arguments),
+            risk=decision.risk,
+            rule=decision.rule,
+            reason=decision.reason,
+            created_at=datetime.now(UTC),
+        )
+        request, answer = await self._ask(
+            context,
+            tracer,
+            request,
+            parent_span_id,
+            unavailable=f"{spec.name} is {decision.risk.value} risk (rule {decision.rule!r}) "
+            "and needs a human's approval, but no approver is connected",
+        )
+        self._check_answer(spec.name, arguments, request, answer)
+        self._grants.add(answer, **scope)
+        return judgement.approved_permit
+
+    async def confirm_rerun(
+        self,
+        context: ExecutionContext,
+        tracer: Tracer,
+        call: ToolCall,
+        tool: ITool,
+        arguments: Mapping[str, Any],
+        entry: LedgerEntry,
+        parent_span_id: str | None,
+    ) -> None:
+        """Ask a human whether a call that may or may not have acted should run again.
+
+        The process that ran it stopped before its result was recorded, and running it twice
+        could repeat its effect. Returns when they approve.
+
+        Raises:
+            ApprovalDeniedError: They did not (the model is told it may have happened).
+            ApprovalPendingError: It waits for a human (the run suspends).
+        """
+        spec = tool.spec
+        request = ApprovalRequest(
+            request_id=uuid.uuid4().hex,
+            task_id=context.task_id,
+            session_id=context.session_id,
+            tool_call=call,
+            call_hash=call_hash(spec.name, arguments),
+            risk=RiskLevel.HIGH,
+            rule="ledger:uncertain",
+            reason=(
+                f"{spec.name} started at {entry.started_at:%Y-%m-%d %H:%M:%S} UTC and the "
+                "process running it stopped before its result was recorded: it may or may "
+                "not have taken effect. Approve to run it again; deny to tell the model it "
+                "may have happened."
+            ),
+            created_at=datetime.now(UTC),
+        )
+        request, answer = await self._ask(
+            context,
+            tracer,
+            request,
+            parent_span_id,
+            unavailable=f"{spec.name} may or may not have taken effect before the process "
+            "stopped, and no approver is connected to decide whether to run it again",
+        )
+        self._check_answer(spec.name, arguments, request, answer)
+
+    async def _ask(
+        self,
+        context: ExecutionContext,
+        tracer: Tracer,
+        request: ApprovalRequest,
+        parent_span_id: str | None,
+        *,
+        unavailable: str,
+    ) -> tuple[ApprovalRequest, ApprovalDecision]:
+        """The request shown to the human and their answer (or the run suspends)."""
+        assert request.tool_call is not None
+        call, name = request.tool_call, request.tool_call.name
         resumed = context.resumed_approvals.get(call.id)
         if resumed is not None:
             # A human decided while the task was suspended; the shown call is the bound one.
-            request, answer = resumed
-        else:
-            request = ApprovalRequest(
-                request_id=uuid.uuid4().hex,
-                task_id=context.task_id,
-                session_id=context.session_id,
-                tool_call=call,
-                call_hash=call_hash(spec.name, arguments),
-                risk=decision.risk,
-                rule=decision.rule,
-                reason=decision.reason,
-                created_at=datetime.now(UTC),
+            return resumed
+        if context.can_suspend:
+            # Durable path: the executor checkpoints and the kernel asks (host or later).
+            raise ApprovalPendingError([request])
+        if context.request_approval is None:
+            raise ApprovalDeniedError(unavailable, tool_name=name)
+        async with tracer.span("approval", name, parent_span_id=parent_span_id) as span:
+            span.attributes.update(request_id=request.request_id, call_hash=request.call_hash)
+            answer = await context.request_approval(request)
+            span.attributes.update(
+                approved=answer.approved, scope=answer.scope, decided_by=answer.decided_by
             )
-            if context.can_suspend:
-                # Durable path: the executor checkpoints and the kernel asks (host or later).
-                raise ApprovalPendingError([request])
-            if context.request_approval is None:
-                raise ApprovalDeniedError(
-                    f"{spec.name} is {decision.risk.value} risk (rule {decision.rule!r}) and "
-                    "needs a human's approval, but no approver is connected",
-                    tool_name=spec.name,
-                )
-            async with tracer.span("approval", spec.name, parent_span_id=parent_span_id) as span:
-                span.attributes.update(request_id=request.request_id, call_hash=request.call_hash)
-                answer = await context.request_approval(request)
-                span.attributes.update(
-                    approved=answer.approved, scope=answer.scope, decided_by=answer.decided_by
-                )
+        return request, answer
+
+    @staticmethod
+    def _check_answer(
+        name: str,
+        arguments: Mapping[str, Any],
+        request: ApprovalRequest,
+        answer: ApprovalDecision,
+    ) -> None:
         shown_hash = request.call_hash
         if answer.request_id != request.request_id:
             raise ApprovalDeniedError(
-                "the decision received was for another request", tool_name=spec.name
+                "the decision received was for another request", tool_name=name
             )
         if not answer.approved:
             raise ApprovalDeniedError(
-                f"a human did not approve {spec.name}: {answer.reason or 'no reason given'}",
-                tool_name=spec.name,
+                f"a human did not approve {name}: {answer.reason or 'no reason given'}",
+                tool_name=name,
             )
-        if call_hash(spec.name, arguments) != shown_hash:
+        if call_hash(name, arguments) != shown_hash:
             raise ApprovalDeniedError(
                 "the arguments changed after approval; the approved call was not this one",
-                tool_name=spec.name,
+                tool_name=name,
             )
-        self._grants.add(answer, **scope)
-        return judgement.approved_permit

@@ -1,6 +1,7 @@
 """Store wrappers that redact secrets on the way in (see ``redaction``).
 
-The container wraps the task, trace, checkpoint and memory stores with these, so no adapter
+The container wraps the task, trace, checkpoint, memory stores and the tool-call ledger with
+these, so no adapter
 needs to know about secrets and a third-party store gets the same protection. Reads pass
 through: what was written is already clean.
 
@@ -11,16 +12,26 @@ than run with the placeholder.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import datetime
 from typing import Any
 
-from core_agent.contracts.checkpoint_store import ICheckpointStore
+from core_agent.contracts.checkpoint_store import C, Checkpoint, ICheckpointStore
 from core_agent.contracts.memory_store import IMemoryStore, MemoryItem, MemoryScope
 from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.tool_call_ledger import IToolCallLedger, LedgerEntry, LedgerStatus
 from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.safety.redaction import Redactor
-from shared.agent_protocol import TaskEvent, TaskState, TaskStatus, TokenUsage
+from shared.agent_protocol import (
+    ChatMessage,
+    TaskEvent,
+    TaskState,
+    TaskStatus,
+    TokenUsage,
+    ToolResult,
+)
 
 
 class RedactingTaskStore(ITaskStore):
@@ -83,6 +94,42 @@ class RedactingTaskStore(ITaskStore):
         """See ``ITaskStore.list_events``."""
         return await self._inner.list_events(task_id)
 
+    @contextlib.asynccontextmanager
+    async def unit_of_work(self) -> AsyncIterator[None]:
+        """See ``ITaskStore.unit_of_work``."""
+        async with self._inner.unit_of_work():
+            yield
+
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
+        """See ``ITaskStore.after_commit``."""
+        return self._inner.after_commit(callback)
+
+    async def acquire_lease(self, task_id: str, *, owner: str, until: datetime) -> bool:
+        """See ``ITaskStore.acquire_lease``."""
+        return await self._inner.acquire_lease(task_id, owner=owner, until=until)
+
+    async def renew_leases(
+        self, owner: str, task_ids: Sequence[str], *, until: datetime
+    ) -> set[str]:
+        """See ``ITaskStore.renew_leases``."""
+        return await self._inner.renew_leases(owner, task_ids, until=until)
+
+    async def release_lease(self, task_id: str, *, owner: str) -> None:
+        """See ``ITaskStore.release_lease``."""
+        await self._inner.release_lease(task_id, owner=owner)
+
+    async def orphaned_tasks(self, *, now: datetime, limit: int = 100) -> list[TaskState]:
+        """See ``ITaskStore.orphaned_tasks``."""
+        return await self._inner.orphaned_tasks(now=now, limit=limit)
+
+    async def request_cancel(self, task_id: str, reason: str) -> None:
+        """See ``ITaskStore.request_cancel``."""
+        await self._inner.request_cancel(task_id, self._redactor.text(reason))
+
+    async def cancel_requests(self, task_ids: Sequence[str]) -> dict[str, str]:
+        """See ``ITaskStore.cancel_requests``."""
+        return await self._inner.cancel_requests(task_ids)
+
     async def close(self) -> None:
         """See ``ITaskStore.close``."""
         await self._inner.close()
@@ -119,19 +166,35 @@ class RedactingTraceStore(ITraceStore):
 
 
 class RedactingCheckpointStore(ICheckpointStore):
-    """Redacts checkpoint states before they are stored."""
+    """Redacts checkpoints and their messages before they are stored.
+
+    A run resumed from them sees ``[REDACTED]`` where a secret was: the model lost sight of
+    it, which is the price of never writing it down.
+    """
 
     def __init__(self, inner: ICheckpointStore, redactor: Redactor) -> None:
         self._inner = inner
         self._redactor = redactor
 
-    async def save(self, task_id: str, key: str, state: dict[str, Any]) -> None:
+    async def save(self, task_id: str, key: str, checkpoint: Checkpoint) -> None:
         """See ``ICheckpointStore.save``."""
-        await self._inner.save(task_id, key, self._redactor.data(state))
+        await self._inner.save(task_id, key, self._redactor.model(checkpoint))
 
-    async def load(self, task_id: str, key: str) -> dict[str, Any] | None:
+    async def load(self, task_id: str, key: str, model: type[C]) -> C | None:
         """See ``ICheckpointStore.load``."""
-        return await self._inner.load(task_id, key)
+        return await self._inner.load(task_id, key, model)
+
+    async def append_messages(
+        self, task_id: str, key: str, first: int, messages: Sequence[ChatMessage]
+    ) -> None:
+        """See ``ICheckpointStore.append_messages``."""
+        await self._inner.append_messages(
+            task_id, key, first, [self._redactor.model(message) for message in messages]
+        )
+
+    async def load_messages(self, task_id: str, key: str, count: int) -> list[ChatMessage]:
+        """See ``ICheckpointStore.load_messages``."""
+        return await self._inner.load_messages(task_id, key, count)
 
     async def list_keys(self, task_id: str) -> list[str]:
         """See ``ICheckpointStore.list_keys``."""
@@ -139,6 +202,46 @@ class RedactingCheckpointStore(ICheckpointStore):
 
     async def close(self) -> None:
         """See ``ICheckpointStore.close``."""
+        await self._inner.close()
+
+
+class RedactingToolCallLedger(IToolCallLedger):
+    """Redacts the calls' arguments and results before they are stored."""
+
+    def __init__(self, inner: IToolCallLedger, redactor: Redactor) -> None:
+        self._inner = inner
+        self._redactor = redactor
+
+    async def begin(self, entry: LedgerEntry) -> LedgerEntry:
+        """See ``IToolCallLedger.begin``."""
+        redact = self._redactor
+        return await self._inner.begin(
+            dataclasses.replace(
+                entry,
+                arguments=redact.text(entry.arguments),
+                result=redact.model(entry.result) if entry.result is not None else None,
+            )
+        )
+
+    async def finish(
+        self,
+        idempotency_key: str,
+        result: ToolResult,
+        *,
+        status: LedgerStatus = "finished",
+        note: str | None = None,
+    ) -> None:
+        """See ``IToolCallLedger.finish``."""
+        await self._inner.finish(
+            idempotency_key, self._redactor.model(result), status=status, note=note
+        )
+
+    async def entries(self, task_id: str) -> list[LedgerEntry]:
+        """See ``IToolCallLedger.entries``."""
+        return await self._inner.entries(task_id)
+
+    async def close(self) -> None:
+        """See ``IToolCallLedger.close``."""
         await self._inner.close()
 
 

@@ -10,9 +10,11 @@ import functools
 import inspect
 import json
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, get_type_hints, overload
 
+import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -155,15 +157,53 @@ class FunctionTool(ITool):
         if self._is_async:
             result = await self._func(**kwargs)
         else:
-            # Abandoned on cancel, so a time limit returns control even if the function hangs.
-            result = await anyio.to_thread.run_sync(
-                functools.partial(self._func, **kwargs), abandon_on_cancel=True
-            )
+            result = await _run_in_thread(functools.partial(self._func, **kwargs), context)
         return render_tool_output(result)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the underlying function directly (for tests and reuse)."""
         return self._func(*args, **kwargs)
+
+
+async def _run_in_thread(call: Callable[[], Any], context: ToolContext) -> Any:
+    """Run a sync function in a worker thread, reporting work that outlives a cancel.
+
+    A cancel (time limit, task canceled) cannot stop the thread, so it is waited for a little
+    more, and what it did is reported (see ``UninterruptibleWork``): the outcome after the
+    cut, or ``still_running`` and a late report from the thread when it ends.
+    """
+    work = context.work
+    done = threading.Event()
+    outcome: list[str] = []
+
+    def target() -> Any:
+        try:
+            value = call()
+        except BaseException as exc:
+            outcome.append(f"raised {type(exc).__name__}: {exc}")
+            raise
+        else:
+            outcome.append(render_tool_output(value))
+            return value
+        finally:
+            with work.lock:
+                done.set()
+                late = work.still_running and work.report_late is not None
+            if late and work.report_late is not None:
+                work.report_late(outcome[-1] if outcome else "ended")
+
+    try:
+        # Abandoned on cancel, so a time limit returns control even if the function hangs.
+        return await anyio.to_thread.run_sync(target, abandon_on_cancel=True)
+    except anyio.get_cancelled_exc_class():
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(done.wait, work.grace_s)
+            with work.lock:
+                if done.is_set():
+                    work.outcome = outcome[-1] if outcome else "ended"
+                else:
+                    work.still_running = True
+        raise
 
 
 def render_tool_output(result: Any) -> str:

@@ -1,8 +1,15 @@
-"""Running one tool call: look-up, argument validation, time limit, error capture.
+"""Running one tool call: look-up, argument validation, the ledger, time limit, errors.
 
 Whatever goes wrong becomes a ``ToolResult`` with ``is_error=True`` and a message written for
 the model, so a bad call never crashes the task; the model reads the error and may correct
 itself.
+
+With a ledger (``CallLedger``), the intent of a call is recorded before it runs and its result
+after; a call an earlier process finished is answered from the ledger, and one that started
+but left no result runs again only when that is harmless or a human says so. A tool whose
+work cannot be interrupted (a Python function in a thread) is waited for a little after its
+time limit or a cancel; the ledger records what it did after the cut, or that it was still
+running (and later, when it ended).
 """
 
 from __future__ import annotations
@@ -10,9 +17,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
+import anyio.from_thread
+import anyio.lowlevel
 
 from core_agent.contracts.errors import (
     ToolArgumentsError,
@@ -21,21 +30,51 @@ from core_agent.contracts.errors import (
     ToolNotFoundError,
     ToolTimeoutError,
 )
-from core_agent.contracts.tool import CallPermit, ITool, ToolContext
+from core_agent.contracts.tool import CallPermit, ITool, ToolContext, UninterruptibleWork
+from core_agent.contracts.tool_call_ledger import LedgerEntry, LedgerStatus
 from core_agent.contracts.tool_registry import IToolRegistry
 from shared.agent_protocol import ToolCall, ToolResult
 
 log = logging.getLogger(__name__)
 
 ToolGate = Callable[
-    [ITool, Mapping[str, Any], Mapping[str, Any], ToolContext], Awaitable[CallPermit]
+    [ITool, Mapping[str, Any], Mapping[str, Any], ToolContext, bool], Awaitable[CallPermit]
 ]
 """Checks run between validation and execution (judgement, approval): called with the tool,
-the model's arguments, the validated ones and the call's context; returns the call's permit
-or raises a ``ToolError`` to stop it."""
+the model's arguments, the validated ones, the call's context, and whether a human already
+approved running it (``preapproved``); returns the call's permit or raises a ``ToolError`` to
+stop it."""
+
+ConfirmRerun = Callable[
+    [ITool, Mapping[str, Any], Mapping[str, Any], ToolContext, LedgerEntry], Awaitable[None]
+]
+"""Asks a human whether a call that may or may not have acted should run again; returns when
+they approve, raises a ``ToolError`` when they do not (``ApprovalPendingError`` to wait)."""
 
 _RAW_ARGUMENTS_SHOWN = 200
 """How much of unparsable arguments to quote back to the model."""
+
+
+class CallLedger(Protocol):
+    """The ledger as a loop uses it (``orchestration.call_ledger.LedgeredCalls``)."""
+
+    def recorded(self, call: ToolCall) -> LedgerEntry | None:
+        """What an earlier process recorded for this call."""
+
+    def reruns_safely(
+        self, tool: ITool, arguments: Mapping[str, Any], context: ToolContext
+    ) -> bool:
+        """Whether running the call again can repeat no effect."""
+
+    async def begin(
+        self, call: ToolCall, tool: ITool, arguments: Mapping[str, Any], *, idempotent: bool
+    ) -> str:
+        """Record the intent; returns the idempotency key."""
+
+    async def finish(
+        self, key: str, result: ToolResult, *, status: LedgerStatus = "finished", note: str = ""
+    ) -> None:
+        """Record how the call ended."""
 
 
 class ToolRunner:
@@ -52,24 +91,19 @@ class ToolRunner:
         *,
         allowed: Collection[str] | None = None,
         gate: ToolGate | None = None,
+        ledger: CallLedger | None = None,
+        confirm_rerun: ConfirmRerun | None = None,
     ) -> ToolResult:
         """Run ``call``; only tools in ``allowed`` (when given) may be used.
 
         ``gate`` is awaited after validation, before the tool runs; the permit it returns
         goes to the tool in its context. Without a gate the tool runs with the default
-        (read-only, no network) permit.
+        (read-only, no network) permit. With ``ledger``, see the module docstring.
         """
         try:
-            content = await self._run(call, context, allowed, gate)
+            return await self._run(call, context, allowed, gate, ledger, confirm_rerun)
         except ToolError as exc:
-            return ToolResult(
-                call_id=call.id,
-                name=call.name,
-                content=f"Error: {exc}",
-                is_error=True,
-                error_type=type(exc).__name__,
-            )
-        return ToolResult(call_id=call.id, name=call.name, content=content)
+            return _error(call, exc)
 
     async def _run(
         self,
@@ -77,7 +111,9 @@ class ToolRunner:
         context: ToolContext,
         allowed: Collection[str] | None,
         gate: ToolGate | None,
-    ) -> str:
+        ledger: CallLedger | None,
+        confirm_rerun: ConfirmRerun | None,
+    ) -> ToolResult:
         if allowed is not None and call.name not in allowed:
             raise ToolNotFoundError(
                 f"unknown tool {call.name!r}; "
@@ -92,20 +128,125 @@ class ToolRunner:
                 tool_name=call.name,
             )
         arguments = tool.validate_arguments(call.arguments)
+        preapproved = False
+        recorded = ledger.recorded(call) if ledger is not None else None
+        if ledger is not None and recorded is not None:
+            if recorded.status == "finished" and recorded.result is not None:
+                # It ran to the end before the process stopped: never again.
+                return recorded.result.model_copy(update={"call_id": call.id, "name": call.name})
+            if not ledger.reruns_safely(tool, arguments, context):
+                if confirm_rerun is None:
+                    raise ToolExecutionError(
+                        f"{call.name} was interrupted while it ran, so it may or may not have "
+                        "taken effect; it was not run again. Check its effect before retrying",
+                        tool_name=call.name,
+                    )
+                await confirm_rerun(tool, call.arguments, arguments, context, recorded)
+                preapproved = True
         if gate is not None:
-            permit = await gate(tool, call.arguments, arguments, context)
+            permit = await gate(tool, call.arguments, arguments, context, preapproved)
             context = dataclasses.replace(context, permit=permit)
+        key = None
+        if ledger is not None:
+            idempotent = ledger.reruns_safely(tool, arguments, context)
+            key = await ledger.begin(call, tool, call.arguments, idempotent=idempotent)
+            context = dataclasses.replace(context, idempotency_key=key, work=UninterruptibleWork())
+            context.work.report_late = _late_reporter(ledger, key, call)
+        try:
+            result = await self._invoke(call, tool, arguments, context)
+        except anyio.get_cancelled_exc_class():
+            if ledger is not None and key is not None:
+                with anyio.CancelScope(shield=True):
+                    await _record_cut(ledger, key, call, context.work, "the task was canceled")
+            raise
+        if ledger is not None and key is not None:
+            if result.error_type == ToolTimeoutError.__name__:
+                await _record_cut(ledger, key, call, context.work, "its time limit passed", result)
+            else:
+                await ledger.finish(key, result)
+        return result
+
+    async def _invoke(
+        self, call: ToolCall, tool: ITool, arguments: Mapping[str, Any], context: ToolContext
+    ) -> ToolResult:
         timeout = tool.spec.timeout_s or self._default_timeout_s
         try:
             with anyio.move_on_after(timeout):
-                return await tool.invoke(arguments, context)
-        except ToolError:
-            raise
+                return ToolResult(
+                    call_id=call.id, name=call.name, content=await tool.invoke(arguments, context)
+                )
+        except ToolError as exc:
+            return _error(call, exc)
         except Exception as exc:
             log.debug("tool %s raised", call.name, exc_info=True)
-            raise ToolExecutionError(
-                f"tool {call.name!r} failed: {type(exc).__name__}: {exc}", tool_name=call.name
-            ) from exc
-        raise ToolTimeoutError(
-            f"tool {call.name!r} did not finish within {timeout:g} s", tool_name=call.name
+            return _error(
+                call,
+                ToolExecutionError(
+                    f"tool {call.name!r} failed: {type(exc).__name__}: {exc}",
+                    tool_name=call.name,
+                ),
+            )
+        message = f"tool {call.name!r} did not finish within {timeout:g} s"
+        work = context.work
+        if work.outcome is not None:
+            message += f"; it ended {work.grace_s:g} s later at most: {work.outcome[:500]}"
+        elif work.still_running:
+            message += "; it is still running and its effect may come later"
+        return _error(call, ToolTimeoutError(message, tool_name=call.name))
+
+
+def _error(call: ToolCall, exc: ToolError) -> ToolResult:
+    return ToolResult(
+        call_id=call.id,
+        name=call.name,
+        content=f"Error: {exc}",
+        is_error=True,
+        error_type=type(exc).__name__,
+    )
+
+
+async def _record_cut(
+    ledger: CallLedger,
+    key: str,
+    call: ToolCall,
+    work: UninterruptibleWork,
+    why: str,
+    result: ToolResult | None = None,
+) -> None:
+    """Record a call the kernel stopped waiting for, with what it did after the cut."""
+    result = result or ToolResult(
+        call_id=call.id, name=call.name, content=f"Error: {why}", is_error=True
+    )
+    if work.outcome is not None:
+        note = f"{why}; it ended shortly after: {work.outcome[:500]}"
+    elif work.still_running:
+        note = f"{why}; it was still running when the kernel stopped waiting"
+    else:
+        note = why
+    await ledger.finish(key, result, status="timed_out", note=note)
+
+
+def _late_reporter(ledger: CallLedger, key: str, call: ToolCall) -> Callable[[str], None]:
+    """A callback for the tool's worker thread: record that the work ended after all."""
+    token = anyio.lowlevel.current_token()
+
+    def report(outcome: str) -> None:
+        result = ToolResult(
+            call_id=call.id,
+            name=call.name,
+            content=f"Error: it ended after the kernel stopped waiting: {outcome[:500]}",
+            is_error=True,
+            error_type=ToolTimeoutError.__name__,
         )
+
+        async def record() -> None:
+            await ledger.finish(
+                key, result, status="timed_out", note=f"ended late: {outcome[:500]}"
+            )
+
+        try:
+            anyio.from_thread.run(record, token=token)
+        except Exception:  # the kernel is gone: nothing left to tell
+            log.debug("could not record the late end of %s", call.name, exc_info=True)
+
+    return report

@@ -12,8 +12,9 @@ import logging
 import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar, TypeVar, cast
@@ -91,7 +92,14 @@ def connect(path: Path | str) -> sqlite3.Connection:
 
 @contextmanager
 def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception."""
+    """``BEGIN IMMEDIATE`` ... ``COMMIT``, rolled back on any exception.
+
+    Inside a transaction already open (a unit of work committing several stores' writes),
+    it joins that one: the outer transaction commits or rolls back for both.
+    """
+    if conn.in_transaction:
+        yield conn
+        return
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
@@ -99,6 +107,18 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+class _Unit:
+    """Writes held back until the unit of work that collects them commits."""
+
+    def __init__(self, database: SqliteDatabase) -> None:
+        self.database = database
+        self.writes: list[Callable[[sqlite3.Connection], None]] = []
+        self.after_commit: list[Callable[[], Awaitable[None]]] = []
+
+
+_UNIT: ContextVar[_Unit | None] = ContextVar("core_agent_sqlite_unit", default=None)
 
 
 class ReaderPool:
@@ -203,6 +223,68 @@ class SqliteDatabase:
                     self._conn.execute("PRAGMA busy_timeout=0")
             except self._driver_errors as exc:
                 raise StorageError(f"database {self.path}: {exc}") from exc
+
+    async def write(self, fn: Callable[[sqlite3.Connection], None]) -> None:
+        """Apply ``fn`` in a transaction: now, or with the unit of work open on this database.
+
+        Only writes whose effects nobody reads back before the unit ends may be deferred
+        (events, spans, checkpoints, messages); status moves and ledger rows use ``run``.
+        """
+        unit = _UNIT.get()
+        if unit is not None and unit.database is self:
+            unit.writes.append(fn)
+            return
+
+        def apply(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                fn(conn)
+
+        await self.run(apply)
+
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
+        """Queue ``callback`` for after the open unit of work commits.
+
+        Returns ``False`` when no unit is open on this database (the caller runs it now).
+        """
+        unit = _UNIT.get()
+        if unit is None or unit.database is not self:
+            return False
+        unit.after_commit.append(callback)
+        return True
+
+    @asynccontextmanager
+    async def unit_of_work(self) -> AsyncIterator[None]:
+        """Hold back ``write`` calls made inside, then apply them all in one transaction.
+
+        A unit opened inside another one on the same database joins it. The writes are
+        applied when the block ends, also when it raises or is cancelled (what was recorded
+        happened); ``after_commit`` callbacks run once they are durable.
+        """
+        current = _UNIT.get()
+        if current is not None and current.database is self:
+            yield
+            return
+        unit = _Unit(self)
+        token = _UNIT.set(unit)
+        try:
+            yield
+        finally:
+            _UNIT.reset(token)
+            with anyio.CancelScope(shield=True):
+                await self._commit(unit)
+        for callback in unit.after_commit:
+            await callback()
+
+    async def _commit(self, unit: _Unit) -> None:
+        if not unit.writes:
+            return
+
+        def apply(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                for fn in unit.writes:
+                    fn(conn)
+
+        await self.run(apply)
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` without blocking the event loop on a lock.

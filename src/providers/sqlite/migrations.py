@@ -149,6 +149,36 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE agent_tasks ADD COLUMN tainted INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE agent_tasks ADD COLUMN sandbox_json TEXT;
     """,
+    # 5: durable runs: who runs a task and until when (a lease), cancel requests from other
+    # processes, the conversation a run resumes from, the tool-call ledger; tasks listed by
+    # status without a sort.
+    """
+    ALTER TABLE agent_tasks ADD COLUMN owner TEXT;
+    ALTER TABLE agent_tasks ADD COLUMN lease_expires_at TEXT;
+    ALTER TABLE agent_tasks ADD COLUMN cancel_requested TEXT;
+    CREATE INDEX agent_tasks_by_status_created ON agent_tasks(status, created_at);
+    CREATE TABLE agent_task_messages (
+        task_id      TEXT NOT NULL,
+        scope        TEXT NOT NULL,
+        position     INTEGER NOT NULL,
+        message_json TEXT NOT NULL,
+        PRIMARY KEY (task_id, scope, position)
+    ) WITHOUT ROWID;
+    CREATE TABLE agent_tool_calls (
+        idempotency_key TEXT PRIMARY KEY,
+        task_id         TEXT NOT NULL,
+        call_id         TEXT NOT NULL,
+        tool            TEXT NOT NULL,
+        arguments_json  TEXT NOT NULL,
+        idempotent      INTEGER NOT NULL,
+        status          TEXT NOT NULL CHECK (status IN ('started','finished','timed_out')),
+        result_json     TEXT,
+        started_at      TEXT NOT NULL,
+        ended_at        TEXT,
+        note            TEXT
+    );
+    CREATE INDEX agent_tool_calls_by_task ON agent_tool_calls(task_id, started_at);
+    """,
 )
 
 

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
-from core_agent.contracts.errors import InvalidTransitionError, TaskNotFoundError
+from core_agent.contracts.errors import (
+    CorruptStateError,
+    InvalidTransitionError,
+    TaskNotFoundError,
+)
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.task_store import ITaskStore
 from providers.sqlite.database import SqliteDatabase, transaction
@@ -28,8 +33,10 @@ _EVENTS: TypeAdapter[AgentEvent] = TypeAdapter(AgentEvent)
 
 _TASK_COLUMNS = (
     "id, session_id, trace_id, status, strategy, input_json, output_json, error_text, "
-    "usage_json, created_at, updated_at, tainted, sandbox_json"
+    "usage_json, created_at, updated_at, tainted, sandbox_json, owner, lease_expires_at, "
+    "cancel_requested"
 )
+_ACTIVE = ("queued", "running")
 
 
 def _iso(moment: datetime) -> str:
@@ -37,6 +44,13 @@ def _iso(moment: datetime) -> str:
 
 
 def _row_to_task(row: tuple[Any, ...]) -> TaskState:
+    try:
+        return _task(row)
+    except (ValueError, ValidationError) as exc:
+        raise CorruptStateError(row[0], f"its row cannot be read: {exc}") from exc
+
+
+def _task(row: tuple[Any, ...]) -> TaskState:
     (
         task_id,
         session_id,
@@ -51,6 +65,9 @@ def _row_to_task(row: tuple[Any, ...]) -> TaskState:
         updated_at,
         tainted,
         sandbox_json,
+        owner,
+        lease_expires_at,
+        cancel_requested,
     ) = row
     return TaskState(
         task_id=task_id,
@@ -66,6 +83,9 @@ def _row_to_task(row: tuple[Any, ...]) -> TaskState:
         updated_at=datetime.fromisoformat(updated_at),
         tainted=bool(tainted),
         sandbox=json.loads(sandbox_json) if sandbox_json else None,
+        owner=owner,
+        lease_expires_at=datetime.fromisoformat(lease_expires_at) if lease_expires_at else None,
+        cancel_requested=cancel_requested,
     )
 
 
@@ -97,6 +117,16 @@ class SqliteTaskStore(ITaskStore):
         """The store in ``AGENT_DATA_DIR``'s database."""
         return cls(settings.database_path)
 
+    @contextlib.asynccontextmanager
+    async def unit_of_work(self) -> AsyncIterator[None]:
+        """See ``ITaskStore.unit_of_work``: one transaction on the shared database."""
+        async with self._db.unit_of_work():
+            yield
+
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
+        """See ``ITaskStore.after_commit``."""
+        return self._db.after_commit(callback)
+
     async def create_task(self, task: TaskState, queued_event: TaskEvent) -> None:
         """Insert the session if new, the task, and its first event, in one transaction."""
         created = _iso(task.created_at)
@@ -109,7 +139,8 @@ class SqliteTaskStore(ITaskStore):
                     (task.session_id, created, created),
                 )
                 conn.execute(
-                    f"INSERT INTO agent_tasks ({_TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    f"INSERT INTO agent_tasks ({_TASK_COLUMNS})"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         task.task_id,
                         task.session_id,
@@ -124,6 +155,9 @@ class SqliteTaskStore(ITaskStore):
                         _iso(task.updated_at),
                         int(task.tainted),
                         json.dumps(task.sandbox) if task.sandbox is not None else None,
+                        task.owner,
+                        _iso(task.lease_expires_at) if task.lease_expires_at else None,
+                        task.cancel_requested,
                     ),
                 )
                 _insert_event(conn, queued_event)
@@ -189,6 +223,9 @@ class SqliteTaskStore(ITaskStore):
             with transaction(conn):
                 cursor = conn.execute(
                     "UPDATE agent_tasks SET status = ?, updated_at = ?,"
+                    " owner = CASE WHEN ? THEN NULL ELSE owner END,"
+                    " lease_expires_at = CASE WHEN ? THEN NULL ELSE lease_expires_at END,"
+                    " cancel_requested = CASE WHEN ? THEN NULL ELSE cancel_requested END,"
                     " strategy = COALESCE(?, strategy),"
                     " output_json = COALESCE(?, output_json),"
                     " error_text = COALESCE(?, error_text),"
@@ -197,6 +234,7 @@ class SqliteTaskStore(ITaskStore):
                     (
                         to_status.value,
                         now,
+                        *(to_status.value not in _ACTIVE,) * 3,
                         strategy,
                         json.dumps(output) if output is not None else None,
                         error,
@@ -218,24 +256,123 @@ class SqliteTaskStore(ITaskStore):
         await self._db.run(write)
 
     async def append_event(self, event: TaskEvent) -> None:
-        """Append one event to its task's log."""
+        """Append one event to its task's log (with the open unit of work, if any)."""
 
         def write(conn: sqlite3.Connection) -> None:
             _insert_event(conn, event)
 
-        await self._db.run(write)
+        await self._db.write(write)
 
     async def list_events(self, task_id: str) -> Sequence[TaskEvent]:
         """The task's events in ``seq`` order."""
 
-        def read(conn: sqlite3.Connection) -> list[tuple[str]]:
+        def read(conn: sqlite3.Connection) -> list[tuple[int, str]]:
             return conn.execute(
-                "SELECT payload_json FROM agent_task_events WHERE task_id = ? ORDER BY seq",
+                "SELECT seq, payload_json FROM agent_task_events WHERE task_id = ? ORDER BY seq",
                 (task_id,),
             ).fetchall()
 
-        rows = await self._db.run(read)
-        return [_EVENTS.validate_json(payload) for (payload,) in rows]
+        events = []
+        for seq, payload in await self._db.run(read):
+            try:
+                events.append(_EVENTS.validate_json(payload))
+            except ValidationError as exc:
+                raise CorruptStateError(task_id, f"event {seq} cannot be read: {exc}") from exc
+        return events
+
+    async def acquire_lease(self, task_id: str, *, owner: str, until: datetime) -> bool:
+        """Compare-and-set the owner: free, already ours, or expired."""
+        now, deadline = _iso(datetime.now(UTC)), _iso(until)
+
+        def write(conn: sqlite3.Connection) -> bool:
+            cursor = conn.execute(
+                "UPDATE agent_tasks SET owner = ?, lease_expires_at = ? WHERE id = ? AND"
+                " (owner IS NULL OR owner = ? OR lease_expires_at IS NULL"
+                " OR lease_expires_at < ?)",
+                (owner, deadline, task_id, owner, now),
+            )
+            if cursor.rowcount:
+                return True
+            if conn.execute("SELECT 1 FROM agent_tasks WHERE id = ?", (task_id,)).fetchone():
+                return False
+            raise TaskNotFoundError(task_id)
+
+        return await self._db.run(write)
+
+    async def renew_leases(
+        self, owner: str, task_ids: Sequence[str], *, until: datetime
+    ) -> set[str]:
+        """One statement for all of them; returns those still ours."""
+        if not task_ids:
+            return set()
+        ids = list(task_ids)
+        marks = ",".join("?" * len(ids))
+
+        def write(conn: sqlite3.Connection) -> set[str]:
+            with transaction(conn):
+                conn.execute(
+                    f"UPDATE agent_tasks SET lease_expires_at = ?"
+                    f" WHERE owner = ? AND id IN ({marks})",
+                    (_iso(until), owner, *ids),
+                )
+                rows = conn.execute(
+                    f"SELECT id FROM agent_tasks WHERE owner = ? AND id IN ({marks})",
+                    (owner, *ids),
+                ).fetchall()
+            return {row[0] for row in rows}
+
+        return await self._db.run(write)
+
+    async def release_lease(self, task_id: str, *, owner: str) -> None:
+        """Clear owner and lease if ``owner`` holds them."""
+        await self._db.run(
+            lambda conn: conn.execute(
+                "UPDATE agent_tasks SET owner = NULL, lease_expires_at = NULL"
+                " WHERE id = ? AND owner = ?",
+                (task_id, owner),
+            )
+        )
+
+    async def orphaned_tasks(self, *, now: datetime, limit: int = 100) -> list[TaskState]:
+        """Queued or running tasks without a live lease, oldest first."""
+
+        def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                f"SELECT {_TASK_COLUMNS} FROM agent_tasks WHERE status IN (?, ?) AND"
+                " (lease_expires_at IS NULL OR lease_expires_at < ?)"
+                " ORDER BY created_at, rowid LIMIT ?",
+                (*_ACTIVE, _iso(now), max(1, limit)),
+            ).fetchall()
+
+        return [_row_to_task(row) for row in await self._db.run(read)]
+
+    async def request_cancel(self, task_id: str, reason: str) -> None:
+        """Record the request on the task's row."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            cursor = conn.execute(
+                "UPDATE agent_tasks SET cancel_requested = ? WHERE id = ?", (reason, task_id)
+            )
+            if cursor.rowcount == 0:
+                raise TaskNotFoundError(task_id)
+
+        await self._db.run(write)
+
+    async def cancel_requests(self, task_ids: Sequence[str]) -> dict[str, str]:
+        """Requests among ``task_ids``."""
+        if not task_ids:
+            return {}
+        ids = list(task_ids)
+        marks = ",".join("?" * len(ids))
+
+        def read(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+            return conn.execute(
+                f"SELECT id, cancel_requested FROM agent_tasks"
+                f" WHERE id IN ({marks}) AND cancel_requested IS NOT NULL",
+                ids,
+            ).fetchall()
+
+        return dict(await self._db.run(read))
 
     async def close(self) -> None:
         """Close the database connection."""

@@ -71,7 +71,7 @@ class SqliteTraceStore(ITraceStore):
         return cls(settings.database_path)
 
     async def record(self, span: Span) -> None:
-        """Insert the span (a single-row insert is atomic)."""
+        """Insert the span, with the task store's open unit of work if there is one."""
         row = (
             span.span_id,
             span.trace_id,
@@ -95,7 +95,7 @@ class SqliteTraceStore(ITraceStore):
                 f"INSERT INTO agent_traces ({_COLUMNS}) VALUES ({','.join('?' * 15)})", row
             )
 
-        await self._db.run(write)
+        await self._db.write(write)
 
     async def list_spans(
         self, *, task_id: str | None = None, trace_id: str | None = None

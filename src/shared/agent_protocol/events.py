@@ -97,9 +97,12 @@ class TaskWaitingApproval(TaskEvent):
 
 
 class TaskResumed(TaskEvent):
-    """The task runs again after waiting for approval."""
+    """The task runs again: after waiting for approval, or taken over from a dead process."""
 
     kind: Literal["task.resumed"] = "task.resumed"
+    reason: str = ""
+    owner: str | None = None
+    """The kernel that runs it from now on."""
 
 
 class TaskSucceeded(TaskEvent):

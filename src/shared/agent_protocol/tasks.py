@@ -106,6 +106,17 @@ class TaskState(BaseModel):
         description="The sandbox settings the task runs under (workspace roots, limits...), "
         "recorded when it starts; a resumed task uses them, whoever resumes it.",
     )
+    owner: str | None = Field(
+        default=None, description="The kernel running the task (while it holds the lease)."
+    )
+    lease_expires_at: datetime | None = Field(
+        default=None,
+        description="Until when the owner's lease holds; after it, another kernel may resume "
+        "the task.",
+    )
+    cancel_requested: str | None = Field(
+        default=None, description="Why cancellation was requested, while the owner carries it out."
+    )
 
 
 class TaskResult(BaseModel):

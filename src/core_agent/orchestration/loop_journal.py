@@ -1,0 +1,106 @@
+"""What a reason-act loop writes down so that any process can carry it on.
+
+A loop's conversation is kept as a message log beside a small typed checkpoint
+(``LoopCheckpoint``), saved at each step boundary in one unit of work with the step's events
+and spans:
+
+* after the model answered: its message, and ``phase="tools"`` with the calls it asked for
+  (when it gave its answer: ``phase="answered"`` with the answer);
+* after the calls' results are in: the tool messages, and ``phase="model"``;
+* when calls wait for a human: ``phase="tools"`` with the results already in and the
+  requests.
+
+A loop that resumes loads the checkpoint and the messages it covers, and carries on from the
+phase it records: the calls of an interrupted turn go through the tool-call ledger
+(``call_ledger``), so none that finished runs twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import Field
+
+from core_agent.contracts.checkpoint_store import Checkpoint, ICheckpointStore
+from core_agent.contracts.executor import RunStats
+from core_agent.contracts.tool_call_ledger import IToolCallLedger
+from shared.agent_protocol import ApprovalRequest, ChatMessage, TokenUsage, ToolCall, ToolResult
+
+
+class LoopCheckpoint(Checkpoint):
+    """Where a reason-act loop stands, besides its messages (see the module docstring)."""
+
+    kind: Literal["react_loop"] = "react_loop"
+    version: Literal[1] = 1
+    phase: Literal["model", "tools", "answered"]
+    run_id: str
+    """Part of every tool call's idempotency key: a resumed run keeps it, a fresh run of the
+    same task gets a new one."""
+    message_count: int = Field(ge=0)
+    turns: int = 0
+    """Turns of this loop so far (the loop's own count, against its turn limit)."""
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    task_turns: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    tainted: bool = False
+    pending_calls: list[ToolCall] = Field(default_factory=list)
+    finished: dict[int, ToolResult] = Field(default_factory=dict)
+    """Calls of the pending turn (by position) whose results are in."""
+    requests: list[ApprovalRequest] = Field(default_factory=list)
+    """Approval requests the pending turn waits on."""
+    fingerprints: dict[str, str] = Field(default_factory=dict)
+    """Loop detection: each call made so far, by fingerprint, with the head of its result."""
+    error_streak: int = 0
+    corrections_left: int = 1
+    output: str | None = None
+    structured: dict[str, object] | None = None
+
+    def restore_stats(self, stats: RunStats) -> None:
+        """Put the run's counters back as they were when this was saved."""
+        stats.usage = self.usage
+        stats.turns = self.task_turns
+        stats.llm_calls = self.llm_calls
+        stats.tool_calls = self.tool_calls
+
+
+@dataclass(slots=True)
+class LoopJournal:
+    """One loop's checkpoint key, and how much of its conversation is already stored."""
+
+    checkpoints: ICheckpointStore
+    task_id: str
+    key: str
+    ledger: IToolCallLedger | None = None
+    stored_messages: int = 0
+    restored: LoopCheckpoint | None = field(default=None)
+
+    async def restore(self) -> tuple[LoopCheckpoint, list[ChatMessage]] | None:
+        """The saved checkpoint and the messages it covers, or ``None`` if there is none.
+
+        Raises:
+            CorruptStateError: The checkpoint or its messages cannot be read.
+        """
+        checkpoint = await self.checkpoints.load(self.task_id, self.key, LoopCheckpoint)
+        if checkpoint is None:
+            return None
+        messages = await self.checkpoints.load_messages(
+            self.task_id, self.key, checkpoint.message_count
+        )
+        self.stored_messages = checkpoint.message_count
+        self.restored = checkpoint
+        return checkpoint, messages
+
+    async def save(self, messages: list[ChatMessage], checkpoint: LoopCheckpoint) -> None:
+        """Store the messages not stored yet, then the checkpoint that covers them.
+
+        Call it inside the task store's unit of work, so both commit with the step.
+        """
+        if len(messages) < self.stored_messages:
+            self.stored_messages = 0  # the conversation was rebuilt: store it whole again
+        await self.checkpoints.append_messages(
+            self.task_id, self.key, self.stored_messages, messages[self.stored_messages :]
+        )
+        self.stored_messages = len(messages)
+        await self.checkpoints.save(self.task_id, self.key, checkpoint)
