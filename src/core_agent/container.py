@@ -44,7 +44,9 @@ from core_agent.memory.ingestion import IngestionPipeline
 from core_agent.memory.prompt_window import PromptWindow
 from core_agent.memory.semantic_memory import SemanticMemory
 from core_agent.memory.vector_migration import DualWriteVectorStore
+from core_agent.orchestration.circuit_breaker import BreakerSettings
 from core_agent.orchestration.model_classifier import ModelAssistedClassifier
+from core_agent.orchestration.model_retry import RetryPolicy
 from core_agent.orchestration.plan_execute_executor import (
     PlanExecuteExecutor,
     PlanExecuteLimits,
@@ -52,6 +54,7 @@ from core_agent.orchestration.plan_execute_executor import (
 from core_agent.orchestration.planner import LLMPlanner
 from core_agent.orchestration.react_executor import ReActExecutor
 from core_agent.orchestration.react_loop import ReActLimits, ReActLoop
+from core_agent.orchestration.resilient_gateway import ResilientGateway
 from core_agent.orchestration.strategy_router import AdaptiveStrategyRouter, RoutingThresholds
 from core_agent.orchestration.task_classifier import TaskClassifier
 from core_agent.orchestration.tool_gate import ToolCallGate
@@ -169,6 +172,46 @@ def build_vector_store(settings: AgentSettings) -> IVectorStore:
     return DualWriteVectorStore(primary, secondary)
 
 
+def load_fallback_gateways(settings: AgentSettings) -> list[ILLMGateway]:
+    """One gateway per ``AGENT_MODEL_FALLBACKS`` entry, built by the primary model's gateway.
+
+    Each gets the primary's settings with ``model`` replaced, so no provider is imported here.
+    """
+    return [
+        load_provider(
+            LLM_GATEWAYS,
+            settings.gateway_name,
+            settings.model_copy(update={"model": model}),
+            ILLMGateway,  # type: ignore[type-abstract]
+        )
+        for model in settings.model_fallbacks
+    ]
+
+
+def build_resilient_gateway(
+    settings: AgentSettings, primary: ILLMGateway, fallbacks: Sequence[ILLMGateway]
+) -> ResilientGateway:
+    """The gateway the kernel calls: ``primary``, then ``fallbacks`` in order.
+
+    With the kernel's retry policy, call deadline and a circuit breaker per model, as the
+    ``AGENT_MODEL_*`` settings say.
+    """
+    return ResilientGateway(
+        [primary, *fallbacks],
+        policy=RetryPolicy(
+            max_retries=settings.model_max_retries,
+            base_delay_s=settings.model_retry_base_s,
+            max_delay_s=settings.model_retry_max_delay_s,
+            retry_after_cap_s=settings.model_retry_after_max_s,
+            call_deadline_s=settings.model_call_deadline_s,
+        ),
+        breaker=BreakerSettings(
+            failure_threshold=settings.model_breaker_failures,
+            reset_after_s=settings.model_breaker_reset_s,
+        ),
+    )
+
+
 ANSWER_RESERVE_TOKENS = 4096
 """Room left for the model's answer when the prompt budget comes from its input window."""
 
@@ -259,6 +302,13 @@ class KernelContainer(containers.DeclarativeContainer):
     llm_gateway = providers.Singleton(
         load_provider, LLM_GATEWAYS, settings.provided.gateway_name, settings, ILLMGateway
     )
+    """The configured model's gateway, as its provider built it (override it in tests)."""
+    fallback_gateways = providers.Singleton(load_fallback_gateways, settings)
+    model_gateway = providers.Singleton(
+        build_resilient_gateway, settings, llm_gateway, fallback_gateways
+    )
+    """What the kernel calls: ``llm_gateway`` and the fallbacks wrapped in retries, a deadline
+    and circuit breakers, whatever gateway was configured or overridden."""
     task_store = providers.Singleton(
         load_provider, TASK_STORES, settings.provided.task_store, settings, ITaskStore
     )
@@ -381,11 +431,11 @@ class KernelContainer(containers.DeclarativeContainer):
         approval_threshold=settings.provided.policy_approval_required_risk,
         grants=providers.Singleton(ApprovalGrants, shell_parser=shell_parser),
     )
-    router = providers.Singleton(build_router, settings, llm_gateway.provider, policy_engine)
+    router = providers.Singleton(build_router, settings, model_gateway.provider, policy_engine)
 
     react_loop = providers.Singleton(
         ReActLoop,
-        llm=llm_gateway,
+        llm=model_gateway,
         tools=tool_registry,
         trace_store=redacted_trace_store,
         tool_timeout_s=settings.provided.tool_timeout_s,
@@ -399,12 +449,12 @@ class KernelContainer(containers.DeclarativeContainer):
         sandbox=sandbox,
         gate=tool_gate,
         prompt_window=providers.Factory(
-            build_prompt_window, settings, llm_gateway, token_counter.provider
+            build_prompt_window, settings, model_gateway, token_counter.provider
         ).provider,
     )
     planner = providers.Singleton(
         LLMPlanner,
-        llm=llm_gateway,
+        llm=model_gateway,
         trace_store=redacted_trace_store,
         max_attempts=settings.provided.plan_max_attempts,
         max_steps=settings.provided.plan_max_steps,

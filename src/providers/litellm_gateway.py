@@ -3,20 +3,32 @@
 litellm takes about five seconds to import and, unless told otherwise, fetches a price table
 from the network on import; so it is imported on the first call, never at start-up, with
 ``LITELLM_LOCAL_MODEL_COST_MAP=True`` set first so the bundled table is used.
+
+litellm's own retries (and the openai SDK's under it) are off: one call here is one request.
+The kernel retries, with backoff, a deadline and a circuit breaker, and traces every try
+(``core_agent.orchestration.resilient_gateway``). What this adapter owes the kernel is an
+honest verdict on each request: a stream that ended without the provider's finish reason, an
+empty answer, or tool-call arguments cut off by the token limit is a retryable
+``ModelIncompleteError``, never a response; a ``Retry-After`` header is passed on in
+``ModelError.retry_after_s``.
 """
 
 from __future__ import annotations
 
+import email.utils
 import json
 import os
 import threading
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Mapping
 from types import ModuleType
 from typing import Any
 
 from core_agent.contracts.errors import (
     ModelAuthenticationError,
+    ModelContextWindowError,
     ModelError,
+    ModelIncompleteError,
     ModelNotConfiguredError,
     ModelRateLimitError,
     ModelTimeoutError,
@@ -92,7 +104,10 @@ def parse_tool_call(call_id: str, name: str, raw: str | None) -> ToolCall:
 
 
 class LiteLLMGateway(ILLMGateway):
-    """Calls ``litellm.acompletion``; maps its exceptions to the kernel's ``ModelError`` tree."""
+    """Calls ``litellm.acompletion`` once per call; maps its exceptions to ``ModelError``s.
+
+    ``timeout_s`` bounds one request; retries and the overall deadline are the kernel's.
+    """
 
     def __init__(
         self,
@@ -101,14 +116,12 @@ class LiteLLMGateway(ILLMGateway):
         api_base: str | None = None,
         api_key: str | None = None,
         timeout_s: float = 120.0,
-        max_retries: int = 2,
         temperature: float | None = None,
     ) -> None:
         self._model = model
         self._api_base = api_base
         self._api_key = api_key
         self._timeout_s = timeout_s
-        self._max_retries = max_retries
         self._temperature = temperature
         self._context_window: int | None = None
         self._context_window_known = False
@@ -124,7 +137,6 @@ class LiteLLMGateway(ILLMGateway):
             api_base=settings.model_api_base,
             api_key=settings.model_api_key.get_secret_value() if settings.model_api_key else None,
             timeout_s=settings.model_timeout_s,
-            max_retries=settings.model_max_retries,
             temperature=settings.model_temperature,
         )
 
@@ -154,7 +166,9 @@ class LiteLLMGateway(ILLMGateway):
             "model": self._model,
             "messages": [to_openai_message(m) for m in request.messages],
             "timeout": self._timeout_s,
-            "num_retries": self._max_retries,
+            # One request per call: the kernel retries (see the module docstring).
+            "num_retries": 0,
+            "max_retries": 0,
         }
         if request.tools:
             arguments["tools"] = [
@@ -188,10 +202,16 @@ class LiteLLMGateway(ILLMGateway):
             response = await litellm.acompletion(**self._arguments(request))
         except Exception as exc:
             raise map_litellm_error(litellm, exc) from exc
-        return self._to_response(litellm, response)
+        return checked_response(self._to_response(litellm, response))
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
-        """Streamed completion; the final item is rebuilt from all chunks by litellm."""
+        """Streamed completion; the final item is rebuilt from all chunks by litellm.
+
+        Raises:
+            ModelIncompleteError: The stream ended without the provider's finish reason (a
+                connection cut mid-answer), or its answer is empty or cut (see
+                ``checked_response``).
+        """
         litellm = load_litellm()
         arguments = self._arguments(request)
         chunks: list[Any] = []
@@ -206,15 +226,26 @@ class LiteLLMGateway(ILLMGateway):
                     if text:
                         yield LLMTextDelta(text)
             if not chunks:
-                raise ModelError("the model's stream ended without any chunk")
+                raise ModelIncompleteError(
+                    "the model's stream ended without any chunk", retryable=True
+                )
+            finish_reason = provider_finish_reason(stream, chunks)
+            if finish_reason is None:
+                raise ModelIncompleteError(
+                    "the model's stream ended before the provider said it was finished (no "
+                    "finish reason): the answer was cut off",
+                    retryable=True,
+                )
             response = litellm.stream_chunk_builder(chunks, messages=arguments["messages"])
         except ModelError:
             raise
         except Exception as exc:
             raise map_litellm_error(litellm, exc) from exc
         if response is None:
-            raise ModelError("the model's stream could not be assembled into a response")
-        yield self._to_response(litellm, response)
+            raise ModelIncompleteError(
+                "the model's stream could not be assembled into a response", retryable=True
+            )
+        yield checked_response(self._to_response(litellm, response))
 
     def _to_response(self, litellm: ModuleType, response: Any) -> LLMResponse:
         try:
@@ -246,6 +277,89 @@ class LiteLLMGateway(ILLMGateway):
         return float(cost) if cost is not None else None
 
 
+def provider_finish_reason(stream: Any, chunks: list[Any]) -> str | None:
+    """The finish reason the provider sent, or ``None`` when it sent none.
+
+    litellm's stream wrapper ends every stream with a chunk saying ``finish_reason: stop``,
+    also when the provider's stream was cut before its own finish reason, so the chunks cannot
+    tell. The wrapper keeps what the provider really sent in ``received_finish_reason`` (or
+    ``intermittent_finish_reason``, for providers that send it mid-stream); a litellm without
+    them is read from the chunks.
+    """
+    if hasattr(stream, "received_finish_reason"):
+        reason = getattr(stream, "received_finish_reason", None) or getattr(
+            stream, "intermittent_finish_reason", None
+        )
+        return str(reason) if reason else None
+    for chunk in reversed(chunks):
+        for choice in getattr(chunk, "choices", None) or ():
+            if getattr(choice, "finish_reason", None):
+                return str(choice.finish_reason)
+    return None
+
+
+def checked_response(response: LLMResponse) -> LLMResponse:
+    """``response``, unless it is no real answer.
+
+    Raises:
+        ModelIncompleteError: (retryable) The answer has neither text nor tool calls, or the
+            token limit cut it inside a tool call's arguments (``finish_reason: length`` with
+            arguments that are not JSON). Arguments a model wrote badly but finished are not
+            an error here: they go back to the model as the tool's error.
+    """
+    message = response.message
+    if not (message.content or "").strip() and not message.tool_calls:
+        raise ModelIncompleteError(
+            "the model returned an empty answer (no text and no tool calls)", retryable=True
+        )
+    if response.finish_reason == "length" and any(
+        call.arguments is None for call in message.tool_calls
+    ):
+        raise ModelIncompleteError(
+            "the model's tool-call arguments were cut off by the token limit "
+            "(finish_reason: length)",
+            retryable=True,
+        )
+    return response
+
+
+def retry_after_seconds(
+    headers: Mapping[str, str] | None, *, now: float | None = None
+) -> float | None:
+    """Seconds a ``Retry-After`` (or ``retry-after-ms``) header asks to wait, if any.
+
+    ``Retry-After`` is either seconds or an HTTP date; an unreadable value is ignored.
+    """
+    if not headers:
+        return None
+    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
+    if "retry-after-ms" in lowered:
+        try:
+            return max(float(lowered["retry-after-ms"]) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+
+
+def _response_headers(exc: Exception) -> Mapping[str, str] | None:
+    headers = getattr(exc, "litellm_response_headers", None)
+    if headers:
+        return headers  # type: ignore[no-any-return]
+    response = getattr(exc, "response", None)
+    return getattr(response, "headers", None)
+
+
 def map_litellm_error(litellm: ModuleType, exc: Exception) -> ModelError:
     """The kernel's error for a litellm (or openai) exception; vendor types stop here."""
     errors = litellm.exceptions
@@ -253,11 +367,25 @@ def map_litellm_error(litellm: ModuleType, exc: Exception) -> ModelError:
     status = status if isinstance(status, int) else None
     body = str(getattr(exc, "message", None) or exc)[:4000]
     message = f"model call failed: {type(exc).__name__}: {body}"
+    try:
+        retry_after = retry_after_seconds(_response_headers(exc))
+    except Exception:  # a vendor object that is not the mapping it claims to be
+        retry_after = None
+    if isinstance(exc, errors.ContextWindowExceededError):
+        return ModelContextWindowError(message, status_code=status, body=body)
     if isinstance(exc, errors.Timeout):
         return ModelTimeoutError(message, status_code=status, body=body, retryable=True)
     if isinstance(exc, errors.RateLimitError):
-        return ModelRateLimitError(message, status_code=status, body=body, retryable=True)
+        return ModelRateLimitError(
+            message, status_code=status, body=body, retryable=True, retry_after_s=retry_after
+        )
     if isinstance(exc, errors.AuthenticationError | errors.PermissionDeniedError):
         return ModelAuthenticationError(message, status_code=status, body=body)
     retryable = isinstance(exc, errors.APIConnectionError) or (status is not None and status >= 500)
-    return ModelError(message, status_code=status, body=body, retryable=retryable)
+    return ModelError(
+        message,
+        status_code=status,
+        body=body,
+        retryable=retryable,
+        retry_after_s=retry_after if retryable else None,
+    )

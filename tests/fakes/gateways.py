@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest, LLMResponse, LLMStreamItem
+import anyio
+
+from core_agent.contracts.errors import ModelContextWindowError, ModelError
+from core_agent.contracts.llm_gateway import (
+    ILLMGateway,
+    LLMRequest,
+    LLMResponse,
+    LLMStreamItem,
+    LLMTextDelta,
+)
 from shared.agent_protocol import AssistantMessage, TokenUsage
 
 
@@ -50,3 +59,80 @@ class FakeSequentialGateway(ILLMGateway):
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
         yield await self.complete(request)
+
+
+Outcome = AssistantMessage | ModelError | BaseException
+"""What a faulty gateway does on one call: answer, or raise."""
+
+
+class FakeFaultyGateway(ILLMGateway):
+    """Call *n* does ``outcomes[n]``: answers with the message, or raises the error.
+
+        A streamed call that raises first streams ``partial`` text, as a cut stream does. When the
+        outcomes run out it answers ``"ok"``. An ``anyio.Event`` outcome is a call that hangs until
+    it is cancelled.
+    """
+
+    def __init__(self, outcomes: list[Outcome | anyio.Event], *, name: str = "fake/faulty") -> None:
+        self.outcomes = list(outcomes)
+        self.calls = 0
+        self.name = name
+
+    @property
+    def model_name(self) -> str:
+        return self.name
+
+    async def _outcome(self) -> AssistantMessage | BaseException:
+        outcome = self.outcomes[self.calls] if self.calls < len(self.outcomes) else None
+        self.calls += 1
+        if outcome is None:
+            return AssistantMessage(content="ok")
+        if isinstance(outcome, anyio.Event):
+            await outcome.wait()
+            raise AssertionError("a hanging call was released")
+        return outcome
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        outcome = await self._outcome()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return LLMResponse(message=outcome, usage=TokenUsage(), model=self.name)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
+        outcome = await self._outcome()
+        if isinstance(outcome, BaseException):
+            yield LLMTextDelta("partial")
+            raise outcome
+        if outcome.content:
+            yield LLMTextDelta(outcome.content)
+        yield LLMResponse(message=outcome, usage=TokenUsage(), model=self.name)
+
+
+class FakeSmallWindowGateway(ILLMGateway):
+    """Refuses, as a provider does, any prompt of more than ``max_messages`` messages."""
+
+    def __init__(self, inner: ILLMGateway, *, max_messages: int) -> None:
+        self.inner = inner
+        self.max_messages = max_messages
+        self.requests: list[LLMRequest] = []
+
+    @property
+    def model_name(self) -> str:
+        return self.inner.model_name
+
+    def _check(self, request: LLMRequest) -> None:
+        self.requests.append(request)
+        if len(request.messages) > self.max_messages:
+            raise ModelContextWindowError(
+                f"maximum context length exceeded ({len(request.messages)} messages)",
+                status_code=400,
+            )
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        self._check(request)
+        return await self.inner.complete(request)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
+        self._check(request)
+        async for item in self.inner.stream(request):
+            yield item

@@ -4,12 +4,16 @@ import pytest
 
 from core_agent.contracts.errors import (
     ModelAuthenticationError,
+    ModelContextWindowError,
     ModelError,
+    ModelIncompleteError,
     ModelRateLimitError,
+    ModelTimeoutError,
 )
 from core_agent.contracts.llm_gateway import LLMRequest, LLMResponse, LLMTextDelta, ToolDefinition
-from providers.litellm_gateway import LiteLLMGateway
+from providers.litellm_gateway import LiteLLMGateway, retry_after_seconds
 from shared.agent_protocol import AssistantMessage, ToolCall, ToolMessage, UserMessage
+from support.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.anyio
 
@@ -125,7 +129,6 @@ async def test_an_unreachable_server_is_a_retryable_model_error(litellm_settings
         "openai/test-model",
         api_base="http://127.0.0.1:9/v1",
         api_key="x",
-        max_retries=0,
         timeout_s=5,
     )
     with pytest.raises(ModelError) as caught:
@@ -137,3 +140,115 @@ def test_the_context_window_comes_from_litellms_bundled_table() -> None:
     # Read offline (LITELLM_LOCAL_MODEL_COST_MAP); a self-hosted model is simply unknown.
     assert LiteLLMGateway("openai/gpt-4o-mini").context_window() == 128_000
     assert LiteLLMGateway("openai/some-self-hosted-model").context_window() is None
+
+
+# Faults, injected by the loopback server. litellm's own retries are off: one call, one request.
+
+TEXT = "The answer is forty-two, and here is why it is so."
+
+
+async def consume(gateway: LiteLLMGateway, stream: bool, request: LLMRequest) -> LLMResponse:
+    if not stream:
+        return await gateway.complete(request)
+    items = [item async for item in gateway.stream(request)]
+    assert isinstance(items[-1], LLMResponse)
+    return items[-1]
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["connection-delimited", "chunked"])
+@pytest.mark.parametrize("fault", ["cut", "reset"])
+async def test_a_stream_cut_before_its_finish_reason_is_a_retryable_error(
+    litellm_settings, chunked, fault
+) -> None:
+    with OpenAIServer(chunked=chunked) as server:
+        gateway = LiteLLMGateway("openai/test-model", api_base=server.base_url, api_key="x")
+        server.reply(TEXT, fault=fault)
+        with pytest.raises(ModelError) as caught:
+            await consume(gateway, True, LLMRequest(messages=[UserMessage(content="x")]))
+        assert caught.value.retryable
+        assert len(server.requests) == 1
+        # The same stream, whole, is accepted.
+        server.reply(TEXT)
+        response = await consume(gateway, True, LLMRequest(messages=[UserMessage(content="x")]))
+        assert response.message.content == TEXT and response.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_empty_body_is_a_retryable_error(gateway, openai_server, stream) -> None:
+    openai_server.reply("unused", fault="empty")
+    with pytest.raises(ModelError) as caught:
+        await consume(gateway, stream, LLMRequest(messages=[UserMessage(content="x")]))
+    assert caught.value.retryable and len(openai_server.requests) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_an_answer_with_no_text_and_no_tool_call_is_incomplete(
+    gateway, openai_server, stream
+) -> None:
+    openai_server.reply("")
+    with pytest.raises(ModelIncompleteError, match="empty answer") as caught:
+        await consume(gateway, stream, LLMRequest(messages=[UserMessage(content="x")]))
+    assert caught.value.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_tool_arguments_cut_by_the_token_limit_are_incomplete(
+    gateway, openai_server, stream
+) -> None:
+    openai_server.reply(
+        None,
+        tool_calls=[{"name": "calculator", "arguments": {"expression": "6 * 7 + 1"}}],
+        fault="truncated_arguments",
+    )
+    request = LLMRequest(messages=[UserMessage(content="x")], tools=[CALC])
+    with pytest.raises(ModelIncompleteError, match="cut off by the token limit") as caught:
+        await consume(gateway, stream, request)
+    assert caught.value.retryable
+
+
+@pytest.mark.parametrize(("header", "seconds"), [("7", 7.0), ("0.5", 0.5)])
+async def test_retry_after_is_passed_on(gateway, openai_server, header, seconds) -> None:
+    openai_server.reply(status=429, error_message="slow down", retry_after=header)
+    with pytest.raises(ModelRateLimitError) as caught:
+        await gateway.complete(LLMRequest(messages=[UserMessage(content="x")]))
+    assert caught.value.retry_after_s == seconds and caught.value.retryable
+    assert len(openai_server.requests) == 1
+
+
+def test_retry_after_may_be_an_http_date() -> None:
+    assert (
+        retry_after_seconds({"Retry-After": "Wed, 21 Oct 2015 07:28:30 GMT"}, now=1445412500.0)
+        == 10.0
+    )
+    assert retry_after_seconds({"retry-after-ms": "1500"}) == 1.5
+    assert retry_after_seconds({"Retry-After": "soon"}) is None
+    assert retry_after_seconds(None) is None
+
+
+async def test_one_failing_call_sends_one_request(gateway, openai_server) -> None:
+    openai_server.reply(status=503, error_message="overloaded")
+    openai_server.reply("a reply litellm's own retry would have taken")
+    with pytest.raises(ModelError):
+        await gateway.complete(LLMRequest(messages=[UserMessage(content="x")]))
+    assert len(openai_server.requests) == 1
+
+
+async def test_a_prompt_too_long_for_the_model_is_a_typed_error(gateway, openai_server) -> None:
+    openai_server.reply(
+        status=400,
+        error_message="This model's maximum context length is 8192 tokens. However, your "
+        "messages resulted in 9000 tokens.",
+    )
+    with pytest.raises(ModelContextWindowError) as caught:
+        await gateway.complete(LLMRequest(messages=[UserMessage(content="x")]))
+    assert not caught.value.retryable and caught.value.status_code == 400
+
+
+async def test_a_hanging_server_is_a_retryable_timeout(openai_server) -> None:
+    gateway = LiteLLMGateway(
+        "openai/test-model", api_base=openai_server.base_url, api_key="x", timeout_s=0.5
+    )
+    openai_server.reply(fault="hang")
+    with pytest.raises(ModelTimeoutError) as caught:
+        await gateway.complete(LLMRequest(messages=[UserMessage(content="x")]))
+    assert caught.value.retryable

@@ -3,7 +3,12 @@
 Tests queue replies (text, tool calls, errors) and point litellm at ``server.base_url``, so
 litellm's real client code (the openai SDK over httpx) runs over a socket. Streaming follows
 the protocol: ``data: {chunk}`` lines, tool-call arguments split across chunks, a usage chunk
-when ``stream_options.include_usage`` is set, then ``data: [DONE]``.
+when ``stream_options.include_usage`` is set, then ``data: [DONE]``. A stream is
+connection-delimited (``Connection: close``, no length) unless the server was made with
+``chunked=True``.
+
+Fault injection: a reply may carry a ``fault`` (see ``Fault``) that breaks the answer the way
+real providers and networks do, and an error reply may carry ``retry_after``.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import base64
 import hashlib
 import json
 import math
+import socket
 import struct
 import threading
 import time
@@ -19,7 +25,18 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
+
+Fault = Literal["hang", "reset", "cut", "empty", "truncated_arguments"]
+"""How a reply goes wrong.
+
+* ``hang``: nothing is sent until the server closes (the client's timeout or deadline ends it);
+* ``reset``: a stream stops halfway and the socket is reset (TCP RST);
+* ``cut``: a stream stops halfway and the connection closes cleanly, with no finish reason
+  and no ``[DONE]`` (what a proxy dropping a connection-delimited response looks like);
+* ``empty``: status 200 with an empty body;
+* ``truncated_arguments``: tool-call arguments cut in half, ``finish_reason: length``.
+"""
 
 
 @dataclass
@@ -31,6 +48,9 @@ class Reply:
     """Each ``{"name": ..., "arguments": <dict or raw string>}``."""
     status: int = 200
     error_message: str = ""
+    fault: Fault | None = None
+    retry_after: str | None = None
+    """``Retry-After`` header of an error reply (seconds or an HTTP date)."""
 
 
 def _tokens(text: str) -> int:
@@ -40,8 +60,10 @@ def _tokens(text: str) -> int:
 class OpenAIServer:
     """Start with ``with OpenAIServer() as server:``; queue replies with ``server.reply(...)``."""
 
-    def __init__(self, embedding_dimension: int = 16) -> None:
+    def __init__(self, embedding_dimension: int = 16, *, chunked: bool = False) -> None:
         self.replies: deque[Reply] = deque()
+        self.chunked = chunked
+        self._closing = threading.Event()
         self.requests: list[dict[str, Any]] = []
         self.embedding_requests: list[dict[str, Any]] = []
         self.embedding_dimension = embedding_dimension
@@ -80,6 +102,10 @@ class OpenAIServer:
                         },
                     )
                     return
+                if reply.fault == "hang":
+                    server._closing.wait()
+                    self.close_connection = True
+                    return
                 if reply.status != 200:
                     self._json(
                         reply.status,
@@ -90,16 +116,27 @@ class OpenAIServer:
                                 "code": None,
                             }
                         },
+                        headers={"Retry-After": reply.retry_after} if reply.retry_after else {},
                     )
+                    return
+                if reply.fault == "empty":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
                     return
                 if body.get("stream"):
                     self._stream(body, reply)
                 else:
                     self._json(200, server._completion(body, reply))
 
-            def _json(self, status: int, payload: dict[str, Any]) -> None:
+            def _json(
+                self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+            ) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -109,14 +146,35 @@ class OpenAIServer:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Cache-Control", "no-cache")
-                self.send_header("Connection", "close")
+                if server.chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                else:
+                    self.send_header("Connection", "close")
                 self.end_headers()
-                for chunk in server._chunks(body, reply):
-                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                    self.wfile.flush()
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
+                chunks = server._chunks(body, reply)
+                if reply.fault in ("reset", "cut"):
+                    # Halfway through the answer, before any finish reason.
+                    chunks = chunks[: max(2, len(chunks) // 2)]
+                for chunk in chunks:
+                    self._send(f"data: {json.dumps(chunk)}\n\n".encode())
+                if reply.fault == "reset":
+                    # SO_LINGER 0: close() sends RST instead of FIN.
+                    self.connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                    self.connection.close()
+                elif reply.fault != "cut":
+                    self._send(b"data: [DONE]\n\n")
+                    if server.chunked:
+                        self.wfile.write(b"0\r\n\r\n")
+                        self.wfile.flush()
                 self.close_connection = True
+
+            def _send(self, data: bytes) -> None:
+                if server.chunked:
+                    data = f"{len(data):x}\r\n".encode() + data + b"\r\n"
+                self.wfile.write(data)
+                self.wfile.flush()
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
@@ -134,8 +192,12 @@ class OpenAIServer:
         tool_calls: list[dict[str, Any]] | None = None,
         status: int = 200,
         error_message: str = "",
+        fault: Fault | None = None,
+        retry_after: str | None = None,
     ) -> None:
-        self.replies.append(Reply(content, tool_calls or [], status, error_message))
+        self.replies.append(
+            Reply(content, tool_calls or [], status, error_message, fault, retry_after)
+        )
 
     @staticmethod
     def embedding_of(text: str, dimension: int) -> list[float]:
@@ -173,6 +235,7 @@ class OpenAIServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()  # hanging replies end
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -197,14 +260,25 @@ class OpenAIServer:
         }
 
     def _tool_calls(self, reply: Reply) -> list[dict[str, Any]]:
-        return [
-            {
-                "id": call.get("id", f"call_{uuid.uuid4().hex[:8]}"),
-                "type": "function",
-                "function": {"name": call["name"], "arguments": self._arguments_text(call)},
-            }
-            for call in reply.tool_calls
-        ]
+        calls = []
+        for call in reply.tool_calls:
+            arguments = self._arguments_text(call)
+            if reply.fault == "truncated_arguments":
+                arguments = arguments[: len(arguments) // 2]
+            calls.append(
+                {
+                    "id": call.get("id", f"call_{uuid.uuid4().hex[:8]}"),
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": arguments},
+                }
+            )
+        return calls
+
+    @staticmethod
+    def _finish_reason(reply: Reply) -> str:
+        if reply.fault == "truncated_arguments":
+            return "length"
+        return "tool_calls" if reply.tool_calls else "stop"
 
     def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
@@ -219,7 +293,7 @@ class OpenAIServer:
                 {
                     "index": 0,
                     "message": message,
-                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                    "finish_reason": self._finish_reason(reply),
                 }
             ],
             "usage": self._usage(body, reply),
@@ -269,7 +343,7 @@ class OpenAIServer:
                         }
                     )
                 )
-        chunks.append(chunk({}, "tool_calls" if reply.tool_calls else "stop"))
+        chunks.append(chunk({}, self._finish_reason(reply)))
         if (body.get("stream_options") or {}).get("include_usage"):
             chunks.append({**base, "choices": [], "usage": self._usage(body, reply)})
         return chunks

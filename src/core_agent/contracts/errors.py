@@ -17,8 +17,12 @@ fails, and the host may retry)::
     └── RunError                        a run failure: the task ends ``failed`` with it
         ├── ModelError                  the model call failed (status and body kept)
         │   ├── ModelTimeoutError
+        │   │   └── ModelDeadlineError  the call's overall deadline ran out (all attempts)
         │   ├── ModelRateLimitError
-        │   └── ModelAuthenticationError
+        │   ├── ModelAuthenticationError
+        │   ├── ModelContextWindowError the prompt is longer than the model accepts
+        │   ├── ModelIncompleteError    the answer was cut short or empty
+        │   └── ModelCircuitOpenError   the model's circuit breaker is open: not called
         ├── ToolError                   a tool call could not produce a result
         │   ├── ToolNotFoundError       the model named a tool that is not available
         │   ├── ToolArgumentsError      arguments are not JSON or fail the tool's schema
@@ -149,7 +153,9 @@ class ModelError(RunError):
     Attributes:
         status_code: HTTP status of the provider's answer, when there was one.
         body: The provider's error body or message, for diagnosis.
-        retryable: Whether the same call may succeed later.
+        retryable: Whether the same call may succeed later; the kernel retries only these.
+        retry_after_s: How long the provider asked to wait before trying again (its
+            ``Retry-After`` header), when it said.
     """
 
     def __init__(
@@ -159,15 +165,26 @@ class ModelError(RunError):
         status_code: int | None = None,
         body: str | None = None,
         retryable: bool = False,
+        retry_after_s: float | None = None,
     ) -> None:
         self.status_code = status_code
         self.body = body
         self.retryable = retryable
+        self.retry_after_s = retry_after_s
         super().__init__(message)
 
 
 class ModelTimeoutError(ModelError):
     """The model did not answer in time."""
+
+
+class ModelDeadlineError(ModelTimeoutError):
+    """The call's overall deadline (``AGENT_MODEL_CALL_DEADLINE_S``) ran out.
+
+    Raised when an attempt is still running at the deadline, or when the wait before the next
+    attempt (a provider's ``Retry-After``, say) would end past it. Never retried: the time the
+    call was given is spent.
+    """
 
 
 class ModelRateLimitError(ModelError):
@@ -176,6 +193,41 @@ class ModelRateLimitError(ModelError):
 
 class ModelAuthenticationError(ModelError):
     """The provider refused the credentials."""
+
+
+class ModelContextWindowError(ModelError):
+    """The prompt is longer than the model's context window.
+
+    Not retryable as such: the same prompt fails again. The ReAct loop sends fewer of the
+    conversation's turns and tries once more.
+    """
+
+
+class ModelIncompleteError(ModelError):
+    """The provider's answer was cut short or empty.
+
+    A stream that ended without a finish reason, a completion with neither text nor tool
+    calls, or tool-call arguments cut off by the token limit. Retryable: it is a transport or
+    provider fault, not an answer.
+    """
+
+
+class ModelCircuitOpenError(ModelError):
+    """The model failed repeatedly, so its circuit breaker is open and it was not called.
+
+    Attributes:
+        model: The model whose breaker is open.
+        retry_in_s: Seconds until the breaker lets one trial call through (0 when a trial
+            call is already under way).
+    """
+
+    def __init__(self, model: str, *, retry_in_s: float) -> None:
+        self.model = model
+        self.retry_in_s = retry_in_s
+        super().__init__(
+            f"model {model!r} is failing: its circuit breaker is open, so it was not called "
+            f"(a trial call is allowed in {retry_in_s:.1f} s)"
+        )
 
 
 class ToolError(RunError):

@@ -84,7 +84,31 @@ class AgentSettings(BaseSettings):
     """API key; when unset, litellm reads the provider's own variable (``OPENAI_API_KEY``...)."""
 
     model_timeout_s: float = Field(default=120.0, gt=0)
+    """Time limit of one request to the model."""
     model_max_retries: int = Field(default=2, ge=0, le=10)
+    """Tries after the first, per model, when a call fails in a way that may pass (timeouts,
+    rate limits, 5xx, a cut stream, an empty answer). The kernel retries (the gateway's own
+    retries are off) and traces every try. The litellm embedder passes it to litellm."""
+    model_retry_base_s: float = Field(default=0.5, ge=0)
+    """Backoff before the first retry is at most this; the bound doubles with each retry and
+    the wait is drawn at random below it (full jitter)."""
+    model_retry_max_delay_s: float = Field(default=30.0, ge=0)
+    """No backoff between two tries is longer than this."""
+    model_retry_after_max_s: float = Field(default=60.0, ge=0)
+    """A provider's ``Retry-After`` is honoured up to this many seconds."""
+    model_call_deadline_s: float = Field(default=300.0, gt=0)
+    """One model call (all its tries, waits and fallback models) ends by then: a try still
+    running is cancelled, and a wait that would end later fails the call at once."""
+    model_breaker_failures: int = Field(default=5, ge=1)
+    """After this many failed tries of a model in a row (retryable failures), its circuit
+    breaker opens: calls to it fail at once, and fallback models are used."""
+    model_breaker_reset_s: float = Field(default=30.0, gt=0)
+    """An open breaker lets one trial call through after this many seconds; success closes
+    it, failure opens it again."""
+    model_fallbacks: Annotated[tuple[str, ...], NoDecode] = ()
+    """Models to try in order, comma-separated, when the primary model keeps failing or its
+    breaker is open (``openai/gpt-4o-mini,ollama/llama3.2``); each is built by the same
+    gateway as ``model``, with the same base URL and key."""
     model_temperature: float | None = Field(default=None, ge=0, le=2)
 
     llm_gateway: str | None = None
@@ -271,6 +295,7 @@ class AgentSettings(BaseSettings):
 
     @field_validator(
         "tools",
+        "model_fallbacks",
         "sandbox_allowed_commands",
         "sandbox_allowed_domains",
         "sandbox_allowed_private_addresses",

@@ -8,8 +8,19 @@ from datetime import datetime
 from typing import Any, Literal
 
 SpanKind = Literal[
-    "task", "planning", "step", "llm", "tool", "policy", "approval", "memory", "retrieval"
+    "task",
+    "planning",
+    "step",
+    "llm",
+    "llm_attempt",
+    "tool",
+    "policy",
+    "approval",
+    "memory",
+    "retrieval",
 ]
+"""``llm_attempt``: one request of a model call (a child of its ``llm`` span); a call that
+was retried or fell back to another model has several."""
 SpanStatus = Literal["ok", "error"]
 
 

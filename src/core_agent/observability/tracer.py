@@ -95,8 +95,12 @@ class Tracer:
         ended_at: datetime,
         parent_span_id: str | None = None,
         attributes: dict[str, Any] | None = None,
+        error: str | None = None,
     ) -> None:
-        """Write a span for a step that was timed elsewhere (before the task existed, say)."""
+        """Write a span for a step that was timed elsewhere (before the task existed, say).
+
+        With ``error`` the span's status is ``error``.
+        """
         await self._store.record(
             Span(
                 span_id=new_span_id(),
@@ -107,6 +111,8 @@ class Tracer:
                 started_at=started_at,
                 ended_at=ended_at,
                 parent_span_id=parent_span_id,
+                status="error" if error else "ok",
+                error=error,
                 attributes=attributes or {},
             )
         )

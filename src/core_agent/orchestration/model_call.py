@@ -9,7 +9,49 @@ from core_agent.contracts.errors import ModelError
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest, LLMResponse, LLMTextDelta
 from core_agent.observability.tracer import Tracer
+from core_agent.orchestration.model_attempts import ModelAttempt, observe_attempts
 from shared.agent_protocol import LLMCompleted, LLMDelta
+
+
+class _AttemptSpans:
+    """Writes each try of the call as an ``llm_attempt`` span under the call's ``llm`` span.
+
+    Unless the call had just one try: then the ``llm`` span is that try's record, and a child
+    would only repeat it (most calls are that, and their traces stay as small as they were).
+    """
+
+    def __init__(self, tracer: Tracer, parent_span_id: str) -> None:
+        self._tracer = tracer
+        self._parent = parent_span_id
+        self.attempts: list[ModelAttempt] = []
+
+    @property
+    def current(self) -> int:
+        """The number of the try under way (tries end before the next one starts)."""
+        return len(self.attempts) + 1
+
+    async def __call__(self, attempt: ModelAttempt) -> None:
+        self.attempts.append(attempt)
+        if attempt.number == 1 and attempt.outcome in ("ok", "failed"):
+            return
+        attributes: dict[str, Any] = {
+            "attempt": attempt.number,
+            "model": attempt.model,
+            "outcome": attempt.outcome,
+        }
+        for name in ("status_code", "retry_after_s", "wait_s"):
+            value = getattr(attempt, name)
+            if value is not None:
+                attributes[name] = value
+        await self._tracer.record(
+            "llm_attempt",
+            f"{attempt.model} #{attempt.number}",
+            started_at=attempt.started_at,
+            ended_at=attempt.ended_at,
+            parent_span_id=self._parent,
+            attributes=attributes,
+            error=attempt.error,
+        )
 
 
 async def traced_model_call(
@@ -24,7 +66,11 @@ async def traced_model_call(
 ) -> LLMResponse:
     """Call the model inside an ``llm`` span; count usage; publish deltas and completion.
 
-    With ``stream`` the text is published as ``llm.delta`` events while it arrives.
+    With ``stream`` the text is published as ``llm.delta`` events while it arrives. When the
+    gateway reports its tries (``ResilientGateway`` does), the ``llm`` span counts them in its
+    ``attempts`` attribute and names the ``fallback_model`` when another model than the
+    primary answered; when there was more than one, each is an ``llm_attempt`` child span with
+    its error, status code and the wait that followed.
 
     Raises:
         ModelError: The call failed (the span records the error).
@@ -32,15 +78,21 @@ async def traced_model_call(
     started = time.perf_counter()
     async with tracer.span("llm", llm.model_name, parent_span_id=parent_span_id) as span:
         span.attributes.update(attributes)
+        tries = _AttemptSpans(tracer, span.span_id)
         response: LLMResponse | None = None
-        if stream:
-            async for item in llm.stream(request):
-                if isinstance(item, LLMTextDelta):
-                    await context.emit(LLMDelta, text=item.text)
+        try:
+            with observe_attempts(tries):
+                if stream:
+                    async for item in llm.stream(request):
+                        if isinstance(item, LLMTextDelta):
+                            await context.emit(LLMDelta, text=item.text, attempt=tries.current)
+                        else:
+                            response = item
                 else:
-                    response = item
-        else:
-            response = await llm.complete(request)
+                    response = await llm.complete(request)
+        finally:
+            if tries.attempts:
+                span.attributes["attempts"] = len(tries.attempts)
         if response is None:
             raise ModelError("the model's stream ended without a final response")
         span.tokens_in = response.usage.input_tokens
@@ -48,6 +100,9 @@ async def traced_model_call(
         span.cost_usd = response.usage.cost_usd
         span.attributes["finish_reason"] = response.finish_reason
         span.attributes["tool_calls"] = [call.name for call in response.message.tool_calls]
+        answered = tries.attempts[-1].model if tries.attempts else llm.model_name
+        if answered != llm.model_name:
+            span.attributes["fallback_model"] = answered
     context.stats.llm_calls += 1
     context.stats.usage = context.stats.usage + response.usage
     await context.emit(

@@ -131,10 +131,16 @@ class TaskCanceled(TaskEvent):
 
 
 class LLMDelta(TaskEvent):
-    """A piece of model text as it streams; not persisted, only published."""
+    """A piece of model text as it streams; not persisted, only published.
+
+    ``attempt`` numbers the tries of one model call: a call that was tried again (after a cut
+    stream, say) streams its text again from the start, so a host showing the text drops what
+    it had from a lower attempt when a higher one begins.
+    """
 
     kind: Literal["llm.delta"] = "llm.delta"
     text: str
+    attempt: int = 1
 
 
 class LLMCompleted(TaskEvent):

@@ -1,0 +1,304 @@
+"""Provider resilience owned by the kernel: retries, a deadline, circuit breakers, fallbacks.
+
+``ResilientGateway`` wraps any ``ILLMGateway`` (litellm's or a third party's) and its
+fallback models, in order. One call:
+
+1. tries the first model whose circuit breaker lets it through (an open breaker fails fast
+   with ``ModelCircuitOpenError``, and the next model is tried);
+2. retries it on retryable errors (``ModelError.retryable``) up to ``max_retries`` times,
+   waiting as ``model_retry`` says (``Retry-After`` honoured up to a cap, else backoff with
+   jitter); the tries are run by tenacity;
+3. when its retries are spent (or its breaker opens meanwhile), moves to the next model;
+4. never runs past the call's deadline: a try still running then is cancelled, and a wait
+   that would end after it is not started; both raise ``ModelDeadlineError``.
+
+A non-retryable error (bad credentials, a refused request, a prompt too long) ends the call
+at once with that error: another try or model would be refused the same way, or the caller
+(the ReAct loop, for a prompt too long) is the one to act.
+
+Answers are checked before they count as success, whatever the gateway: a stream that ends
+without its final response, or a response with neither text nor tool calls, is a retryable
+``ModelIncompleteError``.
+
+Every try is reported through ``model_attempts`` (the caller traces it). When a streamed call
+is tried again, the new try streams its text from the start; deltas of the failed try have
+already been yielded (``traced_model_call`` numbers them by try so a host can discard them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import anyio
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
+
+from core_agent.contracts.errors import (
+    ModelCircuitOpenError,
+    ModelDeadlineError,
+    ModelError,
+    ModelIncompleteError,
+)
+from core_agent.contracts.llm_gateway import (
+    ILLMGateway,
+    LLMRequest,
+    LLMResponse,
+    LLMStreamItem,
+)
+from core_agent.orchestration.circuit_breaker import BreakerSettings, CircuitBreaker
+from core_agent.orchestration.model_attempts import AttemptOutcome, ModelAttempt, report_attempt
+from core_agent.orchestration.model_retry import BackoffWait, RetryPolicy, is_retryable
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Call:
+    """What one logical call has done so far."""
+
+    deadline: float
+    tries: int = 0
+    started_at: datetime | None = None
+    deadline_passed_by: float | None = None
+    """The wait that would have ended past the deadline, when that stopped the retries."""
+
+
+class ResilientGateway(ILLMGateway):
+    """An ``ILLMGateway`` that retries, falls back and fails fast (see the module docstring).
+
+    ``clock`` and ``sleep`` are the seams that let tests drive time: ``clock`` is read for the
+    deadline and the breakers; ``sleep`` waits between tries (it must be cancellable).
+    """
+
+    def __init__(
+        self,
+        models: Sequence[ILLMGateway],
+        *,
+        policy: RetryPolicy | None = None,
+        breaker: BreakerSettings | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = anyio.sleep,
+    ) -> None:
+        if not models:
+            raise ValueError("ResilientGateway needs at least one model")
+        self.models = list(models)
+        self.policy = policy or RetryPolicy()
+        self._clock = clock
+        self._sleep = sleep
+        self.breakers = [CircuitBreaker(m.model_name, breaker, clock=clock) for m in self.models]
+
+    @property
+    def model_name(self) -> str:
+        """The primary model's name (a fallback's answer names its own model)."""
+        return self.models[0].model_name
+
+    def context_window(self) -> int | None:
+        """The primary model's window."""
+        return self.models[0].context_window()
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """One completion, tried as the module docstring says.
+
+        Raises:
+            ModelError: The last error when every try failed; ``ModelDeadlineError`` when
+                the deadline ran out; ``ModelCircuitOpenError`` when every model's breaker is
+                open.
+        """
+        response: LLMResponse | None = None
+        async for item in self._run(request, stream=False):
+            if isinstance(item, LLMResponse):
+                response = item
+        assert response is not None  # _run ends with a response or raises
+        return response
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
+        """A streamed completion, tried as the module docstring says; raises as ``complete``."""
+        async for item in self._run(request, stream=True):
+            yield item
+
+    async def _run(self, request: LLMRequest, *, stream: bool) -> AsyncIterator[LLMStreamItem]:
+        call = _Call(deadline=self._clock() + self.policy.call_deadline_s)
+        last = len(self.models) - 1
+        for index, (model, breaker) in enumerate(zip(self.models, self.breakers, strict=True)):
+            try:
+                async for item in self._tries(model, breaker, request, call, stream=stream):
+                    yield item
+                return
+            except ModelCircuitOpenError as exc:
+                await self._report(call, model, "skipped", exc, started=False)
+                if index == last:
+                    raise
+            except ModelError as exc:
+                if isinstance(exc, ModelDeadlineError):
+                    await self._report(call, model, "failed", exc)
+                    raise
+                if call.deadline_passed_by is not None:
+                    await self._report(call, model, "failed", exc)
+                    raise self._deadline_error(exc, call.deadline_passed_by) from exc
+                moving_on = exc.retryable and index < last
+                await self._report(call, model, "fallback" if moving_on else "failed", exc)
+                if not moving_on:
+                    raise
+
+    async def _tries(
+        self,
+        model: ILLMGateway,
+        breaker: CircuitBreaker,
+        request: LLMRequest,
+        call: _Call,
+        *,
+        stream: bool,
+    ) -> AsyncIterator[LLMStreamItem]:
+        """The tries of one model; raises the error of the last when none answered."""
+
+        def stop(state: RetryCallState) -> bool:
+            if state.attempt_number > self.policy.max_retries or breaker.state == "open":
+                return True
+            if self._clock() + state.upcoming_sleep >= call.deadline:
+                call.deadline_passed_by = state.upcoming_sleep
+                return True
+            return False
+
+        async def before_sleep(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome is not None else None
+            assert isinstance(error, ModelError)
+            await self._report(call, model, "retry", error, wait_s=state.upcoming_sleep)
+
+        retrying = AsyncRetrying(
+            retry=retry_if_exception(is_retryable),
+            wait=BackoffWait(self.policy),
+            stop=stop,
+            sleep=self._sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+        # tenacity's attempt block swallows whatever the try raises and re-raises it at once
+        # unless ``retry`` accepts it: only retryable ModelErrors are tried again; anything
+        # else (cancellation, the consumer closing the stream) goes straight through.
+        async for attempt in retrying:
+            with attempt:
+                breaker.acquire()
+                call.tries += 1
+                call.started_at = datetime.now(UTC)
+                try:
+                    response: LLMResponse | None = None
+                    async for item in self._one_try(model, request, call, stream=stream):
+                        if isinstance(item, LLMResponse):
+                            response = item
+                        else:
+                            yield item
+                    checked = _checked(response)
+                except ModelError as exc:
+                    if exc.retryable or isinstance(exc, ModelDeadlineError):
+                        breaker.record_failure()
+                    else:
+                        breaker.release()
+                    raise
+                except BaseException:
+                    breaker.release()
+                    raise
+                breaker.record_success()
+                await self._report(call, model, "ok", None)
+                yield checked
+
+    async def _one_try(
+        self, model: ILLMGateway, request: LLMRequest, call: _Call, *, stream: bool
+    ) -> AsyncIterator[LLMStreamItem]:
+        """One request, cut off at the deadline."""
+        if not stream:
+            with self._within_deadline(call, model):
+                response = await model.complete(request)
+            yield response
+            return
+        items = model.stream(request)
+        try:
+            while True:
+                with self._within_deadline(call, model):
+                    try:
+                        item = await anext(items)
+                    except StopAsyncIteration:
+                        return
+                # Yielded outside the deadline's cancel scope: a scope must not span a yield.
+                yield item
+        finally:
+            close = getattr(items, "aclose", None)
+            if close is not None:
+                with anyio.CancelScope(shield=True):
+                    await close()
+
+    @contextmanager
+    def _within_deadline(self, call: _Call, model: ILLMGateway) -> Iterator[None]:
+        """``anyio.fail_after`` for what is left of the call, raising ``ModelDeadlineError``."""
+        left = call.deadline - self._clock()
+        error = ModelDeadlineError(
+            f"model {model.model_name!r} was still answering when the call's "
+            f"{self.policy.call_deadline_s:g} s deadline ran out"
+        )
+        if left <= 0:
+            raise error
+        try:
+            with anyio.fail_after(left):
+                yield
+        except TimeoutError as exc:
+            raise error from exc
+
+    def _deadline_error(self, cause: ModelError, wait_s: float) -> ModelDeadlineError:
+        deadline = self.policy.call_deadline_s
+        if cause.retry_after_s is not None:
+            why = (
+                f"the provider asked to wait {cause.retry_after_s:g} s (Retry-After; honoured "
+                f"up to {self.policy.retry_after_cap_s:g} s)"
+            )
+        else:
+            why = f"the next try was due in {wait_s:.2f} s"
+        return ModelDeadlineError(
+            f"model call gave up: {why}, which would end past the call's {deadline:g} s "
+            f"deadline. Last error: {cause}",
+            status_code=cause.status_code,
+            body=cause.body,
+            retry_after_s=cause.retry_after_s,
+        )
+
+    async def _report(
+        self,
+        call: _Call,
+        model: ILLMGateway,
+        outcome: AttemptOutcome,
+        error: ModelError | None,
+        *,
+        wait_s: float | None = None,
+        started: bool = True,
+    ) -> None:
+        now = datetime.now(UTC)
+        if not started:
+            call.tries += 1
+        await report_attempt(
+            ModelAttempt(
+                number=call.tries,
+                model=model.model_name,
+                outcome=outcome,
+                started_at=call.started_at if started and call.started_at else now,
+                ended_at=now,
+                error=f"{type(error).__name__}: {error}" if error is not None else None,
+                status_code=error.status_code if error is not None else None,
+                retry_after_s=error.retry_after_s if error is not None else None,
+                wait_s=wait_s,
+            )
+        )
+
+
+def _checked(response: LLMResponse | None) -> LLMResponse:
+    """``response`` if it is a real answer; else a retryable ``ModelIncompleteError``."""
+    if response is None:
+        raise ModelIncompleteError(
+            "the model's stream ended without a final response", retryable=True
+        )
+    message = response.message
+    if not (message.content or "").strip() and not message.tool_calls:
+        raise ModelIncompleteError(
+            "the model returned an empty answer (no text and no tool calls)", retryable=True
+        )
+    return response

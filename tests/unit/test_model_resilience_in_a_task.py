@@ -1,0 +1,104 @@
+"""What provider resilience looks like from a task: the trace, the events, the fallbacks.
+
+The kernel's gateway wraps whatever gateway the container holds, fakes included.
+"""
+
+import pytest
+
+from core_agent import tool
+from core_agent.contracts.errors import ModelError, ModelRateLimitError
+from core_agent.tooling.registry import ToolRegistry
+from fakes.gateways import FakeFaultyGateway
+from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
+from shared.agent_protocol import AssistantMessage, TaskRequest, TaskStatus
+
+pytestmark = pytest.mark.anyio
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+@pytest.fixture
+def run(container):
+    def build(model, *, fallbacks=(), **settings):
+        container.settings.override(
+            container.settings().model_copy(
+                update={"model_retry_base_s": 0.001, "model_max_retries": 2, **settings}
+            )
+        )
+        tasks, traces = FakeTaskStore(), FakeTraceStore()
+        container.task_store.override(tasks)
+        container.trace_store.override(traces)
+        container.checkpoint_store.override(FakeCheckpointStore())
+        container.tool_registry.override(ToolRegistry([lookup]))
+        container.llm_gateway.override(model)
+        container.fallback_gateways.override(list(fallbacks))
+        return container.kernel(), tasks, traces
+
+    return build
+
+
+async def test_every_try_is_a_span_under_the_llm_span(run) -> None:
+    model = FakeFaultyGateway(
+        [
+            ModelRateLimitError("slow down", status_code=429, retryable=True, retry_after_s=0.01),
+            ModelError("overloaded", status_code=503, retryable=True),
+            AssistantMessage(content="the answer"),
+        ],
+        name="primary",
+    )
+    kernel, _, traces = run(model)
+    streamed = [e async for e in kernel.stream_task(TaskRequest(task="q", force_mode="react"))]
+    result = await kernel.get_task(streamed[0].task_id)
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "the answer"
+
+    (llm,) = [s for s in traces.spans if s.kind == "llm"]
+    tries = sorted(
+        (s for s in traces.spans if s.kind == "llm_attempt"), key=lambda s: s.attributes["attempt"]
+    )
+    assert llm.attributes["attempts"] == 3 and llm.status == "ok"
+    assert [s.parent_span_id for s in tries] == [llm.span_id] * 3
+    assert [s.status for s in tries] == ["error", "error", "ok"]
+    assert [s.attributes["outcome"] for s in tries] == ["retry", "retry", "ok"]
+    assert tries[0].attributes["status_code"] == 429 and "slow down" in tries[0].error
+    assert tries[0].attributes["retry_after_s"] == 0.01 and tries[0].attributes["wait_s"] == 0.01
+    assert tries[1].attributes["status_code"] == 503 and tries[1].attributes["wait_s"] >= 0
+    # Deltas say which try they belong to, so a host can drop a failed try's text.
+    deltas = [(e.attempt, e.text) for e in streamed if e.kind == "llm.delta"]
+    assert deltas == [(1, "partial"), (2, "partial"), (3, "the answer")]
+
+
+async def test_a_call_answered_at_once_has_no_child_spans(run) -> None:
+    kernel, _, traces = run(FakeFaultyGateway([AssistantMessage(content="hi")]))
+    await kernel.execute_task(TaskRequest(task="q", force_mode="react"))
+    (llm,) = [s for s in traces.spans if s.kind == "llm"]
+    assert llm.attributes["attempts"] == 1
+    assert not [s for s in traces.spans if s.kind == "llm_attempt"]
+
+
+async def test_a_fallback_model_answers_when_the_primary_fails(run) -> None:
+    primary = FakeFaultyGateway(
+        [ModelError("down", status_code=500, retryable=True) for _ in range(3)], name="primary"
+    )
+    backup = FakeFaultyGateway([AssistantMessage(content="from the backup")], name="backup")
+    kernel, tasks, traces = run(primary, fallbacks=[backup], model_max_retries=1)
+    result = await kernel.execute_task(TaskRequest(task="q", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "from the backup"
+    (llm,) = [s for s in traces.spans if s.kind == "llm"]
+    assert llm.name == "primary" and llm.attributes["fallback_model"] == "backup"
+    completed = next(e for e in tasks.events[result.task_id] if e.kind == "llm.completed")
+    assert completed.model == "backup"
+
+
+async def test_a_dead_provider_fails_the_task_with_its_error_after_the_budget(run) -> None:
+    model = FakeFaultyGateway(
+        [ModelError("down", status_code=500, retryable=True) for _ in range(10)]
+    )
+    kernel, _, traces = run(model, model_max_retries=2)
+    result = await kernel.execute_task(TaskRequest(task="q", force_mode="react"))
+    assert result.status is TaskStatus.FAILED and result.error_type == "ModelError"
+    assert model.calls == 3
+    assert len([s for s in traces.spans if s.kind == "llm_attempt"]) == 3
