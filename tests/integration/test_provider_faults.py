@@ -180,8 +180,8 @@ class ProviderFaults(RuleBasedStateMachine):
         self.portal: BlockingPortal = self._portal_cm.__enter__()
         self.server = OpenAIServer(chunked=chunked).__enter__()
         self.settings = kernel_settings(self.server, data_dir, plan_max_attempts=1)
-        self.kernel = build_kernel(self.settings)
-        self.portal.call(self.kernel.__aenter__)
+        self._kernel_cm = self.portal.wrap_async_context_manager(build_kernel(self.settings))
+        self.kernel = self._kernel_cm.__enter__()
 
     @rule(
         faults=st.lists(FAULTS, max_size=5),
@@ -232,7 +232,7 @@ class ProviderFaults(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
-            self.portal.call(self.kernel.aclose)
+            self._kernel_cm.__exit__(None, None, None)
         finally:
             self.server.__exit__(None, None, None)
             self._portal_cm.__exit__(None, None, None)

@@ -185,6 +185,8 @@ class AgentKernel:
         self.owner = owner or new_owner()
         """This kernel's name on the tasks it runs (see ``TaskState.owner``)."""
         self._background: anyio.abc.TaskGroup | None = None
+        self._background_host: int | None = None
+        self._background_done: anyio.Event | None = None
         if sandbox is not None and sandbox.confinement == "unconfined":
             log.warning(
                 "AGENT_SANDBOX_MODE=unconfined: commands run without operating-system "
@@ -212,28 +214,53 @@ class AgentKernel:
         return self._event_bus
 
     async def __aenter__(self) -> AgentKernel:
-        """Start: tasks whose process died are recovered in the background (``recovery``)."""
-        if self._recovery != "off":
+        """Start: tasks whose process died are recovered in the background (``recovery``).
+
+        The background work lives in a task group entered here, so the kernel must be left
+        (``__aexit__``) in the task that entered it, as anyio requires of any task group: use
+        ``async with kernel:``, or from another thread
+        ``BlockingPortal.wrap_async_context_manager(kernel)``.
+        """
+        if self._recovery != "off" and self._background is None:
             self._background = anyio.create_task_group()
             await self._background.__aenter__()
-            self._background.start_soon(self._recover_in_background)
+            self._background_host = anyio.get_current_task().id
+            self._background_done = anyio.Event()
+            self._background.start_soon(self._recover_in_background, self._background_done)
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def _recover_in_background(self) -> None:
+    async def _recover_in_background(self, done: anyio.Event) -> None:
         try:
             await self.recover()
         except CoreAgentError as exc:
             log.warning("recovering tasks failed: %s", exc)
+        finally:
+            done.set()
+
+    async def _stop_background(self) -> None:
+        background, self._background = self._background, None
+        if background is None:
+            return
+        background.cancel_scope.cancel()
+        if anyio.get_current_task().id == self._background_host:
+            await background.__aexit__(None, None, None)
+        else:
+            # Closed from another task than the one that entered: that task's scope cannot be
+            # left from here, but the work in it is stopped and waited for all the same.
+            log.warning(
+                "AgentKernel closed in another task than the one that entered it; use "
+                "`async with kernel:` (or BlockingPortal.wrap_async_context_manager)"
+            )
+            if self._background_done is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._background_done.wait()
 
     async def aclose(self) -> None:
         """Stop background recovery, close the stores and stop the sandbox's processes."""
-        if self._background is not None:
-            background, self._background = self._background, None
-            background.cancel_scope.cancel()
-            await background.__aexit__(None, None, None)
+        await self._stop_background()
         await self._task_store.close()
         await self._trace_store.close()
         for closable in self._closables:
