@@ -8,9 +8,9 @@ import pytest
 from core_agent import tool
 from core_agent.contracts.errors import ModelError, ModelRateLimitError
 from core_agent.tooling.registry import ToolRegistry
-from fakes.gateways import FakeFaultyGateway
+from fakes.gateways import FakeFaultyGateway, FakeSequentialGateway, FakeSmallWindowGateway
 from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
-from shared.agent_protocol import AssistantMessage, TaskRequest, TaskStatus
+from shared.agent_protocol import AssistantMessage, TaskRequest, TaskStatus, ToolCall, ToolMessage
 
 pytestmark = pytest.mark.anyio
 
@@ -23,7 +23,7 @@ def lookup(key: str) -> str:
 
 @pytest.fixture
 def run(container):
-    def build(model, *, fallbacks=(), **settings):
+    def build(model, *, fallbacks=(), tools=(lookup,), **settings):
         container.settings.override(
             container.settings().model_copy(
                 update={"model_retry_base_s": 0.001, "model_max_retries": 2, **settings}
@@ -33,7 +33,7 @@ def run(container):
         container.task_store.override(tasks)
         container.trace_store.override(traces)
         container.checkpoint_store.override(FakeCheckpointStore())
-        container.tool_registry.override(ToolRegistry([lookup]))
+        container.tool_registry.override(ToolRegistry(list(tools)))
         container.llm_gateway.override(model)
         container.fallback_gateways.override(list(fallbacks))
         return container.kernel(), tasks, traces
@@ -102,3 +102,43 @@ async def test_a_dead_provider_fails_the_task_with_its_error_after_the_budget(ru
     assert result.status is TaskStatus.FAILED and result.error_type == "ModelError"
     assert model.calls == 3
     assert len([s for s in traces.spans if s.kind == "llm_attempt"]) == 3
+
+
+@tool
+def read_page(page: int) -> str:
+    """Read one page."""
+    return f"page {page} text"
+
+
+async def test_a_prompt_refused_as_too_long_is_sent_again_with_the_newer_half(run) -> None:
+    # Six turns that each read a page, then the answer; the provider takes at most 9 messages.
+    turns = [
+        AssistantMessage(
+            content="", tool_calls=[ToolCall(id=f"c{n}", name="read_page", arguments={"page": n})]
+        )
+        for n in range(6)
+    ]
+    model = FakeSmallWindowGateway(
+        FakeSequentialGateway([*turns, AssistantMessage(content="done")]), max_messages=9
+    )
+    kernel, _, _ = run(model, tools=[read_page])
+    result = await kernel.execute_task(TaskRequest(task="read the pages", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "done"
+    sizes = [len(r.messages) for r in model.requests]
+    refused = [i for i, size in enumerate(sizes) if size > 9]
+    # Each refusal is followed by one shorter try, and the next calls stay within the cap.
+    assert refused and all(sizes[i + 1] <= 9 for i in refused)
+    last = model.requests[-1].messages
+    assert any("left out" in (m.content or "") for m in last)
+    assert isinstance(last[-1], ToolMessage) and "page 5" in last[-1].content
+
+
+async def test_a_prompt_that_cannot_be_shortened_fails_with_the_providers_error(run) -> None:
+    model = FakeSmallWindowGateway(
+        FakeSequentialGateway([AssistantMessage(content="never")]), max_messages=1
+    )
+    kernel, _, _ = run(model)
+    result = await kernel.execute_task(TaskRequest(task="q", force_mode="react"))
+    assert result.status is TaskStatus.FAILED
+    assert result.error_type == "ModelContextWindowError"
+    assert len(model.requests) == 1  # nothing to trim: not sent again

@@ -308,3 +308,20 @@ async def test_a_resumed_plan_skips_finished_steps_and_passes_on_the_guidance(co
     ]
     assert not any(o.startswith("Your step (a)") for o in openings)  # a was not redone
     assert not any(o.startswith("Plan this task:") for o in openings)  # nor replanned
+
+
+@pytest.mark.parametrize("where", ["planning", "writing the answer"])
+async def test_a_model_error_takes_the_react_fallback(kernel_with, where) -> None:
+    planning = fail("planner overloaded") if where == "planning" else say(plan_json(("a", [])))
+    kernel, tasks, _, _ = kernel_with(
+        conv(r"^Plan this task:", planning),
+        conv(r"^Your step \(a\)", say("a done")),
+        conv(r"^Write the final answer", fail("writer overloaded")),
+        conv(r"^Collect the two reports", say("Answer from the fallback.")),
+        model_max_retries=0,
+    )
+    result = await kernel.execute_task(TaskRequest(task=TASK, force_mode="plan_execute"))
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    assert result.output == "Answer from the fallback."
+    fallback = next(e for e in tasks.events[result.task_id] if e.kind == "task.strategy_fallback")
+    assert f"{where} failed" in fallback.reason and "overloaded" in fallback.reason

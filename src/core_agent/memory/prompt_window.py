@@ -60,25 +60,32 @@ class PromptWindow:
         return tokens
 
     def fit(
-        self, messages: Sequence[ChatMessage], tools: Sequence[ToolDefinition] = ()
+        self,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolDefinition] = (),
+        *,
+        max_turns: int | None = None,
     ) -> tuple[list[ChatMessage], int]:
-        """The messages to send with ``tools``, and how many of ``messages`` were left out."""
+        """The messages to send with ``tools``, and how many of ``messages`` were left out.
+
+        With ``max_turns``, no more than that many of the newest turns are sent even when
+        more would fit (after a provider refused a prompt as too long: its count is not ours).
+        """
+        head, tail, capped = _capped(messages, max_turns)
         schema = json.dumps(
             [[t.name, t.description, t.parameters] for t in tools], ensure_ascii=False
         )
-        if _utf8_bound(messages) + len(schema.encode("utf-8")) <= self.max_tokens:
+        if _utf8_bound([*head, *tail]) + len(schema.encode("utf-8")) <= self.max_tokens:
             # A token covers at least one byte: no need to tokenize anything.
-            return list(messages), 0
+            return _with_note(head, tail, capped), capped
         if schema not in self._tool_tokens:
             self._tool_tokens[schema] = self.counter.count_text(schema)
-        head_end = _opening_end(messages)
-        head, tail = list(messages[:head_end]), messages[head_end:]
         sizes = [self._count(m) for m in tail]
         budget = self.max_tokens - self._tool_tokens[schema] - sum(self._count(m) for m in head)
         if sum(sizes) <= budget:
-            return list(messages), 0
+            return _with_note(head, tail, capped), capped
         budget -= self.counter.count_messages(
-            [UserMessage(content=OMITTED_NOTE.format(count=len(tail)))]
+            [UserMessage(content=OMITTED_NOTE.format(count=len(messages)))]
         )
         kept_from = len(tail)
         for start, end in reversed(_units(tail)):
@@ -88,10 +95,49 @@ class PromptWindow:
                 break
             budget -= size
             kept_from = start
-        if kept_from == 0:
-            return list(messages), 0
-        note = UserMessage(content=OMITTED_NOTE.format(count=kept_from))
-        return [*head, note, *tail[kept_from:]], kept_from
+        return _with_note(head, tail[kept_from:], capped + kept_from), capped + kept_from
+
+
+def newest_turns(
+    messages: Sequence[ChatMessage], max_turns: int | None
+) -> tuple[list[ChatMessage], int]:
+    """The opening messages and at most ``max_turns`` newest turns, with the note when cut.
+
+    What ``PromptWindow.fit`` does with ``max_turns`` when no token budget is set.
+    """
+    head, tail, capped = _capped(messages, max_turns)
+    return _with_note(head, tail, capped), capped
+
+
+def turns_sent(sent: Sequence[ChatMessage], omitted: int) -> int:
+    """How many turns (see ``_units``) after the opening messages ``sent`` holds.
+
+    ``omitted`` is what ``fit`` or ``newest_turns`` returned with ``sent``: when it is not 0,
+    the note that says so is not a turn.
+    """
+    turns = len(_units(sent[_opening_end(sent) :]))
+    return turns - 1 if omitted else turns
+
+
+def _capped(
+    messages: Sequence[ChatMessage], max_turns: int | None
+) -> tuple[list[ChatMessage], list[ChatMessage], int]:
+    """The opening messages, the newest ``max_turns`` turns after them, how many were cut."""
+    head_end = _opening_end(messages)
+    head, tail = list(messages[:head_end]), list(messages[head_end:])
+    if max_turns is None:
+        return head, tail, 0
+    units = _units(tail)
+    if len(units) <= max_turns:
+        return head, tail, 0
+    cut = units[-max_turns][0] if max_turns > 0 else len(tail)
+    return head, tail[cut:], cut
+
+
+def _with_note(head: list[ChatMessage], tail: list[ChatMessage], omitted: int) -> list[ChatMessage]:
+    if not omitted:
+        return [*head, *tail]
+    return [*head, UserMessage(content=OMITTED_NOTE.format(count=omitted)), *tail]
 
 
 def _opening_end(messages: Sequence[ChatMessage]) -> int:

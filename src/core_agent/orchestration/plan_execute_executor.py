@@ -3,9 +3,9 @@
 Steps run in layers computed by ``graphlib.TopologicalSorter``: every step whose
 dependencies are done starts at once (bounded by ``max_parallel_steps``), each as a constrained
 ReAct loop whose result is handed to its dependents. A failed step triggers a replan of the
-remaining work (bounded); if planning or execution still fails, the task falls back to a
-constrained ReAct loop over the whole task; if that fails too, the run stops with a question
-for a human.
+remaining work (bounded); if planning or execution still fails, or a model call fails while
+planning or writing the answer, the task falls back to a constrained ReAct loop over the whole
+task; if that fails too, the run stops with a question for a human.
 
 A ``PlanCheckpoint`` records the plan, the results so far and the phase, after the plan is
 made and after each step; each step's loop (and the synthesis and the fallback) keeps its own
@@ -30,7 +30,12 @@ import anyio
 from pydantic import BaseModel, Field
 
 from core_agent.contracts.checkpoint_store import Checkpoint, ICheckpointStore
-from core_agent.contracts.errors import PlanningError, RunError, StructuredOutputError
+from core_agent.contracts.errors import (
+    ModelError,
+    PlanningError,
+    RunError,
+    StructuredOutputError,
+)
 from core_agent.contracts.executor import (
     Escalation,
     ExecutionContext,
@@ -165,7 +170,7 @@ class PlanExecuteExecutor(IExecutor):
         if phase == "falling_back":
             return await self._fall_back(context, allowed, run)
         if phase == "synthesizing" and run.plan is not None:
-            return await self._synthesize(context, run)
+            return await self._synthesize_or_fall_back(context, allowed, run)
         while True:
             try:
                 if run.plan is None:
@@ -176,6 +181,9 @@ class PlanExecuteExecutor(IExecutor):
             except PlanningError as exc:
                 run.failures.append(f"planning failed: {exc}")
                 return await self._fall_back(context, allowed, run)
+            except ModelError as exc:
+                run.failures.append(f"planning failed: {type(exc).__name__}: {exc}")
+                return await self._fall_back(context, allowed, run)
             except _StepFailed as exc:
                 run.failures.append(str(exc))
                 if run.replans >= self._limits.max_replans:
@@ -185,7 +193,16 @@ class PlanExecuteExecutor(IExecutor):
                 feedback = f"{exc}.\nAlready done:\n{run.prior or '(nothing)'}"
                 run.plan, run.results = None, {}
                 run.revision, run.replans = run.revision + 1, run.replans + 1
-        return await self._synthesize(context, run)
+        return await self._synthesize_or_fall_back(context, allowed, run)
+
+    async def _synthesize_or_fall_back(
+        self, context: ExecutionContext, allowed: list[str], run: _Run
+    ) -> ExecutionOutcome:
+        try:
+            return await self._synthesize(context, run)
+        except ModelError as exc:
+            run.failures.append(f"writing the answer failed: {type(exc).__name__}: {exc}")
+            return await self._fall_back(context, allowed, run)
 
     async def _restore(self, context: ExecutionContext) -> tuple[_Run, str | None]:
         """The run to carry on (resumed) or a new one, and the phase to re-enter."""

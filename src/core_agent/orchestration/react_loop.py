@@ -7,6 +7,8 @@
 * observations (tool output) longer than a limit keep their head and tail, with a marker
   saying how much was cut;
 * after a streak of failed tool calls, a notice asks the model to step back;
+* a prompt the provider refuses as too long is sent once more with the newer half of its
+  turns (and no more than that from then on);
 * the tool calls of one model turn run concurrently, with a bound;
 * with a response model, a ``final_answer`` tool carries the typed answer, and a text answer
   is extracted, repaired and validated, with one self-correction round;
@@ -31,6 +33,7 @@ from pydantic import BaseModel, ValidationError
 from core_agent.contracts.errors import (
     ApprovalDeniedError,
     ApprovalPendingError,
+    ModelContextWindowError,
     StructuredOutputError,
     TurnLimitExceededError,
 )
@@ -47,7 +50,7 @@ from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.contracts.untrusted import wrap_untrusted
-from core_agent.memory.prompt_window import PromptWindow
+from core_agent.memory.prompt_window import PromptWindow, newest_turns, turns_sent
 from core_agent.observability.tracer import Tracer
 from core_agent.orchestration.call_ledger import LedgeredCalls
 from core_agent.orchestration.loop_journal import LoopCheckpoint, LoopJournal
@@ -124,6 +127,8 @@ class _LoopState:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     journal: LoopJournal | None = None
     ledger: LedgeredCalls | None = None
+    max_sent_turns: int | None = None
+    """Set when the provider refused a prompt as too long: the turns sent at most since."""
 
 
 def truncate_observation(text: str, limit: int) -> str:
@@ -255,7 +260,7 @@ class ReActLoop:
             context.stats.turns += 1
             async with context.unit_of_work():
                 response = await self._call_model(
-                    context, tracer, messages, definitions, parent_span_id, state.window
+                    context, tracer, messages, definitions, parent_span_id, state
                 )
                 messages.append(response.message)
                 calls = list(response.message.tool_calls)
@@ -383,22 +388,44 @@ class ReActLoop:
         messages: list[ChatMessage],
         definitions: list[ToolDefinition],
         parent_span_id: str | None,
-        window: PromptWindow | None,
+        state: _LoopState,
     ) -> LLMResponse:
-        attributes: dict[str, Any] = {"turn": context.stats.turns}
-        sent, omitted = window.fit(messages, definitions) if window is not None else (messages, 0)
-        if omitted:
-            attributes["omitted_messages"] = omitted
-        request = LLMRequest(messages=tuple(sent), tools=definitions, temperature=self._temperature)
-        return await traced_model_call(
-            self._llm,
-            request,
-            context,
-            tracer,
-            parent_span_id=parent_span_id,
-            stream=True,
-            attributes=attributes,
-        )
+        """One model call with the window's view of ``messages``.
+
+        When the provider refuses the prompt as too long, the call is sent once more with the
+        newer half of the turns it held, and no more turns than that are sent for the rest of
+        the loop (the provider's count is the one that matters, not ours).
+        """
+        trimmed = False
+        while True:
+            if state.window is not None:
+                sent, omitted = state.window.fit(
+                    messages, definitions, max_turns=state.max_sent_turns
+                )
+            else:
+                sent, omitted = newest_turns(messages, state.max_sent_turns)
+            attributes: dict[str, Any] = {"turn": context.stats.turns}
+            if omitted:
+                attributes["omitted_messages"] = omitted
+            request = LLMRequest(
+                messages=tuple(sent), tools=definitions, temperature=self._temperature
+            )
+            try:
+                return await traced_model_call(
+                    self._llm,
+                    request,
+                    context,
+                    tracer,
+                    parent_span_id=parent_span_id,
+                    stream=True,
+                    attributes=attributes,
+                )
+            except ModelContextWindowError:
+                turns = turns_sent(sent, omitted)
+                if trimmed or turns < 2:
+                    raise
+                trimmed = True
+                state.max_sent_turns = turns // 2
 
     async def _run_tools(
         self,
