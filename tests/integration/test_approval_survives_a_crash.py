@@ -84,7 +84,7 @@ async def test_a_pending_approval_survives_kill_9_and_resolves_once(tmp_path) ->
         result = await kernel.resolve_approval(request_id, decision)
         assert result.status is TaskStatus.SUCCEEDED, result.error
         assert result.output == "The token is in the file."
-        with pytest.raises(UsageError, match="no task is waiting"):
+        with pytest.raises(UsageError, match="already approved by test"):
             await kernel.resolve_approval(request_id, decision)
 
         events = await kernel.task_events(task_id)

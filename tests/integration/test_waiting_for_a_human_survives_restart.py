@@ -5,6 +5,7 @@ import json
 import pytest
 
 from core_agent.container import KernelContainer
+from core_agent.contracts.errors import UsageError
 from providers.scripted_gateway import (
     ScriptedConversation,
     ScriptedError,
@@ -59,7 +60,7 @@ async def test_pending_question_survives_a_restart_and_resolves_once(settings) -
         resumed = await second.resolve_approval(pending.request_id, decision)
         assert resumed.status is TaskStatus.SUCCEEDED, resumed.error
         assert resumed.output == "Charted from the cache."
-        with pytest.raises(Exception, match="no task is waiting"):
+        with pytest.raises(UsageError, match="already approved"):
             await second.resolve_approval(pending.request_id, decision)
         state = await second.get_task(result.task_id)
         kinds = [e.kind for e in await second.task_events(result.task_id)]

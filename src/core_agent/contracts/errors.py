@@ -107,6 +107,20 @@ class InvalidTransitionError(UsageError):
         super().__init__(f"task {task_id}: cannot move from {current!r} to {requested!r}")
 
 
+class TaskHeldError(UsageError):
+    """Another live process runs the task (it holds its lease), so this one may not act on it.
+
+    Attributes:
+        task_id: The task.
+        owner: The process that holds it.
+    """
+
+    def __init__(self, task_id: str, owner: str, doing: str) -> None:
+        self.task_id = task_id
+        self.owner = owner
+        super().__init__(f"task {task_id} is held by the live process {owner}: {doing}")
+
+
 class TaskNotFoundError(UsageError):
     """No task has the given id."""
 

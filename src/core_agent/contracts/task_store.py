@@ -5,9 +5,42 @@ from __future__ import annotations
 import abc
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from shared.agent_protocol import TaskEvent, TaskState, TaskStatus, TokenUsage
+from core_agent.contracts.errors import CorruptStateError, InvalidTransitionError, TaskHeldError
+from shared.agent_protocol import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRequested,
+    ApprovalResolved,
+    TaskEvent,
+    TaskState,
+    TaskStatus,
+    TokenUsage,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """One approval request and, once a human answered, the decision."""
+
+    request: ApprovalRequest
+    decision: ApprovalDecision | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """What ``decide_approval`` recorded.
+
+    Attributes:
+        event: The ``approval.resolved`` event as stored (with the ``seq`` it got).
+        still_open: Requests of the task that still wait for a decision; at 0 the task was
+            moved out of ``waiting_approval``.
+    """
+
+    event: TaskEvent
+    still_open: int
 
 
 class ITaskStore(abc.ABC):
@@ -19,7 +52,9 @@ class ITaskStore(abc.ABC):
 
     A running task has an owner (a kernel, by its ``owner`` string) and a lease: the owner
     renews it while the task runs, and a task whose lease ran out belongs to nobody, so
-    another kernel may take it over (``acquire_lease``) and resume it.
+    another kernel may take it over (``acquire_lease``) and resume it. A task waiting for a
+    human keeps its owner while that owner's host is asking its own approver, and has none
+    while it waits durably (anyone may then decide, ``decide_approval``).
     """
 
     @contextlib.asynccontextmanager
@@ -158,6 +193,107 @@ class ITaskStore(abc.ABC):
     @abc.abstractmethod
     async def cancel_requests(self, task_ids: Sequence[str]) -> dict[str, str]:
         """The tasks among ``task_ids`` whose cancellation was requested, with the reasons."""
+
+    async def pending_approvals(self, *, limit: int = 1000) -> list[ApprovalRequest]:
+        """Requests that wait for a human, oldest first, across tasks.
+
+        A store should answer from an index of requests (SQLite: ``agent_approvals``), so a
+        damaged task cannot hide the others'. This default reads the logs of waiting tasks and
+        skips the ones it cannot read.
+        """
+        pending: list[ApprovalRequest] = []
+        for state in await self.list_tasks(status=TaskStatus.WAITING_APPROVAL, limit=limit):
+            try:
+                pending.extend(
+                    r.request for r in await self._records(state.task_id) if r.decision is None
+                )
+            except CorruptStateError:
+                continue
+        return sorted(pending, key=lambda r: r.created_at)[:limit]
+
+    async def approval(self, request_id: str) -> ApprovalRecord | None:
+        """The request ``request_id`` and its decision, if any; ``None`` if unknown.
+
+        This default looks in the logs of waiting tasks only.
+        """
+        for state in await self.list_tasks(status=TaskStatus.WAITING_APPROVAL, limit=1000):
+            for record in await self._records(state.task_id):
+                if record.request.request_id == request_id:
+                    return record
+        return None
+
+    async def decide_approval(
+        self,
+        resolved: TaskEvent,
+        *,
+        then: TaskStatus,
+        owner: str | None = None,
+        lease_until: datetime | None = None,
+        error: str | None = None,
+    ) -> ApprovalDecided | None:
+        """Record a human's decision on a pending request, once.
+
+        ``resolved`` is the ``approval.resolved`` event carrying the decision; its ``seq`` is a
+        hint, and the event is stored with the next free number of its task's log. Together,
+        atomically: the request is marked decided, the event is appended, and when no request
+        of the task is left open the task moves from ``waiting_approval`` to ``then`` (with
+        ``error``; with ``owner`` holding it until ``lease_until`` when ``then`` is
+        ``running``). So of two concurrent decisions on one request exactly one is recorded,
+        and of decisions on two requests of one turn exactly one moves the task on.
+
+        Returns ``None`` when the request is unknown or already decided (nothing is written).
+
+        Raises:
+            InvalidTransitionError: The task is no longer ``waiting_approval``.
+            TaskHeldError: Another live process holds the task (it asks its own approver).
+
+        This default is atomic only within one event loop; stores shared by processes must
+        override it.
+        """
+        assert isinstance(resolved, ApprovalResolved)
+        state = await self.get_task(resolved.task_id)
+        if state.status is not TaskStatus.WAITING_APPROVAL:
+            raise InvalidTransitionError(state.task_id, state.status.value, then.value)
+        if (
+            state.owner not in (None, owner)
+            and state.lease_expires_at is not None
+            and state.lease_expires_at > datetime.now(UTC)
+        ):
+            raise TaskHeldError(state.task_id, state.owner or "", "it asks its own approver")
+        records = await self._records(state.task_id)
+        target = resolved.decision.request_id
+        if not any(r.request.request_id == target and r.decision is None for r in records):
+            return None
+        events = await self.list_events(state.task_id)
+        stored = resolved.model_copy(update={"seq": max((e.seq for e in events), default=0) + 1})
+        still_open = sum(1 for r in records if r.decision is None) - 1
+        if still_open:
+            await self.append_event(stored)
+        else:
+            await self.transition(
+                state.task_id,
+                from_status=TaskStatus.WAITING_APPROVAL,
+                to_status=then,
+                event=stored,
+                error=error,
+            )
+            if then is TaskStatus.RUNNING and owner is not None and lease_until is not None:
+                await self.acquire_lease(state.task_id, owner=owner, until=lease_until)
+        return ApprovalDecided(stored, still_open)
+
+    async def _records(self, task_id: str) -> list[ApprovalRecord]:
+        """The approval requests in a task's log, with their decisions, oldest first."""
+        records: dict[str, ApprovalRecord] = {}
+        for event in await self.list_events(task_id):
+            if isinstance(event, ApprovalRequested):
+                records[event.request.request_id] = ApprovalRecord(event.request)
+            elif isinstance(event, ApprovalResolved):
+                known = records.get(event.decision.request_id)
+                if known is not None:
+                    records[event.decision.request_id] = ApprovalRecord(
+                        known.request, event.decision
+                    )
+        return list(records.values())
 
     @abc.abstractmethod
     async def close(self) -> None:

@@ -23,21 +23,23 @@ from core_agent.contracts.errors import (
     ApprovalPendingError,
     ConfigurationError,
     CoreAgentError,
+    CorruptStateError,
     InvalidTransitionError,
     RunError,
     TaskFailedError,
+    TaskHeldError,
     UsageError,
 )
 from core_agent.contracts.event_bus import IEventBus
 from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
 from core_agent.contracts.memory_store import IMemoryStore
 from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
-from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.task_store import ApprovalDecided, ITaskStore
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.kernel.state_machine import check_transition
-from core_agent.kernel.task_lease import LeaseWatch, lease_until, new_owner
+from core_agent.kernel.task_lease import LeaseWatch, lease_until, new_owner, owner_is_dead
 from core_agent.memory.hybrid_memory import recall_message
 from core_agent.observability.tracer import Tracer, new_trace_id
 from core_agent.orchestration.react_loop import UNTRUSTED_NOTICE
@@ -110,6 +112,10 @@ class _TaskEvents:
         )
         self._seq += 1
         return event
+
+    def follow(self, stored: TaskEvent) -> None:
+        """Number the next events after ``stored``, which the store numbered itself."""
+        self._seq = max(self._seq, stored.seq + 1)
 
     async def __call__(self, event_type: type[TaskEvent], /, **fields: Any) -> None:
         event = self.make(event_type, **fields)
@@ -315,32 +321,34 @@ class AgentKernel:
     async def resolve_approval(self, request_id: str, decision: ApprovalDecision) -> TaskResult:
         """Answer a task's pending question and, if approved, resume it to the end.
 
-        Works after a restart: the request is found in the task store. An approval resumes
-        the task with the decision's ``reason`` as guidance; a denial fails it.
+        Works after a restart and from any process: the request is a row in the task store,
+        and a request is decided once (a second decision is refused). For a tool call, the
+        task resumes once every request of its turn has a decision (a denial is shown to the
+        model); for a question, an approval resumes the task with the decision's ``reason``
+        as guidance and a denial fails it.
 
         Raises:
-            UsageError: No task is waiting on ``request_id`` (unknown, or already resolved),
+            UsageError: No task is waiting on ``request_id`` (unknown, or already decided),
                 or ``decision.request_id`` names another request.
+            TaskHeldError: The task's live host is asking its own approver about it.
         """
         if decision.request_id != request_id:
             raise UsageError(
                 f"the decision is for request {decision.request_id!r}, not {request_id!r}"
             )
         state, request = await self._pending_request(request_id)
+        if request.tool_call is not None:
+            return await self._resume_tool_call(state, request, decision)
+        error = None
+        if not decision.approved:
+            error = f"a human declined to continue: {decision.reason or 'no reason given'}"
+        then = TaskStatus.RUNNING if decision.approved else TaskStatus.FAILED
+        await self._decide(state, decision, then=then, error=error)
         persisted = await self._task_store.list_events(state.task_id)
         events = self._continued_events(state.task_id, persisted)
         context = self._context(state, events, None)
         context.stats.usage = state.usage
-        if request.tool_call is not None:
-            return await self._resume_tool_call(state, context, events, persisted, decision)
-        # The decision is recorded with the status change it causes, so of two concurrent
-        # resolutions exactly one takes effect; the other gets InvalidTransitionError.
-        resolved = events.make(ApprovalResolved, decision=decision)
-        if not decision.approved:
-            error = f"a human declined to continue: {decision.reason or 'no reason given'}"
-            await self._move(
-                state, TaskStatus.WAITING_APPROVAL, TaskStatus.FAILED, resolved, error=error
-            )
+        if error is not None:
             await events(TaskFailed, error=error, error_type="ApprovalDenied", usage=state.usage)
             return self._result(
                 state, context, TaskStatus.FAILED, error=error, error_type="ApprovalDenied"
@@ -351,12 +359,47 @@ class AgentKernel:
             f"Their guidance: {decision.reason or '(none: retry as you see fit)'}"
         )
         context.resuming = True
-        await self._move(state, TaskStatus.WAITING_APPROVAL, TaskStatus.RUNNING, resolved)
-        await self._task_store.acquire_lease(
-            state.task_id, owner=self.owner, until=lease_until(self._lease_s)
-        )
         await events(TaskResumed, reason="a human answered", owner=self.owner)
         return await self._drive(state, executor, context, events)
+
+    async def _decide(
+        self,
+        state: TaskState,
+        decision: ApprovalDecision,
+        *,
+        then: TaskStatus,
+        error: str | None = None,
+    ) -> ApprovalDecided:
+        """Record ``decision`` once (see ``ITaskStore.decide_approval``) and publish it.
+
+        When it is the task's last open request, the task moves to ``then`` (held by this
+        kernel when that is ``running``).
+
+        Raises:
+            UsageError: The request was decided meanwhile, or the task left
+                ``waiting_approval``.
+        """
+        check_transition(state.task_id, TaskStatus.WAITING_APPROVAL, then)
+        resolved = _TaskEvents(self._task_store, self._event_bus, state.task_id).make(
+            ApprovalResolved, decision=decision
+        )
+        try:
+            decided = await self._task_store.decide_approval(
+                resolved,
+                then=then,
+                owner=self.owner,
+                lease_until=lease_until(self._lease_s),
+                error=error,
+            )
+        except InvalidTransitionError as exc:
+            raise UsageError(
+                f"task {state.task_id} no longer waits for a decision ({exc.current})"
+            ) from exc
+        if decided is None:
+            record = await self._task_store.approval(decision.request_id)
+            raise _already_decided(decision.request_id, record.decision if record else None)
+        await self._event_bus.publish(decided.event)
+        return decided
 
     async def resume(self, task_id: str) -> TaskResult:
         """Carry on a task whose process died, from its last checkpoint, to the end.
@@ -371,7 +414,7 @@ class AgentKernel:
             UsageError: It runs in a live process (its lease holds), it waits for a human
                 (use ``resolve_approval``), or it already ended.
         """
-        state = await self._task_store.get_task(task_id)
+        state = await self._free_if_owner_died(await self._task_store.get_task(task_id))
         if state.status is TaskStatus.WAITING_APPROVAL:
             raise UsageError(
                 f"task {task_id} waits for a human's decision: answer it with resolve_approval"
@@ -411,6 +454,10 @@ class AgentKernel:
         results: list[TaskResult] = []
         tried: set[str] = set()
         limiter = anyio.CapacityLimiter(4)
+        for status in (TaskStatus.RUNNING, TaskStatus.QUEUED, TaskStatus.WAITING_APPROVAL):
+            for state in await self._task_store.list_tasks(status=status, limit=1000):
+                if state.task_id not in self._running:
+                    await self._free_if_owner_died(state)
 
         async def take(state: TaskState) -> None:
             async with limiter:
@@ -421,6 +468,10 @@ class AgentKernel:
                         result = await self.resume(state.task_id)
                 except UsageError:
                     return  # taken over by another kernel, or ended meanwhile
+                except CorruptStateError as exc:
+                    # That task alone: the others are recovered all the same.
+                    log.error("task %s cannot be recovered: %s", state.task_id, exc)
+                    return
                 results.append(result)
 
         while True:
@@ -435,6 +486,22 @@ class AgentKernel:
             async with anyio.create_task_group() as group:
                 for state in orphans:
                     group.start_soon(take, state)
+
+    async def _free_if_owner_died(self, state: TaskState) -> TaskState:
+        """``state``, with its lease given up if its owner is a process here that died.
+
+        A crashed host's tasks are free at once rather than when their leases run out.
+        """
+        if (
+            state.owner is None
+            or state.owner == self.owner
+            or state.lease_expires_at is None
+            or state.lease_expires_at <= _now()
+            or not owner_is_dead(state.owner)
+        ):
+            return state
+        await self._task_store.release_lease(state.task_id, owner=state.owner)
+        return await self._task_store.get_task(state.task_id)
 
     async def _fail_orphan(self, state: TaskState) -> TaskResult:
         """End a task whose process died as ``failed``, saying so."""
@@ -485,13 +552,13 @@ class AgentKernel:
         """The spans of a task, in start order."""
         return await self._trace_store.list_spans(task_id=task_id)
 
-    async def pending_approvals(self) -> list[ApprovalRequest]:
-        """Questions that tasks wait on, oldest first (they survive restarts)."""
-        waiting = await self._task_store.list_tasks(status=TaskStatus.WAITING_APPROVAL, limit=1000)
-        pending = []
-        for state in waiting:
-            pending.extend(_open_requests(await self._task_store.list_events(state.task_id)))
-        return sorted(pending, key=lambda r: r.created_at)
+    async def pending_approvals(self, limit: int = 1000) -> list[ApprovalRequest]:
+        """Questions that tasks wait on, oldest first (they survive restarts).
+
+        One query on the store's requests: a task whose stored state is damaged does not
+        hide the others'.
+        """
+        return await self._task_store.pending_approvals(limit=limit)
 
     async def cancel_task(self, task_id: str, reason: str = "canceled by host") -> None:
         """Cancel a task wherever it runs.
@@ -511,10 +578,10 @@ class AgentKernel:
             watch.cancel_reason = reason
             scope.cancel()
             return
-        state = await self._task_store.get_task(task_id)
+        state = await self._free_if_owner_died(await self._task_store.get_task(task_id))
         check_transition(task_id, state.status, TaskStatus.CANCELED)
         if (
-            state.status in (TaskStatus.RUNNING, TaskStatus.QUEUED)
+            state.status in (TaskStatus.RUNNING, TaskStatus.QUEUED, TaskStatus.WAITING_APPROVAL)
             and state.owner is not None
             and state.lease_expires_at is not None
             and state.lease_expires_at > _now()
@@ -784,7 +851,8 @@ class AgentKernel:
                 return await self._finish_canceled(state, context, events, reason)
         except ApprovalPendingError as pending:
             return await self._suspend(state, context, events, pending)
-        except RunError as exc:
+        except (RunError, CorruptStateError) as exc:
+            # A damaged checkpoint fails its task with the reason, like a run failure.
             return await self._finish_failed(state, context, events, exc)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
@@ -849,21 +917,52 @@ class AgentKernel:
             pending_approval=first,
         )
         if self._approval_gateway is None:
-            return waiting  # resolve_approval() continues it, in this process or another
+            # resolve_approval() continues it, in this process or another.
+            await self._task_store.release_lease(state.task_id, owner=self.owner)
+            return waiting
         decisions: dict[str, ApprovalDecision | None] = {}
 
         async def ask(request: ApprovalRequest) -> None:
             decisions[request.request_id] = await self._ask_host(request)
 
-        async with anyio.create_task_group() as group:
-            for request in pending.requests:
-                group.start_soon(ask, request)
+        # The task stays ours while the host's approver is asked: nobody else decides.
+        watch = LeaseWatch(
+            self._task_store, state.task_id, self.owner, self._lease_s, self._cancel_check_s
+        )
+        async with anyio.create_task_group() as watching:
+            watching.start_soon(watch.run, watching.cancel_scope)
+            async with anyio.create_task_group() as group:
+                for request in pending.requests:
+                    group.start_soon(ask, request)
+            watching.cancel_scope.cancel()
+        if watch.cancel_reason is not None:
+            return await self._cancel_waiting(state, context, events, watch.cancel_reason)
         result = waiting
         for request in pending.requests:
-            decision = decisions[request.request_id]
-            if decision is not None:  # an unanswered request stays pending
+            decision = decisions.get(request.request_id)
+            if decision is not None and not watch.lost:  # an unanswered request stays pending
                 result = await self.resolve_approval(request.request_id, decision)
+        if result.status is TaskStatus.WAITING_APPROVAL:
+            await self._task_store.release_lease(state.task_id, owner=self.owner)
         return result
+
+    async def _cancel_waiting(
+        self, state: TaskState, context: ExecutionContext, events: _TaskEvents, reason: str
+    ) -> TaskResult:
+        """End a task that waits for a human as ``canceled`` (asked from another process)."""
+        usage = context.stats.usage
+        try:
+            await self._move(
+                state,
+                TaskStatus.WAITING_APPROVAL,
+                TaskStatus.CANCELED,
+                events.make(TaskCanceled, reason=reason, usage=usage),
+                error=reason,
+                usage=usage,
+            )
+        except InvalidTransitionError:
+            return await self._stored_result(state, context)
+        return self._result(state, context, TaskStatus.CANCELED, error=reason)
 
     async def _ask_host(self, request: ApprovalRequest) -> ApprovalDecision | None:
         """The gateway's decision; ``None`` when nobody can be asked now."""
@@ -897,6 +996,7 @@ class AgentKernel:
             events.make(TaskWaitingApproval, request_id=request.request_id),
             usage=usage,
         )
+        await self._task_store.release_lease(state.task_id, owner=self.owner)
         return self._result(
             state,
             context,
@@ -906,27 +1006,29 @@ class AgentKernel:
         )
 
     async def _pending_request(self, request_id: str) -> tuple[TaskState, ApprovalRequest]:
-        waiting = await self._task_store.list_tasks(status=TaskStatus.WAITING_APPROVAL, limit=1000)
-        for state in waiting:
-            for request in _open_requests(await self._task_store.list_events(state.task_id)):
-                if request.request_id == request_id:
-                    return state, request
-        raise UsageError(f"no task is waiting on approval request {request_id!r}")
+        record = await self._task_store.approval(request_id)
+        if record is None:
+            raise UsageError(f"no task is waiting on approval request {request_id!r}")
+        # Read before deciding: a task whose log is damaged must fail here, not half-resume.
+        await self._task_store.list_events(record.request.task_id)
+        if record.decision is not None:
+            raise _already_decided(request_id, record.decision)
+        state = await self._free_if_owner_died(
+            await self._task_store.get_task(record.request.task_id)
+        )
+        if state.status is not TaskStatus.WAITING_APPROVAL:
+            raise UsageError(
+                f"task {state.task_id} is {state.status.value}: it no longer waits on "
+                f"request {request_id!r}"
+            )
+        return state, record.request
 
     async def _resume_tool_call(
-        self,
-        state: TaskState,
-        context: ExecutionContext,
-        events: _TaskEvents,
-        persisted: Sequence[BaseModel],
-        decision: ApprovalDecision,
+        self, state: TaskState, request: ApprovalRequest, decision: ApprovalDecision
     ) -> TaskResult:
         """Record a decision on a suspended call; resume once every request has one."""
-        request = next(
-            e.request
-            for e in persisted
-            if isinstance(e, ApprovalRequested) and e.request.request_id == decision.request_id
-        )
+        decided = await self._decide(state, decision, then=TaskStatus.RUNNING)
+        # Recorded once the decision is: of two racing resolvers only one writes a span.
         await Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id).record(
             "approval",
             request.tool_call.name if request.tool_call else "question",
@@ -941,25 +1043,22 @@ class AgentKernel:
                 "reason": decision.reason,
             },
         )
-        resolved = events.make(ApprovalResolved, decision=decision)
-        still_open = [r for r in _open_requests(persisted) if r.request_id != decision.request_id]
-        if still_open:
-            await self._task_store.append_event(resolved)
-            await self._event_bus.publish(resolved)
+        persisted = await self._task_store.list_events(state.task_id)
+        events = self._continued_events(state.task_id, persisted)
+        context = self._context(state, events, None)
+        context.stats.usage = state.usage
+        if decided.still_open:
+            still_open = _open_requests(persisted)
             return self._result(
                 state,
                 context,
                 TaskStatus.WAITING_APPROVAL,
                 error="waiting for the other pending approvals",
-                pending_approval=still_open[0].request_id,
+                pending_approval=still_open[0].request_id if still_open else None,
             )
-        await self._move(state, TaskStatus.WAITING_APPROVAL, TaskStatus.RUNNING, resolved)
-        await self._task_store.acquire_lease(
-            state.task_id, owner=self.owner, until=lease_until(self._lease_s)
-        )
         await events(TaskResumed, reason="every pending approval has a decision", owner=self.owner)
         context.resuming = True
-        context.approval_decisions = {**_decisions(persisted), decision.request_id: decision}
+        context.approval_decisions = _decisions(persisted)
         executor = self._executors.get(state.strategy or "react") or self._executors["react"]
         return await self._drive(state, executor, context, events)
 
@@ -1065,6 +1164,7 @@ class _HumanApprovals:
                     self._events.make(TaskWaitingApproval, request_id=request.request_id),
                 )
         decision = denial(request, "the wait was interrupted")
+        decided: ApprovalDecided | None = None
         try:
             decision = await self._ask(request)
         finally:
@@ -1072,20 +1172,41 @@ class _HumanApprovals:
             with anyio.CancelScope(shield=True):
                 async with self._lock:
                     self._waiting -= 1
-                    last = self._waiting == 0
-                resolved = self._events.make(ApprovalResolved, decision=decision)
-                if last:
-                    await kernel._move(
-                        state, TaskStatus.WAITING_APPROVAL, TaskStatus.RUNNING, resolved
-                    )
-                else:
-                    await kernel._task_store.append_event(resolved)
-                    await kernel._event_bus.publish(resolved)
+                    decided = await self._record(decision)
+        if decided is None:
+            # Decided elsewhere (the task was taken over, or ended): this run must not act on
+            # its own answer.
+            return denial(request, "the request was decided elsewhere")
         return decision
+
+    async def _record(self, decision: ApprovalDecision) -> ApprovalDecided | None:
+        """Record the decision; the last open request's moves the task back to running."""
+        kernel = self._kernel
+        try:
+            decided = await kernel._task_store.decide_approval(
+                self._events.make(ApprovalResolved, decision=decision),
+                then=TaskStatus.RUNNING,
+                owner=kernel.owner,
+                lease_until=lease_until(kernel._lease_s),
+            )
+        except (InvalidTransitionError, TaskHeldError):
+            return None
+        if decided is not None:
+            self._events.follow(decided.event)
+            await kernel._event_bus.publish(decided.event)
+        return decided
 
     async def _ask(self, request: ApprovalRequest) -> ApprovalDecision:
         answer = await self._kernel._ask_host(request)
         return answer if answer is not None else denial(request, "no approver answered")
+
+
+def _already_decided(request_id: str, decision: ApprovalDecision | None) -> UsageError:
+    if decision is None:
+        return UsageError(f"approval request {request_id!r} was already decided")
+    verdict = "approved" if decision.approved else "denied"
+    who = decision.decided_by or "someone"
+    return UsageError(f"approval request {request_id!r} was already {verdict} by {who}")
 
 
 def _open_requests(events: Sequence[BaseModel]) -> list[ApprovalRequest]:

@@ -5,6 +5,11 @@ on each task it runs. While the task runs, a watch renews the lease every third 
 length and looks for a cancel request from another process; a task whose lease ran out (its
 process died, or stalled past it) may be taken over by another kernel, and the watch of the
 old owner then stops its run without writing anything more for it.
+
+A lease is the only proof of life across machines, but on one machine a dead owner can be
+told at once: its owner string names the host, the PID namespace and the process, and a
+process that no longer exists is not running anything (``owner_is_dead``). So a desktop app
+restarted after a crash takes its tasks back without waiting for their leases to run out.
 """
 
 from __future__ import annotations
@@ -21,9 +26,38 @@ import anyio
 from core_agent.contracts.task_store import ITaskStore
 
 
+def _machine() -> str:
+    """This host, and the PID namespace on Linux (containers on one host share a hostname)."""
+    try:
+        return f"{socket.gethostname()}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return socket.gethostname()
+
+
 def new_owner() -> str:
-    """An owner string that tells which kernel, where, runs a task."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    """An owner string that tells which kernel, where, runs a task: ``machine:pid:random``."""
+    return f"{_machine()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """Whether ``owner`` is a kernel of a process on this machine that no longer exists.
+
+    ``False`` when it cannot be known here (another machine or namespace, an owner string of
+    another form, a process that exists or that we may not signal): the lease decides then.
+    """
+    parts = owner.rsplit(":", 2)
+    if len(parts) != 3 or parts[0] != _machine() or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid() or pid <= 1:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def lease_until(lease_s: float) -> datetime:

@@ -20,11 +20,12 @@ from typing import Any
 
 from core_agent.contracts.checkpoint_store import C, Checkpoint, ICheckpointStore
 from core_agent.contracts.memory_store import IMemoryStore, MemoryItem, MemoryScope
-from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore
 from core_agent.contracts.tool_call_ledger import IToolCallLedger, LedgerEntry, LedgerStatus
 from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.safety.redaction import Redactor
 from shared.agent_protocol import (
+    ApprovalRequest,
     ChatMessage,
     TaskEvent,
     TaskState,
@@ -129,6 +130,32 @@ class RedactingTaskStore(ITaskStore):
     async def cancel_requests(self, task_ids: Sequence[str]) -> dict[str, str]:
         """See ``ITaskStore.cancel_requests``."""
         return await self._inner.cancel_requests(task_ids)
+
+    async def pending_approvals(self, *, limit: int = 1000) -> list[ApprovalRequest]:
+        """See ``ITaskStore.pending_approvals``."""
+        return await self._inner.pending_approvals(limit=limit)
+
+    async def approval(self, request_id: str) -> ApprovalRecord | None:
+        """See ``ITaskStore.approval``."""
+        return await self._inner.approval(request_id)
+
+    async def decide_approval(
+        self,
+        resolved: TaskEvent,
+        *,
+        then: TaskStatus,
+        owner: str | None = None,
+        lease_until: datetime | None = None,
+        error: str | None = None,
+    ) -> ApprovalDecided | None:
+        """See ``ITaskStore.decide_approval``; the decision's reason is redacted."""
+        return await self._inner.decide_approval(
+            self._redactor.model(resolved),
+            then=then,
+            owner=owner,
+            lease_until=lease_until,
+            error=self._redactor.text(error) if error is not None else None,
+        )
 
     async def close(self) -> None:
         """See ``ITaskStore.close``."""

@@ -179,6 +179,37 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX agent_tool_calls_by_task ON agent_tool_calls(task_id, started_at);
     """,
+    # 6: approval requests as rows (kept with the events that record them), so pending ones
+    # are one query and a decision is taken once; filled from the existing event logs.
+    """
+    CREATE TABLE agent_approvals (
+        request_id    TEXT PRIMARY KEY,
+        task_id       TEXT NOT NULL,
+        status        TEXT NOT NULL CHECK (status IN ('pending','approved','denied')),
+        request_json  TEXT NOT NULL,
+        decision_json TEXT,
+        created_at    TEXT NOT NULL,
+        decided_at    TEXT
+    );
+    CREATE INDEX agent_approvals_by_status ON agent_approvals(status, created_at);
+    CREATE INDEX agent_approvals_by_task ON agent_approvals(task_id, status);
+    INSERT OR IGNORE INTO agent_approvals (request_id, task_id, status, request_json, created_at)
+        SELECT json_extract(payload_json, '$.request.request_id'), task_id, 'pending',
+               json_extract(payload_json, '$.request'), occurred_at
+        FROM agent_task_events
+        WHERE event_type = 'approval.requested' AND json_valid(payload_json)
+              AND json_extract(payload_json, '$.request.request_id') IS NOT NULL
+        ORDER BY task_id, seq;
+    UPDATE agent_approvals
+        SET status = CASE WHEN decided.approved THEN 'approved' ELSE 'denied' END,
+            decision_json = decided.decision, decided_at = decided.occurred_at
+        FROM (SELECT json_extract(payload_json, '$.decision.request_id') AS request_id,
+                     json_extract(payload_json, '$.decision.approved') AS approved,
+                     json_extract(payload_json, '$.decision') AS decision, occurred_at
+              FROM agent_task_events
+              WHERE event_type = 'approval.resolved' AND json_valid(payload_json)) AS decided
+        WHERE agent_approvals.request_id = decided.request_id
+    """,
 )
 
 

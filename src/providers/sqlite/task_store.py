@@ -1,9 +1,15 @@
-"""``ITaskStore`` on SQLite: sessions, tasks and their event log in one database."""
+"""``ITaskStore`` on SQLite: sessions, tasks and their event log in one database.
+
+Approval requests are also rows of ``agent_approvals``, written with the events that record
+them (``approval.requested`` adds a pending row, ``approval.resolved`` decides it), so pending
+requests are one query and a decision is taken at most once.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -15,13 +21,18 @@ from pydantic import TypeAdapter, ValidationError
 from core_agent.contracts.errors import (
     CorruptStateError,
     InvalidTransitionError,
+    TaskHeldError,
     TaskNotFoundError,
 )
 from core_agent.contracts.settings import AgentSettings
-from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore
 from providers.sqlite.database import SqliteDatabase, transaction
 from shared.agent_protocol import (
     AgentEvent,
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRequested,
+    ApprovalResolved,
     TaskEvent,
     TaskRequest,
     TaskState,
@@ -37,6 +48,10 @@ _TASK_COLUMNS = (
     "cancel_requested"
 )
 _ACTIVE = ("queued", "running")
+_HELD = ("queued", "running", "waiting_approval")
+"""Statuses in which a task keeps its owner (a host asking its approver holds its task)."""
+
+log = logging.getLogger(__name__)
 
 
 def _iso(moment: datetime) -> str:
@@ -104,6 +119,36 @@ def _insert_event(conn: sqlite3.Connection, event: TaskEvent) -> None:
     )
     if event.kind == "task.tainted":
         conn.execute("UPDATE agent_tasks SET tainted = 1 WHERE id = ?", (event.task_id,))
+    elif isinstance(event, ApprovalRequested):
+        conn.execute(
+            "INSERT OR IGNORE INTO agent_approvals"
+            " (request_id, task_id, status, request_json, created_at)"
+            " VALUES (?, ?, 'pending', ?, ?)",
+            (
+                event.request.request_id,
+                event.task_id,
+                event.request.model_dump_json(),
+                _iso(event.request.created_at),
+            ),
+        )
+    elif isinstance(event, ApprovalResolved):
+        _mark_decided(conn, event)
+
+
+def _mark_decided(conn: sqlite3.Connection, event: ApprovalResolved) -> bool:
+    """Decide the request's row if it is still pending; whether it was."""
+    decision = event.decision
+    cursor = conn.execute(
+        "UPDATE agent_approvals SET status = ?, decision_json = ?, decided_at = ?"
+        " WHERE request_id = ? AND status = 'pending'",
+        (
+            "approved" if decision.approved else "denied",
+            decision.model_dump_json(),
+            _iso(event.occurred_at),
+            decision.request_id,
+        ),
+    )
+    return cursor.rowcount > 0
 
 
 class SqliteTaskStore(ITaskStore):
@@ -234,7 +279,9 @@ class SqliteTaskStore(ITaskStore):
                     (
                         to_status.value,
                         now,
-                        *(to_status.value not in _ACTIVE,) * 3,
+                        to_status.value not in _HELD,
+                        to_status.value not in _HELD,
+                        to_status.value not in _ACTIVE,
                         strategy,
                         json.dumps(output) if output is not None else None,
                         error,
@@ -373,6 +420,121 @@ class SqliteTaskStore(ITaskStore):
             ).fetchall()
 
         return dict(await self._db.run(read))
+
+    async def pending_approvals(self, *, limit: int = 1000) -> list[ApprovalRequest]:
+        """One indexed query; a row that cannot be read is skipped (and logged)."""
+
+        def read(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+            return conn.execute(
+                "SELECT request_id, task_id, request_json FROM agent_approvals"
+                " WHERE status = 'pending' ORDER BY created_at, rowid LIMIT ?",
+                (max(1, limit),),
+            ).fetchall()
+
+        pending = []
+        for request_id, task_id, raw in await self._db.run(read):
+            try:
+                pending.append(ApprovalRequest.model_validate_json(raw))
+            except ValidationError as exc:
+                log.warning(
+                    "approval request %s of task %s is unreadable: %s", request_id, task_id, exc
+                )
+        return pending
+
+    async def approval(self, request_id: str) -> ApprovalRecord | None:
+        """The row of ``request_id``."""
+
+        def read(conn: sqlite3.Connection) -> tuple[str, str, str | None] | None:
+            row = conn.execute(
+                "SELECT task_id, request_json, decision_json FROM agent_approvals"
+                " WHERE request_id = ?",
+                (request_id,),
+            ).fetchone()
+            return tuple(row) if row is not None else None
+
+        row = await self._db.run(read)
+        if row is None:
+            return None
+        task_id, request_json, decision_json = row
+        try:
+            return ApprovalRecord(
+                ApprovalRequest.model_validate_json(request_json),
+                ApprovalDecision.model_validate_json(decision_json) if decision_json else None,
+            )
+        except ValidationError as exc:
+            raise CorruptStateError(
+                task_id, f"approval request {request_id} cannot be read: {exc}"
+            ) from exc
+
+    async def decide_approval(
+        self,
+        resolved: TaskEvent,
+        *,
+        then: TaskStatus,
+        owner: str | None = None,
+        lease_until: datetime | None = None,
+        error: str | None = None,
+    ) -> ApprovalDecided | None:
+        """See ``ITaskStore.decide_approval``: one ``BEGIN IMMEDIATE`` transaction."""
+        if not isinstance(resolved, ApprovalResolved):
+            raise TypeError("decide_approval records approval.resolved events")
+        now = datetime.now(UTC)
+
+        def write(conn: sqlite3.Connection) -> ApprovalDecided | None:
+            with transaction(conn):
+                row = conn.execute(
+                    "SELECT status, owner, lease_expires_at FROM agent_tasks WHERE id = ?",
+                    (resolved.task_id,),
+                ).fetchone()
+                if row is None:
+                    raise TaskNotFoundError(resolved.task_id)
+                status, holder, lease = row
+                if status != TaskStatus.WAITING_APPROVAL.value:
+                    raise InvalidTransitionError(resolved.task_id, status, then.value)
+                if holder not in (None, owner) and lease is not None and lease > _iso(now):
+                    raise TaskHeldError(resolved.task_id, holder, "it asks its own approver")
+                (last,) = conn.execute(
+                    "SELECT COALESCE(MAX(seq), 0) FROM agent_task_events WHERE task_id = ?",
+                    (resolved.task_id,),
+                ).fetchone()
+                stored = resolved.model_copy(update={"seq": last + 1})
+                if not _mark_decided(conn, stored):
+                    return None
+                conn.execute(
+                    "INSERT INTO agent_task_events"
+                    " (id, task_id, seq, event_type, payload_json, occurred_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        stored.event_id,
+                        stored.task_id,
+                        stored.seq,
+                        stored.kind,
+                        stored.model_dump_json(),
+                        _iso(stored.occurred_at),
+                    ),
+                )
+                (still_open,) = conn.execute(
+                    "SELECT COUNT(*) FROM agent_approvals WHERE task_id = ? AND status = 'pending'",
+                    (resolved.task_id,),
+                ).fetchone()
+                if still_open == 0:
+                    running = then is TaskStatus.RUNNING
+                    conn.execute(
+                        "UPDATE agent_tasks SET status = ?, updated_at = ?,"
+                        " error_text = COALESCE(?, error_text), owner = ?, lease_expires_at = ?,"
+                        " cancel_requested = NULL WHERE id = ?",
+                        (
+                            then.value,
+                            _iso(now),
+                            error,
+                            owner if running else None,
+                            _iso(lease_until) if running and lease_until else None,
+                            resolved.task_id,
+                        ),
+                    )
+                return ApprovalDecided(stored, still_open)
+
+        return await self._db.run(write)
 
     async def close(self) -> None:
         """Close the database connection."""
