@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         ApprovalRequest,
         TaskCanceled,
         TaskFailed,
+        TaskResult,
         TaskSucceeded,
     )
 
@@ -86,6 +87,20 @@ def _parser() -> argparse.ArgumentParser:
     answer.add_argument("--approve", action="store_true", help="resume the task")
     answer.add_argument("--deny", action="store_true", help="end the task as failed")
     resolve.add_argument("--reason", default="", help="guidance for the task, or why not")
+
+    resume = commands.add_parser(
+        "resume", help="carry on a task whose process died, from its last checkpoint"
+    )
+    resume.add_argument("task_id")
+    cancel = commands.add_parser(
+        "cancel", help="cancel a task (a live process running it is asked to stop it)"
+    )
+    cancel.add_argument("task_id")
+    cancel.add_argument("--reason", default="canceled from the command line")
+    recover = commands.add_parser("recover", help="resume (or fail) every task whose process died")
+    recover.add_argument(
+        "--fail", action="store_true", help="end them as failed instead of resuming them"
+    )
 
     commands.add_parser("schema", help="print the JSON Schema of the protocol messages")
     _add_knowledge_commands(commands)
@@ -162,6 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             "approvals": _approvals,
             "audit": _audit,
             "resolve": _resolve,
+            "resume": _resume,
+            "cancel": _cancel,
+            "recover": _recover,
             "ingest": _knowledge("ingest"),
             "search": _knowledge("search"),
             "keywords": _knowledge("keywords"),
@@ -263,11 +281,16 @@ async def _route(args: argparse.Namespace) -> int:
 
 
 def _kernel() -> tuple[AgentKernel, Any]:
+    """The configured kernel, without background recovery.
+
+    A command is a short-lived process: orphaned tasks are taken over by ``recover`` and
+    ``resume``, or by a long-lived host, not by whatever command happens to run next.
+    """
     from core_agent.container import create_kernel
     from core_agent.contracts.settings import AgentSettings
 
     settings = AgentSettings()
-    return create_kernel(settings), settings
+    return create_kernel(settings.model_copy(update={"recovery": "off"})), settings
 
 
 async def _run(args: argparse.Namespace) -> int:
@@ -512,6 +535,65 @@ async def _resolve(args: argparse.Namespace) -> int:
         print(printable(result.output))
     print(f"status: {result.status.value}  task: {result.task_id}", file=sys.stderr)
     return EXIT_OK if result.status is TaskStatus.SUCCEEDED else EXIT_FAILED
+
+
+def _print_result(result: TaskResult) -> int:
+    from core_agent.safety.terminal_text import printable
+    from shared.agent_protocol import TaskStatus
+
+    if result.output:
+        print(printable(result.output))
+    line = f"status: {result.status.value}  task: {result.task_id}"
+    if result.error and result.status is not TaskStatus.SUCCEEDED:
+        line += f"  ({printable(result.error, newlines=False)})"
+    print(line, file=sys.stderr)
+    if result.status is TaskStatus.WAITING_APPROVAL:
+        print(
+            f"answer with: core-agent resolve {result.pending_approval} --approve|--deny",
+            file=sys.stderr,
+        )
+        return EXIT_WAITING
+    return EXIT_OK if result.status is TaskStatus.SUCCEEDED else EXIT_FAILED
+
+
+async def _resume(args: argparse.Namespace) -> int:
+    kernel, _ = _kernel()
+    async with kernel:
+        result = await kernel.resume(args.task_id)
+    return _print_result(result)
+
+
+async def _cancel(args: argparse.Namespace) -> int:
+    from shared.agent_protocol import TaskStatus
+
+    kernel, _ = _kernel()
+    async with kernel:
+        await kernel.cancel_task(args.task_id, args.reason)
+        state = await kernel.get_task(args.task_id)
+    if state.status is TaskStatus.CANCELED:
+        print(f"task {args.task_id} canceled")
+    else:
+        print(
+            f"task {args.task_id} runs in {state.owner}: asked it to cancel; it stops within "
+            "AGENT_CANCEL_CHECK_S"
+        )
+    return EXIT_OK
+
+
+async def _recover(args: argparse.Namespace) -> int:
+    kernel, _ = _kernel()
+    async with kernel:
+        results = await kernel.recover("fail" if args.fail else "resume")
+    if not results:
+        print("No task was left by a process that died.")
+    for result in results:
+        line = f"{result.task_id}  {result.status.value}"
+        if result.error:
+            from core_agent.safety.terminal_text import printable
+
+            line += f"  {printable(result.error, newlines=False)[:120]}"
+        print(line)
+    return EXIT_OK
 
 
 async def _tasks(args: argparse.Namespace) -> int:

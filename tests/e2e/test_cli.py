@@ -276,3 +276,45 @@ def test_untrusted_text_reaches_the_terminal_escaped(tmp_path) -> None:
         assert "\x1b" not in stream and "\x07" not in stream and "\u202e" not in stream
     assert "before\\x1b[2J\\x1b]0;pwned\\x07\\u202eafter" in result.stdout
     assert "\\x1b[2J" in result.stderr  # the tool's output, shown on stderr
+
+
+def test_recover_resume_and_cancel_on_the_command_line(tmp_path) -> None:
+    # A host that kills itself mid-task (SIGKILL, right after a tool's effect) leaves it running.
+    data = tmp_path / "data"
+    data.mkdir()
+    config = {
+        "data_dir": str(data),
+        "effects": str(tmp_path / "effects.txt"),
+        "tasks": 2,
+        "steps": 3,
+        "strategy": "react",
+        "crash_at": "r2",
+        "dedupe": True,
+    }
+    tests_dir = Path(__file__).parents[1]
+    host = subprocess.run(
+        [sys.executable, "-m", "support.crash_host", json.dumps(config)],
+        env={**os.environ, "PYTHONPATH": str(tests_dir)},
+        cwd=tests_dir,
+        timeout=120,
+        check=False,
+    )
+    assert host.returncode == -9
+    running = json.loads(run("tasks", "--json", data_dir=data).stdout)
+    assert {t["status"] for t in running} <= {"running", "queued"} and running
+    first, *others = [t["task_id"] for t in running]
+
+    # The owner is a dead process of this machine: its tasks are free at once (no lease wait).
+    canceled = run("cancel", first, "--reason", "not needed", data_dir=data)
+    assert canceled.returncode == 0 and f"task {first} canceled" in canceled.stdout
+    again = run("resume", first, data_dir=data)
+    assert again.returncode == 2 and "already ended (canceled)" in again.stderr
+
+    recovered = run("recover", "--fail", data_dir=data)
+    assert recovered.returncode == 0, recovered.stderr
+    for task_id in others:
+        assert f"{task_id}  failed" in recovered.stdout
+    listed = {t["task_id"]: t for t in json.loads(run("tasks", "--json", data_dir=data).stdout)}
+    assert listed[first]["status"] == "canceled"
+    assert all(listed[t]["status"] == "failed" for t in others)
+    assert run("recover", data_dir=data).stdout.startswith("No task was left")

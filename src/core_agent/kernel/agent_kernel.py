@@ -11,7 +11,7 @@ import math
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, TypeVar, overload
+from typing import Any, Literal, Protocol, TypeVar, overload
 
 import anyio
 import anyio.abc
@@ -192,6 +192,7 @@ class AgentKernel:
         """This kernel's name on the tasks it runs (see ``TaskState.owner``)."""
         self._background: anyio.abc.TaskGroup | None = None
         self._background_host: int | None = None
+        self._closing = False
         self._background_done: anyio.Event | None = None
         if sandbox is not None and sandbox.confinement == "unconfined":
             log.warning(
@@ -250,6 +251,8 @@ class AgentKernel:
         background, self._background = self._background, None
         if background is None:
             return
+        # Tasks it was recovering are left to be recovered again, not ended as canceled.
+        self._closing = True
         background.cancel_scope.cancel()
         if anyio.get_current_task().id == self._background_host:
             await background.__aexit__(None, None, None)
@@ -441,15 +444,18 @@ class AgentKernel:
         await events(TaskResumed, reason="taken over after its process stopped", owner=self.owner)
         return await self._drive(state, executor, context, events)
 
-    async def recover(self) -> list[TaskResult]:
-        """Resume, or fail, every task whose process died (``AGENT_RECOVERY``).
+    async def recover(self, how: Literal["resume", "fail"] | None = None) -> list[TaskResult]:
+        """Resume, or fail, every task whose process died (``how``, else ``AGENT_RECOVERY``).
 
-        Tasks that are ``queued`` or ``running`` with no live lease are taken over one batch
-        at a time, up to four at once. With ``fail`` each ends ``failed`` with the reason;
-        with ``resume`` each runs to its end here (``resume``). A task another kernel takes
-        first is left to it. Returns the results, in the order the tasks ended.
+        Tasks that are ``queued`` or ``running`` with no live lease (or whose owner is a
+        process of this machine that died) are taken over one batch at a time, up to four at
+        once. With ``fail`` each ends ``failed`` with the reason; with ``resume`` each runs to
+        its end here (``resume``). A task another kernel takes first is left to it, and a task
+        whose stored state is damaged is logged and left. Returns the results, in the order
+        the tasks ended.
         """
-        if self._recovery == "off":
+        mode = how or self._recovery
+        if mode == "off":
             return []
         results: list[TaskResult] = []
         tried: set[str] = set()
@@ -462,7 +468,7 @@ class AgentKernel:
         async def take(state: TaskState) -> None:
             async with limiter:
                 try:
-                    if self._recovery == "fail":
+                    if mode == "fail":
                         result = await self._fail_orphan(state)
                     else:
                         result = await self.resume(state.task_id)
@@ -856,7 +862,11 @@ class AgentKernel:
             return await self._finish_failed(state, context, events, exc)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                await self._finish_canceled(state, context, events, "the caller was canceled")
+                if self._closing:
+                    # The kernel is closing: the task is not over, it is left for recovery.
+                    await self._task_store.release_lease(state.task_id, owner=self.owner)
+                else:
+                    await self._finish_canceled(state, context, events, "the caller was canceled")
             raise
         except Exception as exc:
             # A bug, not a run failure: still record it so nothing is left "running".
