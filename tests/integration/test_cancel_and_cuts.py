@@ -1,0 +1,117 @@
+"""Cancel and time limits stop work: across processes, and for tools that cannot be interrupted.
+
+Two kernels on one SQLite database stand for two processes: the cancel travels through the
+database only (a request on the task's row that the owner's watch sees).
+"""
+
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from core_agent.container import KernelContainer
+from core_agent.contracts.tool import ToolContext
+from core_agent.tooling.function_tool import FunctionTool
+from core_agent.tooling.registry import ToolRegistry
+from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from providers.sqlite.tool_call_ledger import SqliteToolCallLedger
+from shared.agent_protocol import TaskRequest, TaskStatus
+
+pytestmark = pytest.mark.anyio
+
+
+def kernel_on(data_dir: Path, tools: list[FunctionTool], turns: list[ScriptedTurn]):  # type: ignore[no-untyped-def]
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={
+                "data_dir": data_dir,
+                "workspace_roots": (data_dir,),
+                "cancel_check_s": 0.05,
+                "task_lease_s": 3.0,
+                "recovery": "off",
+            }
+        )
+    )
+    container.llm_gateway.override(ScriptedLLMGateway(turns))
+    container.tool_registry.override(ToolRegistry(tools))
+    return container.kernel()
+
+
+def call(name: str, **arguments: object) -> ScriptedTurn:
+    return ScriptedTurn(tool_calls=[ScriptedToolCall(name=name, arguments=arguments)])
+
+
+async def test_a_cancel_from_another_process_ends_the_task_once_and_the_host_gets_a_result(
+    tmp_path: Path,
+) -> None:
+    started = anyio.Event()
+
+    async def wait_forever() -> str:
+        """Wait for something that never comes."""
+        started.set()
+        await anyio.sleep(3600)
+        return "never"
+
+    host = kernel_on(tmp_path, [FunctionTool(wait_forever)], [call("wait_forever")])
+    other = kernel_on(tmp_path, [], [])
+    async with host, other:
+        results = []
+
+        async def run() -> None:
+            results.append(await host.execute_task(TaskRequest(task="wait", force_mode="react")))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await started.wait()
+            (running,) = await other.list_tasks(status=TaskStatus.RUNNING)
+            assert running.owner == host.owner
+            await other.cancel_task(running.task_id, "the user closed the window")
+            # Only asked: the owner carries it out.
+            assert (await other.get_task(running.task_id)).status is TaskStatus.RUNNING
+        (result,) = results
+        assert result.status is TaskStatus.CANCELED
+        assert result.error == "the user closed the window"
+        events = await other.task_events(result.task_id)
+        assert [e.kind for e in events].count("task.canceled") == 1
+        stored = await other.get_task(result.task_id)
+        assert stored.status is TaskStatus.CANCELED and stored.owner is None
+
+
+async def test_a_sync_tool_cut_by_its_time_limit_is_waited_for_and_its_effect_recorded(
+    tmp_path: Path,
+) -> None:
+    effects = tmp_path / "effects.txt"
+
+    def slow_write(text: str, context: ToolContext) -> str:
+        """Write a line, slowly.
+
+        Args:
+            text: The line.
+        """
+        time.sleep(0.8)
+        effects.write_text(text)
+        return f"wrote {text}"
+
+    tool = FunctionTool(slow_write, timeout_s=0.2)
+    kernel = kernel_on(
+        tmp_path, [tool], [call("slow_write", text="hello"), ScriptedTurn(content="done")]
+    )
+    async with kernel:
+        result = await kernel.execute_task(TaskRequest(task="write", force_mode="react"))
+        events = await kernel.task_events(result.task_id)
+    assert result.status is TaskStatus.SUCCEEDED
+    (completed,) = [e for e in events if e.kind == "tool.completed"]
+    # Not reported while it ran: when the model heard of the time limit, the write had landed
+    # and the model was told so.
+    assert completed.result.error_type == "ToolTimeoutError"
+    assert "later at most: wrote hello" in completed.result.content
+    assert effects.read_text() == "hello"
+    ledger = SqliteToolCallLedger(tmp_path / "core_agent.db")
+    try:
+        (entry,) = await ledger.entries(result.task_id)
+    finally:
+        await ledger.close()
+    assert entry.status == "timed_out"
+    assert "wrote hello" in (entry.note or "")
