@@ -6,6 +6,10 @@ A denied call is refused. A call at or above the approval threshold, or one the 
 vouch for, runs only with a human's approval (or a standing grant from an earlier scoped
 decision), and only if its arguments still hash to what the human was shown. The gate returns
 the call's permit: what the sandbox lets it do (an approved call may write the workspace).
+
+``confirm_rerun`` asks the same human about a call found in the tool-call ledger without a
+result after a crash (rule ``ledger:uncertain``): the request shows the call and says it may
+or may not have happened, and the call runs again only if approved.
 """
 
 from __future__ import annotations
