@@ -31,15 +31,6 @@ def summary(samples_ms: Sequence[float]) -> dict[str, float]:
     }
 
 
-DURABLE_STORES = {
-    "task_store": "sqlite",
-    "trace_store": "sqlite",
-    "checkpoint_store": "sqlite",
-    "tool_call_ledger": "sqlite",
-}
-"""The stores a durable kernel runs with (also the defaults), set explicitly so that an
-``AGENT_*`` variable in the environment cannot turn checkpoints or the ledger off."""
-
 STORES_NOTE = (
     "SQLite task, trace and checkpoint stores and tool-call ledger on "
     "(AGENT_CHECKPOINT_STORE=sqlite, AGENT_TOOL_CALL_LEDGER=sqlite)"
@@ -47,8 +38,19 @@ STORES_NOTE = (
 
 
 def durable_settings(data_dir: Path, **fields: Any) -> AgentSettings:
-    """Settings with every durable store on SQLite in ``data_dir``, plus ``fields``."""
-    return AgentSettings(data_dir=data_dir, **DURABLE_STORES, **fields)
+    """Settings with every durable store on SQLite in ``data_dir``, plus ``fields``.
+
+    The stores are the defaults, set explicitly so that an ``AGENT_*`` variable in the
+    environment cannot turn checkpoints or the ledger off.
+    """
+    return AgentSettings(
+        data_dir=data_dir,
+        task_store="sqlite",
+        trace_store="sqlite",
+        checkpoint_store="sqlite",
+        tool_call_ledger="sqlite",
+        **fields,
+    )
 
 
 async def check_tool_steps(
