@@ -11,3 +11,8 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.injection_eval
 "$PY" -m benchmarks.startup
 "$PY" -m benchmarks.retrieval
+"$PY" -m benchmarks.tasks_in_flight
+"$PY" -m benchmarks.resume_latency
+"$PY" -m benchmarks.list_tasks_scaling
+"$PY" -m benchmarks.wal_growth
+"$PY" -m benchmarks.crash_recovery

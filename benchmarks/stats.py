@@ -14,6 +14,9 @@ from typing import Any
 
 import anyio
 
+from core_agent.contracts.settings import AgentSettings
+from core_agent.contracts.tool_call_ledger import IToolCallLedger
+
 
 def summary(samples_ms: Sequence[float]) -> dict[str, float]:
     """p50, p95, p99, mean and count of samples in milliseconds."""
@@ -28,10 +31,77 @@ def summary(samples_ms: Sequence[float]) -> dict[str, float]:
     }
 
 
+STORES_NOTE = (
+    "SQLite task, trace and checkpoint stores and tool-call ledger on "
+    "(AGENT_CHECKPOINT_STORE=sqlite, AGENT_TOOL_CALL_LEDGER=sqlite)"
+)
+
+
+def durable_settings(data_dir: Path, **fields: Any) -> AgentSettings:
+    """Settings with every durable store on SQLite in ``data_dir``, plus ``fields``.
+
+    The stores are the defaults, set explicitly so that an ``AGENT_*`` variable in the
+    environment cannot turn checkpoints or the ledger off.
+    """
+    return AgentSettings(
+        data_dir=data_dir,
+        task_store="sqlite",
+        trace_store="sqlite",
+        checkpoint_store="sqlite",
+        tool_call_ledger="sqlite",
+        **fields,
+    )
+
+
+async def check_tool_steps(
+    kernel: Any,
+    task_id: str,
+    expected: int,
+    *,
+    ledger: IToolCallLedger | None = None,
+    contents: Sequence[str] | None = None,
+) -> None:
+    """Assert the task really ran ``expected`` tool calls, each a success.
+
+    From its events: exactly ``expected`` ``tool.completed``, none an error (a refused repeat,
+    a loop detected, a policy denial, a tool error), with ``contents`` in that order when
+    given. With ``ledger``: as many ledger rows, all ``finished``.
+    """
+    completed = [e for e in await kernel.task_events(task_id) if e.kind == "tool.completed"]
+    failures = [
+        (e.result.name, e.result.error_type, e.result.content[:120])
+        for e in completed
+        if e.result.is_error
+    ]
+    assert not failures, f"task {task_id}: tool calls that did not do their work: {failures}"
+    assert len(completed) == expected, (
+        f"task {task_id}: {len(completed)} tool.completed events, expected {expected}"
+    )
+    if contents is not None:
+        got = [e.result.content for e in completed]
+        assert got == list(contents), f"task {task_id}: tool results {got[:5]}..."
+    if ledger is not None:
+        entries = await ledger.entries(task_id)
+        unfinished = [(e.tool, e.status) for e in entries if e.status != "finished"]
+        assert len(entries) == expected, f"task {task_id}: {len(entries)} ledger rows"
+        assert not unfinished, f"task {task_id}: ledger rows not finished: {unfinished}"
+
+
+Verify = Callable[[Any, Any], Awaitable[None]]
+"""Checks one finished task: ``verify(kernel, result)``, raising ``AssertionError``."""
+
+
 async def intervals_between(
-    kernel: Any, event_type: type[Any], request: Any, tasks: int
+    kernel: Any,
+    event_type: type[Any],
+    request: Any,
+    tasks: int,
+    verify: Verify | None = None,
 ) -> list[float]:
-    """Run ``request`` ``tasks`` times; milliseconds between consecutive ``event_type`` events."""
+    """Run ``request`` ``tasks`` times; milliseconds between consecutive ``event_type`` events.
+
+    ``verify`` checks each task after it ended (outside the timed intervals).
+    """
     marks: list[float] = []
     kernel.event_bus.subscribe(event_type, lambda _event: marks.append(time.perf_counter()))
     samples: list[float] = []
@@ -41,6 +111,8 @@ async def intervals_between(
             result = await kernel.execute_task(request)
             assert result.status.value == "succeeded", result.error
             samples.extend((b - a) * 1000.0 for a, b in itertools.pairwise(marks))
+            if verify is not None:
+                await verify(kernel, result)
     return samples
 
 
@@ -52,6 +124,7 @@ def run_step_benchmark(
     doc: str | None,
     default_tasks: int,
     target_p95_ms: float = 2.0,
+    note: str | None = None,
 ) -> None:
     """Parse ``--tasks``/``--steps``, warm up, measure, print JSON and a sentence."""
     parser = argparse.ArgumentParser(description=doc)
@@ -63,6 +136,8 @@ def run_step_benchmark(
         samples = anyio.run(measure, args.tasks, args.steps, Path(tmp))
     stats = summary(samples)
     print(json.dumps({"benchmark": name, **stats, "target_p95_ms": target_p95_ms}))
+    if note:
+        print(note)
     verdict = "meets" if stats["p95_ms"] < target_p95_ms else "MISSES"
     print(
         f"{label} over {int(stats['n'])} steps: p50 {stats['p50_ms']:.3f} ms, "

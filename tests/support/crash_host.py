@@ -4,9 +4,11 @@
 
 The config names the data directory, the effects file, how many tasks and steps, the
 strategy, and optionally a step at which the tool kills its own process (SIGKILL) right
-after its effect (a deterministic crash inside a tool). The model is scripted (``policy``):
-a ReAct task records ``steps`` effects, one per turn, then answers; a plan-and-execute task
-plans two steps (``a``, then ``b``) that record ``steps`` effects between them.
+after its effect (a deterministic crash inside a tool), and a time the tool goes on working
+after each effect (``effect_delay_s``, so that a kill may land inside it). The model is
+scripted (``policy``): a ReAct task records ``steps`` effects, one per turn, then answers; a
+plan-and-execute task plans two steps (``a``, then ``b``) that record ``steps`` effects
+between them.
 
 The effect tool appends ``task step key`` to the effects file. With ``dedupe`` it first
 looks for its idempotency key there (as a service that deduplicates requests would) and is
@@ -108,7 +110,10 @@ def kernel_for(config: dict[str, Any]):  # type: ignore[no-untyped-def]
         ToolRegistry(
             [
                 effect_tool(
-                    Path(config["effects"]), config.get("dedupe", True), config.get("crash_at")
+                    Path(config["effects"]),
+                    config.get("dedupe", True),
+                    config.get("crash_at"),
+                    config.get("effect_delay_s", 0.0),
                 )
             ]
         )
