@@ -14,6 +14,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
+import anyio
 import pytest
 
 from shared.agent_protocol import ApprovalDecision, TaskStatus
@@ -80,3 +81,32 @@ async def test_hosts_killed_at_random_moments_lose_and_repeat_nothing(tmp_path: 
     assert not problems, problems
     # The kills landed while tasks ran (else there was nothing to recover).
     assert sum(1 for r in report if r.caught) >= ITERATIONS // 2, report
+
+
+async def test_a_kernel_closed_while_recovering_leaves_the_task_for_the_next_one(
+    tmp_path: Path,
+) -> None:
+    from support.crash_host import kernel_for
+
+    config = config_in(tmp_path, crash_at="r1", dedupe=True, steps=4)
+    host = start_host(config)
+    assert host.wait(timeout=60) == -9
+    # A kernel recovers in the background and is closed mid-task (its tool takes a while).
+    slow = {**config, "recovery": "resume", "crash_at": None, "effect_delay_s": 0.3}
+    async with kernel_for(slow) as kernel:
+        with anyio.fail_after(30):
+            # The effects file is written by the tool: nothing to wait on but the file.
+            while len(effects(Path(config["effects"]))) < 2:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        (task,) = await kernel.list_tasks(limit=10)
+    assert task.status is TaskStatus.RUNNING
+
+    kernel, (after,) = await recover_all(config)
+    try:
+        assert after.status is TaskStatus.SUCCEEDED, after.error
+        kinds = [e.kind for e in await kernel.task_events(after.task_id)]
+        assert "task.canceled" not in kinds and kinds.count("task.resumed") == 2
+        recorded = Counter(step for _, step in effects(Path(config["effects"])))
+        assert recorded == Counter({"r1": 1, "r2": 1, "r3": 1, "r4": 1})
+    finally:
+        await kernel.aclose()
