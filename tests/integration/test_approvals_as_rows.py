@@ -178,3 +178,15 @@ async def test_requests_recorded_before_the_table_existed_are_carried_over(tmp_p
             await kernel.resolve_approval(
                 requests[0], ApprovalDecision(request_id=requests[0], approved=True)
             )
+
+
+async def test_requests_of_a_task_that_ended_while_waiting_are_not_listed(tmp_path) -> None:
+    settings, _ = two_secret_reads(tmp_path, "ended")
+    task_id, requests = await waiting_task(settings)
+    async with create_kernel(settings) as kernel:
+        await kernel.cancel_task(task_id, "not needed any more")
+        assert not [r for r in await kernel.pending_approvals() if r.task_id == task_id]
+        with pytest.raises(UsageError, match="canceled"):
+            await kernel.resolve_approval(
+                requests[0], ApprovalDecision(request_id=requests[0], approved=True)
+            )

@@ -1167,12 +1167,18 @@ class _HumanApprovals:
         async with self._lock:
             self._waiting += 1
             if self._waiting == 1:
-                await kernel._move(
-                    state,
-                    TaskStatus.RUNNING,
-                    TaskStatus.WAITING_APPROVAL,
-                    self._events.make(TaskWaitingApproval, request_id=request.request_id),
-                )
+                try:
+                    await kernel._move(
+                        state,
+                        TaskStatus.RUNNING,
+                        TaskStatus.WAITING_APPROVAL,
+                        self._events.make(TaskWaitingApproval, request_id=request.request_id),
+                    )
+                except InvalidTransitionError as exc:
+                    # Still waiting: a parallel call's decision came while this request
+                    # was being recorded, so the task was never moved back.
+                    if exc.current != TaskStatus.WAITING_APPROVAL.value:
+                        raise
         decision = denial(request, "the wait was interrupted")
         decided: ApprovalDecided | None = None
         try:
@@ -1182,7 +1188,10 @@ class _HumanApprovals:
             with anyio.CancelScope(shield=True):
                 async with self._lock:
                     self._waiting -= 1
-                    decided = await self._record(decision)
+                    # A closing kernel records no answer nobody gave: the request stays
+                    # open for a human, and the task is left for recovery once answered.
+                    if not kernel._closing:
+                        decided = await self._record(decision)
         if decided is None:
             # Decided elsewhere (the task was taken over, or ended): this run must not act on
             # its own answer.

@@ -20,6 +20,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import anyio
 
@@ -27,9 +28,14 @@ from core_agent.contracts.task_store import ITaskStore
 
 
 def _machine() -> str:
-    """This host, and the PID namespace on Linux (containers on one host share a hostname)."""
+    """This host; on Linux also its boot and PID namespace.
+
+    Machines may share a hostname, and containers on one host share one too: the boot id
+    tells machines apart, the namespace containers.
+    """
     try:
-        return f"{socket.gethostname()}/{os.stat('/proc/self/ns/pid').st_ino}"
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{socket.gethostname()}/{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
     except OSError:
         return socket.gethostname()
 
@@ -45,6 +51,8 @@ def owner_is_dead(owner: str) -> bool:
     ``False`` when it cannot be known here (another machine or namespace, an owner string of
     another form, a process that exists or that we may not signal): the lease decides then.
     """
+    if os.name != "posix":
+        return False  # os.kill(pid, 0) is no probe there (signal 0 is CTRL_C_EVENT)
     parts = owner.rsplit(":", 2)
     if len(parts) != 3 or parts[0] != _machine() or not parts[1].isdigit():
         return False

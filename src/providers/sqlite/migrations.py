@@ -180,7 +180,9 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX agent_tool_calls_by_task ON agent_tool_calls(task_id, started_at);
     """,
     # 6: approval requests as rows (kept with the events that record them), so pending ones
-    # are one query and a decision is taken once; filled from the existing event logs.
+    # are one query and a decision is taken once; filled from the existing event logs (the
+    # last decision of a request wins, as when the log is read; no UPDATE ... FROM, which
+    # older system SQLite libraries lack).
     """
     CREATE TABLE agent_approvals (
         request_id    TEXT PRIMARY KEY,
@@ -200,15 +202,25 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE event_type = 'approval.requested' AND json_valid(payload_json)
               AND json_extract(payload_json, '$.request.request_id') IS NOT NULL
         ORDER BY task_id, seq;
+    UPDATE agent_approvals SET decided_at = (
+            SELECT e.occurred_at FROM agent_task_events AS e
+            WHERE e.task_id = agent_approvals.task_id AND e.event_type = 'approval.resolved'
+                  AND json_valid(e.payload_json)
+                  AND json_extract(e.payload_json, '$.decision.request_id')
+                      = agent_approvals.request_id
+            ORDER BY e.seq DESC LIMIT 1);
+    UPDATE agent_approvals SET decision_json = (
+            SELECT json_extract(e.payload_json, '$.decision') FROM agent_task_events AS e
+            WHERE e.task_id = agent_approvals.task_id AND e.event_type = 'approval.resolved'
+                  AND json_valid(e.payload_json)
+                  AND json_extract(e.payload_json, '$.decision.request_id')
+                      = agent_approvals.request_id
+            ORDER BY e.seq DESC LIMIT 1)
+        WHERE decided_at IS NOT NULL;
     UPDATE agent_approvals
-        SET status = CASE WHEN decided.approved THEN 'approved' ELSE 'denied' END,
-            decision_json = decided.decision, decided_at = decided.occurred_at
-        FROM (SELECT json_extract(payload_json, '$.decision.request_id') AS request_id,
-                     json_extract(payload_json, '$.decision.approved') AS approved,
-                     json_extract(payload_json, '$.decision') AS decision, occurred_at
-              FROM agent_task_events
-              WHERE event_type = 'approval.resolved' AND json_valid(payload_json)) AS decided
-        WHERE agent_approvals.request_id = decided.request_id
+        SET status = CASE WHEN json_extract(decision_json, '$.approved') THEN 'approved'
+                          ELSE 'denied' END
+        WHERE decision_json IS NOT NULL
     """,
 )
 

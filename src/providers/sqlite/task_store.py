@@ -281,7 +281,9 @@ class SqliteTaskStore(ITaskStore):
                         now,
                         to_status.value not in _HELD,
                         to_status.value not in _HELD,
-                        to_status.value not in _ACTIVE,
+                        # A cancel asked for while a task waits for a human is carried out
+                        # when it runs again: only an ended task forgets it.
+                        to_status.value not in _HELD,
                         strategy,
                         json.dumps(output) if output is not None else None,
                         error,
@@ -425,9 +427,12 @@ class SqliteTaskStore(ITaskStore):
         """One indexed query; a row that cannot be read is skipped (and logged)."""
 
         def read(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+            # Only tasks that still wait: a request left pending by a task that ended
+            # (canceled while it waited) is no question for anyone.
             return conn.execute(
-                "SELECT request_id, task_id, request_json FROM agent_approvals"
-                " WHERE status = 'pending' ORDER BY created_at, rowid LIMIT ?",
+                "SELECT a.request_id, a.task_id, a.request_json FROM agent_approvals AS a"
+                " JOIN agent_tasks AS t ON t.id = a.task_id AND t.status = 'waiting_approval'"
+                " WHERE a.status = 'pending' ORDER BY a.created_at, a.rowid LIMIT ?",
                 (max(1, limit),),
             ).fetchall()
 
@@ -497,7 +502,9 @@ class SqliteTaskStore(ITaskStore):
                     "SELECT COALESCE(MAX(seq), 0) FROM agent_task_events WHERE task_id = ?",
                     (resolved.task_id,),
                 ).fetchone()
-                stored = resolved.model_copy(update={"seq": last + 1})
+                # The hint is past any number the caller's process has handed out already
+                # (an event of a parallel call not yet written), the log's end past the rest.
+                stored = resolved.model_copy(update={"seq": max(last + 1, resolved.seq)})
                 if not _mark_decided(conn, stored):
                     return None
                 conn.execute(
@@ -521,8 +528,8 @@ class SqliteTaskStore(ITaskStore):
                     running = then is TaskStatus.RUNNING
                     conn.execute(
                         "UPDATE agent_tasks SET status = ?, updated_at = ?,"
-                        " error_text = COALESCE(?, error_text), owner = ?, lease_expires_at = ?,"
-                        " cancel_requested = NULL WHERE id = ?",
+                        " error_text = COALESCE(?, error_text), owner = ?, lease_expires_at = ?"
+                        " WHERE id = ?",
                         (
                             then.value,
                             _iso(now),
