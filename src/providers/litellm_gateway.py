@@ -39,6 +39,7 @@ from core_agent.contracts.llm_gateway import (
     LLMResponse,
     LLMStreamItem,
     LLMTextDelta,
+    checked_response,
 )
 from core_agent.contracts.settings import MODEL_CONFIGURATION_HELP, AgentSettings
 from shared.agent_protocol import (
@@ -296,31 +297,6 @@ def provider_finish_reason(stream: Any, chunks: list[Any]) -> str | None:
             if getattr(choice, "finish_reason", None):
                 return str(choice.finish_reason)
     return None
-
-
-def checked_response(response: LLMResponse) -> LLMResponse:
-    """``response``, unless it is no real answer.
-
-    Raises:
-        ModelIncompleteError: (retryable) The answer has neither text nor tool calls, or the
-            token limit cut it inside a tool call's arguments (``finish_reason: length`` with
-            arguments that are not JSON). Arguments a model wrote badly but finished are not
-            an error here: they go back to the model as the tool's error.
-    """
-    message = response.message
-    if not (message.content or "").strip() and not message.tool_calls:
-        raise ModelIncompleteError(
-            "the model returned an empty answer (no text and no tool calls)", retryable=True
-        )
-    if response.finish_reason == "length" and any(
-        call.arguments is None for call in message.tool_calls
-    ):
-        raise ModelIncompleteError(
-            "the model's tool-call arguments were cut off by the token limit "
-            "(finish_reason: length)",
-            retryable=True,
-        )
-    return response
 
 
 def retry_after_seconds(

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from core_agent.contracts.errors import ModelIncompleteError
 from shared.agent_protocol import AssistantMessage, ChatMessage, TokenUsage
 
 
@@ -104,3 +105,28 @@ class ILLMGateway(abc.ABC):
         Raises:
             ModelError: While iterating, as for ``complete``; deltas already yielded stand.
         """
+
+
+def checked_response(response: LLMResponse) -> LLMResponse:
+    """``response``, unless it is no real answer (whatever gateway produced it).
+
+    Raises:
+        ModelIncompleteError: (retryable) The answer has neither text nor tool calls, or the
+            token limit cut it inside a tool call's arguments (``finish_reason: length`` with
+            arguments that are not JSON). Arguments a model wrote badly but finished are not
+            an error here: they go back to the model as the tool's error.
+    """
+    message = response.message
+    if not (message.content or "").strip() and not message.tool_calls:
+        raise ModelIncompleteError(
+            "the model returned an empty answer (no text and no tool calls)", retryable=True
+        )
+    if response.finish_reason == "length" and any(
+        call.arguments is None for call in message.tool_calls
+    ):
+        raise ModelIncompleteError(
+            "the model's tool-call arguments were cut off by the token limit "
+            "(finish_reason: length)",
+            retryable=True,
+        )
+    return response

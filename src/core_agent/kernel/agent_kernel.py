@@ -946,7 +946,9 @@ class AgentKernel:
                     group.start_soon(ask, request)
             watching.cancel_scope.cancel()
         if watch.cancel_reason is not None:
-            return await self._cancel_waiting(state, context, events, watch.cancel_reason)
+            return await self._finish_canceled(
+                state, context, events, watch.cancel_reason, current=TaskStatus.WAITING_APPROVAL
+            )
         result = waiting
         for request in pending.requests:
             decision = decisions.get(request.request_id)
@@ -955,24 +957,6 @@ class AgentKernel:
         if result.status is TaskStatus.WAITING_APPROVAL:
             await self._task_store.release_lease(state.task_id, owner=self.owner)
         return result
-
-    async def _cancel_waiting(
-        self, state: TaskState, context: ExecutionContext, events: _TaskEvents, reason: str
-    ) -> TaskResult:
-        """End a task that waits for a human as ``canceled`` (asked from another process)."""
-        usage = context.stats.usage
-        try:
-            await self._move(
-                state,
-                TaskStatus.WAITING_APPROVAL,
-                TaskStatus.CANCELED,
-                events.make(TaskCanceled, reason=reason, usage=usage),
-                error=reason,
-                usage=usage,
-            )
-        except InvalidTransitionError:
-            return await self._stored_result(state, context)
-        return self._result(state, context, TaskStatus.CANCELED, error=reason)
 
     async def _ask_host(self, request: ApprovalRequest) -> ApprovalDecision | None:
         """The gateway's decision; ``None`` when nobody can be asked now."""
@@ -1093,13 +1077,19 @@ class AgentKernel:
         )
 
     async def _finish_canceled(
-        self, state: TaskState, context: ExecutionContext, events: _TaskEvents, reason: str
+        self,
+        state: TaskState,
+        context: ExecutionContext,
+        events: _TaskEvents,
+        reason: str,
+        *,
+        current: TaskStatus = TaskStatus.RUNNING,
     ) -> TaskResult:
         usage = context.stats.usage
         try:
             await self._move(
                 state,
-                TaskStatus.RUNNING,
+                current,
                 TaskStatus.CANCELED,
                 events.make(TaskCanceled, reason=reason, usage=usage),
                 error=reason,

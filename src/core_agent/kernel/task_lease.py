@@ -14,6 +14,7 @@ restarted after a crash takes its tasks back without waiting for their leases to
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import time
@@ -27,6 +28,7 @@ import anyio
 from core_agent.contracts.task_store import ITaskStore
 
 
+@functools.cache
 def _machine() -> str:
     """This host; on Linux also its boot and PID namespace.
 

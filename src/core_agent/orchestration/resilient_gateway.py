@@ -17,8 +17,8 @@ at once with that error: another try or model would be refused the same way, or 
 (the ReAct loop, for a prompt too long) is the one to act.
 
 Answers are checked before they count as success, whatever the gateway: a stream that ends
-without its final response, or a response with neither text nor tool calls, is a retryable
-``ModelIncompleteError``.
+without its final response, a response with neither text nor tool calls, or tool-call
+arguments cut by the token limit is a retryable ``ModelIncompleteError`` (``checked_response``).
 
 Every try is reported through ``model_attempts`` (the caller traces it). When a streamed call
 is tried again, the new try streams its text from the start; deltas of the failed try have
@@ -47,6 +47,7 @@ from core_agent.contracts.llm_gateway import (
     LLMRequest,
     LLMResponse,
     LLMStreamItem,
+    checked_response,
 )
 from core_agent.orchestration.circuit_breaker import BreakerSettings, CircuitBreaker
 from core_agent.orchestration.model_attempts import AttemptOutcome, ModelAttempt, report_attempt
@@ -296,9 +297,4 @@ def _checked(response: LLMResponse | None) -> LLMResponse:
         raise ModelIncompleteError(
             "the model's stream ended without a final response", retryable=True
         )
-    message = response.message
-    if not (message.content or "").strip() and not message.tool_calls:
-        raise ModelIncompleteError(
-            "the model returned an empty answer (no text and no tool calls)", retryable=True
-        )
-    return response
+    return checked_response(response)

@@ -137,16 +137,14 @@ class ToolCallGate:
         scope = {"task_id": context.task_id, "session_id": context.session_id, "tool": spec.name}
         if self._grants.covering(**scope, arguments=arguments) is not None:
             return judgement.approved_permit
-        request = ApprovalRequest(
-            request_id=uuid.uuid4().hex,
-            task_id=context.task_id,
-            session_id=context.session_id,
-            tool_call=call,
-            call_hash=call_hash(spec.name, arguments),
+        request = _request(
+            context,
+            call,
+            spec.name,
+            arguments,
             risk=decision.risk,
             rule=decision.rule,
             reason=decision.reason,
-            created_at=datetime.now(UTC),
         )
         request, answer = await self._ask(
             context,
@@ -180,12 +178,11 @@ class ToolCallGate:
             ApprovalPendingError: It waits for a human (the run suspends).
         """
         spec = tool.spec
-        request = ApprovalRequest(
-            request_id=uuid.uuid4().hex,
-            task_id=context.task_id,
-            session_id=context.session_id,
-            tool_call=call,
-            call_hash=call_hash(spec.name, arguments),
+        request = _request(
+            context,
+            call,
+            spec.name,
+            arguments,
             risk=RiskLevel.HIGH,
             rule="ledger:uncertain",
             reason=(
@@ -194,7 +191,6 @@ class ToolCallGate:
                 "not have taken effect. Approve to run it again; deny to tell the model it "
                 "may have happened."
             ),
-            created_at=datetime.now(UTC),
         )
         request, answer = await self._ask(
             context,
@@ -257,3 +253,27 @@ class ToolCallGate:
                 "the arguments changed after approval; the approved call was not this one",
                 tool_name=name,
             )
+
+
+def _request(
+    context: ExecutionContext,
+    call: ToolCall,
+    tool_name: str,
+    arguments: Mapping[str, Any],
+    *,
+    risk: RiskLevel,
+    rule: str | None,
+    reason: str,
+) -> ApprovalRequest:
+    """A new request to approve ``call``, bound to the hash of its validated arguments."""
+    return ApprovalRequest(
+        request_id=uuid.uuid4().hex,
+        task_id=context.task_id,
+        session_id=context.session_id,
+        tool_call=call,
+        call_hash=call_hash(tool_name, arguments),
+        risk=risk,
+        rule=rule,
+        reason=reason,
+        created_at=datetime.now(UTC),
+    )
