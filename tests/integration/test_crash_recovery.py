@@ -110,3 +110,36 @@ async def test_a_kernel_closed_while_recovering_leaves_the_task_for_the_next_one
         assert recorded == Counter({"r1": 1, "r2": 1, "r3": 1, "r4": 1})
     finally:
         await kernel.aclose()
+
+
+async def test_one_kernel_never_runs_a_task_twice_when_asked_to_resume_it_twice(
+    tmp_path: Path,
+) -> None:
+    from core_agent.contracts.errors import UsageError
+    from support.crash_host import kernel_for
+
+    config = config_in(tmp_path, crash_at="r1", dedupe=True, steps=3)
+    host = start_host(config)
+    assert host.wait(timeout=60) == -9
+    async with kernel_for({**config, "crash_at": None, "effect_delay_s": 0.05}) as kernel:
+        (task,) = await kernel.list_tasks(limit=10)
+        outcomes: list[object] = []
+
+        async def resume() -> None:
+            try:
+                outcomes.append(await kernel.resume(task.task_id))
+            except UsageError as exc:
+                outcomes.append(exc)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(resume)
+            group.start_soon(resume)
+        refused = [o for o in outcomes if isinstance(o, UsageError)]
+        finished = [o for o in outcomes if not isinstance(o, UsageError)]
+        assert len(refused) == 1 and "already runs in this kernel" in str(refused[0])
+        (result,) = finished
+        assert result.status is TaskStatus.SUCCEEDED, result.error  # type: ignore[attr-defined]
+        kinds = [e.kind for e in await kernel.task_events(task.task_id)]
+        assert kinds.count("task.resumed") == 1
+    recorded = Counter(step for _, step in effects(Path(config["effects"])))
+    assert recorded == Counter({"r1": 1, "r2": 1, "r3": 1})

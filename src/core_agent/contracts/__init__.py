@@ -15,8 +15,11 @@ from core_agent.contracts.executor import (
     EventSink,
     ExecutionContext,
     ExecutionOutcome,
+    HumanChannel,
     IExecutor,
+    RunState,
     RunStats,
+    TaskIdentity,
 )
 from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.llm_gateway import (
@@ -53,6 +56,7 @@ __all__ = [
     "EventSink",
     "ExecutionContext",
     "ExecutionOutcome",
+    "HumanChannel",
     "IApprovalGateway",
     "IBusinessCapabilityProvider",
     "ICheckpointStore",
@@ -87,10 +91,12 @@ __all__ = [
     "PolicyDecision",
     "RetrievalHit",
     "RoutingDecision",
+    "RunState",
     "RunStats",
     "SandboxVerdict",
     "Span",
     "Subscription",
+    "TaskIdentity",
     "ToolContext",
     "ToolDefinition",
     "ToolSpec",

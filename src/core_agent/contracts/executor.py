@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -56,32 +57,49 @@ class RunStats:
     tool_calls: int = 0
 
 
-@dataclass(slots=True)
-class ExecutionContext:
-    """Everything an executor needs to know about the task it runs."""
+@dataclass(frozen=True, slots=True)
+class TaskIdentity:
+    """What identifies the task a run belongs to, and the fixed terms it runs under."""
 
     task_id: str
     session_id: str
     trace_id: str
     request: TaskRequest
-    messages: list[ChatMessage]
-    """The conversation so far: system prompt and user task, in order. The executor appends."""
     max_turns: int
-    emit: EventSink
-    parent_span_id: str | None = None
-    stats: RunStats = field(default_factory=RunStats)
     output_type: type[BaseModel] | None = None
     """When set, the answer must validate against this model (see ``ExecutionOutcome``)."""
-    guidance: str | None = None
-    """A human's guidance when the task resumes after waiting for one."""
-    request_approval: ApprovalRequester | None = None
-    """How risky calls reach a human; without it they are refused."""
-    tainted: bool = False
-    """Set once untrusted content (files, command output, web content, tainted memories) has
-    entered the conversation; part of the task's persisted state (see ``taint``)."""
     sandbox: IToolSandbox | None = None
     """The task's own sandbox (its recorded workspace and limits); the executor's default
     when ``None``."""
+    parent_span_id: str | None = None
+    """The span the run's spans hang under (the task's root span)."""
+
+
+@dataclass(slots=True)
+class RunState:
+    """What a run starts from and changes as it goes; the kernel reads it when the run ends."""
+
+    messages: list[ChatMessage]
+    """The conversation so far: system prompt and user task, in order. The executor appends."""
+    stats: RunStats = field(default_factory=RunStats)
+    tainted: bool = False
+    """Set once untrusted content (files, command output, web content, tainted memories) has
+    entered the conversation; part of the task's persisted state (see
+    ``ExecutionContext.taint``)."""
+    resuming: bool = False
+    """The run carries on from the task's checkpoints (after a crash, or a human's decision)
+    instead of starting over."""
+    guidance: str | None = None
+    """A human's guidance when the task resumes after waiting for one."""
+
+
+@dataclass(slots=True)
+class HumanChannel:
+    """How the run asks humans about risky calls, and what they already decided."""
+
+    request_approval: ApprovalRequester | None = None
+    """Asks a connected human and waits; without it, risky calls suspend (``can_suspend``)
+    or are refused."""
     can_suspend: bool = False
     """Whether the executor can stop at a risky call and resume later (``ApprovalPendingError``)
     when no approver is connected; otherwise such calls are refused."""
@@ -91,12 +109,31 @@ class ExecutionContext:
     """On resume: tool-call id -> the request shown and the human's decision."""
     approval_decisions: dict[str, ApprovalDecision] = field(default_factory=dict)
     """On resume: every decision recorded for the task, by request id."""
-    resuming: bool = False
-    """The run carries on from the task's checkpoints (after a crash, or a human's decision)
-    instead of starting over."""
+
+
+@dataclass(slots=True)
+class ExecutionContext:
+    """Everything an executor gets from the kernel for one run of a task.
+
+    ``task`` says what it runs, ``run`` is what it changes, ``humans`` how it asks for
+    decisions; ``emit`` and ``unit_of_work`` are how it records what happens. Executors see
+    nothing else of the task's lifecycle: the kernel moves the task between states from what
+    ``IExecutor.run`` returns or raises.
+    """
+
+    task: TaskIdentity
+    run: RunState
+    emit: EventSink
+    humans: HumanChannel = field(default_factory=HumanChannel)
     unit_of_work: Callable[[], AbstractAsyncContextManager[None]] = contextlib.nullcontext
     """Opens a unit of work in which the step's events, spans and checkpoint commit together
     (``ITaskStore.unit_of_work``); by default each write commits on its own."""
+
+    def under(self, span_id: str) -> ExecutionContext:
+        """The same run, with the spans recorded through the result hung under ``span_id``."""
+        return dataclasses.replace(
+            self, task=dataclasses.replace(self.task, parent_span_id=span_id)
+        )
 
     async def taint(self, source: str, *, call_id: str | None = None, reason: str = "") -> None:
         """Mark the task as holding untrusted content.
@@ -104,9 +141,9 @@ class ExecutionContext:
         The first mark is persisted as a ``task.tainted`` event (which also sets the stored
         task's flag).
         """
-        if self.tainted:
+        if self.run.tainted:
             return
-        self.tainted = True
+        self.run.tainted = True
         await self.emit(TaskTainted, source=source, call_id=call_id, reason=reason)
 
 

@@ -103,8 +103,8 @@ async def traced_model_call(
         answered = tries.attempts[-1].model if tries.attempts else llm.model_name
         if answered != llm.model_name:
             span.attributes["fallback_model"] = answered
-    context.stats.llm_calls += 1
-    context.stats.usage = context.stats.usage + response.usage
+    context.run.stats.llm_calls += 1
+    context.run.stats.usage = context.run.stats.usage + response.usage
     await context.emit(
         LLMCompleted,
         model=response.model,

@@ -9,7 +9,7 @@ task; if that fails too, the run stops with a question for a human.
 
 A ``PlanCheckpoint`` records the plan, the results so far and the phase, after the plan is
 made and after each step; each step's loop (and the synthesis and the fallback) keeps its own
-journal. A resumed run (``context.resuming``) reuses finished steps' results, carries each
+journal. A resumed run (``context.run.resuming``) reuses finished steps' results, carries each
 unfinished loop on from its last step (its tool calls through the ledger), and re-enters the
 synthesis or the fallback where it was. A run resumed with a human's guidance keeps the
 finished steps and passes the guidance to the others (or plans anew with it when no step
@@ -162,11 +162,13 @@ class PlanExecuteExecutor(IExecutor):
         Raises:
             CorruptStateError: A resumed run's checkpoint cannot be read.
         """
-        tracer = Tracer(self._trace_store, trace_id=context.trace_id, task_id=context.task_id)
+        tracer = Tracer(
+            self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
+        )
         allowed = self._allowed(context)
         specs = self._loop.tools.specs(allowed)
         run, phase = await self._restore(context)
-        feedback = context.guidance
+        feedback = context.run.guidance
         if phase == "falling_back":
             return await self._fall_back(context, allowed, run)
         if phase == "synthesizing" and run.plan is not None:
@@ -207,12 +209,14 @@ class PlanExecuteExecutor(IExecutor):
     async def _restore(self, context: ExecutionContext) -> tuple[_Run, str | None]:
         """The run to carry on (resumed) or a new one, and the phase to re-enter."""
         saved = None
-        if context.resuming:
-            saved = await self._checkpoints.load(context.task_id, CHECKPOINT_KEY, PlanCheckpoint)
+        if context.run.resuming:
+            saved = await self._checkpoints.load(
+                context.task.task_id, CHECKPOINT_KEY, PlanCheckpoint
+            )
         if saved is None:
             return _Run(run_id=uuid.uuid4().hex), None
-        context.tainted = context.tainted or saved.tainted
-        stats = context.stats
+        context.run.tainted = context.run.tainted or saved.tainted
+        stats = context.run.stats
         stats.usage, stats.turns = saved.usage, saved.turns
         stats.llm_calls, stats.tool_calls = saved.llm_calls, saved.tool_calls
         run = _Run(
@@ -225,7 +229,7 @@ class PlanExecuteExecutor(IExecutor):
             failures=list(saved.failures),
             resuming=True,
         )
-        if context.guidance:
+        if context.run.guidance:
             # A human's guidance after the run gave up. With steps done, the plan goes on:
             # their results are kept, the guidance is passed to the remaining steps. With
             # none done, a new plan is made with it. Either way in new loops: none carries on
@@ -233,7 +237,7 @@ class PlanExecuteExecutor(IExecutor):
             if not run.results:
                 return _Run(run_id=uuid.uuid4().hex, revision=run.revision + 1), None
             run.run_id = uuid.uuid4().hex
-            run.prior = f"{run.prior}\nGuidance from a human: {context.guidance}".strip()
+            run.prior = f"{run.prior}\nGuidance from a human: {context.run.guidance}".strip()
             run.failures, run.replans, run.resuming = [], 0, False
             return run, None
         return run, saved.phase
@@ -244,10 +248,10 @@ class PlanExecuteExecutor(IExecutor):
         run: _Run,
         phase: Literal["executing", "synthesizing", "falling_back"],
     ) -> None:
-        stats = context.stats
+        stats = context.run.stats
         async with context.unit_of_work():
             await self._checkpoints.save(
-                context.task_id,
+                context.task.task_id,
                 CHECKPOINT_KEY,
                 PlanCheckpoint(
                     run_id=run.run_id,
@@ -258,7 +262,7 @@ class PlanExecuteExecutor(IExecutor):
                     replans=run.replans,
                     prior=run.prior,
                     failures=run.failures,
-                    tainted=context.tainted,
+                    tainted=context.run.tainted,
                     usage=stats.usage,
                     turns=stats.turns,
                     llm_calls=stats.llm_calls,
@@ -280,7 +284,10 @@ class PlanExecuteExecutor(IExecutor):
     ) -> LoopResult:
         """Run one of this run's loops with its journal (carried on when it had started)."""
         journal = LoopJournal(
-            self._checkpoints, context.task_id, f"plan:{run.run_id}:{name}", ledger=self._ledger
+            self._checkpoints,
+            context.task.task_id,
+            f"plan:{run.run_id}:{name}",
+            ledger=self._ledger,
         )
         if run.resuming:
             restored = await journal.restore()
@@ -297,7 +304,7 @@ class PlanExecuteExecutor(IExecutor):
         )
 
     def _allowed(self, context: ExecutionContext) -> list[str]:
-        request = context.request
+        request = context.task.request
         return list(request.tools) if request.tools is not None else self._loop.tools.names()
 
     async def _make_plan(
@@ -308,12 +315,14 @@ class PlanExecuteExecutor(IExecutor):
         feedback: str | None,
         revision: int,
     ) -> Plan:
-        async with tracer.span("planning", "plan", parent_span_id=context.parent_span_id) as span:
+        async with tracer.span(
+            "planning", "plan", parent_span_id=context.task.parent_span_id
+        ) as span:
             span.attributes["revision"] = revision
             if feedback:
                 span.attributes["feedback"] = feedback[:2000]
             # The planner's model calls nest under this span; stats and events stay shared.
-            planning_context = dataclasses.replace(context, parent_span_id=span.span_id)
+            planning_context = context.under(span.span_id)
             try:
                 plan = await self._planner.plan(planning_context, specs, feedback)
             except PlanningError as exc:
@@ -382,7 +391,7 @@ class PlanExecuteExecutor(IExecutor):
         allowed: list[str],
     ) -> str:
         await context.emit(PlanStepStarted, step_id=step.id, goal=step.goal)
-        async with tracer.span("step", step.id, parent_span_id=context.parent_span_id) as span:
+        async with tracer.span("step", step.id, parent_span_id=context.task.parent_span_id) as span:
             span.attributes.update(goal=step.goal, depends_on=step.depends_on)
             messages: list[ChatMessage] = [
                 SystemMessage(content=STEP_SYSTEM_PROMPT),
@@ -420,7 +429,7 @@ class PlanExecuteExecutor(IExecutor):
         limit = self._limits.result_chars_per_step
         lines = [
             f"{STEP_MARKER} ({step.id}): {step.goal}",
-            f"Overall task: {context.request.task}",
+            f"Overall task: {context.task.request.task}",
         ]
         if step.success_criterion:
             lines.append(f"Done when: {step.success_criterion}")
@@ -442,12 +451,12 @@ class PlanExecuteExecutor(IExecutor):
         messages: list[ChatMessage] = [
             SystemMessage(content=SYNTHESIS_SYSTEM_PROMPT),
             UserMessage(
-                content=f"{SYNTHESIS_MARKER} to this task: {context.request.task}\n\n"
+                content=f"{SYNTHESIS_MARKER} to this task: {context.task.request.task}\n\n"
                 f"Results of the steps:\n{summary}"
             ),
         ]
-        if context.output_type is not None:
-            with_schema(messages, context.output_type)
+        if context.task.output_type is not None:
+            with_schema(messages, context.task.output_type)
         result = await self._run_loop(
             context,
             run,
@@ -455,10 +464,10 @@ class PlanExecuteExecutor(IExecutor):
             messages,
             max_turns=3,
             allowed=[],
-            parent_span_id=context.parent_span_id,
-            output_type=context.output_type,
+            parent_span_id=context.task.parent_span_id,
+            output_type=context.task.output_type,
         )
-        context.messages.extend(messages[1:])
+        context.run.messages.extend(messages[1:])
         return ExecutionOutcome(output=result.output, structured=result.structured)
 
     async def _fall_back(
@@ -470,15 +479,17 @@ class PlanExecuteExecutor(IExecutor):
         await context.emit(
             StrategyFallback, from_strategy="plan_execute", to_strategy="react", reason=reason
         )
-        tracer = Tracer(self._trace_store, trace_id=context.trace_id, task_id=context.task_id)
-        messages = list(context.messages)
+        tracer = Tracer(
+            self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
+        )
+        messages = list(context.run.messages)
         done = run.prior or "\n".join(f"- {k}: {v}" for k, v in run.results.items())
         if done:
             messages.append(UserMessage(content=f"Progress from an earlier attempt:\n{done}"))
-        if context.output_type is not None:
-            with_schema(messages, context.output_type)
+        if context.task.output_type is not None:
+            with_schema(messages, context.task.output_type)
         async with tracer.span(
-            "planning", "fallback_react", parent_span_id=context.parent_span_id
+            "planning", "fallback_react", parent_span_id=context.task.parent_span_id
         ) as span:
             span.attributes.update(reason=reason, failures=failures)
             try:
@@ -490,7 +501,7 @@ class PlanExecuteExecutor(IExecutor):
                     max_turns=self._limits.fallback_max_turns,
                     allowed=allowed,
                     parent_span_id=span.span_id,
-                    output_type=context.output_type,
+                    output_type=context.task.output_type,
                 )
             except StructuredOutputError:
                 raise
@@ -498,7 +509,7 @@ class PlanExecuteExecutor(IExecutor):
                 failures.append(f"fallback ReAct failed: {type(exc).__name__}: {exc}")
                 span.error = failures[-1]
                 return ExecutionOutcome(escalation=_escalation(context, failures))
-        context.messages[:] = messages
+        context.run.messages[:] = messages
         return ExecutionOutcome(output=result.output, structured=result.structured)
 
 
@@ -517,7 +528,7 @@ def _escalation(context: ExecutionContext, failures: list[str]) -> Escalation:
     listed = "\n".join(f"- {failure}" for failure in failures)
     return Escalation(
         question=(
-            f"The task {context.request.task!r} failed repeatedly:\n{listed}\n"
+            f"The task {context.task.request.task!r} failed repeatedly:\n{listed}\n"
             "Approve to retry with your guidance (give it as the decision's reason), or deny "
             "to end the task."
         ),

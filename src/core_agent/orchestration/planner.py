@@ -88,16 +88,18 @@ class LLMPlanner(IPlanner):
         available_tools: Sequence[ToolSpec],
         feedback: str | None = None,
     ) -> Plan:
-        """A valid plan for ``context.request``, or ``PlanningError`` with every refusal."""
+        """A valid plan for ``context.task.request``, or ``PlanningError`` with every refusal."""
         tools = "\n".join(f"- {t.name}: {t.description}" for t in available_tools) or "(none)"
-        prompt = f"{PLAN_REQUEST_MARKER}\n{context.request.task}\n\nAvailable tools:\n{tools}"
+        prompt = f"{PLAN_REQUEST_MARKER}\n{context.task.request.task}\n\nAvailable tools:\n{tools}"
         if feedback:
             prompt += f"\n\nEarlier attempt:\n{feedback}\nPlan only the work that remains."
         messages: list[ChatMessage] = [
             SystemMessage(content=PLANNER_SYSTEM_PROMPT.replace("MAX_STEPS", str(self._max_steps))),
             UserMessage(content=prompt),
         ]
-        tracer = Tracer(self._trace_store, trace_id=context.trace_id, task_id=context.task_id)
+        tracer = Tracer(
+            self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
+        )
         tool_names = {t.name for t in available_tools}
         refusals: list[str] = []
         for attempt in range(1, self._max_attempts + 1):
@@ -131,7 +133,7 @@ class LLMPlanner(IPlanner):
             LLMRequest(messages=tuple(messages), temperature=self._temperature),
             context,
             tracer,
-            parent_span_id=context.parent_span_id,
+            parent_span_id=context.task.parent_span_id,
             stream=False,
             attributes={"purpose": "plan", "attempt": attempt},
         )

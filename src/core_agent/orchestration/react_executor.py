@@ -46,38 +46,38 @@ class ReActExecutor(IExecutor):
         Raises:
             CorruptStateError: A resumed run's checkpoint cannot be read.
         """
-        request = context.request
+        request = context.task.request
         allowed = list(request.tools) if request.tools is not None else self._loop.tools.names()
         journal = None
         if self._checkpoints is not None:
             journal = LoopJournal(
-                self._checkpoints, context.task_id, CHECKPOINT_KEY, ledger=self._ledger
+                self._checkpoints, context.task.task_id, CHECKPOINT_KEY, ledger=self._ledger
             )
-        restored = await journal.restore() if journal is not None and context.resuming else None
+        restored = await journal.restore() if journal is not None and context.run.resuming else None
         if restored is not None:
             checkpoint, messages = restored
-            context.messages[:] = messages
-            checkpoint.restore_stats(context.stats)
-            context.tainted = context.tainted or checkpoint.tainted
-            context.resumed_approvals = {
-                r.tool_call.id: (r, context.approval_decisions[r.request_id])
+            context.run.messages[:] = messages
+            checkpoint.restore_stats(context.run.stats)
+            context.run.tainted = context.run.tainted or checkpoint.tainted
+            context.humans.resumed_approvals = {
+                r.tool_call.id: (r, context.humans.approval_decisions[r.request_id])
                 for r in checkpoint.requests
-                if r.tool_call is not None and r.request_id in context.approval_decisions
+                if r.tool_call is not None and r.request_id in context.humans.approval_decisions
             }
         else:
-            if context.output_type is not None:
-                with_schema(context.messages, context.output_type)
-            if context.guidance:
-                context.messages.append(UserMessage(content=context.guidance))
-        context.can_suspend = self._checkpoints is not None
+            if context.task.output_type is not None:
+                with_schema(context.run.messages, context.task.output_type)
+            if context.run.guidance:
+                context.run.messages.append(UserMessage(content=context.run.guidance))
+        context.humans.can_suspend = self._checkpoints is not None
         try:
             result = await self._loop.run(
                 context,
-                context.messages,
-                max_turns=context.max_turns,
+                context.run.messages,
+                max_turns=context.task.max_turns,
                 allowed=allowed,
-                parent_span_id=context.parent_span_id,
-                output_type=context.output_type,
+                parent_span_id=context.task.parent_span_id,
+                output_type=context.task.output_type,
                 journal=journal,
             )
         except TurnSuspended as suspended:

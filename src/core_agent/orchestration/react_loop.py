@@ -204,13 +204,15 @@ class ReActLoop:
         first, through the ledger.
 
         Raises:
-            TurnSuspended: Calls wait for a human and ``context.can_suspend`` is set.
+            TurnSuspended: Calls wait for a human and ``context.humans.can_suspend`` is set.
             TurnLimitExceededError: No answer within ``max_turns``.
             StructuredOutputError: With ``output_type``, the answer never validated.
             ModelError: A model call failed.
             CorruptStateError: The ledger of a resumed loop cannot be read.
         """
-        tracer = Tracer(self._trace_store, trace_id=context.trace_id, task_id=context.task_id)
+        tracer = Tracer(
+            self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
+        )
         definitions = [
             ToolDefinition(spec.name, spec.description, spec.parameters)
             for spec in self._tools.specs(allowed)
@@ -238,7 +240,7 @@ class ReActLoop:
         if journal is not None and journal.ledger is not None:
             state.ledger = await LedgeredCalls.open(
                 journal.ledger,
-                task_id=context.task_id,
+                task_id=context.task.task_id,
                 scope=journal.key,
                 run_id=state.run_id,
                 resuming=restored is not None,
@@ -257,7 +259,7 @@ class ReActLoop:
             )
         while state.turns < max_turns:
             state.turns += 1
-            context.stats.turns += 1
+            context.run.stats.turns += 1
             async with context.unit_of_work():
                 response = await self._call_model(
                     context, tracer, messages, definitions, parent_span_id, state
@@ -318,7 +320,7 @@ class ReActLoop:
         journal = state.journal
         if journal is None:
             return
-        stats = context.stats
+        stats = context.run.stats
         checkpoint = LoopCheckpoint(
             phase=phase,
             run_id=state.run_id,
@@ -328,7 +330,7 @@ class ReActLoop:
             task_turns=stats.turns,
             llm_calls=stats.llm_calls,
             tool_calls=stats.tool_calls,
-            tainted=context.tainted,
+            tainted=context.run.tainted,
             pending_calls=list(pending),
             finished=dict(finished or {}),
             requests=list(requests),
@@ -404,7 +406,7 @@ class ReActLoop:
                 )
             else:
                 sent, omitted = newest_turns(messages, state.max_sent_turns)
-            attributes: dict[str, Any] = {"turn": context.stats.turns}
+            attributes: dict[str, Any] = {"turn": context.run.stats.turns}
             if omitted:
                 attributes["omitted_messages"] = omitted
             request = LLMRequest(
@@ -531,7 +533,7 @@ class ReActLoop:
     ) -> ToolResult:
         await context.emit(ToolStarted, tool_call=call)
         started = time.perf_counter()
-        sandbox = context.sandbox or self._sandbox
+        sandbox = context.task.sandbox or self._sandbox
         async with tracer.span("tool", call.name, parent_span_id=parent_span_id) as span:
             span.attributes["call_id"] = call.id
             span.attributes["arguments"] = (
@@ -583,11 +585,11 @@ class ReActLoop:
             result = await self._runner.run(
                 call,
                 ToolContext(
-                    task_id=context.task_id,
-                    session_id=context.session_id,
+                    task_id=context.task.task_id,
+                    session_id=context.task.session_id,
                     call_id=call.id,
                     sandbox=sandbox,
-                    tainted=context.tainted,
+                    tainted=context.run.tainted,
                 ),
                 allowed=allowed,
                 gate=check,
@@ -623,7 +625,7 @@ class ReActLoop:
             if result.is_error:
                 span.error = result.content
                 span.attributes["error_type"] = result.error_type
-        context.stats.tool_calls += 1
+        context.run.stats.tool_calls += 1
         await context.emit(
             ToolCompleted, result=result, latency_ms=(time.perf_counter() - started) * 1000.0
         )

@@ -90,7 +90,7 @@ class ToolCallGate:
             arguments,
             validated,
             tool_context,
-            tainted=context.tainted,
+            tainted=context.run.tainted,
             threshold=self._threshold,
         )
         decision = judgement.decision
@@ -107,7 +107,7 @@ class ToolCallGate:
                 "rule": decision.rule,
                 "denied": decision.denied,
                 "approval_required": needs_approval,
-                "tainted": context.tainted,
+                "tainted": context.run.tainted,
                 "reason": decision.reason,
                 "unproven": list(judgement.assessment.unproven[:10]),
                 "network": decision.allow_network,
@@ -122,7 +122,7 @@ class ToolCallGate:
             denied=decision.denied,
             approval_required=needs_approval,
             reason=decision.reason,
-            tainted=context.tainted,
+            tainted=context.run.tainted,
         )
         if decision.denied:
             raise PolicyDeniedError(
@@ -134,7 +134,11 @@ class ToolCallGate:
             return judgement.permit
         if preapproved:
             return judgement.approved_permit
-        scope = {"task_id": context.task_id, "session_id": context.session_id, "tool": spec.name}
+        scope = {
+            "task_id": context.task.task_id,
+            "session_id": context.task.session_id,
+            "tool": spec.name,
+        }
         if self._grants.covering(**scope, arguments=arguments) is not None:
             return judgement.approved_permit
         request = _request(
@@ -214,18 +218,18 @@ class ToolCallGate:
         """The request shown to the human and their answer (or the run suspends)."""
         assert request.tool_call is not None
         call, name = request.tool_call, request.tool_call.name
-        resumed = context.resumed_approvals.get(call.id)
+        resumed = context.humans.resumed_approvals.get(call.id)
         if resumed is not None:
             # A human decided while the task was suspended; the shown call is the bound one.
             return resumed
-        if context.can_suspend:
+        if context.humans.can_suspend:
             # Durable path: the executor checkpoints and the kernel asks (host or later).
             raise ApprovalPendingError([request])
-        if context.request_approval is None:
+        if context.humans.request_approval is None:
             raise ApprovalDeniedError(unavailable, tool_name=name)
         async with tracer.span("approval", name, parent_span_id=parent_span_id) as span:
             span.attributes.update(request_id=request.request_id, call_hash=request.call_hash)
-            answer = await context.request_approval(request)
+            answer = await context.humans.request_approval(request)
             span.attributes.update(
                 approved=answer.approved, scope=answer.scope, decided_by=answer.decided_by
             )
@@ -268,8 +272,8 @@ def _request(
     """A new request to approve ``call``, bound to the hash of its validated arguments."""
     return ApprovalRequest(
         request_id=uuid.uuid4().hex,
-        task_id=context.task_id,
-        session_id=context.session_id,
+        task_id=context.task.task_id,
+        session_id=context.task.session_id,
         tool_call=call,
         call_hash=call_hash(tool_name, arguments),
         risk=risk,

@@ -1,0 +1,276 @@
+"""Running a task's executor in this kernel and ending the task from how the run ended.
+
+While a task runs here it is registered (so ``cancel`` reaches it), its lease is kept by a
+``LeaseWatch`` (which also carries out cancel requests from other processes), and its run
+hangs under the task's root span. What the executor returns or raises becomes one move of
+the task's ``TaskLifecycle``: an answer succeeds, a question for a human or calls waiting for
+approval suspend it, a run error fails it, a cancel cancels it, a lost lease leaves it to
+the kernel that took it over.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+import anyio
+
+from core_agent.contracts.errors import ApprovalPendingError, CorruptStateError, RunError
+from core_agent.contracts.executor import Escalation, ExecutionContext, ExecutionOutcome, IExecutor
+from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.trace_store import ITraceStore
+from core_agent.kernel.human_approvals import AskHuman
+from core_agent.kernel.task_events import now
+from core_agent.kernel.task_lease import LeaseWatch
+from core_agent.kernel.task_lifecycle import TaskLifecycle
+from core_agent.observability.tracer import Tracer
+from shared.agent_protocol import (
+    ApprovalDecision,
+    ApprovalRequest,
+    RiskLevel,
+    TaskResult,
+    TaskStatus,
+)
+
+Resolve = Callable[[str, ApprovalDecision], Awaitable[TaskResult]]
+"""Records a human's decision on a request and carries the task on (``resolve_approval``)."""
+
+
+@dataclass(slots=True)
+class _Run:
+    """A task this kernel runs, or is about to run."""
+
+    scope: anyio.CancelScope | None = None
+    """What stops the current phase (the executor's run, or asking the host's approver)."""
+    cancel_reason: str | None = None
+    lost: bool = False
+    """The task was decided or ended elsewhere: stop without writing anything more."""
+
+
+class TaskDriver:
+    """Drives tasks to an ending in this kernel (see the module).
+
+    ``claim`` reserves a task before the kernel takes its lease, so one kernel never runs a
+    task twice at once; ``drive`` registers the run itself when nobody claimed it.
+    ``closing`` is set when the kernel closes: the tasks it was ``recovering`` are then left
+    to be recovered again instead of being ended ``canceled``.
+    """
+
+    def __init__(
+        self,
+        *,
+        task_store: ITaskStore,
+        trace_store: ITraceStore,
+        owner: str,
+        lease_s: float,
+        cancel_check_s: float,
+        ask_human: AskHuman,
+        has_approver: Callable[[], bool],
+        resolve: Resolve,
+    ) -> None:
+        self._task_store = task_store
+        self._trace_store = trace_store
+        self._owner = owner
+        self._lease_s = lease_s
+        self._cancel_check_s = cancel_check_s
+        self._ask_human = ask_human
+        self._has_approver = has_approver
+        self._resolve = resolve
+        self._runs: dict[str, _Run] = {}
+        self.closing = False
+        self.recovering: set[str] = set()
+
+    def claim(self, task_id: str) -> bool:
+        """Reserve ``task_id`` for a run here; ``False`` if it runs (or is reserved) already."""
+        if task_id in self._runs:
+            return False
+        self._runs[task_id] = _Run()
+        return True
+
+    def unclaim(self, task_id: str) -> None:
+        """Drop a reservation that did not lead to a run."""
+        run = self._runs.get(task_id)
+        if run is not None and run.scope is None:
+            del self._runs[task_id]
+
+    def runs(self, task_id: str) -> bool:
+        """Whether ``task_id`` runs (or is about to run) in this kernel."""
+        return task_id in self._runs
+
+    def cancel(self, task_id: str, reason: str) -> bool:
+        """Stop ``task_id``'s run here, to end ``canceled``; ``False`` if it does not run here."""
+        run = self._runs.get(task_id)
+        if run is None:
+            return False
+        run.cancel_reason = reason
+        if run.scope is not None:
+            run.scope.cancel()
+        return True
+
+    def lose(self, task_id: str) -> None:
+        """Stop ``task_id``'s run here without ending it: it was decided or ended elsewhere."""
+        run = self._runs.get(task_id)
+        if run is not None:
+            run.lost = True
+            if run.scope is not None:
+                run.scope.cancel()
+
+    def left_alone(self, task_id: str) -> bool:
+        """Whether ``task_id`` is being stopped only because the kernel closes (see class)."""
+        return self.closing and task_id in self.recovering
+
+    async def drive(
+        self, lifecycle: TaskLifecycle, executor: IExecutor, context: ExecutionContext
+    ) -> TaskResult:
+        """Run a ``running`` task's executor here and record how it ended.
+
+        Raises:
+            Exception: A bug in the executor (not a ``RunError``), after the task is recorded
+                as failed. Cancellation of the caller propagates, the task ended ``canceled``
+                (or left for recovery when the kernel closes).
+        """
+        task_id = lifecycle.task_id
+        run = self._runs.setdefault(task_id, _Run())
+        try:
+            return await self._drive(run, lifecycle, executor, context)
+        finally:
+            if self._runs.get(task_id) is run:
+                del self._runs[task_id]
+
+    def _watch(self, task_id: str) -> LeaseWatch:
+        return LeaseWatch(
+            self._task_store, task_id, self._owner, self._lease_s, self._cancel_check_s
+        )
+
+    async def _drive(
+        self,
+        run: _Run,
+        lifecycle: TaskLifecycle,
+        executor: IExecutor,
+        context: ExecutionContext,
+    ) -> TaskResult:
+        state, stats = lifecycle.state, context.run.stats
+        tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
+        watch = self._watch(state.task_id)
+        try:
+            with anyio.CancelScope() as scope:
+                run.scope = scope
+                if run.cancel_reason is not None:
+                    scope.cancel()
+                failure: Exception | None = None
+                async with anyio.create_task_group() as watching:
+                    watching.start_soon(watch.run, scope)
+                    try:
+                        async with tracer.span("task", "task") as root:
+                            root.attributes["strategy"] = executor.strategy
+                            context.task = replace(context.task, parent_span_id=root.span_id)
+                            try:
+                                outcome = await executor.run(context)
+                            finally:
+                                root.tokens_in = stats.usage.input_tokens
+                                root.tokens_out = stats.usage.output_tokens
+                                root.cost_usd = stats.usage.cost_usd
+                    except Exception as exc:
+                        # Raised past the group it would arrive wrapped in an ExceptionGroup.
+                        failure = exc
+                    watching.cancel_scope.cancel()
+                if failure is not None:
+                    raise failure
+            if scope.cancelled_caught:
+                if watch.lost or run.lost:
+                    return await lifecycle.stored_result(stats)
+                reason = run.cancel_reason or watch.cancel_reason or "canceled by host"
+                return await lifecycle.cancel(reason, stats)
+        except ApprovalPendingError as pending:
+            return await self._suspend(run, lifecycle, context, pending)
+        except (RunError, CorruptStateError) as exc:
+            # A damaged checkpoint fails its task with the reason, like a run failure.
+            return await lifecycle.fail(str(exc) or type(exc).__name__, type(exc).__name__, stats)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                if self.left_alone(state.task_id):
+                    await lifecycle.release()
+                else:
+                    await lifecycle.cancel("the caller was canceled", stats)
+            raise
+        except Exception as exc:
+            # A bug, not a run failure: still record it so nothing is left "running".
+            with anyio.CancelScope(shield=True):
+                await lifecycle.fail(str(exc) or type(exc).__name__, type(exc).__name__, stats)
+            raise
+        if outcome.escalation is not None:
+            return await self._wait_for_human(lifecycle, context, outcome)
+        return await lifecycle.succeed(outcome, stats)
+
+    async def _suspend(
+        self,
+        run: _Run,
+        lifecycle: TaskLifecycle,
+        context: ExecutionContext,
+        pending: ApprovalPendingError,
+    ) -> TaskResult:
+        """Leave the task ``waiting_approval``; ask the host's approver if it has one.
+
+        Without an approver the lease is given up: ``resolve_approval`` continues the task,
+        in this process or another. With one, the task stays held here while it is asked (a
+        cancel reaches it meanwhile) and each answer is resolved as a human's decision.
+        """
+        stats = context.run.stats
+        names = ", ".join(r.tool_call.name for r in pending.requests if r.tool_call)
+        waiting = await lifecycle.wait_for(
+            pending.requests, stats, error=f"waiting for a human to approve: {names}"
+        )
+        if not self._has_approver():
+            await lifecycle.release()
+            return waiting
+        decisions: dict[str, ApprovalDecision | None] = {}
+
+        async def ask(request: ApprovalRequest) -> None:
+            decisions[request.request_id] = await self._ask_human(request)
+
+        watch = self._watch(lifecycle.task_id)
+        with anyio.CancelScope() as scope:
+            run.scope = scope
+            if run.cancel_reason is not None:
+                scope.cancel()
+            async with anyio.create_task_group() as watching:
+                watching.start_soon(watch.run, scope)
+                async with anyio.create_task_group() as group:
+                    for request in pending.requests:
+                        group.start_soon(ask, request)
+                watching.cancel_scope.cancel()
+        reason = run.cancel_reason or watch.cancel_reason
+        if reason is not None:
+            return await lifecycle.cancel(reason, stats, current=TaskStatus.WAITING_APPROVAL)
+        # The decisions resume the task in a run of its own.
+        if self._runs.get(lifecycle.task_id) is run:
+            del self._runs[lifecycle.task_id]
+        result = waiting
+        for request in pending.requests:
+            decision = decisions.get(request.request_id)
+            if decision is not None and not watch.lost:  # an unanswered request stays pending
+                result = await self._resolve(request.request_id, decision)
+        if result.status is TaskStatus.WAITING_APPROVAL:
+            await lifecycle.release()
+        return result
+
+    async def _wait_for_human(
+        self, lifecycle: TaskLifecycle, context: ExecutionContext, outcome: ExecutionOutcome
+    ) -> TaskResult:
+        """Ask the run's question durably: the task waits until ``resolve_approval``."""
+        escalation: Escalation | None = outcome.escalation
+        assert escalation is not None
+        state = lifecycle.state
+        request = ApprovalRequest(
+            request_id=uuid.uuid4().hex,
+            task_id=state.task_id,
+            session_id=state.session_id,
+            question=escalation.question,
+            risk=RiskLevel.HIGH,
+            reason=escalation.reason,
+            created_at=now(),
+        )
+        result = await lifecycle.wait_for([request], context.run.stats, error=escalation.reason)
+        await lifecycle.release()
+        return result

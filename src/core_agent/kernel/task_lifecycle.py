@@ -1,0 +1,219 @@
+"""How one task moves between states and ends: every move a stored transition with its event.
+
+The executors never move a task: they return an outcome or raise, and the kernel's driver
+(``task_driver``) turns that into one of the moves here. Each move is checked against the
+state machine, written by the task store together with its event (and the task's usage,
+output or error), and published once stored. A move the store refuses because someone else
+moved the task first (a cancel from another process, a kernel that took it over) is not an
+error for the host: the task's stored ending is reported instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from core_agent.contracts.errors import InvalidTransitionError
+from core_agent.contracts.executor import ExecutionOutcome, RunStats
+from core_agent.contracts.task_store import ApprovalDecided, ITaskStore
+from core_agent.kernel.state_machine import check_transition
+from core_agent.kernel.task_events import TaskEventLog
+from core_agent.kernel.task_lease import lease_until
+from shared.agent_protocol import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ApprovalRequested,
+    ApprovalResolved,
+    TaskCanceled,
+    TaskEvent,
+    TaskFailed,
+    TaskResult,
+    TaskStarted,
+    TaskState,
+    TaskStatus,
+    TaskSucceeded,
+    TaskWaitingApproval,
+)
+
+
+class TaskLifecycle:
+    """The moves of one task, made by the kernel ``owner`` that runs it."""
+
+    def __init__(
+        self,
+        *,
+        task_store: ITaskStore,
+        events: TaskEventLog,
+        state: TaskState,
+        owner: str,
+        lease_s: float,
+    ) -> None:
+        self._task_store = task_store
+        self.events = events
+        self.state = state
+        """The task as it was when this kernel took it (identity, request, strategy)."""
+        self.owner = owner
+        self._lease_s = lease_s
+
+    @property
+    def task_id(self) -> str:
+        """The task's id."""
+        return self.state.task_id
+
+    async def move(
+        self, current: TaskStatus, target: TaskStatus, event: TaskEvent, **fields: Any
+    ) -> None:
+        """Move the task from ``current`` to ``target``, storing ``event`` and ``fields``.
+
+        Raises:
+            InvalidTransitionError: The move is not allowed, or the stored task is no longer
+                ``current`` (someone else moved it).
+        """
+        check_transition(self.task_id, current, target)
+        await self._task_store.transition(
+            self.task_id, from_status=current, to_status=target, event=event, **fields
+        )
+        await self.events.publish(event)
+
+    async def start(self, strategy: str) -> None:
+        """``queued`` to ``running`` with the strategy the task runs with."""
+        await self.move(
+            TaskStatus.QUEUED, TaskStatus.RUNNING, self.events.make(TaskStarted), strategy=strategy
+        )
+
+    async def succeed(self, outcome: ExecutionOutcome, stats: RunStats) -> TaskResult:
+        """End the running task with its answer."""
+        usage = stats.usage
+        try:
+            await self.move(
+                TaskStatus.RUNNING,
+                TaskStatus.SUCCEEDED,
+                self.events.make(TaskSucceeded, output=outcome.output, usage=usage),
+                output=outcome.output,
+                usage=usage,
+            )
+        except InvalidTransitionError:
+            return await self.stored_result(stats)
+        return self.result(
+            TaskStatus.SUCCEEDED, stats, output=outcome.output, structured=outcome.structured
+        )
+
+    async def fail(
+        self,
+        error: str,
+        error_type: str,
+        stats: RunStats,
+        *,
+        current: TaskStatus = TaskStatus.RUNNING,
+    ) -> TaskResult:
+        """End the task ``failed`` with ``error`` (``error_type`` names its kind)."""
+        usage = stats.usage
+        try:
+            await self.move(
+                current,
+                TaskStatus.FAILED,
+                self.events.make(TaskFailed, error=error, error_type=error_type, usage=usage),
+                error=error,
+                usage=usage,
+            )
+        except InvalidTransitionError:
+            return await self.stored_result(stats)
+        return self.result(TaskStatus.FAILED, stats, error=error, error_type=error_type)
+
+    async def cancel(
+        self, reason: str, stats: RunStats, *, current: TaskStatus = TaskStatus.RUNNING
+    ) -> TaskResult:
+        """End the task ``canceled`` with ``reason``."""
+        usage = stats.usage
+        try:
+            await self.move(
+                current,
+                TaskStatus.CANCELED,
+                self.events.make(TaskCanceled, reason=reason, usage=usage),
+                error=reason,
+                usage=usage,
+            )
+        except InvalidTransitionError:
+            return await self.stored_result(stats)
+        return self.result(TaskStatus.CANCELED, stats, error=reason)
+
+    async def wait_for(
+        self, requests: Sequence[ApprovalRequest], stats: RunStats, *, error: str
+    ) -> TaskResult:
+        """Record ``requests`` and move the running task to ``waiting_approval``.
+
+        The lease is kept: call ``release`` unless this kernel asks a human itself.
+        """
+        for request in requests:
+            await self.events(ApprovalRequested, request=request)
+        first = requests[0].request_id
+        await self.move(
+            TaskStatus.RUNNING,
+            TaskStatus.WAITING_APPROVAL,
+            self.events.make(TaskWaitingApproval, request_id=first),
+            usage=stats.usage,
+        )
+        return self.result(TaskStatus.WAITING_APPROVAL, stats, error=error, pending_approval=first)
+
+    async def decide(
+        self, decision: ApprovalDecision, *, then: TaskStatus, error: str | None = None
+    ) -> ApprovalDecided | None:
+        """Record a human's ``decision`` once (``ITaskStore.decide_approval``) and publish it.
+
+        When it is the task's last open request the task moves to ``then``, held by this
+        kernel when that is ``running``. ``None`` when the request was already decided.
+
+        Raises:
+            InvalidTransitionError: The task no longer waits for a decision.
+            TaskHeldError: The task's live host is asking its own approver about it.
+        """
+        decided = await self._task_store.decide_approval(
+            self.events.make(ApprovalResolved, decision=decision),
+            then=then,
+            owner=self.owner,
+            lease_until=lease_until(self._lease_s),
+            error=error,
+        )
+        if decided is not None:
+            self.events.follow(decided.event)
+            await self.events.publish(decided.event)
+        return decided
+
+    async def release(self) -> None:
+        """Give up the task's lease: another kernel may carry it on (or a human's answer)."""
+        await self._task_store.release_lease(self.task_id, owner=self.owner)
+
+    async def stored_result(self, stats: RunStats) -> TaskResult:
+        """The result as the store has it (the task was ended or taken over elsewhere)."""
+        stored = await self._task_store.get_task(self.task_id)
+        error = stored.error
+        if stored.status is TaskStatus.RUNNING and stored.owner != self.owner:
+            error = f"another kernel ({stored.owner}) took this task over and runs it"
+        return self.result(stored.status, stats, output=stored.output, error=error)
+
+    def result(
+        self,
+        status: TaskStatus,
+        stats: RunStats,
+        *,
+        output: str | None = None,
+        error: str | None = None,
+        error_type: str | None = None,
+        structured: dict[str, Any] | None = None,
+        pending_approval: str | None = None,
+    ) -> TaskResult:
+        """What the host gets back for this task in ``status``."""
+        state = self.state
+        return TaskResult(
+            task_id=state.task_id,
+            session_id=state.session_id,
+            trace_id=state.trace_id,
+            status=status,
+            output=output,
+            error=error,
+            error_type=error_type,
+            usage=stats.usage,
+            turns=stats.turns,
+            structured_output=structured,
+            pending_approval=pending_approval,
+        )

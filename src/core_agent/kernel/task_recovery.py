@@ -1,0 +1,151 @@
+"""Finding the tasks whose process died, and carrying them on or failing them.
+
+A task is orphaned when it is ``queued`` or ``running`` and its lease ran out, or its owner
+is a process of this machine that no longer exists (``owner_is_dead``): such a task's lease
+is given up at once rather than when it runs out. Recovery takes the orphans over one batch
+at a time and either resumes each (``AgentKernel.resume``) or ends it ``failed`` saying why.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Literal
+
+import anyio
+
+from core_agent.contracts.errors import CorruptStateError, InvalidTransitionError, UsageError
+from core_agent.contracts.event_bus import IEventBus
+from core_agent.contracts.executor import RunStats
+from core_agent.contracts.task_store import ITaskStore
+from core_agent.kernel.task_driver import TaskDriver
+from core_agent.kernel.task_events import TaskEventLog, now
+from core_agent.kernel.task_lease import lease_until, owner_is_dead
+from core_agent.kernel.task_lifecycle import TaskLifecycle
+from shared.agent_protocol import TaskFailed, TaskResult, TaskState, TaskStatus
+
+log = logging.getLogger(__name__)
+
+RECOVER_AT_ONCE = 4
+"""Orphans taken over at the same time."""
+BATCH = 100
+
+
+class TaskRecovery:
+    """Recovers the orphaned tasks of a task store for the kernel ``owner`` (see the module)."""
+
+    def __init__(
+        self,
+        *,
+        task_store: ITaskStore,
+        event_bus: IEventBus,
+        driver: TaskDriver,
+        owner: str,
+        lease_s: float,
+        resume: Callable[[str], Awaitable[TaskResult]],
+    ) -> None:
+        self._task_store = task_store
+        self._event_bus = event_bus
+        self._driver = driver
+        self._owner = owner
+        self._lease_s = lease_s
+        self._resume = resume
+
+    async def recover(self, how: Literal["resume", "fail"]) -> list[TaskResult]:
+        """Resume or fail every orphaned task; the results in the order the tasks ended.
+
+        A task another kernel takes first is left to it, and a task whose stored state is
+        damaged is logged and left: the others are recovered all the same.
+        """
+        results: list[TaskResult] = []
+        tried: set[str] = set()
+        limiter = anyio.CapacityLimiter(RECOVER_AT_ONCE)
+        for status in (TaskStatus.RUNNING, TaskStatus.QUEUED, TaskStatus.WAITING_APPROVAL):
+            for state in await self._task_store.list_tasks(status=status, limit=1000):
+                if not self._driver.runs(state.task_id):
+                    await self.free_if_owner_died(state)
+
+        async def take(state: TaskState) -> None:
+            async with limiter:
+                self._driver.recovering.add(state.task_id)
+                try:
+                    if how == "fail":
+                        result = await self._fail_orphan(state)
+                    else:
+                        result = await self._resume(state.task_id)
+                except UsageError:
+                    return  # taken over by another kernel, or ended meanwhile
+                except CorruptStateError as exc:
+                    log.error("task %s cannot be recovered: %s", state.task_id, exc)
+                    return
+                finally:
+                    self._driver.recovering.discard(state.task_id)
+                results.append(result)
+
+        while True:
+            orphans = [
+                state
+                for state in await self._task_store.orphaned_tasks(now=now(), limit=BATCH)
+                if state.task_id not in tried and not self._driver.runs(state.task_id)
+            ]
+            if not orphans:
+                return results
+            tried.update(state.task_id for state in orphans)
+            async with anyio.create_task_group() as group:
+                for state in orphans:
+                    group.start_soon(take, state)
+
+    async def free_if_owner_died(self, state: TaskState) -> TaskState:
+        """``state``, with its lease given up if its owner is a process here that died.
+
+        A crashed host's tasks are free at once rather than when their leases run out.
+        """
+        if (
+            state.owner is None
+            or state.owner == self._owner
+            or state.lease_expires_at is None
+            or state.lease_expires_at <= now()
+            or not owner_is_dead(state.owner)
+        ):
+            return state
+        await self._task_store.release_lease(state.task_id, owner=state.owner)
+        return await self._task_store.get_task(state.task_id)
+
+    async def _fail_orphan(self, state: TaskState) -> TaskResult:
+        """End a task whose process died as ``failed``, saying so."""
+        if not self._driver.claim(state.task_id):
+            raise UsageError(f"task {state.task_id} runs in this kernel")
+        try:
+            if not await self._task_store.acquire_lease(
+                state.task_id, owner=self._owner, until=lease_until(self._lease_s)
+            ):
+                raise UsageError(f"task {state.task_id} is running in a live process")
+            events = TaskEventLog.continued(
+                self._task_store,
+                self._event_bus,
+                state.task_id,
+                await self._task_store.list_events(state.task_id),
+            )
+            lifecycle = TaskLifecycle(
+                task_store=self._task_store,
+                events=events,
+                state=state,
+                owner=self._owner,
+                lease_s=self._lease_s,
+            )
+            error = "the process running this task stopped before it ended (AGENT_RECOVERY=fail)"
+            stats = RunStats(usage=state.usage)
+            try:
+                await lifecycle.move(
+                    state.status,
+                    TaskStatus.FAILED,
+                    events.make(
+                        TaskFailed, error=error, error_type="ProcessLost", usage=state.usage
+                    ),
+                    error=error,
+                )
+            except InvalidTransitionError as exc:
+                raise UsageError(str(exc)) from exc
+            return lifecycle.result(TaskStatus.FAILED, stats, error=error, error_type="ProcessLost")
+        finally:
+            self._driver.unclaim(state.task_id)
