@@ -12,6 +12,7 @@ import logging
 import queue
 import sqlite3
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -163,7 +164,7 @@ class ReaderPool:
 
 
 class SqliteDatabase:
-    """One connection, used by one thread at a time, off the event loop.
+    """One connection, used by one thread at a time, mostly on the event loop (see ``run``).
 
     Driver errors become ``StorageError``; kernel errors raised inside a call pass through.
     Stores get theirs from ``open``: one handle per file in a process, so what several stores
@@ -202,8 +203,10 @@ class SqliteDatabase:
         )
         self._conn = connect(path)
         self._lock = threading.Lock()
+        self._gates: weakref.WeakKeyDictionary[object, anyio.Lock] = weakref.WeakKeyDictionary()
         self._closed = False
         self._calls_since_checkpoint = 0
+        self._truncate_due = False
         self._checkpoint_lock = threading.Lock()
         self.call(migrate)
 
@@ -290,34 +293,86 @@ class SqliteDatabase:
         """Run ``fn(connection)`` without blocking the event loop on a lock.
 
         The kernel's statements take microseconds, while a hop to a worker thread costs
-        about a hundred; so ``fn`` first runs inline, with SQLite told not to wait for locks.
-        If the connection is busy in another thread or the database is locked by another
-        writer, it runs in a worker thread with the full busy timeout instead. A locked
-        database is reported before anything is written (``BEGIN IMMEDIATE`` or the single
-        statement fails first), so the retry cannot apply a change twice.
+        about a hundred; so ``fn`` runs inline, with SQLite told not to wait for locks.
+        Only when the database is locked by another connection (another process, the
+        background checkpoint) or this connection is in use in another thread does a call
+        wait, in a worker thread with the full busy timeout; and then one call at a time per
+        event loop: the others queue on the loop, first come first served, and run inline
+        once it is done. A locked database is reported before anything is written
+        (``BEGIN IMMEDIATE`` or the single statement fails first), so the retry cannot apply
+        a change twice.
         """
-        if self._lock.acquire(blocking=False):
-            done = False
-            try:
-                if self._closed:
-                    raise StorageError(f"database {self.path} is closed")
-                try:
-                    result = fn(self._conn)  # busy_timeout is 0 between calls
-                    done = True
-                except self._driver_errors as exc:
-                    if not _is_busy(exc):
-                        raise StorageError(f"database {self.path}: {exc}") from exc
-            finally:
-                self._lock.release()
+        gate = self._gate()
+        if self._truncate_due:
+            await self._truncate_wal(gate)
+        if not gate.locked():
+            done, result = self._run_inline(fn)
             if done:
-                self._count_call()
                 # Yield only after letting go: a task that ran while we held the connection
-                # across the yield would find it busy and hop to a worker thread.
+                # across the yield would find it in use and have to queue.
                 await anyio.lowlevel.checkpoint()
                 return result
-        result = await anyio.to_thread.run_sync(self.call, fn)
-        self._count_call()
+        async with gate:
+            done, result = self._run_inline(fn)
+            if not done:
+                result = await anyio.to_thread.run_sync(self.call, fn)
+                self._count_call()
         return result
+
+    def _run_inline(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T]:
+        """``(True, fn(connection))``, or ``(False, ...)`` when it would have to wait."""
+        if not self._lock.acquire(blocking=False):
+            return False, cast(T, None)
+        try:
+            if self._closed:
+                raise StorageError(f"database {self.path} is closed")
+            try:
+                result = fn(self._conn)  # busy_timeout is 0 between calls
+            except self._driver_errors as exc:
+                if not _is_busy(exc):
+                    raise StorageError(f"database {self.path}: {exc}") from exc
+                return False, cast(T, None)
+        finally:
+            self._lock.release()
+        self._count_call()
+        return True, result
+
+    def _gate(self) -> anyio.Lock:
+        """The current event loop's queue for calls that found the connection busy.
+
+        A lock belongs to one event loop; a handle shared by a process can serve several
+        (a synchronous facade's loop thread, successive ``anyio.run`` calls).
+        """
+        loop = anyio.lowlevel.current_token().native_token
+        gate = self._gates.get(loop)
+        if gate is None:
+            gate = self._gates[loop] = anyio.Lock()
+        return gate
+
+    async def _truncate_wal(self, gate: anyio.Lock) -> None:
+        """Let the WAL start over from an empty file, after a checkpoint copied all of it.
+
+        TRUNCATE holds the write lock while it runs (and fsyncs the database file if frames
+        came in since the checkpoint): done on this connection in a worker thread while this
+        loop's other calls queue, rather than on another connection whose lock would send
+        them to worker threads. It does not wait for readers: busy, it is left to a later
+        checkpoint.
+        """
+        async with gate:
+            if not self._truncate_due:
+                return
+            self._truncate_due = False
+
+            def truncate() -> None:
+                with self._lock:
+                    if self._closed:
+                        return
+                    try:
+                        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    except self._driver_errors:
+                        log.warning("WAL truncation of %s failed", self.path, exc_info=True)
+
+            await anyio.to_thread.run_sync(truncate)
 
     def _count_call(self) -> None:
         self._calls_since_checkpoint += 1
@@ -337,19 +392,18 @@ class SqliteDatabase:
     def _checkpoint(self) -> None:
         """Copy committed WAL frames into the database file, off the event loop.
 
-        First PASSIVE, which never waits: what it cannot copy now is copied by a later one.
-        When it copied everything, TRUNCATE (waiting at most a moment for a writer) lets the
-        WAL start over from an empty file: without that, a kernel that never stops writing
-        would only ever append to it. Runs on its own short-lived connection, holding
-        ``_checkpoint_lock``.
+        PASSIVE, which never waits and never holds up a writer: what it cannot copy now is
+        copied by a later one. When it copied everything, the next call on an event loop
+        truncates the WAL (``_truncate_wal``): without that, a kernel that never stops
+        writing would only ever append to it. Runs on its own short-lived connection,
+        holding ``_checkpoint_lock``.
         """
         try:
             conn = sqlite_driver().connect(str(self.path), isolation_level=None, timeout=1.0)
             try:
-                conn.execute("PRAGMA busy_timeout=100")
                 busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                 if not busy and frames == copied:
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    self._truncate_due = True
             finally:
                 conn.close()
         except self._driver_errors:
