@@ -7,6 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from core_agent.contracts.errors import StorageError
 from providers.sqlite.database import SqliteDatabase, connect, transaction
 
 pytestmark = pytest.mark.anyio
@@ -125,4 +126,69 @@ async def test_a_connection_in_use_in_another_thread_is_waited_for_off_the_loop(
     holder.join()
     assert ticks >= 3  # the loop kept running while the call waited for the connection
     assert _rows(db) == [1]
+    await db.close()
+
+
+async def test_transactions_asked_for_together_commit_together_and_fail_alone(
+    tmp_path: Path,
+) -> None:
+    db = _database(tmp_path)
+    results: dict[int, object] = {}
+
+    def insert_twice(n: int):  # type: ignore[no-untyped-def]
+        def write(conn: sqlite3.Connection) -> int:
+            conn.execute("INSERT INTO t (n) VALUES (?)", (n,))
+            if n % 10 == 3:
+                conn.execute("INSERT INTO t (n) VALUES (?)", (n,))  # a duplicate: fails
+            if n % 10 == 7:
+                raise LookupError(n)
+            return n * 2
+
+        return write
+
+    async def writer(n: int) -> None:
+        try:
+            results[n] = await db.transact(insert_twice(n))
+        except Exception as exc:
+            results[n] = exc
+
+    async with anyio.create_task_group() as group:
+        for n in range(100):
+            group.start_soon(writer, n)
+    # Each failed transaction was rolled back alone, and only its caller saw the error.
+    assert _rows(db) == [n for n in range(100) if n % 10 not in (3, 7)]
+    for n, result in results.items():
+        if n % 10 == 3:
+            assert isinstance(result, StorageError)
+            assert "UNIQUE" in str(result)
+        elif n % 10 == 7:
+            assert isinstance(result, LookupError)
+        else:
+            assert result == n * 2
+    await db.close()
+
+
+async def test_a_transaction_waits_for_a_database_locked_by_another_connection(
+    tmp_path: Path,
+) -> None:
+    db = _database(tmp_path)
+    other = connect(tmp_path / "k.db")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO t (n) VALUES (0)")
+
+    done = 0
+
+    async def writer(n: int) -> None:
+        nonlocal done
+        await db.transact(lambda conn: conn.execute("INSERT INTO t (n) VALUES (?)", (n,)))
+        done += 1
+
+    async with anyio.create_task_group() as group:
+        for n in range(1, 21):
+            group.start_soon(writer, n)
+        await anyio.sleep(0.2)
+        assert done == 0
+        other.execute("COMMIT")
+    assert _rows(db) == list(range(21))
+    other.close()
     await db.close()
