@@ -13,6 +13,7 @@ Features are lower-cased words (weight 1) and their character trigrams (weight 0
 from __future__ import annotations
 
 import math
+import operator
 import re
 import zlib
 from collections.abc import Sequence
@@ -76,7 +77,7 @@ class FeatureHashingEmbedder(IEmbedder):
         for feature, count in counts.items():
             index, sign = self._bucket(feature)
             vector[index] += sign * (1.0 + math.log(count)) if count >= 1 else sign * count
-        norm = math.sqrt(math.fsum(v * v for v in vector))
+        norm = math.sqrt(math.fsum(map(operator.mul, vector, vector)))
         if norm == 0.0:
             # Every feature cancelled out in its bucket: vanishingly rare; fall back to one.
             index, _ = self._bucket(text)

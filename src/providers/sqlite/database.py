@@ -12,6 +12,7 @@ import logging
 import queue
 import sqlite3
 import threading
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
@@ -118,6 +119,33 @@ class _Unit:
         self.after_commit: list[Callable[[], Awaitable[None]]] = []
 
 
+class _Group:
+    """Transactions asked for on one event loop at about the same time, committed together."""
+
+    def __init__(self) -> None:
+        self.calls: list[Callable[[sqlite3.Connection], Any]] = []
+        self.results: list[Any] = []
+        self.errors: list[BaseException | None] = []
+        self.done = anyio.Event()
+
+
+class _LoopState:
+    """What a ``SqliteDatabase`` keeps per event loop (see ``SqliteDatabase.run``)."""
+
+    def __init__(self) -> None:
+        self.gate = anyio.Lock()
+        self.group: _Group | None = None
+
+
+def _shared_error(exc: Exception) -> Exception:
+    """An error of the group's commit for one of its callers (an exception is raised once)."""
+    if type(exc) is StorageError:
+        copy = StorageError(str(exc))
+        copy.__cause__ = exc
+        return copy
+    return exc
+
+
 _UNIT: ContextVar[_Unit | None] = ContextVar("core_agent_sqlite_unit", default=None)
 
 
@@ -163,7 +191,7 @@ class ReaderPool:
 
 
 class SqliteDatabase:
-    """One connection, used by one thread at a time, off the event loop.
+    """One connection, used by one thread at a time, mostly on the event loop (see ``run``).
 
     Driver errors become ``StorageError``; kernel errors raised inside a call pass through.
     Stores get theirs from ``open``: one handle per file in a process, so what several stores
@@ -202,8 +230,10 @@ class SqliteDatabase:
         )
         self._conn = connect(path)
         self._lock = threading.Lock()
+        self._loops: weakref.WeakKeyDictionary[object, _LoopState] = weakref.WeakKeyDictionary()
         self._closed = False
         self._calls_since_checkpoint = 0
+        self._truncate_due = False
         self._checkpoint_lock = threading.Lock()
         self.call(migrate)
 
@@ -235,11 +265,77 @@ class SqliteDatabase:
             unit.writes.append(fn)
             return
 
-        def apply(conn: sqlite3.Connection) -> None:
-            with transaction(conn):
-                fn(conn)
+        await self.transact(fn)
 
-        await self.run(apply)
+    async def transact(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Apply ``fn`` in a transaction, durable when this returns; its result or error.
+
+        Like ``run`` with ``fn`` inside ``transaction``, except that the transactions that
+        the event loop's tasks ask for at about the same time (before the first of them
+        gets the loop back) commit together: each in a savepoint of its own, so one that
+        raises is rolled back alone and only its caller sees the error. A commit costs
+        tens of microseconds, the statements of a step a few: with many tasks in flight
+        the commits were most of the database's time.
+        """
+        state = self._loop_state()
+        group = state.group
+        leader = group is None
+        if group is None:
+            group = state.group = _Group()
+        slot = len(group.calls)
+        group.calls.append(fn)
+        # Whatever happens to the caller, the write is in the group and will be applied:
+        # wait for it, so the caller knows how it ended.
+        with anyio.CancelScope(shield=True):
+            if leader:
+                await anyio.lowlevel.checkpoint()  # the tasks ready now add theirs
+                state.group = None
+                await self._apply_group(group)
+            else:
+                await group.done.wait()
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        error = group.errors[slot]
+        if error is not None:
+            raise error
+        return cast(T, group.results[slot])
+
+    async def _apply_group(self, group: _Group) -> None:
+        calls = group.calls
+        results: list[Any] = [None] * len(calls)
+        errors: list[BaseException | None] = [None] * len(calls)
+
+        def apply(conn: sqlite3.Connection) -> None:
+            # A retry (the database was locked) starts again from nothing: ``BEGIN
+            # IMMEDIATE`` failed before any call ran.
+            errors[:] = [None] * len(calls)
+            with transaction(conn):
+                if len(calls) == 1:
+                    results[0] = calls[0](conn)
+                    return
+                for index, fn in enumerate(calls):
+                    conn.execute("SAVEPOINT grouped")
+                    try:
+                        results[index] = fn(conn)
+                    except Exception as exc:
+                        conn.execute("ROLLBACK TO grouped")
+                        errors[index] = (
+                            StorageError(f"database {self.path}: {exc}")
+                            if isinstance(exc, self._driver_errors)
+                            else exc
+                        )
+                    conn.execute("RELEASE grouped")
+
+        try:
+            await self.run(apply)
+        except Exception as exc:
+            # Nothing was committed: every caller hears why, each through its own error.
+            errors[:] = [exc] if len(calls) == 1 else [_shared_error(exc) for _ in calls]
+        except BaseException as exc:
+            errors[:] = [_shared_error(StorageError(f"database {self.path}: {exc!r}"))] * len(calls)
+            raise
+        finally:
+            group.results, group.errors = results, errors
+            group.done.set()
 
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """Queue ``callback`` for after the open unit of work commits.
@@ -280,44 +376,95 @@ class SqliteDatabase:
             return
 
         def apply(conn: sqlite3.Connection) -> None:
-            with transaction(conn):
-                for fn in unit.writes:
-                    fn(conn)
+            for fn in unit.writes:
+                fn(conn)
 
-        await self.run(apply)
+        await self.transact(apply)
 
     async def run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` without blocking the event loop on a lock.
 
         The kernel's statements take microseconds, while a hop to a worker thread costs
-        about a hundred; so ``fn`` first runs inline, with SQLite told not to wait for locks.
-        If the connection is busy in another thread or the database is locked by another
-        writer, it runs in a worker thread with the full busy timeout instead. A locked
-        database is reported before anything is written (``BEGIN IMMEDIATE`` or the single
-        statement fails first), so the retry cannot apply a change twice.
+        about a hundred; so ``fn`` runs inline, with SQLite told not to wait for locks.
+        Only when the database is locked by another connection (another process, the
+        background checkpoint) or this connection is in use in another thread does a call
+        wait, in a worker thread with the full busy timeout; and then one call at a time per
+        event loop: the others queue on the loop, first come first served, and run inline
+        once it is done. A locked database is reported before anything is written
+        (``BEGIN IMMEDIATE`` or the single statement fails first), so the retry cannot apply
+        a change twice.
         """
-        if self._lock.acquire(blocking=False):
-            done = False
-            try:
-                if self._closed:
-                    raise StorageError(f"database {self.path} is closed")
-                try:
-                    result = fn(self._conn)  # busy_timeout is 0 between calls
-                    done = True
-                except self._driver_errors as exc:
-                    if not _is_busy(exc):
-                        raise StorageError(f"database {self.path}: {exc}") from exc
-            finally:
-                self._lock.release()
+        gate = self._loop_state().gate
+        if self._truncate_due:
+            await self._truncate_wal(gate)
+        if not gate.locked():
+            done, result = self._run_inline(fn)
             if done:
-                self._count_call()
                 # Yield only after letting go: a task that ran while we held the connection
-                # across the yield would find it busy and hop to a worker thread.
+                # across the yield would find it in use and have to queue.
                 await anyio.lowlevel.checkpoint()
                 return result
-        result = await anyio.to_thread.run_sync(self.call, fn)
-        self._count_call()
+        async with gate:
+            done, result = self._run_inline(fn)
+            if not done:
+                result = await anyio.to_thread.run_sync(self.call, fn)
+                self._count_call()
         return result
+
+    def _run_inline(self, fn: Callable[[sqlite3.Connection], T]) -> tuple[bool, T]:
+        """``(True, fn(connection))``, or ``(False, ...)`` when it would have to wait."""
+        if not self._lock.acquire(blocking=False):
+            return False, cast(T, None)
+        try:
+            if self._closed:
+                raise StorageError(f"database {self.path} is closed")
+            try:
+                result = fn(self._conn)  # busy_timeout is 0 between calls
+            except self._driver_errors as exc:
+                if not _is_busy(exc):
+                    raise StorageError(f"database {self.path}: {exc}") from exc
+                return False, cast(T, None)
+        finally:
+            self._lock.release()
+        self._count_call()
+        return True, result
+
+    def _loop_state(self) -> _LoopState:
+        """This handle's queue and open group of transactions on the current event loop.
+
+        Both belong to one event loop; a handle shared by a process can serve several (a
+        synchronous facade's loop thread, successive ``anyio.run`` calls).
+        """
+        loop = anyio.lowlevel.current_token().native_token
+        state = self._loops.get(loop)
+        if state is None:
+            state = self._loops[loop] = _LoopState()
+        return state
+
+    async def _truncate_wal(self, gate: anyio.Lock) -> None:
+        """Let the WAL start over from an empty file, after a checkpoint copied all of it.
+
+        TRUNCATE holds the write lock while it runs (and fsyncs the database file if frames
+        came in since the checkpoint): done on this connection in a worker thread while this
+        loop's other calls queue, rather than on another connection whose lock would send
+        them to worker threads. It does not wait for readers: busy, it is left to a later
+        checkpoint.
+        """
+        async with gate:
+            if not self._truncate_due:
+                return
+            self._truncate_due = False
+
+            def truncate() -> None:
+                with self._lock:
+                    if self._closed:
+                        return
+                    try:
+                        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    except self._driver_errors:
+                        log.warning("WAL truncation of %s failed", self.path, exc_info=True)
+
+            await anyio.to_thread.run_sync(truncate)
 
     def _count_call(self) -> None:
         self._calls_since_checkpoint += 1
@@ -337,19 +484,18 @@ class SqliteDatabase:
     def _checkpoint(self) -> None:
         """Copy committed WAL frames into the database file, off the event loop.
 
-        First PASSIVE, which never waits: what it cannot copy now is copied by a later one.
-        When it copied everything, TRUNCATE (waiting at most a moment for a writer) lets the
-        WAL start over from an empty file: without that, a kernel that never stops writing
-        would only ever append to it. Runs on its own short-lived connection, holding
-        ``_checkpoint_lock``.
+        PASSIVE, which never waits and never holds up a writer: what it cannot copy now is
+        copied by a later one. When it copied everything, the next call on an event loop
+        truncates the WAL (``_truncate_wal``): without that, a kernel that never stops
+        writing would only ever append to it. Runs on its own short-lived connection,
+        holding ``_checkpoint_lock``.
         """
         try:
             conn = sqlite_driver().connect(str(self.path), isolation_level=None, timeout=1.0)
             try:
-                conn.execute("PRAGMA busy_timeout=100")
                 busy, frames, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                 if not busy and frames == copied:
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    self._truncate_due = True
             finally:
                 conn.close()
         except self._driver_errors:

@@ -207,7 +207,7 @@ class SqliteTaskStore(ITaskStore):
                 )
                 _insert_event(conn, queued_event)
 
-        await self._db.run(write)
+        await self._db.transact(write)
 
     async def get_task(self, task_id: str) -> TaskState:
         """The task, or ``TaskNotFoundError``."""
@@ -302,7 +302,7 @@ class SqliteTaskStore(ITaskStore):
                 if event is not None:
                     _insert_event(conn, event)
 
-        await self._db.run(write)
+        await self._db.transact(write)
 
     async def append_event(self, event: TaskEvent) -> None:
         """Append one event to its task's log (with the open unit of work, if any)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 from array import array
 from collections.abc import Mapping, Sequence
@@ -42,19 +43,20 @@ def unit_vector(values: Sequence[float], *, what: str) -> array[float]:
     Raises:
         UsageError: A value is not a finite number, or every value is zero.
     """
+    # map() rather than generator expressions: every search normalises its query here.
     try:
-        floats = [float(v) for v in values]
+        floats = list(map(float, values))
     except (TypeError, ValueError) as exc:
         raise UsageError(f"{what}: vector values must be numbers") from exc
     if not floats:
         raise UsageError(f"{what}: the vector is empty")
-    if not all(math.isfinite(v) for v in floats):
+    if not all(map(math.isfinite, floats)):
         raise UsageError(f"{what}: the vector contains NaN or infinite values")
-    norm = math.sqrt(math.fsum(v * v for v in floats))
+    norm = math.sqrt(math.fsum(map(operator.mul, floats, floats)))
     if norm == 0.0:
         raise UsageError(f"{what}: a zero vector has no direction to compare")
-    unit = array("f", (v / norm for v in floats))
-    if not all(math.isfinite(v) for v in unit):
+    unit = array("f", [v / norm for v in floats])
+    if not all(map(math.isfinite, unit)):
         raise UsageError(f"{what}: the vector does not fit in 32-bit floats")
     return unit
 

@@ -1,0 +1,194 @@
+"""How ``SqliteDatabase.run`` shares its one connection among the tasks of an event loop."""
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import anyio
+import pytest
+
+from core_agent.contracts.errors import StorageError
+from providers.sqlite.database import SqliteDatabase, connect, transaction
+
+pytestmark = pytest.mark.anyio
+
+
+def _database(tmp_path: Path) -> SqliteDatabase:
+    db = SqliteDatabase(tmp_path / "k.db")
+    db.call(lambda conn: conn.execute("CREATE TABLE t (n INTEGER PRIMARY KEY)"))
+    return db
+
+
+def _insert(n: int, threads: list[int]):  # type: ignore[no-untyped-def]
+    def write(conn: sqlite3.Connection) -> None:
+        threads.append(threading.get_ident())
+        with transaction(conn):
+            conn.execute("INSERT INTO t (n) VALUES (?)", (n,))
+
+    return write
+
+
+def _rows(db: SqliteDatabase) -> list[int]:
+    return [n for (n,) in db.call(lambda conn: conn.execute("SELECT n FROM t ORDER BY n"))]
+
+
+async def test_many_writers_on_one_loop_all_run_on_the_loop(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    threads: list[int] = []
+
+    async def writer(first: int) -> None:
+        for n in range(first, first + 20):
+            await db.run(_insert(n, threads))
+            await db.run(lambda conn: conn.execute("SELECT COUNT(*) FROM t").fetchone())
+
+    async with anyio.create_task_group() as group:
+        for first in range(0, 2000, 20):
+            group.start_soon(writer, first)
+    assert _rows(db) == list(range(2000))
+    assert set(threads) == {threading.get_ident()}
+    await db.close()
+
+
+async def test_writers_locked_out_by_another_connection_wait_one_at_a_time(
+    tmp_path: Path,
+) -> None:
+    db = _database(tmp_path)
+    other = connect(tmp_path / "k.db")  # stands for another process holding the write lock
+    other.execute("BEGIN IMMEDIATE")
+    threads: list[int] = []
+    done = 0
+
+    async def writer(n: int) -> None:
+        nonlocal done
+        await db.run(_insert(n, threads))
+        done += 1
+
+    async with anyio.create_task_group() as group:
+        for n in range(50):
+            group.start_soon(writer, n)
+        await anyio.sleep(0.2)
+        assert done == 0  # all still waiting for the lock...
+        other.execute("COMMIT")  # ...until the other writer lets go
+    assert _rows(db) == list(range(50))
+    loop = threading.get_ident()
+    # Only the first waited in a worker thread (busy timeout); the others queued on the
+    # loop and ran there once it was through.
+    assert len([t for t in threads if t != loop]) == 1
+    other.close()
+    await db.close()
+
+
+async def test_a_cancelled_queued_call_leaves_the_database_usable(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    other = connect(tmp_path / "k.db")
+    other.execute("BEGIN IMMEDIATE")
+    threads: list[int] = []
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(db.run, _insert(1, threads))
+        await anyio.sleep(0.05)  # it waits in a worker thread
+        with anyio.CancelScope() as queued:
+            queued.deadline = anyio.current_time() + 0.1
+            await db.run(_insert(2, threads))  # queued behind it, then cancelled
+        assert queued.cancelled_caught
+        other.execute("COMMIT")
+    await db.run(_insert(3, threads))
+    assert _rows(db) == [1, 3]
+    other.close()
+    await db.close()
+
+
+async def test_a_connection_in_use_in_another_thread_is_waited_for_off_the_loop(
+    tmp_path: Path,
+) -> None:
+    db = _database(tmp_path)
+    inside, release = threading.Event(), threading.Event()
+    ticks = 0
+
+    def hold(conn: sqlite3.Connection) -> None:
+        inside.set()
+        release.wait()
+
+    async def heartbeat() -> None:
+        nonlocal ticks
+        while not release.is_set():
+            ticks += 1
+            await anyio.sleep(0.01)
+
+    holder = threading.Thread(target=db.call, args=(hold,))
+    holder.start()
+    inside.wait()
+    async with anyio.create_task_group() as group:
+        group.start_soon(heartbeat)
+        group.start_soon(db.run, _insert(1, []))
+        await anyio.sleep(0.1)
+        release.set()
+    holder.join()
+    assert ticks >= 3  # the loop kept running while the call waited for the connection
+    assert _rows(db) == [1]
+    await db.close()
+
+
+async def test_transactions_asked_for_together_commit_together_and_fail_alone(
+    tmp_path: Path,
+) -> None:
+    db = _database(tmp_path)
+    results: dict[int, object] = {}
+
+    def insert_twice(n: int):  # type: ignore[no-untyped-def]
+        def write(conn: sqlite3.Connection) -> int:
+            conn.execute("INSERT INTO t (n) VALUES (?)", (n,))
+            if n % 10 == 3:
+                conn.execute("INSERT INTO t (n) VALUES (?)", (n,))  # a duplicate: fails
+            if n % 10 == 7:
+                raise LookupError(n)
+            return n * 2
+
+        return write
+
+    async def writer(n: int) -> None:
+        try:
+            results[n] = await db.transact(insert_twice(n))
+        except Exception as exc:
+            results[n] = exc
+
+    async with anyio.create_task_group() as group:
+        for n in range(100):
+            group.start_soon(writer, n)
+    # Each failed transaction was rolled back alone, and only its caller saw the error.
+    assert _rows(db) == [n for n in range(100) if n % 10 not in (3, 7)]
+    for n, result in results.items():
+        if n % 10 == 3:
+            assert isinstance(result, StorageError)
+            assert "UNIQUE" in str(result)
+        elif n % 10 == 7:
+            assert isinstance(result, LookupError)
+        else:
+            assert result == n * 2
+    await db.close()
+
+
+async def test_a_transaction_waits_for_a_database_locked_by_another_connection(
+    tmp_path: Path,
+) -> None:
+    db = _database(tmp_path)
+    other = connect(tmp_path / "k.db")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO t (n) VALUES (0)")
+
+    done = 0
+
+    async def writer(n: int) -> None:
+        nonlocal done
+        await db.transact(lambda conn: conn.execute("INSERT INTO t (n) VALUES (?)", (n,)))
+        done += 1
+
+    async with anyio.create_task_group() as group:
+        for n in range(1, 21):
+            group.start_soon(writer, n)
+        await anyio.sleep(0.2)
+        assert done == 0
+        other.execute("COMMIT")
+    assert _rows(db) == list(range(21))
+    other.close()
+    await db.close()
