@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from core_agent.safety.injection_detector import InjectionDetector
+from shared.cjk_text import has_cjk
 
 DEFAULT_DATA = Path(__file__).parents[1] / "tests" / "data" / "injection_eval.jsonl"
 
@@ -36,12 +37,38 @@ def main() -> None:
             errors.append((key, report.signals, row["text"]))
     tpr = counts["tp"] / max(1, counts["tp"] + counts["fn"])
     fpr = counts["fp"] / max(1, counts["fp"] + counts["tn"])
-    print(json.dumps({"benchmark": "injection_eval", **counts, "tpr": tpr, "fpr": fpr}))
+    by_language = {}
+    for language in ("en", "zh"):
+        rows_in = [r for r in rows if has_cjk(r["text"]) == (language == "zh")]
+        pos = [r for r in rows_in if r["label"] == "injected"]
+        neg = [r for r in rows_in if r["label"] != "injected"]
+        by_language[language] = {
+            "injected": len(pos),
+            "benign": len(neg),
+            "tpr": sum(detector.inspect(r["text"]).suspicious for r in pos) / max(1, len(pos)),
+            "fpr": sum(detector.inspect(r["text"]).suspicious for r in neg) / max(1, len(neg)),
+        }
+    print(
+        json.dumps(
+            {
+                "benchmark": "injection_eval",
+                **counts,
+                "tpr": tpr,
+                "fpr": fpr,
+                "by_language": by_language,
+            }
+        )
+    )
     print(
         f"injection detector on {len(rows)} labelled outputs: true-positive rate {tpr:.1%}, "
         f"false-positive rate {fpr:.1%} (tp {counts['tp']}, fn {counts['fn']}, "
         f"fp {counts['fp']}, tn {counts['tn']})"
     )
+    for language, f in by_language.items():
+        print(
+            f"  {language}: TPR {f['tpr']:.1%} of {f['injected']} injected,"
+            f" FPR {f['fpr']:.1%} of {f['benign']} benign"
+        )
     if args.show_errors:
         for kind, signals, text in errors:
             print(f"- {kind}: {list(signals)} {text[:100]!r}")

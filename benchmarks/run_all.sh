@@ -6,6 +6,8 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.react_step_overhead
 "$PY" -m benchmarks.plan_step_overhead
 "$PY" -m benchmarks.router_eval
+"$PY" -m benchmarks.router_eval --data tests/data/routing_heldout.jsonl
+"$PY" -m benchmarks.keyword_zh_eval
 "$PY" -m benchmarks.safety_latency
 "$PY" -m benchmarks.confinement_overhead
 "$PY" -m benchmarks.injection_eval

@@ -4,9 +4,12 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+
+from shared.cjk_text import has_cjk
 
 CLI = Path(sys.executable).with_name("core-agent")
 
@@ -318,3 +321,31 @@ def test_recover_resume_and_cancel_on_the_command_line(tmp_path) -> None:
     assert listed[first]["status"] == "canceled"
     assert all(listed[t]["status"] == "failed" for t in others)
     assert run("recover", data_dir=data).stdout.startswith("No task was left")
+
+
+HELD_OUT = Path(__file__).parents[1] / "data" / "routing_heldout.jsonl"
+
+
+def test_the_held_out_routing_set_in_both_languages_through_the_command(tmp_path) -> None:
+    # Written before the Chinese rules were tuned and never tuned on. 90% overall is the
+    # router's long-standing target; each language must reach 85% so that losing one
+    # language's rules (Chinese fell to 13 of 23 without them) fails here. Measured when
+    # written: 42 of 43 (English 20/20, Chinese 22/23).
+    rows = [json.loads(line) for line in HELD_OUT.read_text().splitlines() if line.strip()]
+    assert len(rows) >= 40
+
+    def routed(row: dict[str, str]) -> str:
+        result = run("route", row["task"], "--json", data_dir=tmp_path)
+        assert result.returncode == 0, result.stderr
+        return str(json.loads(result.stdout)["strategy"])
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        strategies = list(pool.map(routed, rows))
+    right = {"en": [0, 0], "zh": [0, 0]}
+    for row, strategy in zip(rows, strategies, strict=True):
+        tally = right["zh" if has_cjk(row["task"]) else "en"]
+        tally[0] += strategy == row["label"]
+        tally[1] += 1
+    assert min(tally[1] for tally in right.values()) >= 20
+    assert sum(t[0] for t in right.values()) / len(rows) >= 0.9, right
+    assert all(hits / n >= 0.85 for hits, n in right.values()), right

@@ -125,3 +125,23 @@ def test_switching_the_keyword_index_is_noticed_and_rebuilt(tmp_path: Path, note
     assert fixed.stderr == ""
     first = json.loads(fixed.stdout)[0]
     assert first["source"].endswith("kitchen.txt") and first["ranks"]["lexical"] == 1
+
+
+@pytest.mark.parametrize("keyword_index", ["tantivy", "fts5"])
+def test_a_chinese_query_finds_the_chinese_document_by_its_keywords(
+    tmp_path: Path, keyword_index: str
+) -> None:
+    folder = tmp_path / "books"
+    folder.mkdir()
+    rows = (Path(__file__).parents[1] / "data" / "documents_zh.jsonl").read_text().splitlines()
+    for row in map(json.loads, rows):
+        (folder / f"{row['id']}.txt").write_text(row["text"] + "\n", encoding="utf-8")
+    data = tmp_path / "data"
+    env = {"AGENT_LEXICAL_INDEX": keyword_index}
+    assert run("ingest", str(folder), data_dir=data, **env).returncode == 0
+    for query, expected in [("乌龙茶怎么冲泡", "tea.txt"), ("林黛玉", "novel.txt")]:
+        found = run("search", query, "--json", data_dir=data, **env)
+        assert found.returncode == 0, found.stderr
+        first = json.loads(found.stdout)[0]
+        assert first["source"].endswith(expected)
+        assert first["ranks"]["lexical"] == 1, first

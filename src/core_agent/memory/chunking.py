@@ -1,10 +1,18 @@
 """Token-aware chunking with overlap, keeping exact character offsets into the source text.
 
 The text is cut into units that read well on their own (paragraphs, then sentences, then
-words, then halves of an over-long word), and units are packed greedily into chunks of at
-most ``chunk_tokens`` tokens. Each chunk after the first starts with the trailing units of
-the previous one, up to ``overlap_tokens``, so a passage cut at a boundary is whole in one
-of them. A chunk's text is always ``text[start:end]``.
+Chinese clauses, then words, then halves of an over-long word), and units are packed
+greedily into chunks of at most ``chunk_tokens`` tokens, counted by the model's tokenizer.
+
+Chinese and Japanese end sentences with 。！？；… and no space after them, and write no spaces
+between words: a sentence ends at those marks whatever follows (closing quotes stay with
+it), and a sentence longer than a chunk is cut at its clause marks ，、： before anything
+else, so a cut inside a word only happens for a clause longer than a whole chunk (rare at
+the default 256 tokens, about 200 Han characters).
+
+Each chunk after the first starts with the trailing units of the previous one, up to
+``overlap_tokens``, so a passage cut at a boundary is whole in one of them. A chunk's text
+is always ``text[start:end]``.
 """
 
 from __future__ import annotations
@@ -14,10 +22,19 @@ from dataclasses import dataclass
 
 from core_agent.contracts.errors import UsageError
 from core_agent.contracts.token_counter import ITokenCounter
+from shared.cjk_text import CJK_CHAR
 
 _PARAGRAPH = re.compile(r"\S(?:.*?\S)?(?=[ \t\r\f\v]*\n\s*\n|\s*\Z)", re.DOTALL)
-_SENTENCE = re.compile(r"\S.*?(?:[.!?。！？](?=\s)|\Z)", re.DOTALL)
+_CLOSERS = "”’」』）》】\"'"
+_SENTENCE = re.compile(
+    r"\S.*?(?:[.!?](?=\s)|[。！？；]+[" + _CLOSERS + r"]*|"
+    # The ellipsis ends a sentence only after a CJK character: "wait… what" stays whole.
+    r"(?<=" + CJK_CHAR.pattern + r")…+[" + _CLOSERS + r"]*|\Z)",
+    re.DOTALL,
+)
+_CLAUSE = re.compile(r"\S.*?(?:[，、：]|\Z)", re.DOTALL)
 _WORD = re.compile(r"\S+")
+_LEVELS = (_SENTENCE, _CLAUSE, _WORD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +110,8 @@ class TokenChunker:
         if tokens <= self.chunk_tokens:
             out.append(_Unit(start, end, tokens))
             return
-        if level < 2:
-            pattern = _SENTENCE if level == 0 else _WORD
+        if level < len(_LEVELS):
+            pattern = _LEVELS[level]
             parts = [
                 (start + m.start(), start + m.end()) for m in pattern.finditer(text[start:end])
             ]

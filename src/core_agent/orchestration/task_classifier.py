@@ -20,7 +20,9 @@ from typing import Any
 
 from core_agent.contracts.policy_engine import IPolicyEngine
 from core_agent.contracts.tool import Capability, ToolSpec
+from core_agent.orchestration import chinese_task_clauses as chinese
 from shared.agent_protocol import RiskLevel
+from shared.cjk_text import count_cjk, has_cjk
 
 ACTION_VERBS = frozenset(
     """
@@ -189,6 +191,13 @@ def _split_on_new_actions(sentence: str) -> list[str]:
     return [part for part in cleaned if part]
 
 
+def _estimated_tokens(text: str) -> int:
+    # About four characters a token in English, but about one a token for Chinese in the
+    # tokenizers models use (cl100k_base: 1.0-1.5 per Han character).
+    cjk = count_cjk(text)
+    return max(1, cjk + math.ceil((len(text) - cjk) / 4))
+
+
 class TaskClassifier:
     """Computes ``TaskFeatures``; pass a policy engine to grade likely tools by policy."""
 
@@ -201,22 +210,30 @@ class TaskClassifier:
         list_items = len(_LIST_ITEM.findall(text))
         body = _LIST_ITEM.sub("", text)
         sentences = [s for s in _SENTENCE_END.split(body) if s and s.strip()]
-        clauses: list[str] = []
-        for sentence in sentences:
-            clauses.extend(_split_on_new_actions(sentence))
-        actionable = [c for c in clauses if _opens_with_action(c)]
-        sub_goals = max(1, len(actionable), list_items)
         dependencies = (
             len(_SEQUENCE.findall(body))
             + len(_DATA_FLOW.findall(body))
             + len(_ORDINALS.findall(body))
         )
+        if has_cjk(body):
+            # Chinese (and Japanese) clauses have no spaces to split on: their own rules,
+            # with the English ones still applied to each clause for mixed text.
+            clauses = chinese.clauses(body)
+            actionable = [c for c in clauses if chinese.is_sub_goal(c) or _opens_with_action(c)]
+            list_items += chinese.enumerated_items(body)
+            dependencies += chinese.dependencies(clauses)
+        else:
+            clauses = []
+            for sentence in sentences:
+                clauses.extend(_split_on_new_actions(sentence))
+            actionable = [c for c in clauses if _opens_with_action(c)]
+        sub_goals = max(1, len(actionable), list_items)
         likely = self._likely_tools(text, tools)
         return TaskFeatures(
             sub_goals=sub_goals,
             dependencies=dependencies,
             list_items=list_items,
-            context_tokens=max(1, math.ceil(len(text) / 4)),
+            context_tokens=_estimated_tokens(text),
             tools_available=len(tools),
             likely_tools=tuple(spec.name for spec in likely),
             risk=self._risk(likely),

@@ -2,10 +2,11 @@
 
 It looks for what injected text tends to carry: instruction-like phrasing aimed at the model,
 chat role markers, invisible Unicode (zero-width, bidirectional overrides, tag characters) and
-encoded payloads that decode to such instructions. A hit is reported (event, span, a warning
-inside the spotlighted block); it never blocks anything by itself. What stops an exfiltration
-is the policy: once untrusted content is in context, write, exec and network calls need more
-approval.
+encoded payloads that decode to such instructions. Text with CJK characters is also checked
+against the Chinese phrasings (``chinese_injection_patterns``). A hit is reported (event,
+span, a warning inside the spotlighted block); it never blocks anything by itself. What
+stops an exfiltration is the policy: once untrusted content is in context, write, exec and
+network calls need more approval.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ import base64
 import binascii
 import re
 from dataclasses import dataclass
+
+from core_agent.safety.chinese_injection_patterns import (
+    CHINESE_INSTRUCTIONS,
+    CHINESE_ROLE_MARKERS,
+)
+from shared.cjk_text import has_cjk
 
 _SECRETS = r"(?:api[_ ]?keys?|passwords?|secrets?|credentials|tokens?|ssh keys?|(?<![\w.])\.env)"
 _INSTRUCTIONS = [
@@ -106,14 +113,16 @@ class InjectionDetector:
         sample = text[: self._max_chars]
         signals: list[str] = []
         score = 0.0
-        for pattern, label, weight in _INSTRUCTIONS:
-            if pattern.search(sample):
+        chinese = has_cjk(sample)
+        patterns = _INSTRUCTIONS + CHINESE_INSTRUCTIONS if chinese else _INSTRUCTIONS
+        for pattern, label, weight in patterns:
+            if label not in signals and pattern.search(sample):
                 signals.append(label)
                 score += weight
         if _CHAT_TOKENS.search(sample):
             signals.append("contains chat-template role markers")
             score += 1.0
-        elif _ROLE_MARKERS.search(sample):
+        elif _ROLE_MARKERS.search(sample) or (chinese and CHINESE_ROLE_MARKERS.search(sample)):
             signals.append("contains chat role markers")
             score += 0.6
         invisible = len(_INVISIBLE.findall(sample))

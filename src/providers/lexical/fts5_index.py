@@ -5,6 +5,16 @@ Each namespace has its own FTS5 table, so a search never filters other namespace
 namespace's own. ``agent_lexical_passages`` maps passage ids to FTS rowids. Passages are
 indexed with the Porter stemmer over ``unicode61`` (diacritics folded); a query becomes an OR
 of quoted terms, so no user input is read as FTS5 syntax, ranked by FTS5's built-in BM25.
+
+Chinese and Japanese words, cut by ``cjk_segmentation``, go to a second column, ``terms``,
+separated by spaces so ``unicode61`` sees each as a token; a query's words are segmented the
+same way and match in either column. English passages leave ``terms`` empty and rank as they
+did. The trigram tokenizer was the alternative: it needs no segmenter but matches nothing
+for a query or word under three characters, and most Chinese words have two. On the Chinese
+set of ``benchmarks/keyword_zh_eval.py`` it found the right document first for 62% of the
+queries, against 100% with segmented words (and 6% before either); it would also lose
+English stemming.
+Tables made before the column existed are rebuilt by schema migration 7.
 """
 
 from __future__ import annotations
@@ -20,10 +30,23 @@ import anyio.to_thread
 from core_agent.contracts.errors import StorageError
 from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.settings import AgentSettings
+from providers.lexical.cjk_segmentation import cjk_words
 from providers.lexical.passages import check_passages, search_terms
 from providers.sqlite.database import ReaderPool, SqliteDatabase, sqlite_driver, transaction
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
+COLUMNS = "text, terms"
+"""The passage as written, and its Chinese and Japanese words separated by spaces."""
+
+
+def create_table(conn: sqlite3.Connection, table: str) -> None:
+    """Create one namespace's FTS5 table (the schema migration 7 rebuilds old tables to)."""
+    conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5({COLUMNS}, tokenize = '{TOKENIZER}')")
+
+
+def cjk_terms(text: str) -> str:
+    """The ``terms`` column of a passage."""
+    return " ".join(cjk_words(text))
 
 
 def _table(conn: sqlite3.Connection, namespace: str) -> str | None:
@@ -57,9 +80,7 @@ class Fts5LexicalIndex(ILexicalIndex):
                 table = _table(conn, namespace)
                 if table is None:
                     table = f"agent_fts_{uuid.uuid4().hex[:16]}"
-                    conn.execute(
-                        f"CREATE VIRTUAL TABLE {table} USING fts5(text, tokenize = '{TOKENIZER}')"
-                    )
+                    create_table(conn, table)
                     conn.execute(
                         "INSERT INTO agent_lexical_namespaces (namespace, table_name)"
                         " VALUES (?, ?)",
@@ -78,7 +99,10 @@ class Fts5LexicalIndex(ILexicalIndex):
                     else:
                         rowid = row[0]
                         conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
-                    conn.execute(f"INSERT INTO {table} (rowid, text) VALUES (?, ?)", (rowid, text))
+                    conn.execute(
+                        f"INSERT INTO {table} (rowid, text, terms) VALUES (?, ?, ?)",
+                        (rowid, text, cjk_terms(text)),
+                    )
 
         await self._db.run(write)
 

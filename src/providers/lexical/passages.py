@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 
 from core_agent.contracts.errors import UsageError
+from providers.lexical.cjk_segmentation import segmented
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -14,12 +15,17 @@ STOPWORDS = frozenset(
     """a an and are as at be but by for from has have how i if in into is it its of on or
     that the their then there these they this to was were what when where which who why
     will with""".split()
+) | frozenset(
+    # Chinese function words and question words, as the segmenter cuts them.
+    """的 了 是 在 和 与 及 或 也 都 就 把 被 对 从 为 以 之 而 这 那 这个 那个 这些 那些 我 你
+    他 她 它 我们 你们 他们 有 吗 呢 吧 啊 么 什么 怎么 怎样 如何 哪 哪些 哪个 为什么 关于 一个
+    请 帮 帮我 一下""".split()
 )
 
 
 def terms(text: str) -> list[str]:
-    """Lower-cased words of ``text``, in order."""
-    return _WORD.findall(text.lower())
+    """Lower-cased words of ``text``, in order; Chinese and Japanese runs cut into words."""
+    return _WORD.findall(segmented(text).lower())
 
 
 def query_terms(query: str) -> list[str]:

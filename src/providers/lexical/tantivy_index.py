@@ -11,10 +11,17 @@ between the stores.
 Text is analyzed with Tantivy's simple tokenizer, lower-cased, folded to ASCII and stemmed
 (English), as FTS5's ``porter unicode61 remove_diacritics`` does. Queries are built as term
 queries from the analyzed words, never parsed, so no input is read as query syntax.
+
+Chinese and Japanese words are cut by ``cjk_segmentation`` and indexed, separated by spaces,
+in a second field, ``terms`` (not stored); a query's CJK words are looked up there and its
+other words in ``text``, so English scoring is what it was. An index folder made before that
+field existed is rebuilt once, from its stored texts, the first time it is opened.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +35,9 @@ import tantivy
 from core_agent.contracts.errors import StorageError
 from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.settings import AgentSettings
+from providers.lexical.cjk_segmentation import cjk_words
 from providers.lexical.passages import check_passages, search_terms
+from shared.cjk_text import has_cjk
 
 T = TypeVar("T")
 ANALYZER = "core_agent_text"
@@ -53,7 +62,55 @@ def _schema() -> Any:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("id", stored=True, tokenizer_name="raw", index_option="basic")
     builder.add_text_field("text", stored=True, tokenizer_name=ANALYZER, index_option="freq")
+    builder.add_text_field("terms", stored=False, tokenizer_name=ANALYZER, index_option="freq")
     return builder.build()
+
+
+def _document(passage_id: str, text: str) -> Any:
+    return tantivy.Document(id=passage_id, text=text, terms=" ".join(cjk_words(text)))
+
+
+def _fields(folder: Path) -> set[str]:
+    meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    return {str(field["name"]) for field in meta.get("schema", [])}
+
+
+def _rebuild_without_cjk_terms(folder: Path) -> None:
+    """Re-index a folder made before the ``terms`` field, from its stored texts.
+
+    The new index is built beside the old one and swapped in by renames; a crash before the
+    swap leaves the old index in place (rebuilt again next time), one after the first rename
+    is finished by ``_finish_swap``.
+    """
+    old = tantivy.Index.open(str(folder))
+    old.register_tokenizer(ANALYZER, _analyzer())
+    searcher = old.searcher()
+    total = int(searcher.num_docs)
+    passages = []
+    if total:
+        for _score, address in searcher.search(tantivy.Query.all_query(), total).hits:
+            doc = searcher.doc(address)
+            passages.append((doc["id"][0], doc["text"][0]))
+    fresh = folder.with_name(folder.name + ".rebuilt")
+    shutil.rmtree(fresh, ignore_errors=True)
+    fresh.mkdir(parents=True)
+    index = tantivy.Index(_schema(), path=str(fresh), reuse=False)
+    index.register_tokenizer(ANALYZER, _analyzer())
+    writer = index.writer(WRITER_HEAP_BYTES, 1)
+    for passage_id, text in passages:
+        writer.add_document(_document(passage_id, text))
+    writer.commit()
+    writer.wait_merging_threads()
+    del old, searcher, index, writer
+    folder.rename(folder.with_name(folder.name + ".replaced"))
+    _finish_swap(folder)
+
+
+def _finish_swap(folder: Path) -> None:
+    fresh = folder.with_name(folder.name + ".rebuilt")
+    if not (folder / "meta.json").exists() and (fresh / "meta.json").exists():
+        fresh.rename(folder)
+    shutil.rmtree(folder.with_name(folder.name + ".replaced"), ignore_errors=True)
 
 
 class _Namespace:
@@ -65,6 +122,8 @@ class _Namespace:
             folder.mkdir(parents=True, exist_ok=True)
             self.index = tantivy.Index(_schema(), path=str(folder), reuse=True)
         else:
+            if "terms" not in _fields(folder):
+                _rebuild_without_cjk_terms(folder)
             self.index = tantivy.Index.open(str(folder))
         self.analyzer = _analyzer()
         self.index.register_tokenizer(ANALYZER, self.analyzer)
@@ -98,6 +157,12 @@ class _Namespace:
         return int(searcher.search(query, 1, count=True).count)
 
 
+def _field_of(token: str) -> str:
+    # A CJK word is only ever a term of the segmented field; in ``text`` a Chinese sentence
+    # is one long token.
+    return "terms" if has_cjk(token) else "text"
+
+
 class TantivyLexicalIndex(ILexicalIndex):
     """BM25 keyword search with Tantivy (see the module docstring)."""
 
@@ -105,6 +170,7 @@ class TantivyLexicalIndex(ILexicalIndex):
         self._root = Path(root)
         self._namespaces: dict[str, _Namespace] = {}
         self._write_lock = threading.Lock()
+        self._open_lock = threading.Lock()
         self._closed = False
 
     @classmethod
@@ -120,8 +186,14 @@ class TantivyLexicalIndex(ILexicalIndex):
         if self._closed:
             raise StorageError("the Tantivy index is closed")
         opened = self._namespaces.get(namespace)
-        if opened is None and (self._folder(namespace) / "meta.json").exists():
-            opened = self._namespaces[namespace] = _Namespace(self._folder(namespace), create=False)
+        if opened is None:
+            folder = self._folder(namespace)
+            _finish_swap(folder)  # a rebuild cut short between its two renames
+            if (folder / "meta.json").exists():
+                with self._open_lock:
+                    opened = self._namespaces.get(namespace)
+                    if opened is None:
+                        opened = self._namespaces[namespace] = _Namespace(folder, create=False)
         return opened
 
     def _created(self, namespace: str) -> _Namespace:
@@ -145,7 +217,7 @@ class TantivyLexicalIndex(ILexicalIndex):
         def change(writer: Any) -> None:
             for passage_id, text in passages:
                 writer.delete_documents_by_term("id", passage_id)
-                writer.add_document(tantivy.Document(id=passage_id, text=text))
+                writer.add_document(_document(passage_id, text))
 
         def write() -> None:
             with self._write_lock:
@@ -166,7 +238,7 @@ class TantivyLexicalIndex(ILexicalIndex):
                 return []
             should = tantivy.Occur.Should
             terms = tantivy.Query.boolean_query(
-                [(should, tantivy.Query.term_query(space.schema, "text", t)) for t in tokens]
+                [(should, tantivy.Query.term_query(space.schema, _field_of(t), t)) for t in tokens]
             )
             # Another process may have committed since the last search.
             space.index.reload()

@@ -1,16 +1,51 @@
 """Versioned schema migrations, tracked with ``PRAGMA user_version``.
 
 Append a migration to ``MIGRATIONS``; never edit one that has shipped. Each runs in its own
-transaction with the version bump, so a crash leaves the schema at a known version.
+transaction with the version bump, so a crash leaves the schema at a known version. A
+migration is an SQL script, or a function of the connection where rows must be rewritten by
+code (re-indexing keyword tables with the Chinese segmenter).
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
 from providers.sqlite.database import transaction
 
-MIGRATIONS: tuple[str, ...] = (
+
+def _keyword_tables_with_cjk_terms(conn: sqlite3.Connection) -> None:
+    """Rebuild each namespace's FTS5 table with the ``terms`` column of Chinese words.
+
+    FTS5 tables cannot gain a column, so each is copied into a new table (the stored text
+    segmented on the way), the old one dropped and the namespace pointed at the new one;
+    passage rowids are kept, so ``agent_lexical_passages`` stays valid.
+    """
+    from providers.lexical.fts5_index import cjk_terms
+
+    tables = conn.execute("SELECT namespace, table_name FROM agent_lexical_namespaces").fetchall()
+    for namespace, old in tables:
+        new = f"{old}_cjk"
+        # The table as it was made when this migration shipped, whatever fts5_index makes now.
+        conn.execute(
+            f"CREATE VIRTUAL TABLE {new} USING fts5(text, terms,"
+            " tokenize = 'porter unicode61 remove_diacritics 2')"
+        )
+        rows = conn.execute(f"SELECT rowid, text FROM {old}").fetchall()
+        conn.executemany(
+            f"INSERT INTO {new} (rowid, text, terms) VALUES (?, ?, ?)",
+            [(rowid, text, cjk_terms(text)) for rowid, text in rows],
+        )
+        conn.execute(f"DROP TABLE {old}")
+        conn.execute(
+            "UPDATE agent_lexical_namespaces SET table_name = ? WHERE namespace = ?",
+            (new, namespace),
+        )
+
+
+Migration = str | Callable[[sqlite3.Connection], None]
+
+MIGRATIONS: tuple[Migration, ...] = (
     # 1: sessions, tasks, task events, traces.
     """
     CREATE TABLE agent_sessions (
@@ -222,6 +257,8 @@ MIGRATIONS: tuple[str, ...] = (
                           ELSE 'denied' END
         WHERE decision_json IS NOT NULL
     """,
+    # 7: keyword tables gain a column of Chinese and Japanese words (see fts5_index).
+    _keyword_tables_with_cjk_terms,
 )
 
 
@@ -240,8 +277,11 @@ def migrate(conn: sqlite3.Connection) -> int:
         with transaction(conn):
             if schema_version(conn) >= number:
                 continue
-            for statement in _statements(script):
-                conn.execute(statement)
+            if callable(script):
+                script(conn)
+            else:
+                for statement in _statements(script):
+                    conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
     return schema_version(conn)
 

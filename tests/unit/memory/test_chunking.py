@@ -59,6 +59,33 @@ def test_a_run_longer_than_a_chunk_is_split_without_losing_characters() -> None:
     covered(f"Header line.\n\n{blob}\n\nFooter line.", chunker)
 
 
+CHINESE = (
+    "习惯的养成依赖于重复。每天在同一时间阅读二十分钟，比周末一次读三个小时更容易坚持！"
+    "把新习惯和已有的习惯绑在一起，例如喝完早茶就打开书，会让开始变得毫不费力。"
+    "你会问：“如果某天忘了怎么办？”不必自责，第二天接着读就好；重要的是不要连续两天中断……"
+    "慢慢地，阅读会像刷牙一样自然。"
+)
+SENTENCE_ENDS = ("。", "！", "？”", "；", "……")
+
+
+def test_chinese_text_is_cut_at_its_sentence_ends_and_measured_in_tokens() -> None:
+    chunker = TokenChunker(COUNTER, chunk_tokens=60, overlap_tokens=0)
+    chunks = chunker.split(CHINESE * 3)
+    assert len(chunks) >= 6
+    assert all(c.tokens <= 60 for c in chunks)
+    assert all(c.text.endswith(SENTENCE_ENDS) for c in chunks), [c.text[-3:] for c in chunks]
+    covered(CHINESE * 3, chunker)
+
+
+def test_a_chinese_sentence_longer_than_a_chunk_is_cut_at_its_commas() -> None:
+    sentence = "，".join(["我们在周末整理了书架上的旧书"] * 12) + "。"
+    chunker = TokenChunker(COUNTER, chunk_tokens=30, overlap_tokens=0)
+    chunks = chunker.split(sentence)
+    assert len(chunks) > 1
+    assert all(c.text.endswith(("，", "。")) for c in chunks)  # never inside a word
+    covered(sentence, chunker)
+
+
 def test_blank_text_has_no_chunks_and_bad_sizes_are_refused() -> None:
     assert TokenChunker(COUNTER).split(" \n\n\t") == []
     with pytest.raises(UsageError):
