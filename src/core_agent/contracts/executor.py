@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -55,6 +55,10 @@ class RunStats:
     turns: int = 0
     llm_calls: int = 0
     tool_calls: int = 0
+
+
+async def _nothing_held() -> None:
+    """Without a unit of work every write is already committed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +132,9 @@ class ExecutionContext:
     unit_of_work: Callable[[], AbstractAsyncContextManager[None]] = contextlib.nullcontext
     """Opens a unit of work in which the step's events, spans and checkpoint commit together
     (``ITaskStore.unit_of_work``); by default each write commits on its own."""
+    flush: Callable[[], Awaitable[None]] = _nothing_held
+    """Commits what the open unit of work holds so far, the unit staying open
+    (``ITaskStore.flush``): called before the run waits on a tool or a human."""
 
     def under(self, span_id: str) -> ExecutionContext:
         """The same run, with the spans recorded through the result hung under ``span_id``."""

@@ -69,6 +69,16 @@ class ITaskStore(abc.ABC):
         """
         yield
 
+    async def flush(self) -> None:
+        """Commit what the open unit of work holds so far; the unit stays open for more.
+
+        Its ``after_commit`` callbacks so far run once the writes are durable. Called before
+        the run waits on something slow or outside (a tool, a human), so what happened until
+        then is durable and observers hear of it. This default holds nothing back, so it has
+        nothing to do.
+        """
+        return None
+
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """Queue ``callback`` for after the open unit of work commits.
 

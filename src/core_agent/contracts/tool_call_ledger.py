@@ -44,9 +44,11 @@ class IToolCallLedger(abc.ABC):
 
     A resumed task consults it: a recorded result is reused, never recomputed; a call with an
     intent but no result may or may not have acted, so it runs again only when it is
-    idempotent, and otherwise goes to a human. Writes are committed at once (never held back
-    by a unit of work): the intent must be durable before the tool acts. Methods are
-    awaitable; failures raise ``StorageError``.
+    idempotent, and otherwise goes to a human. ``begin`` commits before it returns (with the
+    writes an open unit of work holds, when the ledger shares the task store's database): the
+    intent must be durable before the tool acts. ``finish`` may be held back by an open unit
+    of work, to commit with the step's events and checkpoint. Methods are awaitable; failures
+    raise ``StorageError``.
     """
 
     @abc.abstractmethod

@@ -693,6 +693,7 @@ class AgentKernel:
             humans.request_approval = HumanApprovals(
                 lifecycle,
                 self._ask_host,
+                flush=self._task_store.flush,
                 left_alone=lambda: self._driver.left_alone(task_id),
                 on_lost=lambda: self._driver.lose(task_id),
             )
@@ -716,6 +717,7 @@ class AgentKernel:
             emit=lifecycle.events,
             humans=humans,
             unit_of_work=self._task_store.unit_of_work,
+            flush=self._task_store.flush,
         )
 
     async def _ask_host(self, request: ApprovalRequest) -> ApprovalDecision | None:

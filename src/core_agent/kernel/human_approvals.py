@@ -47,11 +47,13 @@ class HumanApprovals:
         lifecycle: TaskLifecycle,
         ask: AskHuman,
         *,
+        flush: Callable[[], Awaitable[None]],
         left_alone: Callable[[], bool],
         on_lost: Callable[[], None],
     ) -> None:
         self._lifecycle = lifecycle
         self._ask_human = ask
+        self._flush = flush
         self._left_alone = left_alone
         self._on_lost = on_lost
         self._waiting = 0
@@ -61,6 +63,9 @@ class HumanApprovals:
         """Ask about ``request`` and return the decision this run may act on."""
         lifecycle = self._lifecycle
         await lifecycle.events(ApprovalRequested, request=request)
+        # The request must be stored before anyone can decide it (the step's unit of work
+        # may be holding it back).
+        await self._flush()
         async with self._lock:
             self._waiting += 1
             if self._waiting == 1:

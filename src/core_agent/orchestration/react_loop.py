@@ -260,6 +260,8 @@ class ReActLoop:
         while state.turns < max_turns:
             state.turns += 1
             context.run.stats.turns += 1
+            # One unit of work per step: the model turn and the calls' start commit with the
+            # ledger's intent (before any tool acts), the results with the next checkpoint.
             async with context.unit_of_work():
                 response = await self._call_model(
                     context, tracer, messages, definitions, parent_span_id, state
@@ -276,9 +278,9 @@ class ReActLoop:
                     await self._checkpoint(context, state, messages, "model")
                     continue
                 await self._checkpoint(context, state, messages, "tools", pending=calls)
-            await self._run_tools(
-                context, tracer, calls, allowed, messages, state, parent_span_id, output_type
-            )
+                await self._run_tools(
+                    context, tracer, calls, allowed, messages, state, parent_span_id, output_type
+                )
         if state.last_output_error is not None:
             raise state.last_output_error
         raise TurnLimitExceededError(
@@ -480,6 +482,9 @@ class ReActLoop:
                     )
                 except ApprovalPendingError as exc:
                     pending[index] = exc.requests
+            if len(to_run) > 1:
+                # Its result is durable now, not once the slowest call of the turn ends.
+                await context.flush()
 
         if len(to_run) == 1:
             await run_one(to_run[0])
@@ -595,6 +600,7 @@ class ReActLoop:
                 gate=check,
                 ledger=ledger,
                 confirm_rerun=confirm_rerun if ledger is not None else None,
+                settle=context.flush,
             )
             if self._brings_untrusted_content(call.name, result):
                 await context.taint(call.name, call_id=call.id, reason="tool output")

@@ -101,6 +101,10 @@ class RedactingTaskStore(ITaskStore):
         async with self._inner.unit_of_work():
             yield
 
+    async def flush(self) -> None:
+        """See ``ITaskStore.flush``."""
+        await self._inner.flush()
+
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """See ``ITaskStore.after_commit``."""
         return self._inner.after_commit(callback)

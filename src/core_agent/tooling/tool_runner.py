@@ -93,15 +93,18 @@ class ToolRunner:
         gate: ToolGate | None = None,
         ledger: CallLedger | None = None,
         confirm_rerun: ConfirmRerun | None = None,
+        settle: Callable[[], Awaitable[None]] | None = None,
     ) -> ToolResult:
         """Run ``call``; only tools in ``allowed`` (when given) may be used.
 
         ``gate`` is awaited after validation, before the tool runs; the permit it returns
         goes to the tool in its context. Without a gate the tool runs with the default
         (read-only, no network) permit. With ``ledger``, see the module docstring.
+        ``settle`` is awaited right before the tool acts (the caller commits what it recorded
+        so far: the tool may take long, or never return).
         """
         try:
-            return await self._run(call, context, allowed, gate, ledger, confirm_rerun)
+            return await self._run(call, context, allowed, gate, ledger, confirm_rerun, settle)
         except ToolError as exc:
             return _error(call, exc)
 
@@ -113,6 +116,7 @@ class ToolRunner:
         gate: ToolGate | None,
         ledger: CallLedger | None,
         confirm_rerun: ConfirmRerun | None,
+        settle: Callable[[], Awaitable[None]] | None,
     ) -> ToolResult:
         if allowed is not None and call.name not in allowed:
             raise ToolNotFoundError(
@@ -152,6 +156,8 @@ class ToolRunner:
             key = await ledger.begin(call, tool, call.arguments, idempotent=idempotent)
             context = dataclasses.replace(context, idempotency_key=key, work=UninterruptibleWork())
             context.work.report_late = _late_reporter(ledger, key, call)
+        if settle is not None:
+            await settle()
         try:
             result = await self._invoke(call, tool, arguments, context)
         except anyio.get_cancelled_exc_class():

@@ -149,6 +149,10 @@ def _shared_error(exc: Exception) -> Exception:
 _UNIT: ContextVar[_Unit | None] = ContextVar("core_agent_sqlite_unit", default=None)
 
 
+def _nothing(conn: sqlite3.Connection) -> None:
+    """A write that writes nothing (``flush`` commits only what is held)."""
+
+
 class ReaderPool:
     """Read connections for searches that run in worker threads, one thread per connection.
 
@@ -258,7 +262,8 @@ class SqliteDatabase:
         """Apply ``fn`` in a transaction: now, or with the unit of work open on this database.
 
         Only writes whose effects nobody reads back before the unit ends may be deferred
-        (events, spans, checkpoints, messages); status moves and ledger rows use ``run``.
+        (events, spans, checkpoints, messages, a tool call's result); status moves use
+        ``run`` and a tool call's intent ``commit_with``.
         """
         unit = _UNIT.get()
         if unit is not None and unit.database is self:
@@ -347,6 +352,45 @@ class SqliteDatabase:
             return False
         unit.after_commit.append(callback)
         return True
+
+    async def flush(self) -> None:
+        """Commit what the unit of work open on this database holds so far; it stays open.
+
+        Its ``after_commit`` callbacks so far run once the writes are durable. Outside a
+        unit there is nothing held back, and nothing to do.
+        """
+        unit = _UNIT.get()
+        if unit is None or unit.database is not self or not (unit.writes or unit.after_commit):
+            return
+        await self.commit_with(_nothing)
+
+    async def commit_with(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Apply ``fn`` now, in one transaction with what the open unit of work holds.
+
+        For a write that must be durable before the caller goes on (a tool call's intent,
+        before the tool acts): the step's records so far commit with it, so the step costs
+        one commit there instead of two. The unit stays open; outside one this is
+        ``transact``. The held writes are applied even if the caller is cancelled meanwhile.
+        """
+        unit = _UNIT.get()
+        if unit is None or unit.database is not self:
+            return await self.transact(fn)
+        writes, unit.writes = unit.writes, []
+        callbacks, unit.after_commit = unit.after_commit, []
+
+        def apply(conn: sqlite3.Connection) -> T:
+            for held in writes:
+                held(conn)
+            return fn(conn)
+
+        if fn is _nothing and not writes:
+            result = cast(T, None)
+        else:
+            with anyio.CancelScope(shield=True):
+                result = await self.transact(apply)
+        for callback in callbacks:
+            await callback()
+        return result
 
     @asynccontextmanager
     async def unit_of_work(self) -> AsyncIterator[None]:

@@ -168,6 +168,10 @@ class SqliteTaskStore(ITaskStore):
         async with self._db.unit_of_work():
             yield
 
+    async def flush(self) -> None:
+        """See ``ITaskStore.flush``."""
+        await self._db.flush()
+
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """See ``ITaskStore.after_commit``."""
         return self._db.after_commit(callback)

@@ -86,7 +86,8 @@ class SqliteToolCallLedger(IToolCallLedger):
             ).fetchone()
             return found
 
-        existing = await self._db.run(write)
+        # Durable before the tool acts, together with what the step recorded so far.
+        existing = await self._db.commit_with(write)
         return entry if existing is None else _entry(existing)
 
     async def finish(
@@ -100,13 +101,17 @@ class SqliteToolCallLedger(IToolCallLedger):
         """Record the outcome on the call's row."""
         payload = result.model_dump_json()
         ended = _iso(datetime.now(UTC))
-        await self._db.run(
-            lambda conn: conn.execute(
+
+        # With the step's unit of work, if one is open: the result, its events and the
+        # checkpoint that uses it commit together.
+        def update(conn: sqlite3.Connection) -> None:
+            conn.execute(
                 "UPDATE agent_tool_calls SET status = ?, result_json = ?, ended_at = ?,"
                 " note = COALESCE(?, note) WHERE idempotency_key = ?",
                 (status, payload, ended, note, idempotency_key),
             )
-        )
+
+        await self._db.write(update)
 
     async def entries(self, task_id: str) -> list[LedgerEntry]:
         """The task's calls in the order they started."""
