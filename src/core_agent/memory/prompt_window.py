@@ -4,10 +4,11 @@ A task's conversation keeps growing (tool results can be long) while the model's
 does not. ``PromptWindow`` leaves the conversation itself untouched (it is checkpointed and
 traced whole) and picks, for each model call, the messages to send:
 
-* the opening messages, up to and including the first user message (system prompt, recalled
-  memories, the task itself), always;
-* then the newest turns, whole units as in ``TokenWindowMemory`` (an assistant message that
-  calls tools stays with its results), as many as fit;
+* the opening messages, up to and including the task's own user message (system prompt,
+  recalled memories, the session's history, the task itself), always; without ``task``, up
+  to the first user message;
+* then the newest turns, whole units (an assistant message that calls tools stays with its
+  results), as many as fit;
 * between the two, when turns were left out, a short note that says so, so the model knows
   its view is partial.
 
@@ -65,13 +66,15 @@ class PromptWindow:
         tools: Sequence[ToolDefinition] = (),
         *,
         max_turns: int | None = None,
+        task: str | None = None,
     ) -> tuple[list[ChatMessage], int]:
         """The messages to send with ``tools``, and how many of ``messages`` were left out.
 
         With ``max_turns``, no more than that many of the newest turns are sent even when
         more would fit (after a provider refused a prompt as too long: its count is not ours).
+        ``task`` is the text of the task's own user message, which ends the opening.
         """
-        head, tail, capped = _capped(messages, max_turns)
+        head, tail, capped = _capped(messages, max_turns, task)
         schema = json.dumps(
             [[t.name, t.description, t.parameters] for t in tools], ensure_ascii=False
         )
@@ -99,31 +102,31 @@ class PromptWindow:
 
 
 def newest_turns(
-    messages: Sequence[ChatMessage], max_turns: int | None
+    messages: Sequence[ChatMessage], max_turns: int | None, task: str | None = None
 ) -> tuple[list[ChatMessage], int]:
     """The opening messages and at most ``max_turns`` newest turns, with the note when cut.
 
     What ``PromptWindow.fit`` does with ``max_turns`` when no token budget is set.
     """
-    head, tail, capped = _capped(messages, max_turns)
+    head, tail, capped = _capped(messages, max_turns, task)
     return _with_note(head, tail, capped), capped
 
 
-def turns_sent(sent: Sequence[ChatMessage], omitted: int) -> int:
+def turns_sent(sent: Sequence[ChatMessage], omitted: int, task: str | None = None) -> int:
     """How many turns (see ``_units``) after the opening messages ``sent`` holds.
 
     ``omitted`` is what ``fit`` or ``newest_turns`` returned with ``sent``: when it is not 0,
     the note that says so is not a turn.
     """
-    turns = len(_units(sent[_opening_end(sent) :]))
+    turns = len(_units(sent[opening_end(sent, task) :]))
     return turns - 1 if omitted else turns
 
 
 def _capped(
-    messages: Sequence[ChatMessage], max_turns: int | None
+    messages: Sequence[ChatMessage], max_turns: int | None, task: str | None
 ) -> tuple[list[ChatMessage], list[ChatMessage], int]:
     """The opening messages, the newest ``max_turns`` turns after them, how many were cut."""
-    head_end = _opening_end(messages)
+    head_end = opening_end(messages, task)
     head, tail = list(messages[:head_end]), list(messages[head_end:])
     if max_turns is None:
         return head, tail, 0
@@ -140,7 +143,18 @@ def _with_note(head: list[ChatMessage], tail: list[ChatMessage], omitted: int) -
     return [*head, UserMessage(content=OMITTED_NOTE.format(count=omitted)), *tail]
 
 
-def _opening_end(messages: Sequence[ChatMessage]) -> int:
+def opening_end(messages: Sequence[ChatMessage], task: str | None = None) -> int:
+    """Where the opening ends: after the task's own user message.
+
+    That is the last user message whose text is ``task``: a session's history may hold the
+    same text earlier, and a run adds no user message with it. Without ``task`` (or when no
+    message has it), after the first user message.
+    """
+    if task is not None:
+        for index in range(len(messages) - 1, -1, -1):
+            message = messages[index]
+            if isinstance(message, UserMessage) and message.content == task:
+                return index + 1
     for index, message in enumerate(messages):
         if isinstance(message, UserMessage):
             return index + 1

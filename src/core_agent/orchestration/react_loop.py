@@ -401,13 +401,15 @@ class ReActLoop:
         the loop (the provider's count is the one that matters, not ours).
         """
         trimmed = False
+        # The opening ends at the task's message: a session's history before it is kept whole.
+        task = context.task.request.task
         while True:
             if state.window is not None:
                 sent, omitted = state.window.fit(
-                    messages, definitions, max_turns=state.max_sent_turns
+                    messages, definitions, max_turns=state.max_sent_turns, task=task
                 )
             else:
-                sent, omitted = newest_turns(messages, state.max_sent_turns)
+                sent, omitted = newest_turns(messages, state.max_sent_turns, task)
             attributes: dict[str, Any] = {"turn": context.run.stats.turns}
             if omitted:
                 attributes["omitted_messages"] = omitted
@@ -425,7 +427,7 @@ class ReActLoop:
                     attributes=attributes,
                 )
             except ModelContextWindowError:
-                turns = turns_sent(sent, omitted)
+                turns = turns_sent(sent, omitted, task)
                 if trimmed or turns < 2:
                     raise
                 trimmed = True

@@ -259,6 +259,34 @@ MIGRATIONS: tuple[Migration, ...] = (
     """,
     # 7: keyword tables gain a column of Chinese and Japanese words (see fts5_index).
     _keyword_tables_with_cjk_terms,
+    # 8: sessions as conversations: a session can be closed; its history (one row per
+    # message, numbered per session) and the summaries that stand for its oldest part.
+    # Sessions from before start with an empty history.
+    """
+    ALTER TABLE agent_sessions ADD COLUMN closed_at TEXT;
+    CREATE INDEX agent_sessions_by_user ON agent_sessions(user_id, updated_at);
+    CREATE INDEX agent_sessions_by_update ON agent_sessions(updated_at);
+    CREATE TABLE agent_session_entries (
+        session_id   TEXT NOT NULL,
+        seq          INTEGER NOT NULL,
+        task_id      TEXT NOT NULL,
+        message_json TEXT NOT NULL,
+        tainted      INTEGER NOT NULL DEFAULT 0,
+        created_at   TEXT NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    ) WITHOUT ROWID;
+    CREATE INDEX agent_session_entries_by_task ON agent_session_entries(session_id, task_id);
+    CREATE TABLE agent_session_summaries (
+        session_id  TEXT NOT NULL,
+        through_seq INTEGER NOT NULL,
+        content     TEXT NOT NULL,
+        task_id     TEXT NOT NULL,
+        tainted     INTEGER NOT NULL DEFAULT 0,
+        usage_json  TEXT NOT NULL DEFAULT '{}',
+        created_at  TEXT NOT NULL,
+        PRIMARY KEY (session_id, through_seq)
+    ) WITHOUT ROWID;
+    """,
 )
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from core_agent.memory.summary_memory import SUMMARY_HEADER, SummaryMemory
+from core_agent.memory.token_window import TokenWindowMemory
 
 from core_agent.contracts.errors import UsageError
 from core_agent.memory.hybrid_memory import RECALL_HEADER, HybridMemory
-from core_agent.memory.summary_memory import SUMMARY_HEADER, SummaryMemory
-from core_agent.memory.token_window import TokenWindowMemory
 from fakes.gateways import FakeRecordingGateway
 from fakes.stores import FakeMemoryStore
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedTurn
