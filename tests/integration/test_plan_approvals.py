@@ -219,3 +219,21 @@ async def test_steps_waiting_side_by_side_each_get_their_own_decision(settings) 
     (refused,) = [e.result for e in events if e.kind == "tool.completed" and e.result.is_error]
     assert "shop restarted" in ran.content
     assert "did not approve restart" in refused.content
+
+
+async def test_a_risky_call_in_the_react_fallback_suspends_and_resumes_there(settings) -> None:
+    conversations = [
+        conv(r"^Plan this task:", say("no plan"), say("still none"), say("none at all")),
+        conv(r"^Count the stock", use("restart", service="shop"), say("Restarted by fallback.")),
+    ]
+    result, (pending,) = await suspended(settings, conversations)
+    assert pending.tool_call is not None and pending.tool_call.name == "restart"
+    async with kernel(settings, conversations) as second:
+        done = await second.resolve_approval(
+            pending.request_id, ApprovalDecision(request_id=pending.request_id, approved=True)
+        )
+        assert done.status is TaskStatus.SUCCEEDED, done.error
+        assert done.output == "Restarted by fallback."
+        kinds = [e.kind for e in await second.task_events(result.task_id)]
+    assert effects == ["restart shop"]
+    assert kinds.count("plan.created") == 0  # resumed in the fallback, not planned again
