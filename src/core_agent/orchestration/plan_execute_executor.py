@@ -186,6 +186,8 @@ class PlanExecuteExecutor(IExecutor):
         """Plan, execute, replan, fall back, or escalate; see the module docstring.
 
         Raises:
+            ApprovalPendingError: Risky calls of steps (or of the fallback) wait for a human;
+                what the run needs to resume is saved.
             CorruptStateError: A resumed run's checkpoint cannot be read.
         """
         tracer = Tracer(
