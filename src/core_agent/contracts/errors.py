@@ -12,6 +12,7 @@ fails, and the host may retry)::
     │   │   └── ModelNotConfiguredError no model to call
     │   ├── InvalidTransitionError      a task status change the state machine forbids
     │   ├── TaskNotFoundError           no task with that id
+    │   ├── ResponseModelError          a resumed task's response model is missing or differs
     │   ├── EmbeddingMismatchError      vectors of one model written or searched in another's
     │   └── ToolRegistrationError       a tool with a bad name, schema or a duplicate name
     └── RunError                        a run failure: the task ends ``failed`` with it
@@ -127,6 +128,23 @@ class TaskNotFoundError(UsageError):
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
         super().__init__(f"no task with id {task_id!r}")
+
+
+class ResponseModelError(UsageError):
+    """A task started with a response model cannot be carried on with the one at hand.
+
+    None was given (and this process knows none of that name and schema), or the one given
+    does not have the JSON Schema the task was started with. Nothing was recorded.
+
+    Attributes:
+        task_id: The task.
+        expected: The name (``module:qualname``) the task was started with, if any.
+    """
+
+    def __init__(self, task_id: str, expected: str | None, message: str) -> None:
+        self.task_id = task_id
+        self.expected = expected
+        super().__init__(message)
 
 
 class EmbeddingMismatchError(UsageError):

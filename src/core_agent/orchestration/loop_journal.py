@@ -17,6 +17,7 @@ phase it records: the calls of an interrupted turn go through the tool-call ledg
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -25,7 +26,14 @@ from pydantic import Field
 from core_agent.contracts.checkpoint_store import Checkpoint, ICheckpointStore
 from core_agent.contracts.executor import RunStats
 from core_agent.contracts.tool_call_ledger import IToolCallLedger
-from shared.agent_protocol import ApprovalRequest, ChatMessage, TokenUsage, ToolCall, ToolResult
+from shared.agent_protocol import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ChatMessage,
+    TokenUsage,
+    ToolCall,
+    ToolResult,
+)
 
 
 class LoopCheckpoint(Checkpoint):
@@ -63,6 +71,20 @@ class LoopCheckpoint(Checkpoint):
         stats.turns = self.task_turns
         stats.llm_calls = self.llm_calls
         stats.tool_calls = self.tool_calls
+
+    def decided_calls(
+        self, decisions: Mapping[str, ApprovalDecision]
+    ) -> dict[str, tuple[ApprovalRequest, ApprovalDecision]]:
+        """The pending turn's requests a human decided: tool-call id -> request and decision.
+
+        What a resumed loop's ``HumanChannel.resumed_approvals`` holds, so the gate applies
+        the decision to the very call that was shown (``decisions`` maps request ids).
+        """
+        return {
+            r.tool_call.id: (r, decisions[r.request_id])
+            for r in self.requests
+            if r.tool_call is not None and r.request_id in decisions
+        }
 
 
 @dataclass(slots=True)

@@ -43,6 +43,18 @@ def _keyword_tables_with_cjk_terms(conn: sqlite3.Connection) -> None:
         )
 
 
+def _tasks_record_their_response_model(conn: sqlite3.Connection) -> None:
+    """Add ``agent_tasks.response_schema_json`` and ``response_model``, unless present.
+
+    Written to run on a schema that already has them (a database whose version was set back,
+    or a merge that renumbers migrations), since SQLite has no ``ADD COLUMN IF NOT EXISTS``.
+    """
+    present = {row[1] for row in conn.execute("PRAGMA table_info(agent_tasks)")}
+    for column in ("response_schema_json", "response_model"):
+        if column not in present:
+            conn.execute(f"ALTER TABLE agent_tasks ADD COLUMN {column} TEXT")
+
+
 Migration = str | Callable[[sqlite3.Connection], None]
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -259,6 +271,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     """,
     # 7: keyword tables gain a column of Chinese and Japanese words (see fts5_index).
     _keyword_tables_with_cjk_terms,
+    # 8: a task started with a response model records its JSON Schema and name, so it answers
+    # in that form when resumed after a human's decision or a restart.
+    _tasks_record_their_response_model,
 )
 
 
