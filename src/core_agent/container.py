@@ -570,7 +570,8 @@ def create_kernel(
     """Build a kernel from ``settings`` (or ``AGENT_*`` variables), resolving every provider now.
 
     ``approval_callback`` (sync or async) decides calls at or above the approval threshold;
-    without one they are refused.
+    without one such a call suspends its task in ``waiting_approval`` until
+    ``resolve_approval``.
 
     Raises:
         ProviderNotFoundError: A configured provider name is not installed.

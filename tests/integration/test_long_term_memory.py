@@ -178,3 +178,28 @@ async def test_the_model_searches_ingested_knowledge_and_reads_sources(tmp_path:
         tool_result.content[tool_result.content.index("[") : tool_result.content.rindex("]") + 1]
     )
     assert hits[0]["offsets"] == [0, 66] and set(hits[0]["scores"]) == {"lexical", "vector"}
+
+
+async def test_recall_from_an_empty_namespace_embeds_nothing(tmp_path: Path) -> None:
+    """A task in an app that never wrote long-term memory pays no embedding for its recall."""
+
+    class CountingEmbedder(FeatureHashingEmbedder):
+        calls = 0
+
+        async def embed(self, texts: list[str]) -> list[list[float]]:  # type: ignore[override]
+            CountingEmbedder.calls += 1
+            return await super().embed(texts)
+
+    store = SqliteMemoryStore(tmp_path / "db.sqlite")
+    vectors = SqliteVecVectorStore(tmp_path / "db.sqlite")
+    memory = SemanticMemory(store, vectors, CountingEmbedder())
+    assert await memory.search("long_term", "u/1", "which espresso drink?", 3) == []
+    assert CountingEmbedder.calls == 0
+    await memory.put("long_term", "u/2", "coffee", "Prefers espresso without sugar")
+    assert await memory.search("long_term", "u/1", "which espresso drink?", 3) == []
+    await memory.put("long_term", "u/1", "coffee", "Prefers a strong morning drink")
+    embedded = CountingEmbedder.calls
+    [found] = await memory.search("long_term", "u/1", "which espresso?", 3)
+    assert found.key == "coffee" and CountingEmbedder.calls == embedded + 1  # found by meaning
+    await memory.close()
+    await vectors.close()

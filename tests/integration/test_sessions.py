@@ -29,7 +29,7 @@ from core_agent.tooling.registry import ToolRegistry
 from fakes.gateways import FakeRecordingGateway
 from providers.scripted_gateway import ScriptedError, ScriptedLLMGateway, ScriptedTurn
 from providers.sqlite.database import sqlite_driver
-from providers.sqlite.migrations import MIGRATIONS, _statements
+from providers.sqlite.migrations import MIGRATIONS, _sessions_as_conversations, _statements
 from shared.agent_protocol import ChatMessage, TaskRequest, TaskStatus, UserMessage
 
 pytestmark = pytest.mark.anyio
@@ -246,9 +246,10 @@ async def test_history_from_a_tainted_task_taints_the_next_task(settings) -> Non
     assert fresh.session_id != session.session_id
 
 
-def _database_at_version_7(path: Path) -> None:
+def _database_before_sessions(path: Path) -> None:
     conn = sqlite_driver().connect(str(path))
-    for number, script in enumerate(MIGRATIONS[:7], start=1):
+    before = MIGRATIONS.index(_sessions_as_conversations)
+    for number, script in enumerate(MIGRATIONS[:before], start=1):
         if callable(script):
             script(conn)
         else:
@@ -265,7 +266,7 @@ def _database_at_version_7(path: Path) -> None:
 
 async def test_an_existing_database_migrates_and_its_sessions_continue(settings) -> None:
     settings.database_path.parent.mkdir(parents=True)
-    _database_at_version_7(settings.database_path)
+    _database_before_sessions(settings.database_path)
     gateway = FakeRecordingGateway(ScriptedLLMGateway(policy=answer))
     async with kernel_on(settings, gateway) as kernel:
         (old,) = await kernel.list_sessions()

@@ -84,6 +84,29 @@ def _task(task_id: str = "t1") -> tuple[TaskState, TaskQueued]:
     return state, queued
 
 
+async def test_a_task_from_before_response_models_were_recorded_reads_back(tmp_path) -> None:
+    store = SqliteTaskStore(tmp_path / "k.db")
+    await store.create_task(*_task("old"))
+    structured, queued = _task("new")
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "title": "N"}
+    recorded = {"response_schema": schema, "response_model": "app.models:N"}
+    structured = structured.model_copy(update=recorded)
+    await store.create_task(structured, queued)
+    await store.close()
+    with sqlite3.connect(tmp_path / "k.db") as conn:  # back to the schema before migration 8
+        conn.execute("ALTER TABLE agent_tasks DROP COLUMN response_schema_json")
+        conn.execute("ALTER TABLE agent_tasks DROP COLUMN response_model")
+        conn.execute("PRAGMA user_version = 7")
+    store = SqliteTaskStore(tmp_path / "k.db")  # migrates
+    old = await store.get_task("old")
+    assert old.response_schema is None and old.response_model is None
+    again_state, again_queued = _task("again")
+    await store.create_task(again_state.model_copy(update=recorded), again_queued)
+    again = await store.get_task("again")
+    assert (again.response_schema, again.response_model) == (schema, "app.models:N")
+    await store.close()
+
+
 def _started(task_id: str = "t1", seq: int = 2) -> TaskStarted:
     return TaskStarted(
         event_id=f"{task_id}-e{seq}", task_id=task_id, seq=seq, occurred_at=datetime.now(UTC)

@@ -15,6 +15,7 @@ fails, and the host may retry)::
     │   ├── SessionNotFoundError        no session with that id
     │   ├── SessionBusyError            a task of the session has not ended yet
     │   ├── SessionClosedError          the session was closed: it takes no more tasks
+    │   ├── ResponseModelError          a resumed task's response model is missing or differs
     │   ├── EmbeddingMismatchError      vectors of one model written or searched in another's
     │   └── ToolRegistrationError       a tool with a bad name, schema or a duplicate name
     └── RunError                        a run failure: the task ends ``failed`` with it
@@ -165,6 +166,23 @@ class SessionClosedError(UsageError):
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
         super().__init__(f"session {session_id!r} is closed: start a new session instead")
+
+
+class ResponseModelError(UsageError):
+    """A task started with a response model cannot be carried on with the one at hand.
+
+    None was given (and this process knows none of that name and schema), or the one given
+    does not have the JSON Schema the task was started with. Nothing was recorded.
+
+    Attributes:
+        task_id: The task.
+        expected: The name (``module:qualname``) the task was started with, if any.
+    """
+
+    def __init__(self, task_id: str, expected: str | None, message: str) -> None:
+        self.task_id = task_id
+        self.expected = expected
+        super().__init__(message)
 
 
 class EmbeddingMismatchError(UsageError):

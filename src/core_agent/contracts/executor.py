@@ -192,6 +192,9 @@ class IExecutor(abc.ABC):
         """Run the task to an answer, or to a question for a human (``escalation``).
 
         Raises:
+            ApprovalPendingError: Calls wait for a human (``humans.can_suspend``); the
+                executor saved what it needs, and the kernel runs it again with
+                ``run.resuming`` and the decisions (``humans.approval_decisions``).
             RunError: The task cannot finish (model error, turn limit...); the kernel records
                 the task as failed with this error. Cancellation propagates unchanged.
         """

@@ -48,6 +48,7 @@ from core_agent.kernel.human_approvals import (
     open_requests,
     recorded_decisions,
 )
+from core_agent.kernel.response_models import model_name, model_schema, response_model_for
 from core_agent.kernel.session_conversations import SessionConversations
 from core_agent.kernel.state_machine import check_transition
 from core_agent.kernel.task_driver import TaskDriver
@@ -156,6 +157,9 @@ class AgentKernel:
         if recovery not in ("resume", "fail", "off"):
             raise ConfigurationError(f"recovery must be resume, fail or off, not {recovery!r}")
         self._recovery_mode = recovery
+        self._response_models: dict[str, type[BaseModel]] = {}
+        """The response model of each task this kernel ran that has not ended (see
+        ``response_models``): a waiting task resolved here answers with it."""
         self.owner = owner or new_owner()
         """This kernel's name on the tasks it runs (see ``TaskState.owner``)."""
         self._driver = TaskDriver(
@@ -308,7 +312,13 @@ class AgentKernel:
         task_id = uuid.uuid4().hex
         return self._stream(task_id, lambda: self._execute(request, task_id, None))
 
-    async def resolve_approval(self, request_id: str, decision: ApprovalDecision) -> TaskResult:
+    async def resolve_approval(
+        self,
+        request_id: str,
+        decision: ApprovalDecision,
+        *,
+        response_model: type[BaseModel] | None = None,
+    ) -> TaskResult:
         """Answer a task's pending question and, if approved, resume it to the end.
 
         Works after a restart and from any process: the request is a row in the task store,
@@ -317,9 +327,15 @@ class AgentKernel:
         model); for a question, an approval resumes the task with the decision's ``reason``
         as guidance and a denial fails it.
 
+        A task started with a ``response_model`` answers with it again: its
+        ``structured_output`` is validated against it. Pass the class again here unless this
+        process started the task or has imported the module defining it (``response_models``).
+
         Raises:
             UsageError: No task is waiting on ``request_id`` (unknown, or already decided),
                 or ``decision.request_id`` names another request.
+            ResponseModelError: The task's response model is not known here, or
+                ``response_model`` has another JSON Schema (nothing is recorded).
             TaskHeldError: The task's live host is asking its own approver about it.
         """
         if decision.request_id != request_id:
@@ -327,8 +343,11 @@ class AgentKernel:
                 f"the decision is for request {decision.request_id!r}, not {request_id!r}"
             )
         state, request = await self._pending_request(request_id)
+        # Checked before the decision is recorded: a run that cannot answer in the right form
+        # must not be started (nor the decision spent).
+        output_type = self._response_model_for(state, response_model)
         if request.tool_call is not None:
-            return await self._resume_tool_call(state, request, decision)
+            return await self._resume_tool_call(state, request, decision, output_type)
         error = None
         if not decision.approved:
             error = f"a human declined to continue: {decision.reason or 'no reason given'}"
@@ -337,10 +356,11 @@ class AgentKernel:
             state, TaskEventLog(self._task_store, self._event_bus, state.task_id)
         )
         await self._decide(lifecycle, decision, then=then, error=error)
-        context = self._context(lifecycle, None)
+        context = self._context(lifecycle, output_type)
         stats = context.run.stats
         stats.usage = state.usage
         if error is not None:
+            self._response_models.pop(state.task_id, None)
             await lifecycle.events(
                 TaskFailed, error=error, error_type="ApprovalDenied", usage=state.usage
             )
@@ -385,28 +405,35 @@ class AgentKernel:
             raise already_decided(decision.request_id, record.decision if record else None)
         return decided
 
-    async def resume(self, task_id: str) -> TaskResult:
+    async def resume(
+        self, task_id: str, *, response_model: type[BaseModel] | None = None
+    ) -> TaskResult:
         """Carry on a task whose process died, from its last checkpoint, to the end.
 
         The kernel takes the task's lease (so no other process runs it too), and the run goes
         on from the last step its executor saved: a finished tool call is not run again, one
         that was interrupted runs again only when that is harmless, else a human is asked. A
-        task that was queued and never started starts now.
+        task that was queued and never started starts now. A task started with a response
+        model answers with it (see ``resolve_approval`` for when to pass it again).
 
         Raises:
             TaskNotFoundError: No such task.
             UsageError: It runs in a live process, this one included (its lease holds), it
                 waits for a human (use ``resolve_approval``), or it already ended.
+            ResponseModelError: Its response model is not known here, or ``response_model``
+                has another JSON Schema.
         """
         if not self._driver.claim(task_id):
             raise UsageError(f"task {task_id} already runs in this kernel")
         try:
-            return await self._resume_claimed(task_id)
+            return await self._resume_claimed(task_id, response_model)
         finally:
             # A claim that did not lead to a run (refused, or failed before it) is dropped.
             self._driver.unclaim(task_id)
 
-    async def _resume_claimed(self, task_id: str) -> TaskResult:
+    async def _resume_claimed(
+        self, task_id: str, response_model: type[BaseModel] | None
+    ) -> TaskResult:
         state = await self._recovery.free_if_owner_died(await self._task_store.get_task(task_id))
         if state.status is TaskStatus.WAITING_APPROVAL:
             raise UsageError(
@@ -414,6 +441,8 @@ class AgentKernel:
             )
         if state.status not in (TaskStatus.RUNNING, TaskStatus.QUEUED):
             raise UsageError(f"task {task_id} already ended ({state.status.value})")
+        # Before the lease is taken: a task this kernel cannot finish is left to one that can.
+        output_type = self._response_model_for(state, response_model)
         held_here = (
             state.owner == self.owner
             and state.lease_expires_at is not None
@@ -433,8 +462,8 @@ class AgentKernel:
             TaskEventLog.continued(self._task_store, self._event_bus, task_id, persisted),
         )
         if state.status is TaskStatus.QUEUED:
-            return await self._start(lifecycle, None, sandbox=self._task_sandbox(state))
-        context = self._context(lifecycle, None)
+            return await self._start(lifecycle, output_type, sandbox=self._task_sandbox(state))
+        context = self._context(lifecycle, output_type)
         context.run.stats.usage = state.usage
         context.run.resuming = True
         context.humans.approval_decisions = recorded_decisions(persisted)
@@ -674,6 +703,8 @@ class AgentKernel:
             sandbox=sandbox.profile() if sandbox is not None else None,
             owner=self.owner,
             lease_expires_at=lease_until(self._lease_s),
+            response_schema=model_schema(response_model) if response_model else None,
+            response_model=model_name(response_model) if response_model else None,
         )
         lifecycle = self._lifecycle(state, TaskEventLog(self._task_store, self._event_bus, task_id))
         queued = lifecycle.events.make(
@@ -744,11 +775,31 @@ class AgentKernel:
     async def _drive(
         self, lifecycle: TaskLifecycle, executor: IExecutor, context: ExecutionContext
     ) -> TaskResult:
-        """Run the task here (``TaskDriver.drive``); once it ends, add its turn to its session."""
-        result = await self._driver.drive(lifecycle, executor, context)
+        """``TaskDriver.drive``; the task's response model is kept only while it waits.
+
+        Once the task ends, its turn is added to its session's history.
+        """
+        task_id = lifecycle.task_id
+        if context.task.output_type is not None:
+            self._response_models[task_id] = context.task.output_type
+        result: TaskResult | None = None
+        try:
+            result = await self._driver.drive(lifecycle, executor, context)
+        finally:
+            # Kept for a decision taken in this process; a task resolved in another one
+            # leaves its entry behind (one class reference per such task).
+            if result is None or result.status is not TaskStatus.WAITING_APPROVAL:
+                self._response_models.pop(task_id, None)
         if self._sessions is not None:
             await self._sessions.record(lifecycle.state, context, result)
         return result
+
+    def _response_model_for(
+        self, state: TaskState, given: type[BaseModel] | None
+    ) -> type[BaseModel] | None:
+        """The response model a resumed run of ``state`` answers with (``response_models``)."""
+        known = self._response_models.get(state.task_id)
+        return response_model_for(state, given=given, known=known)
 
     async def _recall(self, state: TaskState, context: ExecutionContext) -> None:
         """Put the long-term memories relevant to the task after the system prompt."""
@@ -852,7 +903,11 @@ class AgentKernel:
         return state, record.request
 
     async def _resume_tool_call(
-        self, state: TaskState, request: ApprovalRequest, decision: ApprovalDecision
+        self,
+        state: TaskState,
+        request: ApprovalRequest,
+        decision: ApprovalDecision,
+        output_type: type[BaseModel] | None,
     ) -> TaskResult:
         """Record a decision on a suspended call; resume once every request has one."""
         lifecycle = self._lifecycle(
@@ -887,7 +942,7 @@ class AgentKernel:
         lifecycle.events = TaskEventLog.continued(
             self._task_store, self._event_bus, state.task_id, persisted
         )
-        context = self._context(lifecycle, None)
+        context = self._context(lifecycle, output_type)
         context.run.stats = stats
         context.run.resuming = True
         context.humans.approval_decisions = recorded_decisions(persisted)

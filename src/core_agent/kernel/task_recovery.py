@@ -14,7 +14,12 @@ from typing import Literal
 
 import anyio
 
-from core_agent.contracts.errors import CorruptStateError, InvalidTransitionError, UsageError
+from core_agent.contracts.errors import (
+    CorruptStateError,
+    InvalidTransitionError,
+    ResponseModelError,
+    UsageError,
+)
 from core_agent.contracts.event_bus import IEventBus
 from core_agent.contracts.executor import RunStats
 from core_agent.contracts.task_store import ITaskStore
@@ -73,6 +78,10 @@ class TaskRecovery:
                         result = await self._fail_orphan(state)
                     else:
                         result = await self._resume(state.task_id)
+                except ResponseModelError as exc:
+                    # Left running for a host that has the model (``resume(response_model=)``).
+                    log.warning("task %s is not recovered here: %s", state.task_id, exc)
+                    return
                 except UsageError:
                     return  # taken over by another kernel, or ended meanwhile
                 except CorruptStateError as exc:

@@ -100,6 +100,11 @@ class SemanticMemory(IMemoryStore):
         keyword = await self._store.search(scope, namespace, query, limit)
         if not query.strip() or not any(ch.isalnum() for ch in query):
             return keyword
+        if not keyword and not await self._store.search(scope, namespace, "", 1):
+            # Nothing stored here: no hit could be returned (the store has the last word on
+            # every vector hit), so the query is not embedded. A new app's first tasks, and
+            # every task of an app that never writes long-term memory, skip that cost.
+            return []
         target = self.vector_namespace(scope, namespace)
         [vector] = await self._embedder.embed([query])
         try:

@@ -14,6 +14,14 @@ unfinished loop on from its last step (its tool calls through the ledger), and r
 synthesis or the fallback where it was. A run resumed with a human's guidance keeps the
 finished steps and passes the guidance to the others (or plans anew with it when no step
 finished).
+
+A risky call inside a step (or the fallback) suspends the whole task as in ReAct: the step's
+loop checkpoints its turn with the pending request and stops; no further step starts, the
+steps already running finish (their results are saved) or stop at a risky call of their own,
+and the run raises ``ApprovalPendingError`` with every waiting step's requests. Once a human
+decided them all, the run resumes: finished steps are skipped, and each suspended loop carries
+on from its journal with its own decisions (an approved call runs once, through the ledger; a
+denied one is shown to the model as denied).
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from pydantic import BaseModel, Field
 
 from core_agent.contracts.checkpoint_store import Checkpoint, ICheckpointStore
 from core_agent.contracts.errors import (
+    ApprovalPendingError,
     ModelError,
     PlanningError,
     RunError,
@@ -48,9 +57,15 @@ from core_agent.contracts.tool_call_ledger import IToolCallLedger
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.observability.tracer import Tracer
 from core_agent.orchestration.loop_journal import LoopJournal
-from core_agent.orchestration.react_loop import LoopResult, ReActLoop, truncate_observation
+from core_agent.orchestration.react_loop import (
+    LoopResult,
+    ReActLoop,
+    TurnSuspended,
+    truncate_observation,
+)
 from core_agent.orchestration.structured_output import with_schema
 from shared.agent_protocol import (
+    ApprovalRequest,
     ChatMessage,
     PlanCreated,
     PlanStepCompleted,
@@ -124,6 +139,17 @@ class _Run:
     resuming: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class _StepSuspended:
+    """A step whose loop stopped at calls that wait for a human (its journal holds them)."""
+
+    requests: list[ApprovalRequest]
+
+
+_StepOutcome = str | RunError | _StepSuspended | None
+"""A step's result, its failure, its suspension, or ``None``: not started (the run suspends)."""
+
+
 class _StepFailed(Exception):
     def __init__(self, step_id: str, error: RunError) -> None:
         self.step_id = step_id
@@ -160,11 +186,15 @@ class PlanExecuteExecutor(IExecutor):
         """Plan, execute, replan, fall back, or escalate; see the module docstring.
 
         Raises:
+            ApprovalPendingError: Risky calls of steps (or of the fallback) wait for a human;
+                what the run needs to resume is saved.
             CorruptStateError: A resumed run's checkpoint cannot be read.
         """
         tracer = Tracer(
             self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
         )
+        # Every loop here keeps a journal, so a risky call can wait durably for a human.
+        context.humans.can_suspend = True
         allowed = self._allowed(context)
         specs = self._loop.tools.specs(allowed)
         run, phase = await self._restore(context)
@@ -282,19 +312,32 @@ class PlanExecuteExecutor(IExecutor):
         parent_span_id: str | None,
         output_type: type[BaseModel] | None = None,
     ) -> LoopResult:
-        """Run one of this run's loops with its journal (carried on when it had started)."""
+        """Run one of this run's loops with its journal (carried on when it had started).
+
+        A loop resumed after a suspension sees the decisions on its own requests only: tool
+        call ids come from the model and may repeat across steps running side by side.
+
+        Raises:
+            TurnSuspended: The loop saved its turn and waits for a human.
+        """
         journal = LoopJournal(
             self._checkpoints,
             context.task.task_id,
             f"plan:{run.run_id}:{name}",
             ledger=self._ledger,
         )
+        loop_context = context
         if run.resuming:
             restored = await journal.restore()
             if restored is not None:
-                messages[:] = restored[1]
+                checkpoint, saved = restored
+                messages[:] = saved
+                decided = checkpoint.decided_calls(context.humans.approval_decisions)
+                loop_context = dataclasses.replace(
+                    context, humans=dataclasses.replace(context.humans, resumed_approvals=decided)
+                )
         return await self._loop.run(
-            context,
+            loop_context,
             messages,
             max_turns=max_turns,
             allowed=allowed,
@@ -344,42 +387,58 @@ class PlanExecuteExecutor(IExecutor):
         sorter = graphlib.TopologicalSorter({s.id: s.depends_on for s in plan.steps})
         sorter.prepare()
         limiter = anyio.CapacityLimiter(self._limits.max_parallel_steps)
-        send, receive = anyio.create_memory_object_stream[tuple[str, str | RunError]](math.inf)
+        send, receive = anyio.create_memory_object_stream[tuple[str, _StepOutcome]](math.inf)
         failure: _StepFailed | None = None
+        waiting: list[ApprovalRequest] = []
 
         async def run_step(step: PlanStep) -> None:
             async with limiter:
-                try:
-                    output: str | RunError = await self._run_step(
-                        context, tracer, run, step, steps, allowed
-                    )
-                except RunError as exc:
-                    output = exc
+                output: _StepOutcome = None
+                if not waiting:  # once a step waits for a human, no other one starts
+                    try:
+                        output = await self._run_step(context, tracer, run, step, steps, allowed)
+                    except RunError as exc:
+                        output = exc
+                    except TurnSuspended as suspended:
+                        output = _StepSuspended(suspended.requests)
             send.send_nowait((step.id, output))
 
         with send, receive:
             async with anyio.create_task_group() as group:
                 in_flight = 0
                 while sorter.is_active():
-                    for step_id in sorter.get_ready():
+                    for step_id in sorter.get_ready() if not waiting else ():
                         if step_id in results:  # done before a restart: reuse the result
                             sorter.done(step_id)
                         else:
                             group.start_soon(run_step, steps[step_id])
                             in_flight += 1
                     if in_flight == 0:
+                        if waiting:  # every running step finished or waits too
+                            break
                         continue
                     step_id, outcome = await receive.receive()
                     in_flight -= 1
                     if isinstance(outcome, RunError):
+                        # A failure replans: requests of steps waiting meanwhile are dropped
+                        # with their loops (never recorded, nobody is asked about them).
                         failure = _StepFailed(step_id, outcome)
                         group.cancel_scope.cancel()
                         break
+                    if isinstance(outcome, _StepSuspended):
+                        waiting.extend(outcome.requests)
+                        continue
+                    if outcome is None:
+                        continue
                     results[step_id] = outcome
                     sorter.done(step_id)
                     await self._save(context, run, "executing")
         if failure is not None:
             raise failure
+        if waiting:
+            # The results saved so far stay; the usage up to here is saved with them.
+            await self._save(context, run, "executing")
+            raise ApprovalPendingError(waiting)
 
     async def _run_step(
         self,
@@ -391,7 +450,12 @@ class PlanExecuteExecutor(IExecutor):
         allowed: list[str],
     ) -> str:
         await context.emit(PlanStepStarted, step_id=step.id, goal=step.goal)
-        async with tracer.span("step", step.id, parent_span_id=context.task.parent_span_id) as span:
+        async with tracer.span(
+            "step",
+            step.id,
+            parent_span_id=context.task.parent_span_id,
+            suspends_on=(TurnSuspended,),
+        ) as span:
             span.attributes.update(goal=step.goal, depends_on=step.depends_on)
             messages: list[ChatMessage] = [
                 SystemMessage(content=STEP_SYSTEM_PROMPT),
@@ -503,6 +567,9 @@ class PlanExecuteExecutor(IExecutor):
                     parent_span_id=span.span_id,
                     output_type=context.task.output_type,
                 )
+            except TurnSuspended as suspended:
+                # Its journal holds the turn; the run resumes here ("falling_back").
+                raise ApprovalPendingError(suspended.requests) from None
             except StructuredOutputError:
                 raise
             except RunError as exc:

@@ -59,11 +59,9 @@ class ReActExecutor(IExecutor):
             context.run.messages[:] = messages
             checkpoint.restore_stats(context.run.stats)
             context.run.tainted = context.run.tainted or checkpoint.tainted
-            context.humans.resumed_approvals = {
-                r.tool_call.id: (r, context.humans.approval_decisions[r.request_id])
-                for r in checkpoint.requests
-                if r.tool_call is not None and r.request_id in context.humans.approval_decisions
-            }
+            context.humans.resumed_approvals = checkpoint.decided_calls(
+                context.humans.approval_decisions
+            )
         else:
             if context.task.output_type is not None:
                 with_schema(context.run.messages, context.task.output_type)

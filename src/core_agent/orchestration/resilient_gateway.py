@@ -234,17 +234,20 @@ class ResilientGateway(ILLMGateway):
     def _within_deadline(self, call: _Call, model: ILLMGateway) -> Iterator[None]:
         """``anyio.fail_after`` for what is left of the call, raising ``ModelDeadlineError``."""
         left = call.deadline - self._clock()
-        error = ModelDeadlineError(
-            f"model {model.model_name!r} was still answering when the call's "
-            f"{self.policy.call_deadline_s:g} s deadline ran out"
-        )
         if left <= 0:
-            raise error
+            raise self._late(model)
         try:
             with anyio.fail_after(left):
                 yield
         except TimeoutError as exc:
-            raise error from exc
+            raise self._late(model) from exc
+
+    def _late(self, model: ILLMGateway) -> ModelDeadlineError:
+        # Built only when needed: _within_deadline wraps every item of every stream.
+        return ModelDeadlineError(
+            f"model {model.model_name!r} was still answering when the call's "
+            f"{self.policy.call_deadline_s:g} s deadline ran out"
+        )
 
     def _deadline_error(self, cause: ModelError, wait_s: float) -> ModelDeadlineError:
         deadline = self.policy.call_deadline_s

@@ -43,6 +43,18 @@ def _keyword_tables_with_cjk_terms(conn: sqlite3.Connection) -> None:
         )
 
 
+def _tasks_record_their_response_model(conn: sqlite3.Connection) -> None:
+    """Add ``agent_tasks.response_schema_json`` and ``response_model``, unless present.
+
+    Written to run on a schema that already has them (a database whose version was set back,
+    or a merge that renumbers migrations), since SQLite has no ``ADD COLUMN IF NOT EXISTS``.
+    """
+    present = {row[1] for row in conn.execute("PRAGMA table_info(agent_tasks)")}
+    for column in ("response_schema_json", "response_model"):
+        if column not in present:
+            conn.execute(f"ALTER TABLE agent_tasks ADD COLUMN {column} TEXT")
+
+
 def _sessions_as_conversations(conn: sqlite3.Connection) -> None:
     """Sessions as conversations: a session can be closed; its history and summaries.
 
@@ -300,7 +312,10 @@ MIGRATIONS: tuple[Migration, ...] = (
     """,
     # 7: keyword tables gain a column of Chinese and Japanese words (see fts5_index).
     _keyword_tables_with_cjk_terms,
-    # 8: sessions as conversations (see ``_sessions_as_conversations``).
+    # 8: a task started with a response model records its JSON Schema and name, so it answers
+    # in that form when resumed after a human's decision or a restart.
+    _tasks_record_their_response_model,
+    # 9: sessions as conversations (see ``_sessions_as_conversations``).
     _sessions_as_conversations,
 )
 

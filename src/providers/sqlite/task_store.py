@@ -46,7 +46,7 @@ _EVENTS: TypeAdapter[AgentEvent] = TypeAdapter(AgentEvent)
 _TASK_COLUMNS = (
     "id, session_id, trace_id, status, strategy, input_json, output_json, error_text, "
     "usage_json, created_at, updated_at, tainted, sandbox_json, owner, lease_expires_at, "
-    "cancel_requested"
+    "cancel_requested, response_schema_json, response_model"
 )
 _ACTIVE = ("queued", "running")
 _HELD = ("queued", "running", "waiting_approval")
@@ -84,6 +84,8 @@ def _task(row: tuple[Any, ...]) -> TaskState:
         owner,
         lease_expires_at,
         cancel_requested,
+        response_schema_json,
+        response_model,
     ) = row
     return TaskState(
         task_id=task_id,
@@ -102,6 +104,8 @@ def _task(row: tuple[Any, ...]) -> TaskState:
         owner=owner,
         lease_expires_at=datetime.fromisoformat(lease_expires_at) if lease_expires_at else None,
         cancel_requested=cancel_requested,
+        response_schema=json.loads(response_schema_json) if response_schema_json else None,
+        response_model=response_model,
     )
 
 
@@ -198,7 +202,7 @@ class SqliteTaskStore(ITaskStore):
                 )
                 conn.execute(
                     f"INSERT INTO agent_tasks ({_TASK_COLUMNS})"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         task.task_id,
                         task.session_id,
@@ -216,6 +220,12 @@ class SqliteTaskStore(ITaskStore):
                         task.owner,
                         _iso(task.lease_expires_at) if task.lease_expires_at else None,
                         task.cancel_requested,
+                        (
+                            json.dumps(task.response_schema)
+                            if task.response_schema is not None
+                            else None
+                        ),
+                        task.response_model,
                     ),
                 )
                 _insert_event(conn, queued_event)

@@ -117,6 +117,17 @@ class TaskState(BaseModel):
     cancel_requested: str | None = Field(
         default=None, description="Why cancellation was requested, while the owner carries it out."
     )
+    response_schema: dict[str, Any] | None = Field(
+        default=None,
+        description="The JSON Schema the answer must validate against, when the task was "
+        "started with a response model; a kernel resuming the task checks the model it uses "
+        "against it.",
+    )
+    response_model: str | None = Field(
+        default=None,
+        description="That response model's name (module:qualname). A resuming kernel may find "
+        "the class by it among modules already imported; it never imports one.",
+    )
 
 
 class TaskResult(BaseModel):

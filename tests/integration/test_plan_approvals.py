@@ -1,0 +1,239 @@
+"""A risky call inside a plan step waits durably for a human, as in ReAct, and resumes there.
+
+Real SQLite stores in a temporary directory, the scripted model; the second kernel on the
+same database stands for another process (the first one is closed before it opens).
+"""
+
+import json
+
+import pytest
+
+from core_agent import tool
+from core_agent.container import KernelContainer
+from core_agent.tooling.registry import ToolRegistry
+from fakes.gateways import FakeRecordingGateway
+from providers.scripted_gateway import (
+    ScriptedConversation,
+    ScriptedLLMGateway,
+    ScriptedToolCall,
+    ScriptedTurn,
+)
+from shared.agent_protocol import ApprovalDecision, TaskRequest, TaskStatus, ToolMessage
+
+pytestmark = pytest.mark.anyio
+TASK = "Count the stock, then restart the shop."
+effects: list[str] = []
+
+
+@tool(capabilities={"read"})
+def count(shelf: str) -> str:
+    """Count a shelf (low risk)."""
+    effects.append(f"count {shelf}")
+    return f"{shelf}: 12 items"
+
+
+@tool(capabilities={"exec"})
+def restart(service: str) -> str:
+    """Restart a service (high risk: a human approves)."""
+    effects.append(f"restart {service}")
+    return f"{service} restarted"
+
+
+def conv(match: str, *turns: ScriptedTurn) -> ScriptedConversation:
+    return ScriptedConversation(match=match, turns=list(turns))
+
+
+def say(text: str) -> ScriptedTurn:
+    return ScriptedTurn(content=text)
+
+
+def use(name: str, **arguments: object) -> ScriptedTurn:
+    return ScriptedTurn(tool_calls=[ScriptedToolCall(name=name, arguments=arguments)])
+
+
+def plan(*steps: tuple[str, list[str]]) -> ScriptedTurn:
+    return say(json.dumps({"steps": [{"id": s, "goal": s, "depends_on": d} for s, d in steps]}))
+
+
+SEQUENTIAL = [
+    conv(r"^Plan this task:", plan(("a", []), ("b", ["a"]))),
+    conv(r"^Your step \(a\)", use("count", shelf="north"), say("north: 12 items")),
+    conv(r"^Your step \(b\)", use("restart", service="shop"), say("b finished")),
+    conv(r"^Write the final answer", say("Counted and restarted.")),
+]
+
+
+def kernel(settings, conversations, *, recording: list[FakeRecordingGateway] | None = None):
+    container = KernelContainer()
+    container.settings.override(settings)
+    gateway = FakeRecordingGateway(ScriptedLLMGateway(conversations=list(conversations)))
+    if recording is not None:
+        recording.append(gateway)
+    container.llm_gateway.override(gateway)
+    container.tool_registry.override(ToolRegistry([count, restart]))
+    return container.kernel()
+
+
+@pytest.fixture(autouse=True)
+def _no_effects() -> None:
+    effects.clear()
+
+
+async def suspended(settings, conversations=SEQUENTIAL):
+    async with kernel(settings, conversations) as first:
+        result = await first.execute_task(TaskRequest(task=TASK, force_mode="plan_execute"))
+        assert result.status is TaskStatus.WAITING_APPROVAL, result.error
+        pending = [r for r in await first.pending_approvals() if r.task_id == result.task_id]
+    return result, pending
+
+
+async def test_a_risky_call_in_a_step_suspends_and_an_approval_resumes_that_step(
+    settings,
+) -> None:
+    result, (pending,) = await suspended(settings)
+    assert pending.tool_call is not None and pending.tool_call.name == "restart"
+    assert pending.request_id == result.pending_approval
+    assert effects == ["count north"]  # step a ran; the risky call did not
+
+    recording: list[FakeRecordingGateway] = []
+    async with kernel(settings, SEQUENTIAL, recording=recording) as second:
+        done = await second.resolve_approval(
+            pending.request_id, ApprovalDecision(request_id=pending.request_id, approved=True)
+        )
+        assert done.status is TaskStatus.SUCCEEDED, done.error
+        assert done.output == "Counted and restarted."
+        events = await second.task_events(result.task_id)
+    # The approved call ran once; step a's effect was not repeated, nor was anything replanned.
+    assert effects == ["count north", "restart shop"]
+    openings = [
+        next(m.content for m in r.messages if m.kind == "user") for r in recording[0].requests
+    ]
+    assert not any(o.startswith(("Plan this task:", "Your step (a)")) for o in openings)
+    kinds = [e.kind for e in events]
+    assert kinds.count("approval.requested") == 1 and kinds.count("approval.resolved") == 1
+    assert kinds.index("task.waiting_approval") < kinds.index("task.resumed")
+    assert kinds.count("plan.created") == 1
+    completed = [e.step_id for e in events if e.kind == "plan.step_completed"]
+    assert completed == ["a", "b"]
+
+
+async def test_a_denied_call_in_a_step_is_shown_to_the_model_as_denied(settings) -> None:
+    _, (pending,) = await suspended(settings)
+    recording: list[FakeRecordingGateway] = []
+    async with kernel(settings, SEQUENTIAL, recording=recording) as second:
+        done = await second.resolve_approval(
+            pending.request_id,
+            ApprovalDecision(request_id=pending.request_id, approved=False, reason="not now"),
+        )
+        assert done.status is TaskStatus.SUCCEEDED, done.error
+    assert effects == ["count north"]
+    (step_b,) = [
+        r
+        for r in recording[0].requests
+        if next(m.content for m in r.messages if m.kind == "user").startswith("Your step (b)")
+    ]
+    (answer,) = [m for m in step_b.messages if isinstance(m, ToolMessage)]
+    assert answer.is_error and "did not approve restart: not now" in answer.content
+
+
+PARALLEL = [
+    conv(r"^Plan this task:", plan(("a", []), ("b", []), ("c", ["a", "b"]))),
+    conv(r"^Your step \(a\)", use("count", shelf="north"), say("north: 12 items")),
+    conv(r"^Your step \(b\)", use("restart", service="shop"), say("shop restarted")),
+    conv(r"^Your step \(c\)", use("restart", service="till"), say("till restarted")),
+    conv(r"^Write the final answer", say("All done.")),
+]
+
+
+async def test_parallel_steps_keep_their_results_and_each_suspension_resumes_its_own_step(
+    settings,
+) -> None:
+    _, (first_request,) = await suspended(settings, PARALLEL)
+    assert first_request.tool_call is not None
+    assert first_request.tool_call.arguments == {"service": "shop"}
+    assert effects == ["count north"]  # a ran beside b; c, after both, did not start
+
+    async with kernel(settings, PARALLEL) as second:
+        again = await second.resolve_approval(
+            first_request.request_id,
+            ApprovalDecision(request_id=first_request.request_id, approved=True),
+        )
+        # Step c's own risky call suspends the task a second time.
+        assert again.status is TaskStatus.WAITING_APPROVAL, again.error
+        (second_request,) = await second.pending_approvals()
+        assert second_request.tool_call is not None
+        assert second_request.tool_call.arguments == {"service": "till"}
+        done = await second.resolve_approval(
+            second_request.request_id,
+            ApprovalDecision(request_id=second_request.request_id, approved=True),
+        )
+        assert done.status is TaskStatus.SUCCEEDED, done.error
+        assert done.output == "All done."
+    assert effects == ["count north", "restart shop", "restart till"]
+
+
+async def test_with_a_host_approver_the_driver_asks_and_the_step_resumes(settings) -> None:
+    asked: list[str] = []
+
+    def approve(request):
+        asked.append(request.tool_call.name)
+        return ApprovalDecision(request_id=request.request_id, approved=True, decided_by="host")
+
+    async with kernel(settings, SEQUENTIAL) as only:
+        only.set_approval_callback(approve)
+        done = await only.execute_task(TaskRequest(task=TASK, force_mode="plan_execute"))
+        assert done.status is TaskStatus.SUCCEEDED, done.error
+        kinds = [e.kind for e in await only.task_events(done.task_id)]
+    assert asked == ["restart"]
+    assert effects == ["count north", "restart shop"]
+    # The same durable path as ReAct: the task waited, the decision resumed it.
+    assert kinds.count("task.waiting_approval") == 1 and kinds.count("task.resumed") == 1
+
+
+async def test_steps_waiting_side_by_side_each_get_their_own_decision(settings) -> None:
+    # Both steps' first call gets the same id from the model ("call_1_1"): decisions must
+    # still reach the call they were made on.
+    conversations = [
+        conv(r"^Plan this task:", plan(("a", []), ("b", []))),
+        conv(r"^Your step \(a\)", use("restart", service="shop"), say("a finished")),
+        conv(r"^Your step \(b\)", use("restart", service="till"), say("b finished")),
+        conv(r"^Write the final answer", say("Half done.")),
+    ]
+    result, requests = await suspended(settings, conversations)
+    by_service = {r.tool_call.arguments["service"]: r for r in requests if r.tool_call}
+    assert sorted(by_service) == ["shop", "till"]
+    assert effects == []
+    async with kernel(settings, conversations) as second:
+        shop, till = by_service["shop"], by_service["till"]
+        waiting = await second.resolve_approval(
+            shop.request_id, ApprovalDecision(request_id=shop.request_id, approved=True)
+        )
+        assert waiting.status is TaskStatus.WAITING_APPROVAL
+        done = await second.resolve_approval(
+            till.request_id, ApprovalDecision(request_id=till.request_id, approved=False)
+        )
+        assert done.status is TaskStatus.SUCCEEDED, done.error
+        events = await second.task_events(result.task_id)
+    assert effects == ["restart shop"]
+    (ran,) = [e.result for e in events if e.kind == "tool.completed" and not e.result.is_error]
+    (refused,) = [e.result for e in events if e.kind == "tool.completed" and e.result.is_error]
+    assert "shop restarted" in ran.content
+    assert "did not approve restart" in refused.content
+
+
+async def test_a_risky_call_in_the_react_fallback_suspends_and_resumes_there(settings) -> None:
+    conversations = [
+        conv(r"^Plan this task:", say("no plan"), say("still none"), say("none at all")),
+        conv(r"^Count the stock", use("restart", service="shop"), say("Restarted by fallback.")),
+    ]
+    result, (pending,) = await suspended(settings, conversations)
+    assert pending.tool_call is not None and pending.tool_call.name == "restart"
+    async with kernel(settings, conversations) as second:
+        done = await second.resolve_approval(
+            pending.request_id, ApprovalDecision(request_id=pending.request_id, approved=True)
+        )
+        assert done.status is TaskStatus.SUCCEEDED, done.error
+        assert done.output == "Restarted by fallback."
+        kinds = [e.kind for e in await second.task_events(result.task_id)]
+    assert effects == ["restart shop"]
+    assert kinds.count("plan.created") == 0  # resumed in the fallback, not planned again
