@@ -192,3 +192,40 @@ async def test_a_transaction_waits_for_a_database_locked_by_another_connection(
     assert _rows(db) == list(range(21))
     other.close()
     await db.close()
+
+
+async def test_a_write_that_outlives_its_unit_of_work_is_committed(tmp_path: Path) -> None:
+    """Work started inside a unit (a task, a worker thread's late report) sees the unit in its
+    context; once the unit has committed, its writes must not be held back by it forever."""
+    db = _database(tmp_path)
+    ended = anyio.Event()
+    threads: list[int] = []
+
+    async def later() -> None:
+        await ended.wait()
+        await db.write(_insert(2, threads))
+
+    async with anyio.create_task_group() as group:
+        async with db.unit_of_work():
+            await db.write(_insert(1, threads))
+            group.start_soon(later)
+        ended.set()
+    assert _rows(db) == [1, 2]
+    await db.close()
+
+
+async def test_a_flush_that_fails_keeps_the_held_writes_for_the_units_end(
+    tmp_path: Path,
+) -> None:
+    db = _database(tmp_path)
+    threads: list[int] = []
+
+    def broken(conn: sqlite3.Connection) -> None:
+        conn.execute("INSERT INTO no_such_table VALUES (1)")
+
+    async with db.unit_of_work():
+        await db.write(_insert(1, threads))
+        with pytest.raises(StorageError):
+            await db.commit_with(broken)
+    assert _rows(db) == [1]
+    await db.close()

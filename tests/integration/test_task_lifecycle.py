@@ -6,6 +6,9 @@ approval request was decided elsewhere (or whose task ended elsewhere) stops ins
 carrying on with an answer that is not the recorded one.
 """
 
+import contextlib
+import uuid
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import anyio
@@ -14,11 +17,21 @@ from dependency_injector import providers
 
 from core_agent import tool
 from core_agent.container import KernelContainer
+from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
 from core_agent.orchestration.react_executor import ReActExecutor
 from core_agent.tooling.registry import ToolRegistry
-from fakes.stores import FakeTaskStore, FakeTraceStore
+from fakes.stores import FakeMemoryStore, FakeTaskStore, FakeTraceStore
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
-from shared.agent_protocol import ApprovalDecision, ApprovalRequest, TaskRequest, TaskStatus
+from providers.sqlite.task_store import SqliteTaskStore
+from shared.agent_protocol import (
+    ApprovalDecision,
+    ApprovalRequest,
+    StrategyMode,
+    TaskQueued,
+    TaskRequest,
+    TaskState,
+    TaskStatus,
+)
 
 pytestmark = pytest.mark.anyio
 launched: list[str] = []
@@ -109,3 +122,125 @@ async def test_a_run_whose_request_was_decided_elsewhere_stops_without_calling_t
     # The run stopped: the model was not asked to go on after the lost decision.
     kinds = [event.kind for event in tasks.events[result.task_id]]
     assert kinds.count("llm.completed") == 1, "\n".join(kinds)
+
+
+def sqlite_kernel(data_dir: Path, turns: list[ScriptedTurn], **settings: object):  # type: ignore[no-untyped-def]
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={"data_dir": data_dir, "recovery": "off", "cancel_check_s": 0.2, **settings}
+        )
+    )
+    container.llm_gateway.override(ScriptedLLMGateway(turns))
+    container.tool_registry.override(ToolRegistry([launch]))
+    return container
+
+
+async def test_leaving_the_stream_while_the_approver_is_asked_cancels_the_task(
+    tmp_path: Path,
+) -> None:
+    launched.clear()
+    kernel = sqlite_kernel(tmp_path, launch_then_answer()).kernel()
+
+    async def approver(request: ApprovalRequest) -> ApprovalDecision:
+        await anyio.sleep(3600)
+        raise AssertionError("never answered")
+
+    kernel.set_approval_callback(approver)
+    async with kernel:
+        with anyio.fail_after(60):  # a hang guard, not a timing claim
+            async with contextlib.aclosing(kernel.stream_task(TaskRequest(task="go"))) as events:
+                async for event in events:
+                    if event.kind == "task.waiting_approval":
+                        break
+        (task,) = await kernel.list_tasks()
+        # Not left waiting for a decision that would run the call after the host gave up.
+        assert task.status is TaskStatus.CANCELED and task.owner is None
+        assert await kernel.pending_approvals() == []
+    assert launched == []
+
+
+async def test_a_caller_cancelled_before_the_run_begins_leaves_no_task_running(
+    tmp_path: Path,
+) -> None:
+    """Recalling memories (or fitting a session) comes before the run, and may be slow."""
+    launched.clear()
+    gate = anyio.Event()
+
+    class SlowMemory(FakeMemoryStore):
+        async def search(self, scope, namespace, query, limit=10):  # type: ignore[no-untyped-def]
+            gate.set()
+            await anyio.sleep(3600)
+            return []
+
+    container = sqlite_kernel(tmp_path, launch_then_answer())
+    container.memory_store.override(SlowMemory())
+    kernel = container.kernel()
+    async with kernel:
+        async with anyio.create_task_group() as group:
+            group.start_soon(kernel.execute_task, TaskRequest(task="go", force_mode="react"))
+            await gate.wait()
+            group.cancel_scope.cancel()
+        (task,) = await kernel.list_tasks()
+        assert task.status is TaskStatus.CANCELED and task.owner is None
+        assert await kernel.recover("resume") == []
+    assert launched == []
+
+
+async def test_a_recovered_task_that_breaks_harms_neither_the_others_nor_the_host(
+    tmp_path: Path,
+) -> None:
+    class Executor(IExecutor):
+        @property
+        def strategy(self) -> StrategyMode:
+            return "react"
+
+        async def run(self, context: ExecutionContext) -> ExecutionOutcome:
+            if context.task.request.task == "buggy":
+                raise RuntimeError("a bug in the executor")
+            await anyio.sleep(0.2)
+            return ExecutionOutcome(output=f"{context.task.request.task} done")
+
+    store = SqliteTaskStore(tmp_path / "core_agent.db")
+    past = datetime.now(UTC) - timedelta(minutes=5)
+    for name in ("buggy", "healthy"):
+        task_id, request = uuid.uuid4().hex, TaskRequest(task=name, force_mode="react")
+        state = TaskState(
+            task_id=task_id,
+            session_id=uuid.uuid4().hex,
+            trace_id=uuid.uuid4().hex,
+            status=TaskStatus.RUNNING,
+            strategy="react",
+            request=request,
+            created_at=past,
+            updated_at=past,
+            owner="elsewhere/x/1:1:dead",
+            lease_expires_at=past,
+        )
+        queued = TaskQueued(
+            event_id=uuid.uuid4().hex,
+            task_id=task_id,
+            seq=1,
+            occurred_at=past,
+            session_id=state.session_id,
+            trace_id=state.trace_id,
+            request=request,
+        )
+        await store.create_task(state, queued)
+    await store.close()
+
+    container = sqlite_kernel(tmp_path, [], recovery="resume")
+    container.react_executor.override(providers.Object(Executor()))
+    kernel = container.kernel()
+    async with kernel:  # recovery runs in the background; its failure must not end up here
+        host = await kernel.execute_task(TaskRequest(task="host task", force_mode="react"))
+        with anyio.fail_after(60):  # a hang guard, not a timing claim
+            while len(await kernel.list_tasks(status=TaskStatus.RUNNING)) > 0:  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        ended = {t.request.task: t.status for t in await kernel.list_tasks()}
+    assert host.status is TaskStatus.SUCCEEDED
+    assert ended == {
+        "buggy": TaskStatus.FAILED,
+        "healthy": TaskStatus.SUCCEEDED,
+        "host task": TaskStatus.SUCCEEDED,
+    }

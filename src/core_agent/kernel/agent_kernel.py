@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 import math
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar, overload
 
@@ -231,8 +232,9 @@ class AgentKernel:
     async def _recover_in_background(self, done: anyio.Event) -> None:
         try:
             await self.recover()
-        except CoreAgentError as exc:
-            log.warning("recovering tasks failed: %s", exc)
+        except Exception:
+            # Background work must not break the host's ``async with kernel`` block.
+            log.exception("recovering tasks failed")
         finally:
             done.set()
 
@@ -356,6 +358,19 @@ class AgentKernel:
             state, TaskEventLog(self._task_store, self._event_bus, state.task_id)
         )
         await self._decide(lifecycle, decision, then=then, error=error)
+        async with self._until_driven(lifecycle):
+            return await self._after_answer(lifecycle, request, decision, output_type, error)
+
+    async def _after_answer(
+        self,
+        lifecycle: TaskLifecycle,
+        request: ApprovalRequest,
+        decision: ApprovalDecision,
+        output_type: type[BaseModel] | None,
+        error: str | None,
+    ) -> TaskResult:
+        """Fail a task whose question was answered no, or carry it on with the guidance."""
+        state = lifecycle.state
         context = self._context(lifecycle, output_type)
         stats = context.run.stats
         stats.usage = state.usage
@@ -377,6 +392,42 @@ class AgentKernel:
         context.run.resuming = True
         await lifecycle.events(TaskResumed, reason="a human answered", owner=self.owner)
         return await self._drive(lifecycle, self._executor_of(state), context)
+
+    @asynccontextmanager
+    async def _until_driven(self, lifecycle: TaskLifecycle) -> AsyncIterator[None]:
+        """Guard the steps between taking a task (it is ours, queued or running) and its run.
+
+        Nothing drives the task yet: if those steps fail or the caller is cancelled, the task
+        ends (``canceled``, or ``failed`` with the error) instead of staying ``running`` with
+        nobody to carry it on, or being carried on later by recovery against the caller's
+        will. Once the driver runs it, the driver records how it ends.
+        """
+        try:
+            yield
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                try:
+                    stored = await self._task_store.get_task(lifecycle.task_id)
+                    if (
+                        stored.status in (TaskStatus.QUEUED, TaskStatus.RUNNING)
+                        and stored.owner == self.owner
+                        and not self._driver.runs(lifecycle.task_id)
+                    ):
+                        stats = RunStats(usage=stored.usage)
+                        if isinstance(exc, Exception):
+                            await lifecycle.fail(
+                                str(exc) or type(exc).__name__,
+                                type(exc).__name__,
+                                stats,
+                                current=stored.status,
+                            )
+                        else:
+                            await lifecycle.cancel(
+                                "the caller was canceled", stats, current=stored.status
+                            )
+                except Exception:
+                    log.exception("task %s could not be ended", lifecycle.task_id)
+            raise
 
     async def _decide(
         self,
@@ -455,22 +506,29 @@ class AgentKernel:
                 f"task {task_id} runs in a live process ({state.owner}, lease until "
                 f"{state.lease_expires_at:%H:%M:%S} UTC): cancel it there, or wait for it"
             )
-        state = await self._task_store.get_task(task_id)
-        persisted = await self._task_store.list_events(task_id)
+        try:
+            state = await self._task_store.get_task(task_id)
+            persisted = await self._task_store.list_events(task_id)
+        except BaseException:
+            # Not taken after all (its log cannot be read, or the caller left): free again.
+            with anyio.CancelScope(shield=True):
+                await self._task_store.release_lease(task_id, owner=self.owner)
+            raise
         lifecycle = self._lifecycle(
             state,
             TaskEventLog.continued(self._task_store, self._event_bus, task_id, persisted),
         )
         if state.status is TaskStatus.QUEUED:
             return await self._start(lifecycle, output_type, sandbox=self._task_sandbox(state))
-        context = self._context(lifecycle, output_type)
-        context.run.stats.usage = state.usage
-        context.run.resuming = True
-        context.humans.approval_decisions = recorded_decisions(persisted)
-        await lifecycle.events(
-            TaskResumed, reason="taken over after its process stopped", owner=self.owner
-        )
-        return await self._drive(lifecycle, self._executor_of(state), context)
+        async with self._until_driven(lifecycle):
+            context = self._context(lifecycle, output_type)
+            context.run.stats.usage = state.usage
+            context.run.resuming = True
+            context.humans.approval_decisions = recorded_decisions(persisted)
+            await lifecycle.events(
+                TaskResumed, reason="taken over after its process stopped", owner=self.owner
+            )
+            return await self._drive(lifecycle, self._executor_of(state), context)
 
     async def recover(self, how: Literal["resume", "fail"] | None = None) -> list[TaskResult]:
         """Resume, or fail, every task whose process died (``how``, else ``AGENT_RECOVERY``).
@@ -743,6 +801,16 @@ class AgentKernel:
         routing: tuple[RoutingDecision, IExecutor, datetime, datetime] | None = None,
     ) -> TaskResult:
         """Start a queued task: route it (unless done), record the route, run it."""
+        async with self._until_driven(lifecycle):
+            return await self._start_held(lifecycle, response_model, sandbox, routing)
+
+    async def _start_held(
+        self,
+        lifecycle: TaskLifecycle,
+        response_model: type[BaseModel] | None,
+        sandbox: IToolSandbox | None,
+        routing: tuple[RoutingDecision, IExecutor, datetime, datetime] | None,
+    ) -> TaskResult:
         state = lifecycle.state
         decision, executor, routed_at, routed_until = routing or await self._routing(state.request)
         await lifecycle.start(executor.strategy)
@@ -767,13 +835,22 @@ class AgentKernel:
                 features=decision.features,
             )
         context = self._context(lifecycle, response_model, sandbox=sandbox)
-        await self._recall(state, context)
-        if self._sessions is not None:
-            await self._sessions.prepare(state, context, self._specs(state.request))
-        return await self._drive(lifecycle, executor, context)
+        sessions = self._sessions
+
+        async def prepare() -> None:
+            await self._recall(state, context)
+            if sessions is not None:
+                await sessions.prepare(state, context, self._specs(state.request))
+
+        return await self._drive(lifecycle, executor, context, prepare=prepare)
 
     async def _drive(
-        self, lifecycle: TaskLifecycle, executor: IExecutor, context: ExecutionContext
+        self,
+        lifecycle: TaskLifecycle,
+        executor: IExecutor,
+        context: ExecutionContext,
+        *,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> TaskResult:
         """``TaskDriver.drive``; the task's response model is kept only while it waits.
 
@@ -784,7 +861,7 @@ class AgentKernel:
             self._response_models[task_id] = context.task.output_type
         result: TaskResult | None = None
         try:
-            result = await self._driver.drive(lifecycle, executor, context)
+            result = await self._driver.drive(lifecycle, executor, context, prepare=prepare)
         finally:
             # Kept for a decision taken in this process; a task resolved in another one
             # leaves its entry behind (one class reference per such task).
@@ -914,39 +991,40 @@ class AgentKernel:
             state, TaskEventLog(self._task_store, self._event_bus, state.task_id)
         )
         decided = await self._decide(lifecycle, decision, then=TaskStatus.RUNNING)
-        # Recorded once the decision is: of two racing resolvers only one writes a span.
-        await Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id).record(
-            "approval",
-            request.tool_call.name if request.tool_call else "question",
-            started_at=request.created_at,
-            ended_at=now(),
-            attributes={
-                "request_id": request.request_id,
-                "call_hash": request.call_hash,
-                "approved": decision.approved,
-                "scope": decision.scope,
-                "decided_by": decision.decided_by,
-                "reason": decision.reason,
-            },
-        )
-        persisted = await self._task_store.list_events(state.task_id)
-        stats = RunStats(usage=state.usage)
-        if decided.still_open:
-            still_open = open_requests(persisted)
-            return lifecycle.result(
-                TaskStatus.WAITING_APPROVAL,
-                stats,
-                error="waiting for the other pending approvals",
-                pending_approval=still_open[0].request_id if still_open else None,
+        async with self._until_driven(lifecycle):
+            # Recorded once the decision is: of two racing resolvers only one writes a span.
+            await Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id).record(
+                "approval",
+                request.tool_call.name if request.tool_call else "question",
+                started_at=request.created_at,
+                ended_at=now(),
+                attributes={
+                    "request_id": request.request_id,
+                    "call_hash": request.call_hash,
+                    "approved": decision.approved,
+                    "scope": decision.scope,
+                    "decided_by": decision.decided_by,
+                    "reason": decision.reason,
+                },
             )
-        lifecycle.events = TaskEventLog.continued(
-            self._task_store, self._event_bus, state.task_id, persisted
-        )
-        context = self._context(lifecycle, output_type)
-        context.run.stats = stats
-        context.run.resuming = True
-        context.humans.approval_decisions = recorded_decisions(persisted)
-        await lifecycle.events(
-            TaskResumed, reason="every pending approval has a decision", owner=self.owner
-        )
-        return await self._drive(lifecycle, self._executor_of(state), context)
+            persisted = await self._task_store.list_events(state.task_id)
+            stats = RunStats(usage=state.usage)
+            if decided.still_open:
+                still_open = open_requests(persisted)
+                return lifecycle.result(
+                    TaskStatus.WAITING_APPROVAL,
+                    stats,
+                    error="waiting for the other pending approvals",
+                    pending_approval=still_open[0].request_id if still_open else None,
+                )
+            lifecycle.events = TaskEventLog.continued(
+                self._task_store, self._event_bus, state.task_id, persisted
+            )
+            context = self._context(lifecycle, output_type)
+            context.run.stats = stats
+            context.run.resuming = True
+            context.humans.approval_decisions = recorded_decisions(persisted)
+            await lifecycle.events(
+                TaskResumed, reason="every pending approval has a decision", owner=self.owner
+            )
+            return await self._drive(lifecycle, self._executor_of(state), context)

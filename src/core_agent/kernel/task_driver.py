@@ -10,6 +10,7 @@ the kernel that took it over.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
@@ -32,6 +33,8 @@ from shared.agent_protocol import (
     TaskResult,
     TaskStatus,
 )
+
+log = logging.getLogger(__name__)
 
 Resolve = Callable[[str, ApprovalDecision], Awaitable[TaskResult]]
 """Records a human's decision on a request and carries the task on (``resolve_approval``)."""
@@ -121,9 +124,17 @@ class TaskDriver:
         return self.closing and task_id in self.recovering
 
     async def drive(
-        self, lifecycle: TaskLifecycle, executor: IExecutor, context: ExecutionContext
+        self,
+        lifecycle: TaskLifecycle,
+        executor: IExecutor,
+        context: ExecutionContext,
+        *,
+        prepare: Callable[[], Awaitable[None]] | None = None,
     ) -> TaskResult:
         """Run a ``running`` task's executor here and record how it ended.
+
+        ``prepare`` runs first, under the same lease watch and cancel as the run (what a
+        task does before its executor: recalling memories, fitting its session's history).
 
         Raises:
             Exception: A bug in the executor (not a ``RunError``), after the task is recorded
@@ -133,7 +144,7 @@ class TaskDriver:
         task_id = lifecycle.task_id
         run = self._runs.setdefault(task_id, _Run())
         try:
-            return await self._drive(run, lifecycle, executor, context)
+            return await self._drive(run, lifecycle, executor, context, prepare)
         finally:
             if self._runs.get(task_id) is run:
                 del self._runs[task_id]
@@ -149,6 +160,7 @@ class TaskDriver:
         lifecycle: TaskLifecycle,
         executor: IExecutor,
         context: ExecutionContext,
+        prepare: Callable[[], Awaitable[None]] | None,
     ) -> TaskResult:
         state, stats = lifecycle.state, context.run.stats
         tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
@@ -162,6 +174,8 @@ class TaskDriver:
                 async with anyio.create_task_group() as watching:
                     watching.start_soon(watch.run, scope)
                     try:
+                        if prepare is not None:
+                            await prepare()
                         async with tracer.span("task", "task") as root:
                             root.attributes["strategy"] = executor.strategy
                             context.task = replace(context.task, parent_span_id=root.span_id)
@@ -222,24 +236,41 @@ class TaskDriver:
             pending.requests, stats, error=f"waiting for a human to approve: {names}"
         )
         if not self._has_approver():
-            await lifecycle.release()
+            with anyio.CancelScope(shield=True):
+                await lifecycle.release()
             return waiting
         decisions: dict[str, ApprovalDecision | None] = {}
 
         async def ask(request: ApprovalRequest) -> None:
-            decisions[request.request_id] = await self._ask_human(request)
+            try:
+                decisions[request.request_id] = await self._ask_human(request)
+            except Exception:
+                # A broken approver answers nothing: the request stays open for a human.
+                log.exception("asking about request %s failed", request.request_id)
 
         watch = self._watch(lifecycle.task_id)
-        with anyio.CancelScope() as scope:
-            run.scope = scope
-            if run.cancel_reason is not None:
-                scope.cancel()
-            async with anyio.create_task_group() as watching:
-                watching.start_soon(watch.run, scope)
-                async with anyio.create_task_group() as group:
-                    for request in pending.requests:
-                        group.start_soon(ask, request)
-                watching.cancel_scope.cancel()
+        try:
+            with anyio.CancelScope() as scope:
+                run.scope = scope
+                if run.cancel_reason is not None:
+                    scope.cancel()
+                async with anyio.create_task_group() as watching:
+                    watching.start_soon(watch.run, scope)
+                    async with anyio.create_task_group() as group:
+                        for request in pending.requests:
+                            group.start_soon(ask, request)
+                    watching.cancel_scope.cancel()
+        except anyio.get_cancelled_exc_class():
+            # The caller went away while its approver was asked: the task must not stay
+            # waiting, held by nobody, for a decision that would run the call later.
+            with anyio.CancelScope(shield=True):
+                if self.left_alone(lifecycle.task_id):
+                    await lifecycle.release()
+                else:
+                    await lifecycle.cancel(
+                        "the caller was canceled", stats, current=TaskStatus.WAITING_APPROVAL
+                    )
+            raise
         reason = run.cancel_reason or watch.cancel_reason
         if reason is not None:
             return await lifecycle.cancel(reason, stats, current=TaskStatus.WAITING_APPROVAL)
@@ -272,5 +303,6 @@ class TaskDriver:
             created_at=now(),
         )
         result = await lifecycle.wait_for([request], context.run.stats, error=escalation.reason)
-        await lifecycle.release()
+        with anyio.CancelScope(shield=True):
+            await lifecycle.release()
         return result

@@ -87,6 +87,11 @@ class TaskRecovery:
                 except CorruptStateError as exc:
                     log.error("task %s cannot be recovered: %s", state.task_id, exc)
                     return
+                except Exception:
+                    # A bug in its run (already recorded as its failure) or a storage fault:
+                    # that task alone; the others recovered with it go on.
+                    log.exception("recovering task %s failed", state.task_id)
+                    return
                 finally:
                     self._driver.recovering.discard(state.task_id)
                 results.append(result)

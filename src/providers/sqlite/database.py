@@ -104,10 +104,13 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        # Also when COMMIT itself failed (disk full, I/O error) and left the transaction
+        # open: later calls would join it and never commit.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
 
 
 class _Unit:
@@ -117,6 +120,18 @@ class _Unit:
         self.database = database
         self.writes: list[Callable[[sqlite3.Connection], None]] = []
         self.after_commit: list[Callable[[], Awaitable[None]]] = []
+        self.closed = False
+        """Set once its block ends. Work that outlives the block and still sees the unit in
+        its context (a worker thread's late report, a task started from inside) writes
+        directly: appended here, its write would never be committed."""
+
+
+def _open_unit(database: SqliteDatabase) -> _Unit | None:
+    """The unit of work open on ``database`` in this context, if any."""
+    unit = _UNIT.get()
+    if unit is None or unit.database is not database or unit.closed:
+        return None
+    return unit
 
 
 class _Group:
@@ -265,8 +280,8 @@ class SqliteDatabase:
         (events, spans, checkpoints, messages, a tool call's result); status moves use
         ``run`` and a tool call's intent ``commit_with``.
         """
-        unit = _UNIT.get()
-        if unit is not None and unit.database is self:
+        unit = _open_unit(self)
+        if unit is not None:
             unit.writes.append(fn)
             return
 
@@ -347,8 +362,8 @@ class SqliteDatabase:
 
         Returns ``False`` when no unit is open on this database (the caller runs it now).
         """
-        unit = _UNIT.get()
-        if unit is None or unit.database is not self:
+        unit = _open_unit(self)
+        if unit is None:
             return False
         unit.after_commit.append(callback)
         return True
@@ -359,8 +374,8 @@ class SqliteDatabase:
         Its ``after_commit`` callbacks so far run once the writes are durable. Outside a
         unit there is nothing held back, and nothing to do.
         """
-        unit = _UNIT.get()
-        if unit is None or unit.database is not self or not (unit.writes or unit.after_commit):
+        unit = _open_unit(self)
+        if unit is None or not (unit.writes or unit.after_commit):
             return
         await self.commit_with(_nothing)
 
@@ -372,8 +387,8 @@ class SqliteDatabase:
         one commit there instead of two. The unit stays open; outside one this is
         ``transact``. The held writes are applied even if the caller is cancelled meanwhile.
         """
-        unit = _UNIT.get()
-        if unit is None or unit.database is not self:
+        unit = _open_unit(self)
+        if unit is None:
             return await self.transact(fn)
         writes, unit.writes = unit.writes, []
         callbacks, unit.after_commit = unit.after_commit, []
@@ -386,8 +401,15 @@ class SqliteDatabase:
         if fn is _nothing and not writes:
             result = cast(T, None)
         else:
-            with anyio.CancelScope(shield=True):
-                result = await self.transact(apply)
+            try:
+                with anyio.CancelScope(shield=True):
+                    result = await self.transact(apply)
+            except BaseException:
+                # Nothing was written: the held writes wait for the unit's end (or the next
+                # flush) instead of being lost with this one.
+                unit.writes[:0] = writes
+                unit.after_commit[:0] = callbacks
+                raise
         for callback in callbacks:
             await callback()
         return result
@@ -400,8 +422,7 @@ class SqliteDatabase:
         applied when the block ends, also when it raises or is cancelled (what was recorded
         happened); ``after_commit`` callbacks run once they are durable.
         """
-        current = _UNIT.get()
-        if current is not None and current.database is self:
+        if _open_unit(self) is not None:
             yield
             return
         unit = _Unit(self)
@@ -410,6 +431,7 @@ class SqliteDatabase:
             yield
         finally:
             _UNIT.reset(token)
+            unit.closed = True
             with anyio.CancelScope(shield=True):
                 await self._commit(unit)
         for callback in unit.after_commit:
