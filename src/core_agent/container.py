@@ -500,6 +500,8 @@ class KernelContainer(containers.DeclarativeContainer):
         lease_s=settings.provided.task_lease_s,
         cancel_check_s=settings.provided.cancel_check_s,
         recovery=settings.provided.recovery,
+        limits=settings.provided.task_limits,
+        session_limits=settings.provided.session_limits,
     )
 
 

@@ -73,6 +73,7 @@ from shared.agent_protocol import (
     TaskResumed,
     TaskState,
     TaskStatus,
+    UsageLimits,
     UserMessage,
 )
 
@@ -102,6 +103,8 @@ class AgentKernel:
     are put after its system prompt; it is called on the first task, not before.
     ``sandbox`` is the default sandbox: each task records its settings (with the request's own
     workspace roots, if any) and runs under them, also when another process resumes it.
+    ``limits`` are every task's default usage limits (a request's own ``limits`` win, one by
+    one); ``session_limits`` bound the tasks of one session together.
     """
 
     def __init__(
@@ -126,6 +129,8 @@ class AgentKernel:
         cancel_check_s: float = 1.0,
         recovery: str = "resume",
         owner: str | None = None,
+        limits: UsageLimits | None = None,
+        session_limits: UsageLimits | None = None,
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -145,6 +150,8 @@ class AgentKernel:
         self._recall_k = recall_k
         self._sandbox = sandbox
         self._lease_s = lease_s
+        self._limits = limits or UsageLimits()
+        self._session_limits = session_limits or UsageLimits()
         if recovery not in ("resume", "fail", "off"):
             raise ConfigurationError(f"recovery must be resume, fail or off, not {recovery!r}")
         self._recovery_mode = recovery
@@ -761,6 +768,8 @@ class AgentKernel:
                 max_turns=state.request.max_turns or self._max_turns,
                 output_type=response_model,
                 sandbox=sandbox if sandbox is not None else self._task_sandbox(state),
+                limits=(state.request.limits or UsageLimits()).with_defaults(self._limits),
+                session_limits=self._session_limits,
             ),
             run=RunState(
                 messages=[

@@ -77,6 +77,7 @@ from core_agent.orchestration.structured_output import (
     schema_instruction,
 )
 from core_agent.orchestration.tool_gate import ToolCallGate
+from core_agent.orchestration.usage_limits import release_tool_call, reserve_tool_calls
 from core_agent.safety.injection_detector import InjectionDetector
 from core_agent.tooling.tool_runner import ToolRunner
 from shared.agent_protocol import (
@@ -501,6 +502,8 @@ class ReActLoop:
                     continue
             to_run.append(index)
 
+        # The turn's calls start only if they all fit in the task's tool-call limit.
+        reserve_tool_calls(context, len(to_run))
         limiter = anyio.CapacityLimiter(self._limits.max_parallel_tools)
 
         async def run_one(index: int) -> None:
@@ -511,6 +514,7 @@ class ReActLoop:
                     )
                 except ApprovalPendingError as exc:
                     pending[index] = exc.requests
+                    release_tool_call(context)
             if len(to_run) > 1:
                 # Its result is durable now, not once the slowest call of the turn ends.
                 await context.flush()
@@ -665,6 +669,7 @@ class ReActLoop:
                 span.error = result.content
                 span.attributes["error_type"] = result.error_type
         context.run.stats.tool_calls += 1
+        release_tool_call(context)  # its reserved place, now counted
         await context.emit(
             ToolCompleted, result=result, latency_ms=(time.perf_counter() - started) * 1000.0
         )

@@ -46,6 +46,7 @@ from shared.agent_protocol.tasks import (
     TaskState,
     TaskStatus,
     TokenUsage,
+    UsageLimits,
 )
 
 __all__ = [
@@ -92,6 +93,7 @@ __all__ = [
     "ToolMessage",
     "ToolResult",
     "ToolStarted",
+    "UsageLimits",
     "UserMessage",
     "protocol_json_schema",
 ]
