@@ -33,6 +33,7 @@ from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.contracts.tool import ITool
 from core_agent.contracts.tool_call_ledger import IToolCallLedger
+from core_agent.contracts.tool_hook import ToolHook
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.contracts.vector_store import IVectorStore
@@ -506,13 +507,17 @@ class KernelContainer(containers.DeclarativeContainer):
 
 
 def create_kernel(
-    settings: AgentSettings | None = None, *, approval_callback: ApprovalCallback | None = None
+    settings: AgentSettings | None = None,
+    *,
+    approval_callback: ApprovalCallback | None = None,
+    tool_hooks: Sequence[ToolHook] = (),
 ) -> AgentKernel:
     """Build a kernel from ``settings`` (or ``AGENT_*`` variables), resolving every provider now.
 
     ``approval_callback`` (sync or async) decides calls at or above the approval threshold;
     without one such a call suspends its task in ``waiting_approval`` until
-    ``resolve_approval``.
+    ``resolve_approval``. ``tool_hooks`` run around every tool call, in order
+    (``AgentKernel.add_tool_hook``).
 
     Raises:
         ProviderNotFoundError: A configured provider name is not installed.
@@ -523,4 +528,6 @@ def create_kernel(
         container.settings.override(providers.Object(settings))
     kernel: AgentKernel = container.kernel()
     kernel.set_approval_callback(approval_callback)
+    for hook in tool_hooks:
+        kernel.add_tool_hook(hook)
     return kernel

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from core_agent.contracts.tool_hook import ToolHook
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from shared.agent_protocol import (
     ApprovalDecision,
@@ -148,6 +149,8 @@ class ExecutionContext:
     flush: Callable[[], Awaitable[None]] = _nothing_held
     """Commits what the open unit of work holds so far, the unit staying open
     (``ITaskStore.flush``): called before the run waits on a tool or a human."""
+    tool_hooks: tuple[ToolHook, ...] = ()
+    """The host's tool hooks, in order, run around every tool call (``contracts.tool_hook``)."""
 
     def under(self, span_id: str) -> ExecutionContext:
         """The same run, with the spans recorded through the result hung under ``span_id``."""

@@ -77,6 +77,7 @@ from core_agent.orchestration.structured_output import (
     schema_instruction,
 )
 from core_agent.orchestration.tool_gate import ToolCallGate
+from core_agent.orchestration.tool_hooks import run_after_hooks, run_before_hooks
 from core_agent.orchestration.usage_limits import release_tool_call, reserve_tool_calls
 from core_agent.safety.injection_detector import InjectionDetector
 from core_agent.tooling.tool_runner import ToolRunner
@@ -586,6 +587,7 @@ class ReActLoop:
             gate = self._gate
 
             async def check(
+                effective: ToolCall,
                 tool: ITool,
                 arguments: Mapping[str, Any],
                 validated: Mapping[str, Any],
@@ -597,7 +599,7 @@ class ReActLoop:
                 return await gate.check(
                     context,
                     tracer,
-                    call,
+                    effective,
                     tool,
                     arguments,
                     validated,
@@ -607,6 +609,7 @@ class ReActLoop:
                 )
 
             async def confirm_rerun(
+                effective: ToolCall,
                 tool: ITool,
                 arguments: Mapping[str, Any],
                 validated: Mapping[str, Any],
@@ -621,8 +624,16 @@ class ReActLoop:
                         tool_name=call.name,
                     )
                 await gate.confirm_rerun(
-                    context, tracer, call, tool, arguments, entry, span.span_id
+                    context, tracer, effective, tool, arguments, entry, span.span_id
                 )
+
+            async def before(
+                effective: ToolCall, tool: ITool, validated: Mapping[str, Any]
+            ) -> tuple[ToolCall, Mapping[str, Any]]:
+                return await run_before_hooks(context, span, effective, tool, validated)
+
+            async def observe(effective: ToolCall, result: ToolResult, reused: bool) -> None:
+                await run_after_hooks(context, span, effective, result, reused=reused)
 
             result = await self._runner.run(
                 call,
@@ -638,6 +649,8 @@ class ReActLoop:
                 ledger=ledger,
                 confirm_rerun=confirm_rerun if ledger is not None else None,
                 settle=context.flush,
+                before=before if context.tool_hooks else None,
+                observe=observe if context.tool_hooks else None,
             )
             if self._brings_untrusted_content(call.name, result):
                 await context.taint(call.name, call_id=call.id, reason="tool output")
@@ -747,6 +760,7 @@ KERNEL_REFUSALS = frozenset(
         "PolicyDeniedError",
         "ApprovalDeniedError",
         "ApprovalPendingError",
+        "ToolHookBlockedError",
         "LoopDetected",
         "StructuredOutputError",
     }

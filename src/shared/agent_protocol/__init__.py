@@ -26,6 +26,7 @@ from shared.agent_protocol.events import (
     TaskTainted,
     TaskWaitingApproval,
     ToolCompleted,
+    ToolHookApplied,
     ToolStarted,
 )
 from shared.agent_protocol.messages import (
@@ -90,6 +91,7 @@ __all__ = [
     "TokenUsage",
     "ToolCall",
     "ToolCompleted",
+    "ToolHookApplied",
     "ToolMessage",
     "ToolResult",
     "ToolStarted",
