@@ -7,8 +7,10 @@ import json
 
 import anyio
 import pytest
+from dependency_injector import providers
 
 from core_agent import tool
+from core_agent.orchestration.react_executor import ReActExecutor
 from core_agent.tooling.registry import ToolRegistry
 from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeToolCallLedger, FakeTraceStore
 from providers.scripted_gateway import (
@@ -17,7 +19,14 @@ from providers.scripted_gateway import (
     ScriptedToolCall,
     ScriptedTurn,
 )
-from shared.agent_protocol import TaskRequest, TaskStatus, TokenUsage, UsageLimits
+from shared.agent_protocol import (
+    ApprovalDecision,
+    ApprovalRequest,
+    TaskRequest,
+    TaskStatus,
+    TokenUsage,
+    UsageLimits,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -29,6 +38,12 @@ USAGE = TokenUsage(input_tokens=100, output_tokens=10, cost_usd=0.03)
 async def lookup(key: str) -> str:
     """Look a key up."""
     return f"value of {key}"
+
+
+@tool(capabilities={"exec"})
+async def launch(target: str) -> str:
+    """Launch something (high risk: a human approves it)."""
+    return f"launched {target}"
 
 
 @tool
@@ -56,7 +71,7 @@ def build(container):
         container.trace_store.override(traces)
         container.checkpoint_store.override(FakeCheckpointStore())
         container.tool_call_ledger.override(FakeToolCallLedger())
-        container.tool_registry.override(ToolRegistry([lookup, slow]))
+        container.tool_registry.override(ToolRegistry([lookup, slow, launch]))
         gateway = (
             ScriptedLLMGateway(conversations=conversations)
             if conversations
@@ -166,6 +181,32 @@ async def test_wall_time_fails_the_task_it_does_not_cancel_it(build) -> None:
     assert "still going after 0.5 s" in (result.error or "")
     assert "task.canceled" not in kinds(tasks, result)
     assert kinds(tasks, result)[-1] == "task.failed"
+
+
+@pytest.mark.parametrize("durable", [True, False], ids=["suspending", "asking-in-the-run"])
+async def test_the_time_an_approver_takes_does_not_count_as_wall_time(
+    build, container, durable
+) -> None:
+    """Durable runs suspend while the approver is asked; a run without checkpoints asks in
+    the run, with its clock stopped."""
+
+    async def slow_human(request: ApprovalRequest) -> ApprovalDecision:
+        await anyio.sleep(0.8)
+        return ApprovalDecision(request_id=request.request_id, approved=True, decided_by="me")
+
+    kernel, tasks, _ = build(call("launch", target="rocket"), answer("Launched."))
+    if not durable:
+        container.react_executor.override(
+            providers.Object(ReActExecutor(loop=container.react_loop(), checkpoints=None))
+        )
+        container.kernel.reset()
+        kernel = container.kernel()
+    kernel.set_approval_callback(slow_human)
+    result = await kernel.execute_task(
+        TaskRequest(task="Launch it.", force_mode="react", limits=UsageLimits(wall_time_s=0.5))
+    )
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    assert kinds(tasks, result).count("approval.resolved") == 1
 
 
 async def test_a_session_limit_counts_the_sessions_earlier_tasks(build) -> None:
