@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from core_agent.container import KernelContainer, create_kernel
     from core_agent.contracts.settings import AgentSettings
+    from core_agent.contracts.tool_hook import HookVerdict, ToolHook, tool_hook
     from core_agent.kernel.agent_kernel import AgentKernel
     from core_agent.tooling.function_tool import FunctionTool, tool
 
@@ -27,19 +28,25 @@ _LAZY = {
     "AgentKernel": "core_agent.kernel.agent_kernel",
     "AgentSettings": "core_agent.contracts.settings",
     "FunctionTool": "core_agent.tooling.function_tool",
+    "HookVerdict": "core_agent.contracts.tool_hook",
     "KernelContainer": "core_agent.container",
     "create_kernel": "core_agent.container",
+    "ToolHook": "core_agent.contracts.tool_hook",
     "tool": "core_agent.tooling.function_tool",
+    "tool_hook": "core_agent.contracts.tool_hook",
 }
 
 __all__ = [
     "AgentKernel",
     "AgentSettings",
     "FunctionTool",
+    "HookVerdict",
     "KernelContainer",
+    "ToolHook",
     "__version__",
     "create_kernel",
     "tool",
+    "tool_hook",
 ]
 
 

@@ -490,7 +490,9 @@ def _print_summary(
     )
 
 
-_REFUSALS = frozenset({"SandboxRefusedError", "PolicyDeniedError", "ApprovalDeniedError"})
+_REFUSALS = frozenset(
+    {"SandboxRefusedError", "PolicyDeniedError", "ApprovalDeniedError", "ToolHookBlockedError"}
+)
 
 
 async def _audit(args: argparse.Namespace) -> int:
@@ -501,6 +503,7 @@ async def _audit(args: argparse.Namespace) -> int:
         InjectionSuspected,
         PolicyDecided,
         ToolCompleted,
+        ToolHookApplied,
     )
 
     kernel, _ = _kernel()
@@ -529,6 +532,8 @@ async def _audit(args: argparse.Namespace) -> int:
             line = f"decided   request {decision.request_id}: {verdict} {decision.reason}".rstrip()
         elif isinstance(event, InjectionSuspected):
             line = f"injection {event.tool}: {', '.join(event.signals)}"
+        elif isinstance(event, ToolHookApplied):
+            line = f"hook      {event.tool}: {event.hook} {event.action} {event.reason}".rstrip()
         else:
             continue
         if args.json:

@@ -33,6 +33,7 @@ from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.contracts.tool import ITool
 from core_agent.contracts.tool_call_ledger import IToolCallLedger
+from core_agent.contracts.tool_hook import ToolHook
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.contracts.vector_store import IVectorStore
@@ -561,17 +562,23 @@ class KernelContainer(containers.DeclarativeContainer):
         cancel_check_s=settings.provided.cancel_check_s,
         recovery=settings.provided.recovery,
         sessions=sessions,
+        limits=settings.provided.task_limits,
+        session_limits=settings.provided.session_limits,
     )
 
 
 def create_kernel(
-    settings: AgentSettings | None = None, *, approval_callback: ApprovalCallback | None = None
+    settings: AgentSettings | None = None,
+    *,
+    approval_callback: ApprovalCallback | None = None,
+    tool_hooks: Sequence[ToolHook] = (),
 ) -> AgentKernel:
     """Build a kernel from ``settings`` (or ``AGENT_*`` variables), resolving every provider now.
 
     ``approval_callback`` (sync or async) decides calls at or above the approval threshold;
     without one such a call suspends its task in ``waiting_approval`` until
-    ``resolve_approval``.
+    ``resolve_approval``. ``tool_hooks`` run around every tool call, in order
+    (``AgentKernel.add_tool_hook``).
 
     Raises:
         ProviderNotFoundError: A configured provider name is not installed.
@@ -582,4 +589,6 @@ def create_kernel(
         container.settings.override(providers.Object(settings))
     kernel: AgentKernel = container.kernel()
     kernel.set_approval_callback(approval_callback)
+    for hook in tool_hooks:
+        kernel.add_tool_hook(hook)
     return kernel

@@ -69,6 +69,8 @@ class ScriptedTurn(BaseModel):
     content: str | None = None
     tool_calls: list[ScriptedToolCall] = Field(default_factory=list)
     error: ScriptedError | None = None
+    usage: TokenUsage | None = None
+    """The tokens and cost this turn reports; estimated from the text (at no cost) when unset."""
 
 
 class ScriptedConversation(BaseModel):
@@ -272,7 +274,8 @@ class ScriptedLLMGateway(ILLMGateway):
         completion = (turn.content or "") + "".join(c.raw_arguments or "" for c in calls)
         return LLMResponse(
             message=message,
-            usage=TokenUsage(
+            usage=turn.usage
+            or TokenUsage(
                 input_tokens=_estimate_tokens(prompt),
                 output_tokens=_estimate_tokens(completion),
                 cost_usd=0.0,

@@ -39,6 +39,7 @@ from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecisio
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.contracts.tool import Capability, ITool, ToolContext, ToolSpec
+from core_agent.contracts.tool_hook import HookVerdict, ToolHook, ToolHookContext, tool_hook
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox, SandboxVerdict
 from core_agent.contracts.trace_store import ITraceStore, Span
@@ -58,6 +59,7 @@ __all__ = [
     "EventSink",
     "ExecutionContext",
     "ExecutionOutcome",
+    "HookVerdict",
     "HumanChannel",
     "IApprovalGateway",
     "IBusinessCapabilityProvider",
@@ -103,7 +105,10 @@ __all__ = [
     "TaskIdentity",
     "ToolContext",
     "ToolDefinition",
+    "ToolHook",
+    "ToolHookContext",
     "ToolSpec",
     "VectorHit",
     "VectorRecord",
+    "tool_hook",
 ]

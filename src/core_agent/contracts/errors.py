@@ -34,10 +34,12 @@ fails, and the host may retry)::
         │   ├── ToolExecutionError      the tool itself raised
         │   ├── SandboxRefusedError     the sandbox would not let the call act
         │   ├── PolicyDeniedError       a policy rule forbids the call
-        │   └── ApprovalDeniedError     a human (or a timeout) said no
+        │   ├── ApprovalDeniedError     a human (or a timeout) said no
+        │   └── ToolHookBlockedError    a host's tool hook blocked the call (or failed)
         ├── StorageError                a store could not read or write
         │   └── CorruptStateError       one task's stored state cannot be read
         ├── TurnLimitExceededError      the executor ran out of turns
+        ├── UsageLimitExceededError     going on would pass a token, cost, tool-call or time limit
         ├── PlanningError               no valid plan within the retry bound
         ├── StructuredOutputError       the answer does not fit the requested model
         └── TaskFailedError             a task run for a typed result did not succeed
@@ -363,6 +365,14 @@ class ApprovalDeniedError(ToolError):
     """
 
 
+class ToolHookBlockedError(ToolError):
+    """A tool hook the host registered blocked the call, or failed (hooks fail closed)."""
+
+    def __init__(self, message: str, *, tool_name: str, hook: str) -> None:
+        self.hook = hook
+        super().__init__(message, tool_name=tool_name)
+
+
 class StorageError(RunError):
     """A store could not read or write; nothing partial was committed."""
 
@@ -383,6 +393,24 @@ class CorruptStateError(StorageError):
 
 class TurnLimitExceededError(RunError):
     """The executor used all its turns without reaching an answer."""
+
+
+class UsageLimitExceededError(RunError):
+    """Going on would pass one of the task's (or its session's) usage limits.
+
+    ``limit`` names it (``input_tokens``, ``output_tokens``, ``total_tokens``, ``cost_usd``,
+    ``tool_calls``, ``wall_time_s``), ``scope`` says whose (``task`` or ``session``), ``used``
+    is what was used when the run stopped and ``maximum`` the limit.
+    """
+
+    def __init__(
+        self, message: str, *, limit: str, scope: str, used: float, maximum: float
+    ) -> None:
+        self.limit = limit
+        self.scope = scope
+        self.used = used
+        self.maximum = maximum
+        super().__init__(message)
 
 
 class PlanningError(RunError):

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from core_agent.contracts.tool_hook import ToolHook
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from shared.agent_protocol import (
     ApprovalDecision,
@@ -22,6 +23,7 @@ from shared.agent_protocol import (
     TaskRequest,
     TaskTainted,
     TokenUsage,
+    UsageLimits,
 )
 
 
@@ -55,6 +57,9 @@ class RunStats:
     turns: int = 0
     llm_calls: int = 0
     tool_calls: int = 0
+    last_input_tokens: int = 0
+    """Prompt tokens of the latest model call: what the next call is predicted to need at
+    least (a conversation's prompt grows, unless the window trims it), for the limits."""
 
 
 async def _nothing_held() -> None:
@@ -77,6 +82,12 @@ class TaskIdentity:
     when ``None``."""
     parent_span_id: str | None = None
     """The span the run's spans hang under (the task's root span)."""
+    limits: UsageLimits = field(default_factory=UsageLimits)
+    """The task's usage limits (its request's, completed with the kernel's defaults)."""
+    session_limits: UsageLimits = field(default_factory=UsageLimits)
+    """The limits of the session's tasks together (tokens and cost)."""
+    session_usage: TokenUsage = field(default_factory=TokenUsage)
+    """What the session's other tasks had used when this run started."""
 
 
 @dataclass(slots=True)
@@ -95,6 +106,9 @@ class RunState:
     instead of starting over."""
     guidance: str | None = None
     """A human's guidance when the task resumes after waiting for one."""
+    reserved_tool_calls: int = 0
+    """Tool calls allowed to start (within ``limits.tool_calls``) not yet counted in
+    ``stats.tool_calls``: concurrent calls and plan steps share one budget."""
 
 
 @dataclass(slots=True)
@@ -135,6 +149,8 @@ class ExecutionContext:
     flush: Callable[[], Awaitable[None]] = _nothing_held
     """Commits what the open unit of work holds so far, the unit staying open
     (``ITaskStore.flush``): called before the run waits on a tool or a human."""
+    tool_hooks: tuple[ToolHook, ...] = ()
+    """The host's tool hooks, in order, run around every tool call (``contracts.tool_hook``)."""
 
     def under(self, span_id: str) -> ExecutionContext:
         """The same run, with the spans recorded through the result hung under ``span_id``."""

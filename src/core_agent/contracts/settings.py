@@ -27,7 +27,7 @@ from pydantic_settings import (
 )
 
 from core_agent.contracts.errors import ConfigurationError
-from shared.agent_protocol import RiskLevel
+from shared.agent_protocol import RiskLevel, UsageLimits
 
 MODEL_CONFIGURATION_HELP = """No model is configured.
 Set AGENT_MODEL to any litellm model string, e.g.:
@@ -159,6 +159,29 @@ class AgentSettings(BaseSettings):
     """How many tool calls of one model turn run at once."""
     tool_error_streak_warning: int = Field(default=3, ge=1)
     """After this many failed tool calls in a row, the model is asked to step back."""
+
+    limit_input_tokens: int | None = Field(default=None, ge=1)
+    """Default usage limits of every task (a request's own ``limits`` win, limit by limit):
+    prompt tokens of all its model calls..."""
+    limit_output_tokens: int | None = Field(default=None, ge=1)
+    """...completion tokens..."""
+    limit_total_tokens: int | None = Field(default=None, ge=1)
+    """...both together..."""
+    limit_cost_usd: float | None = Field(default=None, gt=0)
+    """...the cost of its model calls (a call of unknown price counts 0)..."""
+    limit_tool_calls: int | None = Field(default=None, ge=0)
+    """...the tool calls it runs..."""
+    limit_wall_time_s: float | None = Field(default=None, gt=0)
+    """...and the running time of each of its runs (waits for a human do not count)."""
+    session_limit_input_tokens: int | None = Field(default=None, ge=1)
+    """Limits on the tasks of one session together, counted from the usage stored with each
+    of them: prompt tokens..."""
+    session_limit_output_tokens: int | None = Field(default=None, ge=1)
+    """...completion tokens..."""
+    session_limit_total_tokens: int | None = Field(default=None, ge=1)
+    """...both together..."""
+    session_limit_cost_usd: float | None = Field(default=None, gt=0)
+    """...and cost."""
 
     router_classifier: Literal["deterministic", "model"] = "deterministic"
     """``model`` also asks the model to count sub-goals (one cheap call per task)."""
@@ -329,6 +352,28 @@ class AgentSettings(BaseSettings):
             parts = value.replace(",", os.pathsep).split(os.pathsep)
             return tuple(Path(part.strip()) for part in parts if part.strip())
         return value
+
+    @property
+    def task_limits(self) -> UsageLimits:
+        """The default usage limits of a task (``AGENT_LIMIT_*``)."""
+        return UsageLimits(
+            input_tokens=self.limit_input_tokens,
+            output_tokens=self.limit_output_tokens,
+            total_tokens=self.limit_total_tokens,
+            cost_usd=self.limit_cost_usd,
+            tool_calls=self.limit_tool_calls,
+            wall_time_s=self.limit_wall_time_s,
+        )
+
+    @property
+    def session_limits(self) -> UsageLimits:
+        """The usage limits of a session's tasks together (``AGENT_SESSION_LIMIT_*``)."""
+        return UsageLimits(
+            input_tokens=self.session_limit_input_tokens,
+            output_tokens=self.session_limit_output_tokens,
+            total_tokens=self.session_limit_total_tokens,
+            cost_usd=self.session_limit_cost_usd,
+        )
 
     @property
     def database_path(self) -> Path:

@@ -40,6 +40,7 @@ from core_agent.contracts.memory_store import IMemoryStore
 from core_agent.contracts.session_store import DeletedSession, ISessionStore
 from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
 from core_agent.contracts.task_store import ApprovalDecided, ITaskStore
+from core_agent.contracts.tool_hook import ToolHook
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore, Span
@@ -78,6 +79,7 @@ from shared.agent_protocol import (
     TaskResumed,
     TaskState,
     TaskStatus,
+    UsageLimits,
     UserMessage,
 )
 
@@ -110,6 +112,9 @@ class AgentKernel:
     ``sessions`` makes sessions conversations: a task starts from its session's history and
     adds its turn when it ends (``session_conversations``); without it a session only groups
     tasks, and the session methods raise ``UsageError``.
+    ``limits`` are every task's default usage limits (a request's own ``limits`` win, one by
+    one); ``session_limits`` bound the tasks of one session together. ``tool_hooks`` run
+    around every tool call (see ``add_tool_hook``).
     """
 
     def __init__(
@@ -135,6 +140,9 @@ class AgentKernel:
         recovery: str = "resume",
         owner: str | None = None,
         sessions: SessionConversations | None = None,
+        limits: UsageLimits | None = None,
+        session_limits: UsageLimits | None = None,
+        tool_hooks: Sequence[ToolHook] = (),
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -155,6 +163,9 @@ class AgentKernel:
         self._sandbox = sandbox
         self._lease_s = lease_s
         self._sessions = sessions
+        self._limits = limits or UsageLimits()
+        self._session_limits = session_limits or UsageLimits()
+        self._tool_hooks: list[ToolHook] = list(tool_hooks)
         if recovery not in ("resume", "fail", "off"):
             raise ConfigurationError(f"recovery must be resume, fail or off, not {recovery!r}")
         self._recovery_mode = recovery
@@ -200,6 +211,15 @@ class AgentKernel:
             if callback is not None
             else None
         )
+
+    def add_tool_hook(self, hook: ToolHook) -> None:
+        """Run ``hook`` around every tool call of the runs that start from now on.
+
+        Hooks run in the order added, after a call's arguments are validated and before the
+        policy grades it: they may block it, rewrite its arguments (validated and graded
+        again) and observe its result (``contracts.tool_hook``).
+        """
+        self._tool_hooks.append(hook)
 
     def set_approval_gateway(self, gateway: IApprovalGateway | None) -> None:
         """Reach humans through ``gateway`` from now on."""
@@ -941,6 +961,8 @@ class AgentKernel:
                 max_turns=state.request.max_turns or self._max_turns,
                 output_type=response_model,
                 sandbox=sandbox if sandbox is not None else self._task_sandbox(state),
+                limits=(state.request.limits or UsageLimits()).with_defaults(self._limits),
+                session_limits=self._session_limits,
             ),
             run=RunState(
                 messages=[
@@ -953,6 +975,7 @@ class AgentKernel:
             humans=humans,
             unit_of_work=self._task_store.unit_of_work,
             flush=self._task_store.flush,
+            tool_hooks=tuple(self._tool_hooks),
         )
 
     async def _ask_host(self, request: ApprovalRequest) -> ApprovalDecision | None:

@@ -6,19 +6,36 @@ hangs under the task's root span. What the executor returns or raises becomes on
 the task's ``TaskLifecycle``: an answer succeeds, a question for a human or calls waiting for
 approval suspend it, a run error fails it, a cancel cancels it, a lost lease leaves it to
 the kernel that took it over.
+
+The run is also held to the task's usage limits here: its wall time (a deadline around the
+run, ``failed`` when it passes, not ``canceled``), and for the session's limits, the usage the
+session's other tasks have stored, read when the run starts (the executors check tokens, cost
+and tool calls: ``orchestration.usage_limits``).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 import anyio
 
-from core_agent.contracts.errors import ApprovalPendingError, CorruptStateError, RunError
-from core_agent.contracts.executor import Escalation, ExecutionContext, ExecutionOutcome, IExecutor
+from core_agent.contracts.errors import (
+    ApprovalPendingError,
+    CorruptStateError,
+    RunError,
+    UsageLimitExceededError,
+)
+from core_agent.contracts.executor import (
+    ApprovalRequester,
+    Escalation,
+    ExecutionContext,
+    ExecutionOutcome,
+    IExecutor,
+)
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.kernel.human_approvals import AskHuman
@@ -31,10 +48,14 @@ from shared.agent_protocol import (
     ApprovalRequest,
     RiskLevel,
     TaskResult,
+    TaskState,
     TaskStatus,
+    TokenUsage,
 )
 
 log = logging.getLogger(__name__)
+SESSION_TASKS_COUNTED = 100_000
+"""The most tasks of one session whose stored usage counts against the session's limits."""
 
 Resolve = Callable[[str, ApprovalDecision], Awaitable[TaskResult]]
 """Records a human's decision on a request and carries the task on (``resolve_approval``)."""
@@ -166,6 +187,8 @@ class TaskDriver:
         tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
         watch = self._watch(state.task_id)
         try:
+            if context.task.session_limits.bounded:
+                context.task = replace(context.task, session_usage=await self._session_usage(state))
             with anyio.CancelScope() as scope:
                 run.scope = scope
                 if run.cancel_reason is not None:
@@ -178,9 +201,16 @@ class TaskDriver:
                             await prepare()
                         async with tracer.span("task", "task") as root:
                             root.attributes["strategy"] = executor.strategy
+                            if context.task.limits.bounded:
+                                root.attributes["limits"] = context.task.limits.model_dump(
+                                    exclude_none=True
+                                )
                             context.task = replace(context.task, parent_span_id=root.span_id)
                             try:
-                                outcome = await executor.run(context)
+                                outcome = await _run_within_time(executor, context)
+                            except UsageLimitExceededError as exc:
+                                root.attributes["usage_limit"] = f"{exc.scope}:{exc.limit}"
+                                raise
                             finally:
                                 root.tokens_in = stats.usage.input_tokens
                                 root.tokens_out = stats.usage.output_tokens
@@ -216,6 +246,15 @@ class TaskDriver:
         if outcome.escalation is not None:
             return await self._wait_for_human(lifecycle, context, outcome)
         return await lifecycle.succeed(outcome, stats)
+
+    async def _session_usage(self, state: TaskState) -> TokenUsage:
+        """What the other tasks of ``state``'s session have used, as stored with them."""
+        tasks = await self._task_store.list_tasks(
+            session_id=state.session_id, limit=SESSION_TASKS_COUNTED
+        )
+        return sum(
+            (task.usage for task in tasks if task.task_id != state.task_id), start=TokenUsage()
+        )
 
     async def _suspend(
         self,
@@ -306,3 +345,57 @@ class TaskDriver:
         with anyio.CancelScope(shield=True):
             await lifecycle.release()
         return result
+
+
+async def _run_within_time(executor: IExecutor, context: ExecutionContext) -> ExecutionOutcome:
+    """``executor.run``, stopped when the task's ``wall_time_s`` runs out.
+
+    The clock stops while the run waits for a connected human's decision (and the deadline
+    moves on by that long), so a slow answer does not spend the task's time.
+
+    Raises:
+        UsageLimitExceededError: The time ran out (the run was stopped at the limit).
+    """
+    limit = context.task.limits.wall_time_s
+    if limit is None:
+        return await executor.run(context)
+    clock = anyio.CancelScope(deadline=anyio.current_time() + limit)
+    ask = context.humans.request_approval
+    if ask is not None:
+        context.humans.request_approval = _PausingClock(clock, ask)
+    try:
+        with clock:
+            return await executor.run(context)
+    finally:
+        context.humans.request_approval = ask
+    # Only the clock's own cancellation ends up here; any other one propagates.
+    raise UsageLimitExceededError(
+        f"task usage limit wall_time_s ({limit:g} s): the run was still going after "
+        f"{limit:g} s and was stopped",
+        limit="wall_time_s",
+        scope="task",
+        used=limit,
+        maximum=limit,
+    )
+
+
+class _PausingClock:
+    """Asks a human with the run's deadline lifted; the time asking took is added back."""
+
+    def __init__(self, clock: anyio.CancelScope, ask: ApprovalRequester) -> None:
+        self._clock = clock
+        self._ask = ask
+        self._asking = 0
+        self._left = 0.0
+
+    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+        if self._asking == 0:
+            self._left = self._clock.deadline - anyio.current_time()
+            self._clock.deadline = math.inf
+        self._asking += 1
+        try:
+            return await self._ask(request)
+        finally:
+            self._asking -= 1
+            if self._asking == 0:
+                self._clock.deadline = anyio.current_time() + self._left

@@ -10,6 +10,7 @@ from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest, LLMResponse, LLMTextDelta
 from core_agent.observability.tracer import Tracer
 from core_agent.orchestration.model_attempts import ModelAttempt, observe_attempts
+from core_agent.orchestration.usage_limits import check_after_model_call, check_before_model_call
 from shared.agent_protocol import LLMCompleted, LLMDelta
 
 
@@ -72,9 +73,15 @@ async def traced_model_call(
     primary answered; when there was more than one, each is an ``llm_attempt`` child span with
     its error, status code and the wait that followed.
 
+    The task's usage limits are checked before the call and once its usage is counted
+    (``usage_limits``).
+
     Raises:
         ModelError: The call failed (the span records the error).
+        UsageLimitExceededError: The call would pass a usage limit (it is not made), or it
+            did (its usage is counted and its events published first).
     """
+    check_before_model_call(context)
     started = time.perf_counter()
     async with tracer.span("llm", llm.model_name, parent_span_id=parent_span_id) as span:
         span.attributes.update(attributes)
@@ -105,6 +112,7 @@ async def traced_model_call(
             span.attributes["fallback_model"] = answered
     context.run.stats.llm_calls += 1
     context.run.stats.usage = context.run.stats.usage + response.usage
+    context.run.stats.last_input_tokens = response.usage.input_tokens
     await context.emit(
         LLMCompleted,
         model=response.model,
@@ -112,4 +120,5 @@ async def traced_model_call(
         usage=response.usage,
         latency_ms=(time.perf_counter() - started) * 1000.0,
     )
+    check_after_model_call(context)
     return response

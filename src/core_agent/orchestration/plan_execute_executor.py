@@ -22,6 +22,10 @@ and the run raises ``ApprovalPendingError`` with every waiting step's requests. 
 decided them all, the run resumes: finished steps are skipped, and each suspended loop carries
 on from its journal with its own decisions (an approved call runs once, through the ledger; a
 denied one is shown to the model as denied).
+
+The task's usage limits are one budget for the whole run (the planner, every step, the
+synthesis and the fallback share its ``RunStats``): a step stopped by one ends the run with
+``UsageLimitExceededError`` at once, with no replan and no fallback.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from core_agent.contracts.errors import (
     PlanningError,
     RunError,
     StructuredOutputError,
+    UsageLimitExceededError,
 )
 from core_agent.contracts.executor import (
     Escalation,
@@ -189,6 +194,7 @@ class PlanExecuteExecutor(IExecutor):
             ApprovalPendingError: Risky calls of steps (or of the fallback) wait for a human;
                 what the run needs to resume is saved.
             CorruptStateError: A resumed run's checkpoint cannot be read.
+            UsageLimitExceededError: Going on would pass one of the task's usage limits.
         """
         tracer = Tracer(
             self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
@@ -389,6 +395,7 @@ class PlanExecuteExecutor(IExecutor):
         limiter = anyio.CapacityLimiter(self._limits.max_parallel_steps)
         send, receive = anyio.create_memory_object_stream[tuple[str, _StepOutcome]](math.inf)
         failure: _StepFailed | None = None
+        spent: UsageLimitExceededError | None = None
         waiting: list[ApprovalRequest] = []
 
         async def run_step(step: PlanStep) -> None:
@@ -419,6 +426,11 @@ class PlanExecuteExecutor(IExecutor):
                         continue
                     step_id, outcome = await receive.receive()
                     in_flight -= 1
+                    if isinstance(outcome, UsageLimitExceededError):
+                        # The task's budget is spent: no replan, no fallback.
+                        spent = outcome
+                        group.cancel_scope.cancel()
+                        break
                     if isinstance(outcome, RunError):
                         # A failure replans: requests of steps waiting meanwhile are dropped
                         # with their loops (never recorded, nobody is asked about them).
@@ -433,6 +445,8 @@ class PlanExecuteExecutor(IExecutor):
                     results[step_id] = outcome
                     sorter.done(step_id)
                     await self._save(context, run, "executing")
+        if spent is not None:
+            raise spent
         if failure is not None:
             raise failure
         if waiting:
@@ -570,7 +584,7 @@ class PlanExecuteExecutor(IExecutor):
             except TurnSuspended as suspended:
                 # Its journal holds the turn; the run resumes here ("falling_back").
                 raise ApprovalPendingError(suspended.requests) from None
-            except StructuredOutputError:
+            except (StructuredOutputError, UsageLimitExceededError):
                 raise
             except RunError as exc:
                 failures.append(f"fallback ReAct failed: {type(exc).__name__}: {exc}")

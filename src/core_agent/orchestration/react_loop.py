@@ -77,6 +77,8 @@ from core_agent.orchestration.structured_output import (
     schema_instruction,
 )
 from core_agent.orchestration.tool_gate import ToolCallGate
+from core_agent.orchestration.tool_hooks import run_after_hooks, run_before_hooks
+from core_agent.orchestration.usage_limits import release_tool_call, reserve_tool_calls
 from core_agent.safety.injection_detector import InjectionDetector
 from core_agent.tooling.tool_runner import ToolRunner
 from shared.agent_protocol import (
@@ -503,6 +505,8 @@ class ReActLoop:
                     continue
             to_run.append(index)
 
+        # The turn's calls start only if they all fit in the task's tool-call limit.
+        reserve_tool_calls(context, len(to_run))
         limiter = anyio.CapacityLimiter(self._limits.max_parallel_tools)
 
         async def run_one(index: int) -> None:
@@ -513,6 +517,7 @@ class ReActLoop:
                     )
                 except ApprovalPendingError as exc:
                     pending[index] = exc.requests
+                    release_tool_call(context)
             if len(to_run) > 1:
                 # Its result is durable now, not once the slowest call of the turn ends.
                 await context.flush()
@@ -584,6 +589,7 @@ class ReActLoop:
             gate = self._gate
 
             async def check(
+                effective: ToolCall,
                 tool: ITool,
                 arguments: Mapping[str, Any],
                 validated: Mapping[str, Any],
@@ -595,7 +601,7 @@ class ReActLoop:
                 return await gate.check(
                     context,
                     tracer,
-                    call,
+                    effective,
                     tool,
                     arguments,
                     validated,
@@ -605,6 +611,7 @@ class ReActLoop:
                 )
 
             async def confirm_rerun(
+                effective: ToolCall,
                 tool: ITool,
                 arguments: Mapping[str, Any],
                 validated: Mapping[str, Any],
@@ -619,8 +626,16 @@ class ReActLoop:
                         tool_name=call.name,
                     )
                 await gate.confirm_rerun(
-                    context, tracer, call, tool, arguments, entry, span.span_id
+                    context, tracer, effective, tool, arguments, entry, span.span_id
                 )
+
+            async def before(
+                effective: ToolCall, tool: ITool, validated: Mapping[str, Any]
+            ) -> tuple[ToolCall, Mapping[str, Any]]:
+                return await run_before_hooks(context, span, effective, tool, validated)
+
+            async def observe(effective: ToolCall, result: ToolResult, reused: bool) -> None:
+                await run_after_hooks(context, span, effective, result, reused=reused)
 
             result = await self._runner.run(
                 call,
@@ -636,6 +651,8 @@ class ReActLoop:
                 ledger=ledger,
                 confirm_rerun=confirm_rerun if ledger is not None else None,
                 settle=context.flush,
+                before=before if context.tool_hooks else None,
+                observe=observe if context.tool_hooks else None,
             )
             if self._brings_untrusted_content(call.name, result):
                 await context.taint(call.name, call_id=call.id, reason="tool output")
@@ -667,6 +684,7 @@ class ReActLoop:
                 span.error = result.content
                 span.attributes["error_type"] = result.error_type
         context.run.stats.tool_calls += 1
+        release_tool_call(context)  # its reserved place, now counted
         await context.emit(
             ToolCompleted, result=result, latency_ms=(time.perf_counter() - started) * 1000.0
         )
@@ -744,6 +762,7 @@ KERNEL_REFUSALS = frozenset(
         "PolicyDeniedError",
         "ApprovalDeniedError",
         "ApprovalPendingError",
+        "ToolHookBlockedError",
         "LoopDetected",
         "StructuredOutputError",
     }

@@ -38,18 +38,31 @@ from shared.agent_protocol import ToolCall, ToolResult
 log = logging.getLogger(__name__)
 
 ToolGate = Callable[
-    [ITool, Mapping[str, Any], Mapping[str, Any], ToolContext, bool], Awaitable[CallPermit]
+    [ToolCall, ITool, Mapping[str, Any], Mapping[str, Any], ToolContext, bool],
+    Awaitable[CallPermit],
 ]
-"""Checks run between validation and execution (judgement, approval): called with the tool,
-the model's arguments, the validated ones, the call's context, and whether a human already
-approved running it (``preapproved``); returns the call's permit or raises a ``ToolError`` to
-stop it."""
+"""Checks run between validation and execution (judgement, approval): called with the call
+(as the hooks left it), the tool, its arguments, the validated ones, the call's context, and
+whether a human already approved running it (``preapproved``); returns the call's permit or
+raises a ``ToolError`` to stop it."""
 
 ConfirmRerun = Callable[
-    [ITool, Mapping[str, Any], Mapping[str, Any], ToolContext, LedgerEntry], Awaitable[None]
+    [ToolCall, ITool, Mapping[str, Any], Mapping[str, Any], ToolContext, LedgerEntry],
+    Awaitable[None],
 ]
 """Asks a human whether a call that may or may not have acted should run again; returns when
 they approve, raises a ``ToolError`` when they do not (``ApprovalPendingError`` to wait)."""
+
+BeforeHooks = Callable[
+    [ToolCall, ITool, Mapping[str, Any]], Awaitable[tuple[ToolCall, Mapping[str, Any]]]
+]
+"""The host's hooks before a validated call: called with the call, the tool and the validated
+arguments; returns the call to go on with and its validated arguments (rewritten or not), or
+raises a ``ToolError`` to block it."""
+
+ObserveResult = Callable[[ToolCall, ToolResult, bool], Awaitable[None]]
+"""The host's hooks after a call: called with the call (as rewritten), the result, and whether
+the result was reused from the ledger; never raises."""
 
 _RAW_ARGUMENTS_SHOWN = 200
 """How much of unparsable arguments to quote back to the model."""
@@ -94,30 +107,43 @@ class ToolRunner:
         ledger: CallLedger | None = None,
         confirm_rerun: ConfirmRerun | None = None,
         settle: Callable[[], Awaitable[None]] | None = None,
+        before: BeforeHooks | None = None,
+        observe: ObserveResult | None = None,
     ) -> ToolResult:
         """Run ``call``; only tools in ``allowed`` (when given) may be used.
 
-        ``gate`` is awaited after validation, before the tool runs; the permit it returns
-        goes to the tool in its context. Without a gate the tool runs with the default
-        (read-only, no network) permit. With ``ledger``, see the module docstring.
+        ``before`` (the host's hooks) is awaited after validation and may block the call or
+        rewrite it; then ``gate`` is awaited, before the tool runs, with the call as it now
+        is; the permit it returns goes to the tool in its context. Without a gate the tool
+        runs with the default (read-only, no network) permit. With ``ledger``, see the
+        module docstring: a result it recorded is reused without ``before`` being called.
         ``settle`` is awaited right before the tool acts (the caller commits what it recorded
-        so far: the tool may take long, or never return).
+        so far: the tool may take long, or never return). ``observe`` is awaited with every
+        result, refusals included (not when the call waits for a human or is canceled).
         """
+        seen = _Seen(call)
         try:
-            return await self._run(call, context, allowed, gate, ledger, confirm_rerun, settle)
+            result = await self._run(
+                seen, context, allowed, gate, ledger, confirm_rerun, settle, before
+            )
         except ToolError as exc:
-            return _error(call, exc)
+            result = _error(call, exc)
+        if observe is not None:
+            await observe(seen.call, result, seen.reused)
+        return result
 
     async def _run(
         self,
-        call: ToolCall,
+        seen: _Seen,
         context: ToolContext,
         allowed: Collection[str] | None,
         gate: ToolGate | None,
         ledger: CallLedger | None,
         confirm_rerun: ConfirmRerun | None,
         settle: Callable[[], Awaitable[None]] | None,
+        before: BeforeHooks | None,
     ) -> ToolResult:
+        call = seen.call
         if allowed is not None and call.name not in allowed:
             raise ToolNotFoundError(
                 f"unknown tool {call.name!r}; "
@@ -134,26 +160,34 @@ class ToolRunner:
         arguments = tool.validate_arguments(call.arguments)
         preapproved = False
         recorded = ledger.recorded(call) if ledger is not None else None
-        if ledger is not None and recorded is not None:
-            if recorded.status == "finished" and recorded.result is not None:
-                # It ran to the end before the process stopped: never again.
-                return recorded.result.model_copy(update={"call_id": call.id, "name": call.name})
-            if not ledger.reruns_safely(tool, arguments, context):
-                if confirm_rerun is None:
-                    raise ToolExecutionError(
-                        f"{call.name} was interrupted while it ran, so it may or may not have "
-                        "taken effect; it was not run again. Check its effect before retrying",
-                        tool_name=call.name,
-                    )
-                await confirm_rerun(tool, call.arguments, arguments, context, recorded)
-                preapproved = True
+        if recorded is not None and recorded.status == "finished" and recorded.result is not None:
+            # It ran to the end before the process stopped: never again.
+            seen.reused = True
+            return recorded.result.model_copy(update={"call_id": call.id, "name": call.name})
+        if before is not None:
+            call, arguments = await before(call, tool, arguments)
+            seen.call = call
+        given: Mapping[str, Any] = call.arguments or {}
+        if (
+            ledger is not None
+            and recorded is not None
+            and not ledger.reruns_safely(tool, arguments, context)
+        ):
+            if confirm_rerun is None:
+                raise ToolExecutionError(
+                    f"{call.name} was interrupted while it ran, so it may or may not have "
+                    "taken effect; it was not run again. Check its effect before retrying",
+                    tool_name=call.name,
+                )
+            await confirm_rerun(call, tool, given, arguments, context, recorded)
+            preapproved = True
         if gate is not None:
-            permit = await gate(tool, call.arguments, arguments, context, preapproved)
+            permit = await gate(call, tool, given, arguments, context, preapproved)
             context = dataclasses.replace(context, permit=permit)
         key = None
         if ledger is not None:
             idempotent = ledger.reruns_safely(tool, arguments, context)
-            key = await ledger.begin(call, tool, call.arguments, idempotent=idempotent)
+            key = await ledger.begin(call, tool, given, idempotent=idempotent)
             context = dataclasses.replace(context, idempotency_key=key, work=UninterruptibleWork())
             context.work.report_late = _late_reporter(ledger, key, call)
         if settle is not None:
@@ -199,6 +233,16 @@ class ToolRunner:
         elif work.still_running:
             message += "; it is still running and its effect may come later"
         return _error(call, ToolTimeoutError(message, tool_name=call.name))
+
+
+class _Seen:
+    """What ``ToolRunner.run`` learns while running a call, for ``observe``."""
+
+    def __init__(self, call: ToolCall) -> None:
+        self.call = call
+        """The call as the hooks left it."""
+        self.reused = False
+        """Its result came from the ledger."""
 
 
 def _error(call: ToolCall, exc: ToolError) -> ToolResult:

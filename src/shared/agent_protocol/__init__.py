@@ -26,6 +26,7 @@ from shared.agent_protocol.events import (
     TaskTainted,
     TaskWaitingApproval,
     ToolCompleted,
+    ToolHookApplied,
     ToolStarted,
 )
 from shared.agent_protocol.messages import (
@@ -52,6 +53,7 @@ from shared.agent_protocol.tasks import (
     TaskState,
     TaskStatus,
     TokenUsage,
+    UsageLimits,
 )
 
 __all__ = [
@@ -99,9 +101,11 @@ __all__ = [
     "TokenUsage",
     "ToolCall",
     "ToolCompleted",
+    "ToolHookApplied",
     "ToolMessage",
     "ToolResult",
     "ToolStarted",
+    "UsageLimits",
     "UserMessage",
     "protocol_json_schema",
 ]

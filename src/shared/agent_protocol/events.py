@@ -182,6 +182,23 @@ class PolicyDecided(TaskEvent):
     tainted: bool = False
 
 
+class ToolHookApplied(TaskEvent):
+    """A host's tool hook blocked a call, rewrote its arguments, or failed.
+
+    ``action``: ``blocked`` (the model is told ``reason``), ``rewrote`` (``arguments`` are the
+    new ones, validated and then graded by the policy like any call), ``failed`` (the hook
+    raised: before a call that blocks it, after one it is only recorded).
+    """
+
+    kind: Literal["tool.hook_applied"] = "tool.hook_applied"
+    call_id: str
+    tool: str
+    hook: str
+    action: Literal["blocked", "rewrote", "failed"]
+    reason: str = ""
+    arguments: dict[str, Any] | None = None
+
+
 class TaskTainted(TaskEvent):
     """Content from outside the kernel's trust entered the task's context (once per task).
 
@@ -238,6 +255,7 @@ AgentEvent = Annotated[
     | ToolStarted
     | ToolCompleted
     | PolicyDecided
+    | ToolHookApplied
     | TaskTainted
     | InjectionSuspected
     | ApprovalRequested

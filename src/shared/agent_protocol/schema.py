@@ -27,6 +27,7 @@ from shared.agent_protocol.events import (
     TaskSucceeded,
     TaskWaitingApproval,
     ToolCompleted,
+    ToolHookApplied,
     ToolStarted,
 )
 from shared.agent_protocol.messages import (
@@ -68,6 +69,7 @@ ProtocolMessage = Annotated[
     | ToolStarted
     | ToolCompleted
     | PolicyDecided
+    | ToolHookApplied
     | InjectionSuspected
     | ApprovalRequested
     | ApprovalResolved,

@@ -31,6 +31,42 @@ class TaskStatus(StrEnum):
 StrategyMode = Literal["react", "plan_execute"]
 
 
+class UsageLimits(BaseModel):
+    """Bounds on what a task (or the tasks of a session) may use; ``None`` is no bound.
+
+    A run stops ``failed`` with ``UsageLimitExceededError`` before a model call that would
+    pass a token or cost limit, before a turn's tool calls that would pass ``tool_calls``,
+    and when ``wall_time_s`` runs out (see the README, "Usage limits", for what is counted).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    input_tokens: int | None = Field(default=None, ge=1, description="Prompt tokens, all calls.")
+    output_tokens: int | None = Field(
+        default=None, ge=1, description="Completion tokens, all calls."
+    )
+    total_tokens: int | None = Field(default=None, ge=1, description="Input plus output tokens.")
+    cost_usd: float | None = Field(
+        default=None, gt=0, description="Cost of the model calls (calls of unknown price: 0)."
+    )
+    tool_calls: int | None = Field(default=None, ge=0, description="Tool calls run (per task).")
+    wall_time_s: float | None = Field(
+        default=None, gt=0, description="Running time of each run of the task (not waits)."
+    )
+
+    def with_defaults(self, defaults: UsageLimits | None) -> UsageLimits:
+        """These limits, with each one left unset here taken from ``defaults``."""
+        if defaults is None:
+            return self
+        own = self.model_dump(exclude_none=True)
+        return defaults.model_copy(update=own)
+
+    @property
+    def bounded(self) -> bool:
+        """Whether any limit is set."""
+        return any(value is not None for value in self.model_dump().values())
+
+
 class TaskRequest(BaseModel):
     """What a host asks the kernel to do."""
 
@@ -53,6 +89,11 @@ class TaskRequest(BaseModel):
         default=None,
         description="Directories this task's tools may work in; the configured roots when "
         "absent. Recorded with the task, so a resumed task keeps them.",
+    )
+    limits: UsageLimits | None = Field(
+        default=None,
+        description="This task's usage limits; each one left unset is the kernel's default "
+        "(AGENT_LIMIT_*).",
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
 

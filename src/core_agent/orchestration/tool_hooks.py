@@ -1,0 +1,153 @@
+"""Running the host's tool hooks (``contracts.tool_hook``) around one call, and recording them.
+
+Every block, rewrite and failure of a hook is a ``tool.hook_applied`` event and an attribute
+of the call's ``tool`` span (``hook_blocked``, ``hook_rewrites``, ``hook_errors``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from core_agent.contracts.errors import ToolArgumentsError, ToolHookBlockedError
+from core_agent.contracts.executor import ExecutionContext
+from core_agent.contracts.tool import ITool
+from core_agent.contracts.tool_hook import HookVerdict, ToolHookContext
+from core_agent.observability.tracer import OpenSpan
+from shared.agent_protocol import ToolCall, ToolHookApplied, ToolResult
+
+log = logging.getLogger(__name__)
+
+
+def _hook_context(context: ExecutionContext, call: ToolCall, *, reused: bool) -> ToolHookContext:
+    return ToolHookContext(
+        task_id=context.task.task_id,
+        session_id=context.task.session_id,
+        call_id=call.id,
+        tainted=context.run.tainted,
+        reused=reused,
+    )
+
+
+async def run_before_hooks(
+    context: ExecutionContext,
+    span: OpenSpan,
+    call: ToolCall,
+    tool: ITool,
+    validated: Mapping[str, Any],
+) -> tuple[ToolCall, Mapping[str, Any]]:
+    """The call as the hooks leave it, with its validated arguments.
+
+    Raises:
+        ToolHookBlockedError: A hook blocked the call, raised, or rewrote it into arguments
+            that fail the tool's schema (the call is not run).
+    """
+    for hook in context.tool_hooks:
+        name = hook.hook_name()
+        try:
+            verdict = await _maybe_await(
+                hook.before_call(call, _hook_context(context, call, reused=False))
+            )
+        except Exception as exc:
+            log.warning("tool hook %s failed before %s", name, call.name, exc_info=True)
+            reason = f"{type(exc).__name__}: {exc}"
+            await _record(context, span, call, name, "failed", reason)
+            raise ToolHookBlockedError(
+                f"tool hook {name!r} failed before the call ({reason}), so the call was not run",
+                tool_name=call.name,
+                hook=name,
+            ) from exc
+        if verdict is None or verdict.action == "allow":
+            continue
+        if verdict.action == "block":
+            await _record(context, span, call, name, "blocked", verdict.reason)
+            raise ToolHookBlockedError(
+                f"blocked by tool hook {name!r}: {verdict.reason or 'no reason given'}",
+                tool_name=call.name,
+                hook=name,
+            )
+        call, validated = await _rewrite(context, span, call, tool, name, verdict)
+    return call, validated
+
+
+async def _rewrite(
+    context: ExecutionContext,
+    span: OpenSpan,
+    call: ToolCall,
+    tool: ITool,
+    name: str,
+    verdict: HookVerdict,
+) -> tuple[ToolCall, Mapping[str, Any]]:
+    arguments = dict(verdict.arguments or {})
+    try:
+        validated = tool.validate_arguments(arguments)
+    except ToolArgumentsError as exc:
+        reason = f"its rewritten arguments fail the tool's schema: {exc}"
+        await _record(context, span, call, name, "failed", reason, arguments)
+        raise ToolHookBlockedError(
+            f"tool hook {name!r} rewrote the call into arguments that fail the tool's schema "
+            f"({exc}), so the call was not run",
+            tool_name=call.name,
+            hook=name,
+        ) from exc
+    await _record(context, span, call, name, "rewrote", verdict.reason, arguments)
+    rewritten = call.model_copy(
+        update={"arguments": arguments, "raw_arguments": json.dumps(arguments, default=str)}
+    )
+    return rewritten, validated
+
+
+async def run_after_hooks(
+    context: ExecutionContext,
+    span: OpenSpan,
+    call: ToolCall,
+    result: ToolResult,
+    *,
+    reused: bool,
+) -> None:
+    """Give ``result`` to every hook; one that raises is logged and recorded, never raised."""
+    for hook in context.tool_hooks:
+        name = hook.hook_name()
+        try:
+            await _maybe_await(
+                hook.after_call(call, result, _hook_context(context, call, reused=reused))
+            )
+        except Exception as exc:
+            log.warning("tool hook %s failed after %s", name, call.name, exc_info=True)
+            await _record(
+                context, span, call, name, "failed", f"after the call: {type(exc).__name__}: {exc}"
+            )
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+async def _record(
+    context: ExecutionContext,
+    span: OpenSpan,
+    call: ToolCall,
+    hook: str,
+    action: str,
+    reason: str,
+    arguments: dict[str, Any] | None = None,
+) -> None:
+    if action == "blocked":
+        span.attributes["hook_blocked"] = hook
+    elif action == "rewrote":
+        span.attributes.setdefault("hook_rewrites", []).append(hook)
+        span.attributes["rewritten_arguments"] = json.dumps(arguments, default=str)
+    else:
+        span.attributes.setdefault("hook_errors", []).append(f"{hook}: {reason}"[:500])
+    await context.emit(
+        ToolHookApplied,
+        call_id=call.id,
+        tool=call.name,
+        hook=hook,
+        action=action,
+        reason=reason,
+        arguments=arguments,
+    )
