@@ -403,7 +403,13 @@ class PlanExecuteExecutor(IExecutor):
                 output: _StepOutcome = None
                 if not waiting:  # once a step waits for a human, no other one starts
                     try:
-                        output = await self._run_step(context, tracer, run, step, steps, allowed)
+                        # One unit of work per step: its start and end events and span commit
+                        # with its loop's writes (the loop still commits before each tool acts
+                        # and after each turn's results).
+                        async with context.unit_of_work():
+                            output = await self._run_step(
+                                context, tracer, run, step, steps, allowed
+                            )
                     except RunError as exc:
                         output = exc
                     except TurnSuspended as suspended:

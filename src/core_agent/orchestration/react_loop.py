@@ -304,6 +304,9 @@ class ReActLoop:
                 await self._run_tools(
                     context, tracer, calls, allowed, messages, state, parent_span_id, output_type
                 )
+                # The step's results are durable before the next model call, also when this
+                # loop runs inside a larger unit of work (a plan step's).
+                await context.flush()
         if state.last_output_error is not None:
             raise state.last_output_error
         raise TurnLimitExceededError(
