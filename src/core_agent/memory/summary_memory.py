@@ -14,6 +14,7 @@ from core_agent.contracts.errors import UsageError
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest
 from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.memory.token_window import TokenWindowMemory
+from core_agent.prompts import PromptSet, default_prompts
 from shared.agent_protocol import (
     AssistantMessage,
     ChatMessage,
@@ -21,11 +22,6 @@ from shared.agent_protocol import (
     ToolMessage,
     UserMessage,
 )
-
-SUMMARY_PROMPT = """You maintain the running summary of a conversation between a user and an \
-assistant that uses tools. Merge the previous summary and the new turns into one summary of \
-at most {words} words. Keep facts, decisions, names, numbers, file paths, open questions and \
-the user's preferences; drop pleasantries. Write plain prose; no preamble."""
 
 SUMMARY_HEADER = "Summary of the earlier conversation:"
 
@@ -49,7 +45,11 @@ def transcript(messages: Sequence[ChatMessage]) -> str:
 
 
 class SummaryMemory:
-    """A token window whose evicted turns live on as a model-written summary."""
+    """A token window whose evicted turns live on as a model-written summary.
+
+    The summarizer's instructions are the ``summary`` prompt of ``prompts`` (the shipped set
+    when ``None``), told to stay within ``0.7 * summary_tokens`` words.
+    """
 
     def __init__(
         self,
@@ -58,12 +58,16 @@ class SummaryMemory:
         *,
         max_tokens: int,
         summary_tokens: int = 300,
+        prompts: PromptSet | None = None,
     ) -> None:
         if summary_tokens < 16 or summary_tokens >= max_tokens:
             raise UsageError("summary_tokens must be at least 16 and below max_tokens")
         self._window = TokenWindowMemory(counter, max_tokens - summary_tokens)
         self._llm = llm
         self._summary_tokens = summary_tokens
+        self._prompt = (prompts if prompts is not None else default_prompts()).render(
+            "summary", words=int(summary_tokens * 0.7)
+        )
         self.summary: str | None = None
 
     async def add(self, message: ChatMessage) -> None:
@@ -77,9 +81,7 @@ class SummaryMemory:
         response = await self._llm.complete(
             LLMRequest(
                 messages=[
-                    SystemMessage(
-                        content=SUMMARY_PROMPT.format(words=int(self._summary_tokens * 0.7))
-                    ),
+                    SystemMessage(content=self._prompt),
                     UserMessage(
                         content=f"Previous summary:\n{previous}\n\nNew turns:\n"
                         f"{transcript(evicted)}"
