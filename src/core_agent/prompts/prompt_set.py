@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from core_agent.contracts.errors import ConfigurationError, UsageError
@@ -190,7 +191,7 @@ def _override_files(directory: Path) -> dict[str, Path]:
     return found
 
 
-def _read(file: Path | resources.abc.Traversable, source: str) -> str:
+def _read(file: Path | Traversable, source: str) -> str:
     try:
         text = file.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
