@@ -1,8 +1,9 @@
 """Kernel overhead per ReAct step: scripted model in process, a cheap real tool, durable stores.
 
 A step is one model turn that asks for a tool plus the tool call. Each step calls ``record``
-with different arguments (``n=1``, ``n=2``, ...), so every call really runs: an identical call
-would be refused by loop detection, and the figure would time refusals. The model and the tool
+with different arguments (``n=1``, ``n=2``, ...), and every call really runs: ``record`` is not
+declared idempotent, so loop detection never answers it from memory, and the distinct
+arguments let each step's result be checked. The model and the tool
 cost next to nothing, so the time per step is what the kernel adds: the step's checkpoint and
 messages, the tool-call ledger rows, events persisted to SQLite, spans, the bus, validation.
 Steps are timed between consecutive ``tool.completed`` events, so task start-up and shutdown

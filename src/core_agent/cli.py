@@ -38,7 +38,11 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a task and stream its answer")
     run.add_argument("task", help="what to do, in natural language")
-    run.add_argument("--session", help="attach the task to this session id")
+    run.add_argument(
+        "--session",
+        help="continue this session (a conversation: the task sees its history); "
+        "a new one when absent",
+    )
     run.add_argument("--mode", choices=["react", "plan_execute"], help="force a strategy")
     run.add_argument("--max-turns", type=int, help="turn limit for this task")
     run.add_argument("--json", action="store_true", help="print events as JSON lines")
@@ -102,9 +106,37 @@ def _parser() -> argparse.ArgumentParser:
         "--fail", action="store_true", help="end them as failed instead of resuming them"
     )
 
+    _add_session_commands(commands)
     commands.add_parser("schema", help="print the JSON Schema of the protocol messages")
     _add_knowledge_commands(commands)
     return parser
+
+
+def _add_session_commands(commands: Any) -> None:
+    sessions = commands.add_parser(
+        "sessions", help="conversations: start, list, show, close, delete (run --session continues)"
+    )
+    actions = sessions.add_subparsers(dest="sessions_command", required=True, metavar="ACTION")
+    new = actions.add_parser("new", help="start a session and print its id")
+    new.add_argument("--user", help="the user it belongs to")
+    new.add_argument(
+        "--meta", action="append", default=[], metavar="KEY=VALUE", help="metadata (repeatable)"
+    )
+    new.add_argument("--id", dest="session_id", help="its id (a random one when absent)")
+    new.add_argument("--json", action="store_true", help="print JSON")
+    listing = actions.add_parser("list", help="sessions, most recently active first")
+    listing.add_argument("--user", help="only this user's")
+    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    show = actions.add_parser("show", help="a session's transcript (its history and summaries)")
+    show.add_argument("session_id")
+    show.add_argument("--json", action="store_true", help="print JSON")
+    close = actions.add_parser("close", help="close a session: readable, but takes no more tasks")
+    close.add_argument("session_id")
+    delete = actions.add_parser(
+        "delete", help="delete a session with its history, tasks, events, traces, checkpoints"
+    )
+    delete.add_argument("session_id")
 
 
 def _add_knowledge_commands(commands: Any) -> None:
@@ -180,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "resume": _resume,
             "cancel": _cancel,
             "recover": _recover,
+            "sessions": _sessions,
             "ingest": _knowledge("ingest"),
             "search": _knowledge("search"),
             "keywords": _knowledge("keywords"),
@@ -339,13 +372,13 @@ async def _run(args: argparse.Namespace) -> int:
     )
     kernel.set_approval_callback(_ask_in_terminal)
     status = EXIT_FAILED
-    trace_id = ""
+    trace_id = session_id = ""
     async with kernel, aclosing(kernel.stream_task(request)) as events:
         async for event in events:
             if args.json:
                 out.print(event.model_dump_json(), soft_wrap=True, markup=False)
             elif isinstance(event, TaskQueued):
-                trace_id = event.trace_id
+                trace_id, session_id = event.trace_id, event.session_id
             elif isinstance(event, StrategySelected):
                 err.print(f"strategy: {event.strategy} ({event.reason})", style="dim", markup=False)
             elif isinstance(event, PlanCreated):
@@ -390,7 +423,7 @@ async def _run(args: argparse.Namespace) -> int:
             if isinstance(event, TaskSucceeded | TaskFailed | TaskCanceled):
                 status = EXIT_OK if isinstance(event, TaskSucceeded) else EXIT_FAILED
                 if not args.json:
-                    _print_summary(err, event, trace_id)
+                    _print_summary(err, event, trace_id, session_id)
     return status
 
 
@@ -433,7 +466,10 @@ def _ask_in_terminal(request: ApprovalRequest) -> ApprovalDecision:
 
 
 def _print_summary(
-    console: Console, event: TaskSucceeded | TaskFailed | TaskCanceled, trace_id: str
+    console: Console,
+    event: TaskSucceeded | TaskFailed | TaskCanceled,
+    trace_id: str,
+    session_id: str,
 ) -> None:
     usage = event.usage
     cost = "unknown" if usage.cost_usd is None else f"${usage.cost_usd:.6f}"
@@ -447,8 +483,10 @@ def _print_summary(
         )
     console.print(
         f"status: {status}  task: {event.task_id}  trace: {trace_id}  "
-        f"tokens: {usage.input_tokens} in / {usage.output_tokens} out  cost: {cost}",
+        f"tokens: {usage.input_tokens} in / {usage.output_tokens} out  cost: {cost}  "
+        f"session: {session_id}",
         markup=False,
+        soft_wrap=True,
     )
 
 
@@ -689,6 +727,97 @@ async def _trace(args: argparse.Namespace) -> int:
         )
     Console().print(table)
     return EXIT_OK
+
+
+async def _sessions(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from core_agent.contracts.errors import UsageError
+    from core_agent.safety.terminal_text import printable
+
+    kernel, _ = _kernel()
+    action = args.sessions_command
+    async with kernel:
+        if action == "new":
+            metadata: dict[str, str] = {}
+            for item in args.meta:
+                key, sep, value = item.partition("=")
+                if not sep or not key:
+                    raise UsageError(f"--meta takes KEY=VALUE, not {item!r}")
+                metadata[key] = value
+            session = await kernel.create_session(
+                user_id=args.user, metadata=metadata, session_id=args.session_id
+            )
+            print(session.model_dump_json(indent=2) if args.json else session.session_id)
+            return EXIT_OK
+        if action == "list":
+            sessions = await kernel.list_sessions(user_id=args.user, limit=args.limit)
+            if args.json:
+                print(json.dumps([s.model_dump(mode="json") for s in sessions], indent=2))
+                return EXIT_OK
+            table = Table("session", "user", "tasks", "last active", "state", "metadata")
+            for item in sessions:
+                table.add_row(
+                    item.session_id,
+                    printable(item.user_id or "", newlines=False),
+                    str(item.task_count),
+                    item.updated_at.strftime("%Y-%m-%d %H:%M:%S"),
+                    "closed" if item.closed_at else "open",
+                    printable(json.dumps(item.metadata, ensure_ascii=False)[:60], newlines=False),
+                )
+            Console().print(table)
+            return EXIT_OK
+        if action == "show":
+            transcript = await kernel.session_transcript(args.session_id)
+            if args.json:
+                print(transcript.model_dump_json(indent=2))
+                return EXIT_OK
+            _print_transcript(Console(highlight=False), transcript)
+            return EXIT_OK
+        if action == "close":
+            closed = await kernel.close_session(args.session_id)
+            print(f"session {closed.session_id} closed")
+            return EXIT_OK
+        deleted = await kernel.delete_session(args.session_id)
+        print(
+            f"session {deleted.session_id} deleted: {deleted.tasks} tasks, "
+            f"{deleted.entries} history entries, {deleted.summaries} summaries"
+        )
+        return EXIT_OK
+
+
+def _print_transcript(console: Console, transcript: Any) -> None:
+    from core_agent.safety.terminal_text import printable
+
+    session = transcript.session
+    state = "closed" if session.closed_at else "open"
+    console.print(
+        f"session {session.session_id}  user: {session.user_id or '-'}  "
+        f"tasks: {session.task_count}  {state}",
+        markup=False,
+    )
+    summarized = {s.through_seq: s for s in transcript.summaries}
+    for entry in transcript.entries:
+        message = entry.message
+        if message.kind == "assistant" and message.tool_calls:
+            calls = ", ".join(
+                f"{c.name}({json.dumps(c.arguments) if c.arguments is not None else ''})"
+                for c in message.tool_calls
+            )
+            text = f"→ {calls}"
+        elif message.kind == "tool":
+            text = f"← {message.content[:300]}"
+        else:
+            text = message.content or ""
+        console.print(f"[{entry.seq}] {message.kind}: {printable(text)}", markup=False)
+        summary = summarized.get(entry.seq)
+        if summary is not None:
+            console.print(
+                f"── summary of 1..{entry.seq} (used by later tasks): {printable(summary.content)}",
+                style="dim",
+                markup=False,
+            )
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from core_agent.contracts.trace_store import ITraceStore
 from core_agent.contracts.vector_store import IVectorStore
 from core_agent.kernel.agent_kernel import AgentKernel, Closable
 from core_agent.kernel.event_bus import InProcessEventBus
+from core_agent.kernel.session_conversations import SessionConversations
 from core_agent.memory.chunking import TokenChunker
 from core_agent.memory.hybrid_retriever import FusionWeights, HybridRetriever
 from core_agent.memory.ingestion import IngestionPipeline
@@ -230,6 +231,57 @@ def build_prompt_window(
         window = llm.context_window()
         budget = window - min(ANSWER_RESERVE_TOKENS, window // 4) if window else 0
     return PromptWindow(counter, budget) if budget > 0 else None
+
+
+SESSION_WINDOW_FALLBACK_TOKENS = 8192
+"""A session's window when neither ``AGENT_SESSION_WINDOW_TOKENS`` nor a prompt budget is known."""
+
+
+def build_session_conversations(
+    settings: AgentSettings,
+    task_store: ITaskStore,
+    trace_store: ITraceStore,
+    llm: ILLMGateway,
+    counter: Callable[[], ITokenCounter],
+    opened: OpenedStores,
+    prompts: PromptSet | None = None,
+) -> SessionConversations | None:
+    """Sessions as conversations, on the task store's session store (``None`` without one).
+
+    Compaction summarizes with the ``summary`` prompt of ``prompts``.
+
+    The window is ``AGENT_SESSION_WINDOW_TOKENS``; else half the prompt budget (the other
+    half is the task's own turns'); else ``SESSION_WINDOW_FALLBACK_TOKENS``.
+    """
+    store = task_store.session_store()
+    if store is None:
+        return None
+    opened.track(lambda: store)  # closed with the kernel's other stores
+    summary_tokens = settings.session_summary_tokens
+    if settings.session_window_tokens and settings.session_window_tokens < 2 * summary_tokens:
+        raise ConfigurationError(
+            f"AGENT_SESSION_WINDOW_TOKENS ({settings.session_window_tokens}) must be at least "
+            f"twice AGENT_SESSION_SUMMARY_TOKENS ({summary_tokens})"
+        )
+
+    def window() -> int:
+        # Asked when a session's first task starts: the model's window may need litellm.
+        if settings.session_window_tokens:
+            return settings.session_window_tokens
+        prompt = build_prompt_window(settings, llm, counter)
+        derived = prompt.max_tokens // 2 if prompt is not None else SESSION_WINDOW_FALLBACK_TOKENS
+        return max(derived, 2 * summary_tokens)
+
+    return SessionConversations(
+        store,
+        trace_store,
+        llm=llm,
+        counter=counter,
+        window_tokens=window,
+        summary_tokens=summary_tokens,
+        result_chars=settings.session_result_chars,
+        prompts=prompts,
+    )
 
 
 def load_document_loaders(settings: AgentSettings) -> list[IDocumentLoader]:
@@ -496,6 +548,19 @@ class KernelContainer(containers.DeclarativeContainer):
         prompts=prompts,
     )
 
+    sessions = providers.Singleton(
+        build_session_conversations,
+        settings,
+        redacted_task_store,
+        redacted_trace_store,
+        model_gateway,
+        token_counter.provider,
+        opened,
+        prompts,
+    )
+    """Sessions as conversations (history, compaction); ``None`` when the task store keeps no
+    session history."""
+
     kernel = providers.Singleton(
         AgentKernel,
         task_store=redacted_task_store,
@@ -515,6 +580,7 @@ class KernelContainer(containers.DeclarativeContainer):
         lease_s=settings.provided.task_lease_s,
         cancel_check_s=settings.provided.cancel_check_s,
         recovery=settings.provided.recovery,
+        sessions=sessions,
     )
 
 

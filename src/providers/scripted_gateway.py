@@ -137,6 +137,19 @@ def _describe_result(messages: Sequence[ChatMessage], result: ToolMessage) -> st
     return f"The {result.name} tool returned: {result.content}"
 
 
+def _demo_summary(request: LLMRequest) -> str:
+    """Not a summary: the newest lines of the request, within its ``max_tokens``."""
+    text = request.messages[-1].content if request.messages else ""
+    budget = (request.max_tokens or 256) * 4
+    lines = [line for line in (text or "").splitlines() if line.strip()]
+    kept: list[str] = []
+    for line in reversed(lines):
+        if sum(len(k) + 1 for k in kept) + len(line) > budget:
+            break
+        kept.insert(0, line)
+    return "\n".join(kept) or "(nothing to summarize)"
+
+
 def _message_text(message: ChatMessage) -> str:
     if isinstance(message, AssistantMessage):
         calls = "".join(f"{c.name}{c.raw_arguments or c.arguments}" for c in message.tool_calls)
@@ -222,8 +235,19 @@ class ScriptedLLMGateway(ILLMGateway):
         return conversation.turns[index]
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
-        """The scripted reply to ``request``."""
-        turn = self._turn_for(request.messages)
+        """The scripted reply to ``request``.
+
+        The demo policy answers a session's summary request (``metadata["purpose"]`` is
+        ``session.compaction``) with the newest lines it was given, cut to the length asked.
+        """
+        if (
+            self._conversations is None
+            and self._policy is demo_policy
+            and request.metadata.get("purpose") == "session.compaction"
+        ):
+            turn = ScriptedTurn(content=_demo_summary(request))
+        else:
+            turn = self._turn_for(request.messages)
         if turn.error is not None:
             raise ModelError(
                 turn.error.message,

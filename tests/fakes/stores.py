@@ -32,7 +32,9 @@ class FakeTaskStore(ITaskStore):
         self.events: dict[str, list[BaseModel]] = {}
         self.closed = False
 
-    async def create_task(self, task: TaskState, queued_event: BaseModel) -> None:
+    async def create_task(
+        self, task: TaskState, queued_event: BaseModel, *, exclusive: bool = False
+    ) -> None:
         self.tasks[task.task_id] = task
         self.events[task.task_id] = [queued_event]
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.anyio
 fetched: list[str] = []
 
 
-@tool
+@tool(capabilities={"read"}, idempotent=True)
 def fetch(key: str) -> str:
     """Fetch a record by key."""
     fetched.append(key)

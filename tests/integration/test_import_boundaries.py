@@ -51,7 +51,7 @@ def test_the_real_tree_keeps_every_contract() -> None:
         ),
         (
             "core_agent/prompts/prompt_set.py",
-            "import core_agent.memory.summary_memory",
+            "import core_agent.memory.conversation_compaction",
             "Kernel layers",
         ),
         (

@@ -23,6 +23,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -65,6 +66,8 @@ class OpenAIServer:
         self.chunked = chunked
         self._closing = threading.Event()
         self.requests: list[dict[str, Any]] = []
+        self.responder: Callable[[dict[str, Any]], Reply] | None = None
+        """Answers a chat request when no reply is queued (given the request's body)."""
         self.embedding_requests: list[dict[str, Any]] = []
         self.embedding_dimension = embedding_dimension
         self.embedding_failures: deque[int] = deque()
@@ -90,7 +93,10 @@ class OpenAIServer:
                     return
                 with server._lock:
                     server.requests.append(body)
-                    reply = server.replies.popleft() if server.replies else None
+                    if server.replies:
+                        reply: Reply | None = server.replies.popleft()
+                    else:
+                        reply = server.responder(body) if server.responder else None
                 if reply is None:
                     self._json(
                         500,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from core_agent.contracts.errors import ConfigurationError, UsageError
 from core_agent.contracts.llm_gateway import LLMRequest
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import Capability
-from core_agent.memory.summary_memory import SummaryMemory
+from core_agent.memory.conversation_compaction import ConversationCompactor
+from core_agent.memory.session_history import SessionTurn
 from core_agent.orchestration.react_loop import UNTRUSTED_NOTICE
 from core_agent.prompts import PROMPT_SPECS, default_prompts, load_prompt_set
 from core_agent.tooling.registry import ToolRegistry
@@ -29,6 +31,7 @@ from providers.sandbox.local_sandbox import LocalToolSandbox
 from providers.scripted_gateway import ScriptedConversation, ScriptedLLMGateway, ScriptedTurn
 from providers.tiktoken_token_counter import TiktokenTokenCounter
 from shared.agent_protocol import (
+    SessionEntry,
     SystemMessage,
     TaskRequest,
     TaskStatus,
@@ -172,12 +175,19 @@ async def test_the_classifier_prompt_can_be_overridden(wired, tmp_path) -> None:
 async def test_the_summary_prompt_is_loaded_by_name(tmp_path) -> None:
     prompts = load_prompt_set(write_prompts(tmp_path, summary="Summarize in $words words."))
     gateway = FakeRecordingGateway(ScriptedLLMGateway([ScriptedTurn(content="short")]))
-    memory = SummaryMemory(
-        TiktokenTokenCounter(), gateway, max_tokens=60, summary_tokens=20, prompts=prompts
+    compactor = ConversationCompactor(
+        TiktokenTokenCounter(), gateway, summary_tokens=20, request_tokens=400, prompts=prompts
     )
-    for n in range(6):
-        await memory.add(UserMessage(content=f"message number {n} with a few words in it"))
-    assert gateway.requests, "nothing was evicted"
+    entry = SessionEntry(
+        session_id="s",
+        seq=1,
+        task_id="t1",
+        message=UserMessage(content="hi"),
+        created_at=datetime.now(UTC),
+    )
+    turn = SessionTurn(task_id="t1", entries=(entry,))
+    summary = await compactor.summarize(None, [turn])
+    assert summary.text == "short"
     assert system_of(gateway.requests[0]) == "Summarize in 14 words."
 
 

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.anyio
 calls: dict[str, int] = {}
 
 
-@tool
+@tool(capabilities={"read"}, idempotent=True)
 def fetch(key: str) -> str:
     """Fetch a record by key."""
     calls[key] = calls.get(key, 0) + 1
@@ -50,7 +50,7 @@ def broken(n: int) -> str:
     raise RuntimeError(f"backend down ({n})")
 
 
-@tool
+@tool(idempotent=True)
 def pair(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b

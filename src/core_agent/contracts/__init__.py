@@ -34,6 +34,7 @@ from core_agent.contracts.memory_store import IMemoryStore, MemoryItem
 from core_agent.contracts.planner import IPlanner, Plan, PlanStep
 from core_agent.contracts.policy_engine import IPolicyEngine, PolicyDecision
 from core_agent.contracts.retriever import IRetriever, RetrievalHit
+from core_agent.contracts.session_store import DeletedSession, ISessionStore, SessionHistory
 from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.token_counter import ITokenCounter
@@ -52,6 +53,7 @@ __all__ = [
     "ApprovalCallback",
     "Capability",
     "CollectionInfo",
+    "DeletedSession",
     "DocumentRecord",
     "EventSink",
     "ExecutionContext",
@@ -71,6 +73,7 @@ __all__ = [
     "IPlanner",
     "IPolicyEngine",
     "IRetriever",
+    "ISessionStore",
     "IStrategyRouter",
     "ITaskStore",
     "ITokenCounter",
@@ -94,6 +97,7 @@ __all__ = [
     "RunState",
     "RunStats",
     "SandboxVerdict",
+    "SessionHistory",
     "Span",
     "Subscription",
     "TaskIdentity",

@@ -12,6 +12,9 @@ fails, and the host may retry)::
     │   │   └── ModelNotConfiguredError no model to call
     │   ├── InvalidTransitionError      a task status change the state machine forbids
     │   ├── TaskNotFoundError           no task with that id
+    │   ├── SessionNotFoundError        no session with that id
+    │   ├── SessionBusyError            a task of the session has not ended yet
+    │   ├── SessionClosedError          the session was closed: it takes no more tasks
     │   ├── ResponseModelError          a resumed task's response model is missing or differs
     │   ├── EmbeddingMismatchError      vectors of one model written or searched in another's
     │   └── ToolRegistrationError       a tool with a bad name, schema or a duplicate name
@@ -128,6 +131,41 @@ class TaskNotFoundError(UsageError):
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
         super().__init__(f"no task with id {task_id!r}")
+
+
+class SessionNotFoundError(UsageError):
+    """No session has the given id."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"no session with id {session_id!r}")
+
+
+class SessionBusyError(UsageError):
+    """A session runs one task at a time, and one of its tasks has not ended yet.
+
+    Attributes:
+        session_id: The session.
+        task_id: The task that holds it (queued, running, or waiting for a human).
+        status: That task's status.
+    """
+
+    def __init__(self, session_id: str, task_id: str, status: str, doing: str) -> None:
+        self.session_id = session_id
+        self.task_id = task_id
+        self.status = status
+        super().__init__(
+            f"session {session_id!r} is busy: its task {task_id} is {status}; {doing} once "
+            f"that task has ended (or cancel it: core-agent cancel {task_id})"
+        )
+
+
+class SessionClosedError(UsageError):
+    """The session was closed: its history can be read, but it takes no more tasks."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} is closed: start a new session instead")
 
 
 class ResponseModelError(UsageError):

@@ -142,6 +142,17 @@ class AgentSettings(BaseSettings):
     """Prompt budget of a conversation (messages plus tool schemas), in tokens: the opening
     messages and the newest turns that fit are sent. 0: the model's input window less room
     for the answer, when the gateway knows it (litellm's model table), else no limit."""
+    session_window_tokens: int = Field(default=0, ge=0)
+    """Most tokens a task of a session starts with: system prompt, recalled memories, the
+    session's history (its summary and recent turns), the new message and the tool schemas.
+    When the history would take more, its oldest turns are summarized by the model into one
+    message. 0: half the prompt budget (``AGENT_CONTEXT_MAX_TOKENS`` or the model's window),
+    else 8192."""
+    session_summary_tokens: int = Field(default=512, ge=16)
+    """Length asked of a session's summary (kept free for it in the session window)."""
+    session_result_chars: int = Field(default=2000, ge=100)
+    """A tool result kept in a session's history is cut to this many characters (head and
+    tail); the task's own run saw it whole."""
     max_observation_chars: int = Field(default=8000, ge=200)
     """Tool output longer than this keeps its head and tail around a truncation marker."""
     max_parallel_tools: int = Field(default=4, ge=1, le=64)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from core_agent.contracts.errors import CorruptStateError, InvalidTransitionError, TaskHeldError
+from core_agent.contracts.session_store import ISessionStore
 from shared.agent_protocol import (
     ApprovalDecision,
     ApprovalRequest,
@@ -88,12 +89,29 @@ class ITaskStore(abc.ABC):
         return False
 
     @abc.abstractmethod
-    async def create_task(self, task: TaskState, queued_event: TaskEvent) -> None:
+    async def create_task(
+        self, task: TaskState, queued_event: TaskEvent, *, exclusive: bool = False
+    ) -> None:
         """Insert a new task (and its session if new) together with its first event.
 
+        With ``exclusive``, the session runs one task at a time: the check and the insert
+        are one atomic step, so of two kernels submitting to one session at once only one
+        gets in.
+
         Raises:
+            SessionBusyError: With ``exclusive``, another task of the session is queued,
+                running or waiting for a human (nothing was written).
+            SessionClosedError: With ``exclusive``, the session was closed.
             StorageError: Nothing was written.
         """
+
+    def session_store(self) -> ISessionStore | None:
+        """The store of this backend's sessions (history, summaries), on the same data.
+
+        The caller closes it. ``None`` (this default) when the backend keeps no session
+        history: sessions are then only ids that group tasks.
+        """
+        return None
 
     @abc.abstractmethod
     async def get_task(self, task_id: str) -> TaskState:

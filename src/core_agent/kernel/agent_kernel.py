@@ -36,6 +36,7 @@ from core_agent.contracts.executor import (
     TaskIdentity,
 )
 from core_agent.contracts.memory_store import IMemoryStore
+from core_agent.contracts.session_store import DeletedSession, ISessionStore
 from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
 from core_agent.contracts.task_store import ApprovalDecided, ITaskStore
 from core_agent.contracts.tool_registry import IToolRegistry
@@ -48,6 +49,7 @@ from core_agent.kernel.human_approvals import (
     recorded_decisions,
 )
 from core_agent.kernel.response_models import model_name, model_schema, response_model_for
+from core_agent.kernel.session_conversations import SessionConversations
 from core_agent.kernel.state_machine import check_transition
 from core_agent.kernel.task_driver import TaskDriver
 from core_agent.kernel.task_events import TaskEventLog, now
@@ -63,6 +65,8 @@ from shared.agent_protocol import (
     AgentEvent,
     ApprovalDecision,
     ApprovalRequest,
+    SessionInfo,
+    SessionTranscript,
     StrategySelected,
     SystemMessage,
     TaskCanceled,
@@ -98,6 +102,9 @@ class AgentKernel:
     are put after its system prompt; it is called on the first task, not before.
     ``sandbox`` is the default sandbox: each task records its settings (with the request's own
     workspace roots, if any) and runs under them, also when another process resumes it.
+    ``sessions`` makes sessions conversations: a task starts from its session's history and
+    adds its turn when it ends (``session_conversations``); without it a session only groups
+    tasks, and the session methods raise ``UsageError``.
     """
 
     def __init__(
@@ -122,6 +129,7 @@ class AgentKernel:
         cancel_check_s: float = 1.0,
         recovery: str = "resume",
         owner: str | None = None,
+        sessions: SessionConversations | None = None,
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -143,6 +151,7 @@ class AgentKernel:
         self._recall_k = recall_k
         self._sandbox = sandbox
         self._lease_s = lease_s
+        self._sessions = sessions
         if recovery not in ("resume", "fail", "off"):
             raise ConfigurationError(f"recovery must be resume, fail or off, not {recovery!r}")
         self._recovery_mode = recovery
@@ -279,7 +288,9 @@ class AgentKernel:
         the validation error).
 
         Misuse (e.g. forcing a strategy that is not installed) raises ``UsageError`` before a
-        task is created.
+        task is created; so does a session that is closed (``SessionClosedError``) or has a
+        task that has not ended (``SessionBusyError``): a session runs one task at a time,
+        and a concurrent submission fails at once rather than wait.
         """
         result = await self._execute(request, uuid.uuid4().hex, response_model)
         if response_model is None:
@@ -351,9 +362,12 @@ class AgentKernel:
             await lifecycle.events(
                 TaskFailed, error=error, error_type="ApprovalDenied", usage=state.usage
             )
-            return lifecycle.result(
+            denied = lifecycle.result(
                 TaskStatus.FAILED, stats, error=error, error_type="ApprovalDenied"
             )
+            if self._sessions is not None:
+                await self._sessions.record(state, context, denied)
+            return denied
         context.run.guidance = (
             f"A human reviewed earlier failures of this task.\n{request.question}\n"
             f"Their guidance: {decision.reason or '(none: retry as you see fit)'}"
@@ -480,6 +494,87 @@ class AgentKernel:
     ) -> list[TaskState]:
         """Stored tasks, newest first."""
         return await self._task_store.list_tasks(session_id=session_id, status=status, limit=limit)
+
+    def _session_store(self) -> ISessionStore:
+        if self._sessions is None:
+            raise UsageError(
+                "this kernel keeps no session history: its task store has no session store"
+            )
+        return self._sessions.store
+
+    async def create_session(
+        self,
+        *,
+        user_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        session_id: str | None = None,
+    ) -> SessionInfo:
+        """Start a conversation for ``user_id``, with the host's ``metadata``; returns it.
+
+        Its tasks are ``TaskRequest(session_id=...)``: each starts from the session's history
+        and adds its turn when it ends. (A task naming a session that does not exist starts
+        one too, with no user.) ``session_id`` is a new random id when not given.
+
+        Raises:
+            UsageError: A session with ``session_id`` exists, or this kernel keeps no sessions.
+        """
+        created = now()
+        session = SessionInfo(
+            session_id=session_id or uuid.uuid4().hex,
+            user_id=user_id,
+            metadata=dict(metadata or {}),
+            created_at=created,
+            updated_at=created,
+        )
+        await self._session_store().create_session(session)
+        return await self._session_store().get_session(session.session_id)
+
+    async def list_sessions(
+        self, *, user_id: str | None = None, limit: int = 50
+    ) -> list[SessionInfo]:
+        """Sessions, most recently active first; only ``user_id``'s when given."""
+        return await self._session_store().list_sessions(user_id=user_id, limit=limit)
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        """The session; ``SessionNotFoundError`` if there is none."""
+        return await self._session_store().get_session(session_id)
+
+    async def session_transcript(self, session_id: str) -> SessionTranscript:
+        """The session with its whole history, in order, and the summaries made of it.
+
+        Raises:
+            SessionNotFoundError: No such session.
+        """
+        store = self._session_store()
+        session = await store.get_session(session_id)
+        return SessionTranscript(
+            session=session,
+            entries=await store.entries(session_id),
+            summaries=await store.summaries(session_id),
+        )
+
+    async def close_session(self, session_id: str) -> SessionInfo:
+        """Close the session: its history stays readable, it takes no more tasks.
+
+        A task that runs in it meanwhile still ends and adds its turn.
+
+        Raises:
+            SessionNotFoundError: No such session.
+        """
+        return await self._session_store().close_session(session_id, at=now())
+
+    async def delete_session(self, session_id: str) -> DeletedSession:
+        """Delete the session with its history, summaries, tasks and their records.
+
+        The tasks' events, spans, checkpoints, conversation logs, tool-call ledger rows and
+        approval requests go too. Refused while one of its tasks has not ended (cancel it
+        first).
+
+        Raises:
+            SessionNotFoundError: No such session.
+            SessionBusyError: A task of the session is queued, running or waiting for a human.
+        """
+        return await self._session_store().delete_session(session_id)
 
     async def task_events(self, task_id: str) -> list[TaskEvent]:
         """The persisted events of a task, in order."""
@@ -613,7 +708,8 @@ class AgentKernel:
         queued = lifecycle.events.make(
             TaskQueued, session_id=state.session_id, trace_id=state.trace_id, request=request
         )
-        await self._task_store.create_task(state, queued)
+        # One task at a time per session: a conversation's next turn needs the last one's end.
+        await self._task_store.create_task(state, queued, exclusive=True)
         await lifecycle.events.publish(queued)
         return await self._start(lifecycle, response_model, sandbox=sandbox, routing=routing)
 
@@ -670,24 +766,31 @@ class AgentKernel:
             )
         context = self._context(lifecycle, response_model, sandbox=sandbox)
         await self._recall(state, context)
+        if self._sessions is not None:
+            await self._sessions.prepare(state, context, self._specs(state.request))
         return await self._drive(lifecycle, executor, context)
 
     async def _drive(
         self, lifecycle: TaskLifecycle, executor: IExecutor, context: ExecutionContext
     ) -> TaskResult:
-        """``TaskDriver.drive``; the task's response model is kept only while it waits."""
+        """``TaskDriver.drive``; the task's response model is kept only while it waits.
+
+        Once the task ends, its turn is added to its session's history.
+        """
         task_id = lifecycle.task_id
         if context.task.output_type is not None:
             self._response_models[task_id] = context.task.output_type
         result: TaskResult | None = None
         try:
             result = await self._driver.drive(lifecycle, executor, context)
-            return result
         finally:
             # Kept for a decision taken in this process; a task resolved in another one
             # leaves its entry behind (one class reference per such task).
             if result is None or result.status is not TaskStatus.WAITING_APPROVAL:
                 self._response_models.pop(task_id, None)
+        if self._sessions is not None:
+            await self._sessions.record(lifecycle.state, context, result)
+        return result
 
     def _response_model_for(
         self, state: TaskState, given: type[BaseModel] | None

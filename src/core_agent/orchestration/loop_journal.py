@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from core_agent.contracts.checkpoint_store import Checkpoint, ICheckpointStore
 from core_agent.contracts.executor import RunStats
@@ -37,10 +37,14 @@ from shared.agent_protocol import (
 
 
 class LoopCheckpoint(Checkpoint):
-    """Where a reason-act loop stands, besides its messages (see the module docstring)."""
+    """Where a reason-act loop stands, besides its messages (see the module docstring).
+
+    Version 2 changed what ``fingerprints`` means; a version 1 checkpoint still loads, as
+    version 2 with no fingerprints (see ``_from_version_1``).
+    """
 
     kind: Literal["react_loop"] = "react_loop"
-    version: Literal[1] = 1
+    version: Literal[2] = 2
     phase: Literal["model", "tools", "answered"]
     run_id: str
     """Part of every tool call's idempotency key: a resumed run keeps it, a fresh run of the
@@ -59,11 +63,27 @@ class LoopCheckpoint(Checkpoint):
     requests: list[ApprovalRequest] = Field(default_factory=list)
     """Approval requests the pending turn waits on."""
     fingerprints: dict[str, str] = Field(default_factory=dict)
-    """Loop detection: each call made so far, by fingerprint, with the head of its result."""
+    """Loop detection: the repeatable calls made since the last call that could have changed
+    anything, by fingerprint, with the head of their result (see ``react_loop``). Version 1
+    held every call made so far, writes and commands included."""
     error_streak: int = 0
     corrections_left: int = 1
     output: str | None = None
     structured: dict[str, object] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_version_1(cls, data: Any) -> Any:
+        """Read a version 1 checkpoint as version 2, forgetting its fingerprints.
+
+        Version 1 remembered every call, with results that a later write or command may have
+        made stale, and marked the calls of a pending turn as made before they ran: none of
+        it can be told apart now, so all of it is dropped. The cost is at most one call run
+        again, where keeping it could hand the model a stale result.
+        """
+        if isinstance(data, dict) and data.get("kind") == "react_loop" and data.get("version") == 1:
+            return {**data, "version": 2, "fingerprints": {}}
+        return data
 
     def restore_stats(self, stats: RunStats) -> None:
         """Put the run's counters back as they were when this was saved."""

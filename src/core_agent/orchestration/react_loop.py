@@ -1,9 +1,9 @@
 """The reason-act loop shared by every strategy, hardened against the ways models go wrong.
 
 * a turn limit;
-* loop detection: a call whose tool name and arguments hash to one already made in this loop
-  is not executed again; the model is told, with the earlier result, and asked to change
-  course;
+* loop detection: a call that would only return what the model already has is not made
+  again; the model is told, with the earlier result, and asked to change course (see
+  "Repeated calls" below);
 * observations (tool output) longer than a limit keep their head and tail, with a marker
   saying how much was cut;
 * after a streak of failed tool calls, a notice asks the model to step back;
@@ -15,6 +15,21 @@
 * with a journal (``loop_journal``), every step is checkpointed with its events and spans in
   one unit of work, tool calls go through the ledger (``call_ledger``), and a loop resumed
   in any process carries on from its last step without repeating a finished call.
+
+Repeated calls. A call is answered from memory (refused as a repeat, with the remembered
+result) only when its result cannot have changed: its tool is declared idempotent and does
+nothing but read (no ``write``, ``exec`` or ``network`` capability), and no call since the
+identical one could have changed anything. Any other call (a write, a command, a network
+request, a tool not declared idempotent, a tool the registry does not know) always runs, and
+makes the loop forget every result it remembered: a write to one file may change what any
+read returns, and a command may change anything, so nothing finer is assumed. Only
+successful results are remembered (a failed read may succeed when tried again).
+
+The calls of one model turn run concurrently, so a turn counts as one moment: when any of
+its calls may change things, none of them is answered from memory and, once the turn is
+done, everything is forgotten, its own reads included (they may have run before or after
+the change). A turn of repeatable calls only is checked against memory, and a call that
+appears twice in it runs once (the second copy is refused, pointing at the first).
 """
 
 from __future__ import annotations
@@ -35,6 +50,7 @@ from core_agent.contracts.errors import (
     ApprovalPendingError,
     ModelContextWindowError,
     StructuredOutputError,
+    ToolNotFoundError,
     TurnLimitExceededError,
 )
 from core_agent.contracts.executor import ExecutionContext
@@ -116,9 +132,15 @@ class TurnSuspended(Exception):
         super().__init__(f"{len(requests)} call(s) wait for approval")
 
 
+REMEMBERED_CHARS = 300
+"""How much of a remembered result is kept, and handed back when a repeat is refused."""
+
+
 @dataclass(slots=True)
 class _LoopState:
     results_by_fingerprint: dict[str, str] = field(default_factory=dict)
+    """Repeatable calls made since the last call that could have changed anything, by
+    fingerprint, with the head of their result (see the module docstring)."""
     error_streak: int = 0
     corrections_left: int = 1
     last_output_error: StructuredOutputError | None = None
@@ -227,6 +249,8 @@ class ReActLoop:
         if restored is not None:
             state.run_id = restored.run_id
             state.turns = restored.turns
+            # What was remembered before the pending turn (if any): its calls are judged
+            # against it again, as they were the first time.
             state.results_by_fingerprint = dict(restored.fingerprints)
             state.error_streak = restored.error_streak
             state.corrections_left = restored.corrections_left
@@ -234,9 +258,6 @@ class ReActLoop:
                 return LoopResult(restored.output or "", restored.structured)
             if restored.phase == "tools":
                 pending, finished = tuple(restored.pending_calls), dict(restored.finished)
-                for index, call in enumerate(pending):
-                    if index not in finished:  # marked seen when it started, not a repeat
-                        state.results_by_fingerprint.pop(call_fingerprint(call), None)
         if journal is not None and journal.ledger is not None:
             state.ledger = await LedgeredCalls.open(
                 journal.ledger,
@@ -336,7 +357,7 @@ class ReActLoop:
             pending_calls=list(pending),
             finished=dict(finished or {}),
             requests=list(requests),
-            fingerprints={k: v[:300] for k, v in state.results_by_fingerprint.items()},
+            fingerprints=dict(state.results_by_fingerprint),
             error_streak=state.error_streak,
             corrections_left=state.corrections_left,
             output=answer.output if answer is not None else None,
@@ -401,13 +422,15 @@ class ReActLoop:
         the loop (the provider's count is the one that matters, not ours).
         """
         trimmed = False
+        # The opening ends at the task's message: a session's history before it is kept whole.
+        task = context.task.request.task
         while True:
             if state.window is not None:
                 sent, omitted = state.window.fit(
-                    messages, definitions, max_turns=state.max_sent_turns
+                    messages, definitions, max_turns=state.max_sent_turns, task=task
                 )
             else:
-                sent, omitted = newest_turns(messages, state.max_sent_turns)
+                sent, omitted = newest_turns(messages, state.max_sent_turns, task)
             attributes: dict[str, Any] = {"turn": context.run.stats.turns}
             if omitted:
                 attributes["omitted_messages"] = omitted
@@ -425,7 +448,7 @@ class ReActLoop:
                     attributes=attributes,
                 )
             except ModelContextWindowError:
-                turns = turns_sent(sent, omitted)
+                turns = turns_sent(sent, omitted, task)
                 if trimmed or turns < 2:
                     raise
                 trimmed = True
@@ -449,6 +472,13 @@ class ReActLoop:
         if state.ledger is not None:
             state.ledger.turn = len(messages) - 1  # the model message that asked for them
         pending: dict[int, list[ApprovalRequest]] = {}
+        # One moment for the whole turn, as its calls run concurrently (module docstring).
+        changes = any(
+            not self._repeatable(call.name)
+            for call in calls
+            if output_type is None or call.name != FINAL_ANSWER_TOOL
+        )
+        first_in_turn: dict[str, ToolCall] = {}
         for index, call in enumerate(calls):
             if prefilled and index in prefilled:
                 results[index] = prefilled[index]
@@ -462,14 +492,15 @@ class ReActLoop:
                     f". Call {FINAL_ANSWER_TOOL} again with arguments that fit its schema.",
                 )
                 continue
-            fingerprint = call_fingerprint(call)
-            if fingerprint in state.results_by_fingerprint:
-                earlier = state.results_by_fingerprint[fingerprint][:300]
-                results[index] = await self._refuse_repeat(
-                    context, tracer, call, earlier, parent_span_id
-                )
-                continue
-            state.results_by_fingerprint[fingerprint] = ""
+            if not changes:
+                fingerprint = call_fingerprint(call)
+                earlier = state.results_by_fingerprint.get(fingerprint)
+                twin = first_in_turn.setdefault(fingerprint, call)
+                if earlier is not None or twin is not call:
+                    results[index] = await self._refuse_repeat(
+                        context, tracer, call, parent_span_id, earlier=earlier, twin=twin
+                    )
+                    continue
             to_run.append(index)
 
         limiter = anyio.CapacityLimiter(self._limits.max_parallel_tools)
@@ -508,10 +539,14 @@ class ReActLoop:
                 )
             raise TurnSuspended(requests, PendingTurn(tuple(calls), finished))
 
+        if changes:
+            state.results_by_fingerprint.clear()
         for call, result in zip(calls, results, strict=True):
             assert result is not None
-            if call.name != FINAL_ANSWER_TOOL:
-                state.results_by_fingerprint[call_fingerprint(call)] = result.content
+            # Refused repeats are errors too: what is remembered stays the first result.
+            if not changes and not result.is_error:
+                fingerprint = call_fingerprint(call)
+                state.results_by_fingerprint[fingerprint] = result.content[:REMEMBERED_CHARS]
             messages.append(
                 ToolMessage(
                     tool_call_id=call.id,
@@ -637,6 +672,19 @@ class ReActLoop:
         )
         return result
 
+    def _repeatable(self, tool_name: str) -> bool:
+        """Whether a second identical call returns the same when nothing changed in between.
+
+        True for a registered tool declared idempotent whose capabilities are at most
+        ``read``; a tool the registry does not know (a typo, an MCP tool gone) may do
+        anything, so it is not.
+        """
+        try:
+            spec = self._tools.get(tool_name).spec
+        except ToolNotFoundError:
+            return False
+        return spec.idempotent and spec.capabilities <= READ_ONLY
+
     def _brings_untrusted_content(self, tool_name: str, result: ToolResult) -> bool:
         """Whether the result holds content from outside the kernel.
 
@@ -655,16 +703,25 @@ class ReActLoop:
         context: ExecutionContext,
         tracer: Tracer,
         call: ToolCall,
-        earlier: str,
         parent_span_id: str | None,
+        *,
+        earlier: str | None,
+        twin: ToolCall,
     ) -> ToolResult:
-        result = _error_result(
-            call,
-            "LoopDetected",
-            f"you already called {call.name} with exactly these arguments in this task, so "
-            f"the call was not repeated. Its result was: {earlier!r}. Do not repeat it: use "
-            "that result, change the arguments, try another tool, or give your answer",
-        )
+        """Answer a repeat without running it: ``earlier`` result, or the ``twin`` in the turn."""
+        if earlier is not None:
+            message = (
+                f"you already called {call.name} with exactly these arguments in this task, "
+                "and nothing that could change its result happened since, so the call was "
+                f"not repeated. Its result was: {earlier!r}. Do not repeat it: use that "
+                "result, change the arguments, try another tool, or give your answer"
+            )
+        else:
+            message = (
+                f"you asked for {call.name} with exactly these arguments twice in this turn; "
+                f"it ran once, as call {twin.id}: use that result"
+            )
+        result = _error_result(call, "LoopDetected", message)
         await context.emit(ToolStarted, tool_call=call)
         async with tracer.span("tool", call.name, parent_span_id=parent_span_id) as span:
             span.attributes.update(call_id=call.id, skipped=True, error_type="LoopDetected")
@@ -672,6 +729,9 @@ class ReActLoop:
         await context.emit(ToolCompleted, result=result, latency_ms=0.0)
         return result
 
+
+READ_ONLY = frozenset({Capability.READ})
+"""The most a tool may do for its calls to be answered from memory (with ``idempotent``)."""
 
 UNTRUSTED_SOURCES = frozenset({Capability.READ, Capability.NETWORK, Capability.EXEC})
 """Tools whose output is content from outside (files, command output, the web), not the

@@ -76,7 +76,7 @@ PROMPT_SPECS: Mapping[str, PromptSpec] = {
         ),
         PromptSpec(
             "summary",
-            "folds turns evicted from a conversation window into its running summary",
+            "folds a session's oldest turns into its running summary (compaction)",
             # The summary's room is bounded by tokens: a summary told no length is cut off.
             variables=frozenset({"words"}),
             required=frozenset({"words"}),

@@ -20,6 +20,7 @@ from typing import Any
 
 from core_agent.contracts.checkpoint_store import C, Checkpoint, ICheckpointStore
 from core_agent.contracts.memory_store import IMemoryStore, MemoryItem, MemoryScope
+from core_agent.contracts.session_store import DeletedSession, ISessionStore, SessionHistory
 from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore
 from core_agent.contracts.tool_call_ledger import IToolCallLedger, LedgerEntry, LedgerStatus
 from core_agent.contracts.trace_store import ITraceStore, Span
@@ -27,6 +28,9 @@ from core_agent.safety.redaction import Redactor
 from shared.agent_protocol import (
     ApprovalRequest,
     ChatMessage,
+    SessionEntry,
+    SessionInfo,
+    SessionSummary,
     TaskEvent,
     TaskState,
     TaskStatus,
@@ -42,11 +46,18 @@ class RedactingTaskStore(ITaskStore):
         self._inner = inner
         self._redactor = redactor
 
-    async def create_task(self, task: TaskState, queued_event: TaskEvent) -> None:
+    async def create_task(
+        self, task: TaskState, queued_event: TaskEvent, *, exclusive: bool = False
+    ) -> None:
         """See ``ITaskStore.create_task``."""
         await self._inner.create_task(
-            self._redactor.model(task), self._redactor.model(queued_event)
+            self._redactor.model(task), self._redactor.model(queued_event), exclusive=exclusive
         )
+
+    def session_store(self) -> ISessionStore | None:
+        """The inner store's session store, redacting too (see ``RedactingSessionStore``)."""
+        inner = self._inner.session_store()
+        return RedactingSessionStore(inner, self._redactor) if inner is not None else None
 
     async def get_task(self, task_id: str) -> TaskState:
         """See ``ITaskStore.get_task``."""
@@ -311,4 +322,72 @@ class RedactingMemoryStore(IMemoryStore):
 
     async def close(self) -> None:
         """See ``IMemoryStore.close``."""
+        await self._inner.close()
+
+
+class RedactingSessionStore(ISessionStore):
+    """Redacts sessions' metadata, history and summaries before they are stored."""
+
+    def __init__(self, inner: ISessionStore, redactor: Redactor) -> None:
+        self._inner = inner
+        self._redactor = redactor
+
+    async def create_session(self, session: SessionInfo) -> None:
+        """See ``ISessionStore.create_session``."""
+        await self._inner.create_session(self._redactor.model(session))
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        """See ``ISessionStore.get_session``."""
+        return await self._inner.get_session(session_id)
+
+    async def list_sessions(
+        self, *, user_id: str | None = None, limit: int = 50
+    ) -> list[SessionInfo]:
+        """See ``ISessionStore.list_sessions``."""
+        return await self._inner.list_sessions(user_id=user_id, limit=limit)
+
+    async def close_session(self, session_id: str, *, at: datetime) -> SessionInfo:
+        """See ``ISessionStore.close_session``."""
+        return await self._inner.close_session(session_id, at=at)
+
+    async def delete_session(self, session_id: str) -> DeletedSession:
+        """See ``ISessionStore.delete_session``."""
+        return await self._inner.delete_session(session_id)
+
+    async def append_turn(
+        self,
+        session_id: str,
+        task_id: str,
+        messages: Sequence[ChatMessage],
+        *,
+        tainted: bool,
+        at: datetime,
+    ) -> list[SessionEntry]:
+        """See ``ISessionStore.append_turn``."""
+        return await self._inner.append_turn(
+            session_id,
+            task_id,
+            [self._redactor.model(message) for message in messages],
+            tainted=tainted,
+            at=at,
+        )
+
+    async def history(self, session_id: str) -> SessionHistory:
+        """See ``ISessionStore.history``."""
+        return await self._inner.history(session_id)
+
+    async def entries(self, session_id: str) -> list[SessionEntry]:
+        """See ``ISessionStore.entries``."""
+        return await self._inner.entries(session_id)
+
+    async def summaries(self, session_id: str) -> list[SessionSummary]:
+        """See ``ISessionStore.summaries``."""
+        return await self._inner.summaries(session_id)
+
+    async def save_summary(self, summary: SessionSummary) -> None:
+        """See ``ISessionStore.save_summary``."""
+        await self._inner.save_summary(self._redactor.model(summary))
+
+    async def close(self) -> None:
+        """See ``ISessionStore.close``."""
         await self._inner.close()

@@ -55,6 +55,47 @@ def _tasks_record_their_response_model(conn: sqlite3.Connection) -> None:
             conn.execute(f"ALTER TABLE agent_tasks ADD COLUMN {column} TEXT")
 
 
+def _sessions_as_conversations(conn: sqlite3.Connection) -> None:
+    """Sessions as conversations: a session can be closed; its history and summaries.
+
+    The history is one row per message, numbered per session; a summary stands for the
+    history up to the entry it names. Sessions from before start with an empty history. It
+    runs again harmlessly over its own result (a database whose version was set back, a
+    merge that renumbers it).
+    """
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(agent_sessions)")}
+    if "closed_at" not in columns:
+        conn.execute("ALTER TABLE agent_sessions ADD COLUMN closed_at TEXT")
+    for statement in _statements(
+        """
+        CREATE INDEX IF NOT EXISTS agent_sessions_by_user ON agent_sessions(user_id, updated_at);
+        CREATE INDEX IF NOT EXISTS agent_sessions_by_update ON agent_sessions(updated_at);
+        CREATE TABLE IF NOT EXISTS agent_session_entries (
+            session_id   TEXT NOT NULL,
+            seq          INTEGER NOT NULL,
+            task_id      TEXT NOT NULL,
+            message_json TEXT NOT NULL,
+            tainted      INTEGER NOT NULL DEFAULT 0,
+            created_at   TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS agent_session_entries_by_task
+            ON agent_session_entries(session_id, task_id);
+        CREATE TABLE IF NOT EXISTS agent_session_summaries (
+            session_id  TEXT NOT NULL,
+            through_seq INTEGER NOT NULL,
+            content     TEXT NOT NULL,
+            task_id     TEXT NOT NULL,
+            tainted     INTEGER NOT NULL DEFAULT 0,
+            usage_json  TEXT NOT NULL DEFAULT '{}',
+            created_at  TEXT NOT NULL,
+            PRIMARY KEY (session_id, through_seq)
+        ) WITHOUT ROWID
+        """
+    ):
+        conn.execute(statement)
+
+
 Migration = str | Callable[[sqlite3.Connection], None]
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -274,6 +315,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     # 8: a task started with a response model records its JSON Schema and name, so it answers
     # in that form when resumed after a human's decision or a restart.
     _tasks_record_their_response_model,
+    # 9: sessions as conversations (see ``_sessions_as_conversations``).
+    _sessions_as_conversations,
 )
 
 

@@ -27,6 +27,7 @@ from core_agent.contracts.errors import (
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore
 from providers.sqlite.database import SqliteDatabase, transaction
+from providers.sqlite.session_store import SqliteSessionStore, check_session_takes_a_task
 from shared.agent_protocol import (
     AgentEvent,
     ApprovalDecision,
@@ -180,12 +181,20 @@ class SqliteTaskStore(ITaskStore):
         """See ``ITaskStore.after_commit``."""
         return self._db.after_commit(callback)
 
-    async def create_task(self, task: TaskState, queued_event: TaskEvent) -> None:
-        """Insert the session if new, the task, and its first event, in one transaction."""
+    async def create_task(
+        self, task: TaskState, queued_event: TaskEvent, *, exclusive: bool = False
+    ) -> None:
+        """Insert the session if new, the task, and its first event, in one transaction.
+
+        With ``exclusive`` the session's open tasks are checked in that transaction
+        (``BEGIN IMMEDIATE`` holds the write lock), so the check cannot race another writer.
+        """
         created = _iso(task.created_at)
 
         def write(conn: sqlite3.Connection) -> None:
             with transaction(conn):
+                if exclusive:
+                    check_session_takes_a_task(conn, task.session_id)
                 conn.execute(
                     "INSERT INTO agent_sessions (id, created_at, updated_at) VALUES (?, ?, ?)"
                     " ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at",
@@ -222,6 +231,10 @@ class SqliteTaskStore(ITaskStore):
                 _insert_event(conn, queued_event)
 
         await self._db.transact(write)
+
+    def session_store(self) -> SqliteSessionStore:
+        """See ``ITaskStore.session_store``: sessions in this store's database."""
+        return SqliteSessionStore(self._db.path)
 
     async def get_task(self, task_id: str) -> TaskState:
         """The task, or ``TaskNotFoundError``."""

@@ -39,6 +39,12 @@ from shared.agent_protocol.messages import (
 )
 from shared.agent_protocol.risk import RiskLevel
 from shared.agent_protocol.schema import PROTOCOL_ADAPTER, ProtocolMessage, protocol_json_schema
+from shared.agent_protocol.sessions import (
+    SessionEntry,
+    SessionInfo,
+    SessionSummary,
+    SessionTranscript,
+)
 from shared.agent_protocol.tasks import (
     StrategyMode,
     TaskRequest,
@@ -69,6 +75,10 @@ __all__ = [
     "PolicyDecided",
     "ProtocolMessage",
     "RiskLevel",
+    "SessionEntry",
+    "SessionInfo",
+    "SessionSummary",
+    "SessionTranscript",
     "StrategyFallback",
     "StrategyMode",
     "StrategySelected",

@@ -1,0 +1,347 @@
+"""``ISessionStore`` on SQLite: sessions, their history and summaries, in the kernel's database.
+
+The history is ``agent_session_entries`` (one row per message, numbered per session) and the
+summaries ``agent_session_summaries`` (keyed by the last entry they cover). Deleting a session
+also deletes its tasks and what the other stores recorded about them (events, spans,
+checkpoints, conversation logs, the tool-call ledger, approvals): they share this database,
+so it is one transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from core_agent.contracts.errors import (
+    SessionBusyError,
+    SessionClosedError,
+    SessionNotFoundError,
+    UsageError,
+)
+from core_agent.contracts.session_store import DeletedSession, ISessionStore, SessionHistory
+from providers.sqlite.database import SqliteDatabase, transaction
+from shared.agent_protocol import (
+    ChatMessage,
+    SessionEntry,
+    SessionInfo,
+    SessionSummary,
+    TokenUsage,
+)
+
+_MESSAGE: TypeAdapter[ChatMessage] = TypeAdapter(ChatMessage)
+_OPEN_STATUSES = ("queued", "running", "waiting_approval")
+_TASK_TABLES = (
+    "agent_task_events",
+    "agent_traces",
+    "agent_checkpoints",
+    "agent_task_messages",
+    "agent_tool_calls",
+    "agent_approvals",
+)
+"""Tables keyed by ``task_id`` whose rows go with a deleted session's tasks."""
+_SESSION_COLUMNS = (
+    "s.id, s.user_id, s.metadata_json, s.created_at, s.updated_at, s.closed_at,"
+    " (SELECT COUNT(*) FROM agent_tasks AS t WHERE t.session_id = s.id)"
+)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _open_task(conn: sqlite3.Connection, session_id: str) -> tuple[str, str] | None:
+    row = conn.execute(
+        "SELECT id, status FROM agent_tasks WHERE session_id = ? AND status IN (?, ?, ?) LIMIT 1",
+        (session_id, *_OPEN_STATUSES),
+    ).fetchone()
+    return (row[0], row[1]) if row is not None else None
+
+
+def check_session_takes_a_task(conn: sqlite3.Connection, session_id: str) -> None:
+    """Refuse a new task in a closed session or one whose last task has not ended.
+
+    Call inside the transaction that inserts the task (``SqliteTaskStore.create_task``).
+
+    Raises:
+        SessionClosedError: The session was closed.
+        SessionBusyError: A task of the session is queued, running or waiting for a human.
+    """
+    row = conn.execute(
+        "SELECT closed_at FROM agent_sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    if row is not None and row[0] is not None:
+        raise SessionClosedError(session_id)
+    held = _open_task(conn, session_id)
+    if held is not None:
+        raise SessionBusyError(session_id, held[0], held[1], "submit the next task")
+
+
+def _session(row: tuple[Any, ...]) -> SessionInfo:
+    session_id, user_id, metadata_json, created_at, updated_at, closed_at, tasks = row
+    return SessionInfo(
+        session_id=session_id,
+        user_id=user_id,
+        metadata=json.loads(metadata_json or "{}"),
+        created_at=datetime.fromisoformat(created_at),
+        updated_at=datetime.fromisoformat(updated_at),
+        closed_at=datetime.fromisoformat(closed_at) if closed_at else None,
+        task_count=tasks,
+    )
+
+
+def _entry(session_id: str, row: tuple[Any, ...]) -> SessionEntry:
+    seq, task_id, message_json, tainted, created_at = row
+    return SessionEntry(
+        session_id=session_id,
+        seq=seq,
+        task_id=task_id,
+        message=_MESSAGE.validate_json(message_json),
+        tainted=bool(tainted),
+        created_at=datetime.fromisoformat(created_at),
+    )
+
+
+def _summary(session_id: str, row: tuple[Any, ...]) -> SessionSummary:
+    through_seq, content, task_id, tainted, usage_json, created_at = row
+    return SessionSummary(
+        session_id=session_id,
+        through_seq=through_seq,
+        content=content,
+        task_id=task_id,
+        tainted=bool(tainted),
+        usage=TokenUsage.model_validate_json(usage_json),
+        created_at=datetime.fromisoformat(created_at),
+    )
+
+
+_ENTRY_COLUMNS = "seq, task_id, message_json, tainted, created_at"
+_SUMMARY_COLUMNS = "through_seq, content, task_id, tainted, usage_json, created_at"
+
+
+class SqliteSessionStore(ISessionStore):
+    """Sessions in ``agent_sessions``, history and summaries in their own tables."""
+
+    def __init__(self, path: Path | str) -> None:
+        self._db = SqliteDatabase.open(path)
+
+    async def create_session(self, session: SessionInfo) -> None:
+        """See ``ISessionStore.create_session``."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                cursor = conn.execute(
+                    "INSERT OR IGNORE INTO agent_sessions"
+                    " (id, user_id, created_at, updated_at, metadata_json, closed_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        session.session_id,
+                        session.user_id,
+                        _iso(session.created_at),
+                        _iso(session.updated_at),
+                        json.dumps(session.metadata, ensure_ascii=False),
+                        _iso(session.closed_at) if session.closed_at else None,
+                    ),
+                )
+                if cursor.rowcount == 0:
+                    raise UsageError(f"a session with id {session.session_id!r} exists already")
+
+        await self._db.transact(write)
+
+    async def get_session(self, session_id: str) -> SessionInfo:
+        """See ``ISessionStore.get_session``."""
+
+        def read(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
+            row: tuple[Any, ...] | None = conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM agent_sessions AS s WHERE s.id = ?",
+                (session_id,),
+            ).fetchone()
+            return row
+
+        row = await self._db.run(read)
+        if row is None:
+            raise SessionNotFoundError(session_id)
+        return _session(row)
+
+    async def list_sessions(
+        self, *, user_id: str | None = None, limit: int = 50
+    ) -> list[SessionInfo]:
+        """See ``ISessionStore.list_sessions``."""
+        where, params = ("WHERE s.user_id = ?", [user_id]) if user_id is not None else ("", [])
+
+        def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM agent_sessions AS s {where}"
+                " ORDER BY s.updated_at DESC, s.id LIMIT ?",
+                (*params, limit),
+            ).fetchall()
+
+        return [_session(row) for row in await self._db.run(read)]
+
+    async def close_session(self, session_id: str, *, at: datetime) -> SessionInfo:
+        """See ``ISessionStore.close_session``."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                conn.execute(
+                    "UPDATE agent_sessions SET closed_at = ?, updated_at = ?"
+                    " WHERE id = ? AND closed_at IS NULL",
+                    (_iso(at), _iso(at), session_id),
+                )
+
+        await self._db.transact(write)
+        return await self.get_session(session_id)
+
+    async def delete_session(self, session_id: str) -> DeletedSession:
+        """See ``ISessionStore.delete_session``."""
+
+        def write(conn: sqlite3.Connection) -> DeletedSession:
+            with transaction(conn):
+                if (
+                    conn.execute(
+                        "SELECT 1 FROM agent_sessions WHERE id = ?", (session_id,)
+                    ).fetchone()
+                    is None
+                ):
+                    raise SessionNotFoundError(session_id)
+                held = _open_task(conn, session_id)
+                if held is not None:
+                    raise SessionBusyError(session_id, held[0], held[1], "delete the session")
+                tasks = "SELECT id FROM agent_tasks WHERE session_id = ?"
+                for table in _TASK_TABLES:
+                    conn.execute(f"DELETE FROM {table} WHERE task_id IN ({tasks})", (session_id,))
+                removed_tasks = conn.execute(
+                    "DELETE FROM agent_tasks WHERE session_id = ?", (session_id,)
+                ).rowcount
+                entries = conn.execute(
+                    "DELETE FROM agent_session_entries WHERE session_id = ?", (session_id,)
+                ).rowcount
+                summaries = conn.execute(
+                    "DELETE FROM agent_session_summaries WHERE session_id = ?", (session_id,)
+                ).rowcount
+                conn.execute("DELETE FROM agent_sessions WHERE id = ?", (session_id,))
+                return DeletedSession(session_id, removed_tasks, entries, summaries)
+
+        return await self._db.transact(write)
+
+    async def append_turn(
+        self,
+        session_id: str,
+        task_id: str,
+        messages: Sequence[ChatMessage],
+        *,
+        tainted: bool,
+        at: datetime,
+    ) -> list[SessionEntry]:
+        """See ``ISessionStore.append_turn``."""
+        created = _iso(at)
+
+        def write(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            with transaction(conn):
+                existing = conn.execute(
+                    f"SELECT {_ENTRY_COLUMNS} FROM agent_session_entries"
+                    " WHERE session_id = ? AND task_id = ? ORDER BY seq",
+                    (session_id, task_id),
+                ).fetchall()
+                if existing:
+                    return existing
+                (last,) = conn.execute(
+                    "SELECT COALESCE(MAX(seq), 0) FROM agent_session_entries WHERE session_id = ?",
+                    (session_id,),
+                ).fetchone()
+                rows = [
+                    (last + offset, task_id, message.model_dump_json(), int(tainted), created)
+                    for offset, message in enumerate(messages, start=1)
+                ]
+                conn.executemany(
+                    "INSERT INTO agent_session_entries"
+                    " (session_id, seq, task_id, message_json, tainted, created_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    [(session_id, *row) for row in rows],
+                )
+                conn.execute(
+                    "UPDATE agent_sessions SET updated_at = ? WHERE id = ?", (created, session_id)
+                )
+                return rows
+
+        return [_entry(session_id, row) for row in await self._db.transact(write)]
+
+    async def history(self, session_id: str) -> SessionHistory:
+        """See ``ISessionStore.history``."""
+
+        def read(
+            conn: sqlite3.Connection,
+        ) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]:
+            summary = conn.execute(
+                f"SELECT {_SUMMARY_COLUMNS} FROM agent_session_summaries WHERE session_id = ?"
+                " ORDER BY through_seq DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+            after = summary[0] if summary is not None else 0
+            entries = conn.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM agent_session_entries"
+                " WHERE session_id = ? AND seq > ? ORDER BY seq",
+                (session_id, after),
+            ).fetchall()
+            return summary, entries
+
+        summary, entries = await self._db.run(read)
+        return SessionHistory(
+            summary=_summary(session_id, summary) if summary is not None else None,
+            entries=[_entry(session_id, row) for row in entries],
+        )
+
+    async def entries(self, session_id: str) -> list[SessionEntry]:
+        """See ``ISessionStore.entries``."""
+
+        def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM agent_session_entries WHERE session_id = ?"
+                " ORDER BY seq",
+                (session_id,),
+            ).fetchall()
+
+        return [_entry(session_id, row) for row in await self._db.run(read)]
+
+    async def summaries(self, session_id: str) -> list[SessionSummary]:
+        """See ``ISessionStore.summaries``."""
+
+        def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            return conn.execute(
+                f"SELECT {_SUMMARY_COLUMNS} FROM agent_session_summaries WHERE session_id = ?"
+                " ORDER BY through_seq",
+                (session_id,),
+            ).fetchall()
+
+        return [_summary(session_id, row) for row in await self._db.run(read)]
+
+    async def save_summary(self, summary: SessionSummary) -> None:
+        """See ``ISessionStore.save_summary``."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                conn.execute(
+                    "INSERT OR REPLACE INTO agent_session_summaries"
+                    " (session_id, through_seq, content, task_id, tainted, usage_json,"
+                    " created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        summary.session_id,
+                        summary.through_seq,
+                        summary.content,
+                        summary.task_id,
+                        int(summary.tainted),
+                        summary.usage.model_dump_json(),
+                        _iso(summary.created_at),
+                    ),
+                )
+
+        await self._db.transact(write)
+
+    async def close(self) -> None:
+        """Release this store's handle on the database."""
+        await self._db.close()

@@ -1,0 +1,80 @@
+"""Sessions: conversations that tasks continue, with their history and summaries."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from shared.agent_protocol.messages import ChatMessage
+from shared.agent_protocol.tasks import TokenUsage
+
+
+class SessionInfo(BaseModel):
+    """A session as stored: who it belongs to, what the host attached to it, whether it is open.
+
+    A session is created by ``create_session`` or, implicitly, by the first task that names
+    it. A closed session keeps its history (to show) but accepts no more tasks.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["session"] = "session"
+    session_id: str
+    user_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+    closed_at: datetime | None = None
+    task_count: int = Field(default=0, ge=0, description="Tasks run in the session so far.")
+
+
+class SessionEntry(BaseModel):
+    """One message of a session's history, in the order the conversation had them.
+
+    A finished task adds its turn: the user's message, the tool calls it made with their
+    (shortened) results, and its answer (or why it has none).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["session_entry"] = "session_entry"
+    session_id: str
+    seq: int = Field(ge=1, description="Position in the session's history, from 1.")
+    task_id: str
+    message: ChatMessage
+    tainted: bool = Field(
+        default=False, description="The task that wrote it held untrusted content."
+    )
+    created_at: datetime
+
+
+class SessionSummary(BaseModel):
+    """The model's summary of a session's history up to ``through_seq``.
+
+    It stands for every entry up to and including ``through_seq`` in the prompts of later
+    tasks; each new summary folds the previous one in, so the latest is the only one used.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["session_summary"] = "session_summary"
+    session_id: str
+    through_seq: int = Field(ge=1)
+    content: str
+    task_id: str = Field(description="The task whose start made the summary.")
+    tainted: bool = False
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    created_at: datetime
+
+
+class SessionTranscript(BaseModel):
+    """A session with its whole history and the summaries made of it, for a host to show."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: Literal["session_transcript"] = "session_transcript"
+    session: SessionInfo
+    entries: list[SessionEntry] = Field(default_factory=list)
+    summaries: list[SessionSummary] = Field(default_factory=list)

@@ -1,0 +1,41 @@
+"""``core-agent sessions`` and ``run --session``, run as a user runs them."""
+
+import json
+
+from e2e.test_cli import run
+
+
+def test_a_session_is_started_continued_shown_closed_and_deleted(tmp_path) -> None:
+    started = run("sessions", "new", "--user", "ada", "--meta", "app=demo", data_dir=tmp_path)
+    assert started.returncode == 0, started.stderr
+    session = started.stdout.strip()
+
+    for task in ("What is 2 + 3?", "What is 4 * 5?"):
+        result = run("run", "--session", session, task, data_dir=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert result.stderr.strip().splitlines()[-1].endswith(f"session: {session}")
+
+    (listed,) = json.loads(run("sessions", "list", "--json", data_dir=tmp_path).stdout)
+    assert (listed["session_id"], listed["user_id"], listed["metadata"], listed["task_count"]) == (
+        session,
+        "ada",
+        {"app": "demo"},
+        2,
+    )
+    shown = json.loads(run("sessions", "show", session, "--json", data_dir=tmp_path).stdout)
+    messages = [(e["message"]["kind"], e["message"].get("content")) for e in shown["entries"]]
+    assert messages[0] == ("user", "What is 2 + 3?") and messages[3] == ("assistant", "2 + 3 = 5")
+    assert messages[4] == ("user", "What is 4 * 5?") and messages[-1] == ("assistant", "4 * 5 = 20")
+    text = run("sessions", "show", session, data_dir=tmp_path).stdout
+    assert "[1] user: What is 2 + 3?" in text and "calculator" in text
+
+    assert run("sessions", "close", session, data_dir=tmp_path).returncode == 0
+    refused = run("run", "--session", session, "What is 1 + 1?", data_dir=tmp_path)
+    assert refused.returncode == 2 and "is closed" in refused.stderr
+
+    deleted = run("sessions", "delete", session, data_dir=tmp_path)
+    assert deleted.returncode == 0 and "2 tasks" in deleted.stdout
+    assert json.loads(run("sessions", "list", "--json", data_dir=tmp_path).stdout) == []
+    assert json.loads(run("tasks", "--json", data_dir=tmp_path).stdout) == []
+    missing = run("sessions", "show", session, data_dir=tmp_path)
+    assert missing.returncode == 2 and "no session" in missing.stderr
