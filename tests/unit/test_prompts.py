@@ -14,7 +14,6 @@ from core_agent.contracts.errors import ConfigurationError, UsageError
 from core_agent.contracts.llm_gateway import LLMRequest
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import Capability
-from core_agent.memory.conversation_compaction import ConversationCompactor
 from core_agent.memory.session_history import SessionTurn
 from core_agent.orchestration.react_loop import UNTRUSTED_NOTICE
 from core_agent.prompts import PROMPT_SPECS, default_prompts, load_prompt_set
@@ -29,7 +28,6 @@ from fakes.stores import (
 )
 from providers.sandbox.local_sandbox import LocalToolSandbox
 from providers.scripted_gateway import ScriptedConversation, ScriptedLLMGateway, ScriptedTurn
-from providers.tiktoken_token_counter import TiktokenTokenCounter
 from shared.agent_protocol import (
     SessionEntry,
     SystemMessage,
@@ -172,12 +170,19 @@ async def test_the_classifier_prompt_can_be_overridden(wired, tmp_path) -> None:
     assert system_of(gateway.requests[0]) == 'Count goals; {"sub_goals": n}'
 
 
-async def test_the_summary_prompt_is_loaded_by_name(tmp_path) -> None:
-    prompts = load_prompt_set(write_prompts(tmp_path, summary="Summarize in $words words."))
-    gateway = FakeRecordingGateway(ScriptedLLMGateway([ScriptedTurn(content="short")]))
-    compactor = ConversationCompactor(
-        TiktokenTokenCounter(), gateway, summary_tokens=20, request_tokens=400, prompts=prompts
+async def test_compaction_summarizes_with_the_configured_summary_prompt(
+    container, tmp_path
+) -> None:
+    directory = write_prompts(tmp_path / "prompts", summary="Summarize in $words words.")
+    container.settings.override(
+        container.settings().model_copy(
+            update={"prompts_dir": directory, "session_summary_tokens": 20}
+        )
     )
+    gateway = FakeRecordingGateway(ScriptedLLMGateway([ScriptedTurn(content="short")]))
+    container.llm_gateway.override(gateway)
+    sessions = container.sessions()
+    assert sessions is not None
     entry = SessionEntry(
         session_id="s",
         seq=1,
@@ -185,8 +190,11 @@ async def test_the_summary_prompt_is_loaded_by_name(tmp_path) -> None:
         message=UserMessage(content="hi"),
         created_at=datetime.now(UTC),
     )
-    turn = SessionTurn(task_id="t1", entries=(entry,))
-    summary = await compactor.summarize(None, [turn])
+    try:
+        summary = await sessions.compactor.summarize(None, [SessionTurn("t1", (entry,))])
+    finally:
+        await container.opened().close()
+        await container.task_store().close()
     assert summary.text == "short"
     assert system_of(gateway.requests[0]) == "Summarize in 14 words."
 
