@@ -60,6 +60,7 @@ from core_agent.orchestration.resilient_gateway import ResilientGateway
 from core_agent.orchestration.strategy_router import AdaptiveStrategyRouter, RoutingThresholds
 from core_agent.orchestration.task_classifier import TaskClassifier
 from core_agent.orchestration.tool_gate import ToolCallGate
+from core_agent.prompts import PromptSet, load_prompt_set
 from core_agent.safety.approvals import ApprovalGrants
 from core_agent.safety.policy_engine import RulePolicyEngine
 from core_agent.safety.redacting_stores import (
@@ -244,8 +245,11 @@ def build_session_conversations(
     llm: ILLMGateway,
     counter: Callable[[], ITokenCounter],
     opened: OpenedStores,
+    prompts: PromptSet | None = None,
 ) -> SessionConversations | None:
     """Sessions as conversations, on the task store's session store (``None`` without one).
+
+    Compaction summarizes with the ``summary`` prompt of ``prompts``.
 
     The window is ``AGENT_SESSION_WINDOW_TOKENS``; else half the prompt budget (the other
     half is the task's own turns'); else ``SESSION_WINDOW_FALLBACK_TOKENS``.
@@ -277,6 +281,7 @@ def build_session_conversations(
         window_tokens=window,
         summary_tokens=summary_tokens,
         result_chars=settings.session_result_chars,
+        prompts=prompts,
     )
 
 
@@ -289,14 +294,20 @@ def load_document_loaders(settings: AgentSettings) -> list[IDocumentLoader]:
 
 
 def build_router(
-    settings: AgentSettings, llm: Callable[[], ILLMGateway], policy: IPolicyEngine
+    settings: AgentSettings,
+    llm: Callable[[], ILLMGateway],
+    policy: IPolicyEngine,
+    prompts: PromptSet | None = None,
 ) -> AdaptiveStrategyRouter:
     """The router as configured by ``AGENT_STRATEGY_MODE`` and ``AGENT_ROUTER_*``.
 
-    ``llm`` is only called (and the gateway built) with ``AGENT_ROUTER_CLASSIFIER=model``.
+    ``llm`` is only called (and the gateway built) with ``AGENT_ROUTER_CLASSIFIER=model``; the
+    model classifier asks with the ``classifier`` prompt of ``prompts``.
     """
     model_classifier = (
-        ModelAssistedClassifier(llm()) if settings.router_classifier == "model" else None
+        ModelAssistedClassifier(llm(), prompts=prompts)
+        if settings.router_classifier == "model"
+        else None
     )
     return AdaptiveStrategyRouter(
         TaskClassifier(policy),
@@ -347,6 +358,9 @@ class KernelContainer(containers.DeclarativeContainer):
     """Wires settings, adapters, executors and the kernel; every provider is overridable."""
 
     settings = providers.Singleton(AgentSettings)
+    prompts = providers.Singleton(load_prompt_set, settings.provided.prompts_dir)
+    """The shipped prompts with ``AGENT_PROMPTS_DIR``'s overrides, checked when first built
+    (the kernel needs it, so building the kernel fails on a bad prompt file)."""
 
     llm_gateway = providers.Singleton(
         load_provider, LLM_GATEWAYS, settings.provided.gateway_name, settings, ILLMGateway
@@ -480,7 +494,9 @@ class KernelContainer(containers.DeclarativeContainer):
         approval_threshold=settings.provided.policy_approval_required_risk,
         grants=providers.Singleton(ApprovalGrants, shell_parser=shell_parser),
     )
-    router = providers.Singleton(build_router, settings, model_gateway.provider, policy_engine)
+    router = providers.Singleton(
+        build_router, settings, model_gateway.provider, policy_engine, prompts
+    )
 
     react_loop = providers.Singleton(
         ReActLoop,
@@ -508,6 +524,7 @@ class KernelContainer(containers.DeclarativeContainer):
         max_attempts=settings.provided.plan_max_attempts,
         max_steps=settings.provided.plan_max_steps,
         temperature=settings.provided.model_temperature,
+        prompts=prompts,
     )
     react_executor = providers.Singleton(
         ReActExecutor,
@@ -529,6 +546,7 @@ class KernelContainer(containers.DeclarativeContainer):
             max_replans=settings.provided.plan_max_replans,
             fallback_max_turns=settings.provided.fallback_max_turns,
         ),
+        prompts=prompts,
     )
 
     sessions = providers.Singleton(
@@ -539,6 +557,7 @@ class KernelContainer(containers.DeclarativeContainer):
         model_gateway,
         token_counter.provider,
         opened,
+        prompts,
     )
     """Sessions as conversations (history, compaction); ``None`` when the task store keeps no
     session history."""
@@ -552,6 +571,7 @@ class KernelContainer(containers.DeclarativeContainer):
         tools=tool_registry,
         executors=providers.Dict(react=react_executor, plan_execute=plan_execute_executor),
         max_turns=settings.provided.max_turns,
+        prompts=prompts,
         closables=providers.List(redacted_checkpoint_store, redacted_tool_call_ledger, opened),
         long_term_memory=memory_store.provider,
         memory_namespace=settings.provided.memory_namespace,
@@ -583,10 +603,14 @@ def create_kernel(
     Raises:
         ProviderNotFoundError: A configured provider name is not installed.
         ModelNotConfiguredError: The litellm gateway was chosen but no model is set.
+        ConfigurationError: A prompt file of ``AGENT_PROMPTS_DIR`` is refused (see
+            ``load_prompt_set``).
     """
     container = KernelContainer()
     if settings is not None:
         container.settings.override(providers.Object(settings))
+    # The prompts first: a bad prompt file stops start-up before any store is opened.
+    container.prompts()
     kernel: AgentKernel = container.kernel()
     kernel.set_approval_callback(approval_callback)
     for hook in tool_hooks:

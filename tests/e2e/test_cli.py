@@ -112,6 +112,16 @@ def test_misconfiguration_is_a_clear_usage_error(tmp_path, env, fragment) -> Non
     assert "Traceback" not in result.stderr
 
 
+def test_a_bad_prompt_override_stops_start_up_in_one_line(tmp_path) -> None:
+    prompts = tmp_path / "prompts"
+    prompts.mkdir()
+    (prompts / "planner.md").write_text("Plan in $steps steps.", encoding="utf-8")
+    result = run("run", "hi", data_dir=tmp_path / "data", AGENT_PROMPTS_DIR=str(prompts))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert f"{prompts / 'planner.md'}: unknown placeholder $steps" in result.stderr
+
+
 def test_unknown_task_id_is_a_usage_error(tmp_path) -> None:
     result = run("trace", "does-not-exist", data_dir=tmp_path)
     assert result.returncode == 2 and "no task with id" in result.stderr

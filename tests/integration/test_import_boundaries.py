@@ -50,6 +50,11 @@ def test_the_real_tree_keeps_every_contract() -> None:
             "Kernel layers",
         ),
         (
+            "core_agent/prompts/prompt_set.py",
+            "import core_agent.memory.conversation_compaction",
+            "Kernel layers",
+        ),
+        (
             "providers/sqlite/task_store.py",
             "import core_agent.kernel.agent_kernel",
             "Adapters use kernel contracts only",

@@ -9,8 +9,8 @@ import pytest
 
 from core_agent.container import create_kernel
 from core_agent.contracts.settings import AgentSettings
-from core_agent.memory.conversation_compaction import SUMMARY_PROMPT
 from core_agent.memory.session_history import SUMMARY_HEADER
+from core_agent.prompts import default_prompts
 from providers.tiktoken_token_counter import TiktokenTokenCounter
 from shared.agent_protocol import (
     AssistantMessage,
@@ -23,7 +23,7 @@ from shared.agent_protocol import (
 from support.openai_server import Reply
 
 pytestmark = pytest.mark.anyio
-SUMMARY_MARK = SUMMARY_PROMPT.split(".")[0]
+SUMMARY_MARK = default_prompts().render("summary", words=0).split(".")[0]
 
 
 def is_summary_request(body: dict[str, Any]) -> bool:

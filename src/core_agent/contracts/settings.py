@@ -197,6 +197,11 @@ class AgentSettings(BaseSettings):
     plan_max_replans: int = Field(default=1, ge=0, le=10)
     fallback_max_turns: int = Field(default=8, ge=1, le=100)
 
+    prompts_dir: Path | None = None
+    """A directory of ``<name>.md`` files that replace the shipped prompts of those names
+    (``system``, ``planner``, ``step``, ``synthesis``, ``classifier``, ``summary``); checked
+    when the kernel is built. See the README's Prompts section."""
+
     policy_file: Path | None = None
     """Your policy rules (TOML), read before the shipped defaults."""
     shell_parser: str = "tree_sitter"

@@ -61,6 +61,7 @@ from core_agent.kernel.task_recovery import TaskRecovery
 from core_agent.memory.hybrid_memory import recall_message
 from core_agent.observability.tracer import Tracer, new_trace_id
 from core_agent.orchestration.react_loop import UNTRUSTED_NOTICE
+from core_agent.prompts import PromptSet, default_prompts
 from core_agent.safety.approval_gateway import CallbackApprovalGateway
 from shared.agent_protocol import (
     AgentEvent,
@@ -94,17 +95,12 @@ class Closable(Protocol):
         """Release resources."""
 
 
-DEFAULT_SYSTEM_PROMPT = (
-    "You are a capable assistant working inside an application. Use the available tools when "
-    "they help you answer accurately; call several when needed. When you have the answer, "
-    "reply with it directly and concisely."
-)
-
-
 class AgentKernel:
     """Routes each task to a strategy and runs it, keeping state, events and spans durable.
 
     Use as an async context manager (or call ``aclose``) so stores are closed.
+    Each task's system prompt is its request's ``system_prompt``, else the ``system`` prompt of
+    ``prompts`` (the shipped set when ``None``).
     ``long_term_memory`` builds the store whose ``recall_k`` items most relevant to a new task
     are put after its system prompt; it is called on the first task, not before.
     ``sandbox`` is the default sandbox: each task records its settings (with the request's own
@@ -127,7 +123,7 @@ class AgentKernel:
         tools: IToolRegistry,
         executors: Mapping[str, IExecutor],
         max_turns: int = 12,
-        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        prompts: PromptSet | None = None,
         closables: Sequence[Closable] = (),
         approval_gateway: IApprovalGateway | None = None,
         approval_timeout_s: float = 600.0,
@@ -153,7 +149,9 @@ class AgentKernel:
         self._tools = tools
         self._executors = dict(executors)
         self._max_turns = max_turns
-        self._system_prompt = system_prompt
+        self._system_prompt = (prompts if prompts is not None else default_prompts()).render(
+            "system"
+        )
         self._closables = closables
         self._approval_gateway = approval_gateway
         self._approval_timeout_s = approval_timeout_s
@@ -966,6 +964,8 @@ class AgentKernel:
             ),
             run=RunState(
                 messages=[
+                    # The notice is part of the safety design, not of the prompt set: it
+                    # follows every system prompt, configured or requested, unremovably.
                     SystemMessage(content=f"{system}\n\n{UNTRUSTED_NOTICE}"),
                     UserMessage(content=state.request.task),
                 ],

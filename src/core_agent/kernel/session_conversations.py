@@ -41,6 +41,7 @@ from core_agent.memory.session_history import (
     turns_of,
 )
 from core_agent.observability.tracer import Tracer
+from core_agent.prompts import PromptSet
 from shared.agent_protocol import ChatMessage, SessionSummary, TaskResult, TaskState
 
 log = logging.getLogger(__name__)
@@ -59,8 +60,10 @@ class SessionConversations:
         window_tokens: int | Callable[[], int],
         summary_tokens: int = 512,
         result_chars: int = 2000,
+        prompts: PromptSet | None = None,
     ) -> None:
         self.store = store
+        self._prompts = prompts
         self._trace_store = trace_store
         self._llm = llm
         self._counter_factory = counter
@@ -87,6 +90,7 @@ class SessionConversations:
                 self._llm,
                 summary_tokens=self._summary_tokens,
                 request_tokens=self.window_tokens,
+                prompts=self._prompts,
             )
         return self._compactor
 

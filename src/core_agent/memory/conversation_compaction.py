@@ -19,6 +19,7 @@ from core_agent.contracts.errors import ModelError, UsageError
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest
 from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.memory.session_history import SessionTurn, summary_message
+from core_agent.prompts import PromptSet, default_prompts
 from shared.agent_protocol import (
     AssistantMessage,
     ChatMessage,
@@ -27,12 +28,6 @@ from shared.agent_protocol import (
     ToolMessage,
     UserMessage,
 )
-
-SUMMARY_PROMPT = """You maintain the running summary of a conversation between a user and an \
-assistant that uses tools. Merge the previous summary and the new turns into one summary of \
-at most {words} words. Keep facts, decisions, names, numbers, file paths, open questions and \
-the user's preferences; drop pleasantries. Write plain prose, in the conversation's language; \
-no preamble."""
 
 _REQUEST = "Previous summary:\n{previous}\n\nNew turns:\n{turns}"
 
@@ -81,7 +76,8 @@ class ConversationCompactor:
 
     ``summary_tokens`` bounds a summary (asked of the model as its answer's length, and kept
     free in the budget); ``request_tokens`` bounds each summarizing request, so the model
-    that cannot take the whole history at once can still summarize it.
+    that cannot take the whole history at once can still summarize it. The model's
+    instructions are the ``summary`` prompt of ``prompts`` (the shipped set when ``None``).
     """
 
     def __init__(
@@ -91,6 +87,7 @@ class ConversationCompactor:
         *,
         summary_tokens: int,
         request_tokens: int,
+        prompts: PromptSet | None = None,
     ) -> None:
         if summary_tokens < 16:
             raise UsageError("summary_tokens must be at least 16")
@@ -100,6 +97,9 @@ class ConversationCompactor:
         self._llm = llm
         self.summary_tokens = summary_tokens
         self._request_tokens = request_tokens
+        self._prompt = (prompts if prompts is not None else default_prompts()).render(
+            "summary", words=int(summary_tokens * 0.7)
+        )
 
     def tokens(self, messages: Sequence[ChatMessage]) -> int:
         """Tokens ``messages`` take in a prompt."""
@@ -143,10 +143,9 @@ class ConversationCompactor:
         return Summary(text=previous, usage=usage, calls=calls)
 
     def _request(self, previous: str | None, turns: str) -> LLMRequest:
-        prompt = SUMMARY_PROMPT.format(words=int(self.summary_tokens * 0.7))
         return LLMRequest(
             messages=(
-                SystemMessage(content=prompt),
+                SystemMessage(content=self._prompt),
                 UserMessage(
                     content=_REQUEST.format(previous=previous or "(none yet)", turns=turns)
                 ),

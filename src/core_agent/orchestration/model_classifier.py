@@ -18,11 +18,8 @@ from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest
 from core_agent.contracts.tool import ToolSpec
 from core_agent.orchestration.structured_output import OutputParseError, parse_model_output
 from core_agent.orchestration.task_classifier import TaskClassifier, TaskFeatures
+from core_agent.prompts import PromptSet, default_prompts
 from shared.agent_protocol import SystemMessage, UserMessage
-
-CLASSIFIER_PROMPT = """You analyse a task given to an AI agent, without doing it. Count its
-sub-goals: the distinct things to do or find out. Say whether any sub-goal needs the result of
-another. Reply with only JSON: {"sub_goals": <integer>, "dependent": <true|false>}"""
 
 
 class _Verdict(BaseModel):
@@ -31,10 +28,20 @@ class _Verdict(BaseModel):
 
 
 class ModelAssistedClassifier:
-    """Deterministic features, with sub-goals and dependency taken from a model's verdict."""
+    """Deterministic features, with sub-goals and dependency taken from a model's verdict.
 
-    def __init__(self, llm: ILLMGateway, base: TaskClassifier | None = None) -> None:
+    The model is asked with the ``classifier`` prompt of ``prompts`` (the shipped set when
+    ``None``), which must make it answer ``{"sub_goals": <int>, "dependent": <bool>}``.
+    """
+
+    def __init__(
+        self,
+        llm: ILLMGateway,
+        base: TaskClassifier | None = None,
+        prompts: PromptSet | None = None,
+    ) -> None:
         self._llm = llm
+        self._prompt = (prompts if prompts is not None else default_prompts()).render("classifier")
         self._base = base or TaskClassifier()
 
     def classify(self, task: str, tools: Sequence[ToolSpec] = ()) -> TaskFeatures:
@@ -50,7 +57,7 @@ class ModelAssistedClassifier:
             response = await self._llm.complete(
                 LLMRequest(
                     messages=(
-                        SystemMessage(content=CLASSIFIER_PROMPT),
+                        SystemMessage(content=self._prompt),
                         UserMessage(content=task),
                     ),
                     temperature=0.0,

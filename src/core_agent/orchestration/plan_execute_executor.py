@@ -69,6 +69,7 @@ from core_agent.orchestration.react_loop import (
     truncate_observation,
 )
 from core_agent.orchestration.structured_output import with_schema
+from core_agent.prompts import PromptSet, default_prompts
 from shared.agent_protocol import (
     ApprovalRequest,
     ChatMessage,
@@ -83,14 +84,6 @@ from shared.agent_protocol import (
 )
 
 CHECKPOINT_KEY = "plan_execute"
-
-STEP_SYSTEM_PROMPT = """You carry out one step of a larger plan. Use the tools when they help.
-Do only this step, then reply with its result: the facts, numbers or text the later steps
-need, stated plainly."""
-
-SYNTHESIS_SYSTEM_PROMPT = """You write the final answer to a task from the results of the
-steps that were carried out for it. Answer the task directly and concisely; do not describe
-the steps unless asked."""
 
 STEP_MARKER = "Your step"
 """Opens a step's user message (scripted models and tests match on it)."""
@@ -163,7 +156,11 @@ class _StepFailed(Exception):
 
 
 class PlanExecuteExecutor(IExecutor):
-    """Plans, runs the plan graph with bounded concurrency, replans, falls back, escalates."""
+    """Plans, runs the plan graph with bounded concurrency, replans, falls back, escalates.
+
+    A step's loop and the synthesis have the ``step`` and ``synthesis`` prompts of ``prompts``
+    (the shipped set when ``None``) as system prompts; the fallback keeps the task's own.
+    """
 
     def __init__(
         self,
@@ -174,7 +171,11 @@ class PlanExecuteExecutor(IExecutor):
         checkpoints: ICheckpointStore,
         ledger: IToolCallLedger | None = None,
         limits: PlanExecuteLimits | None = None,
+        prompts: PromptSet | None = None,
     ) -> None:
+        prompts = prompts if prompts is not None else default_prompts()
+        self._step_system = prompts.render("step")
+        self._synthesis_system = prompts.render("synthesis")
         self._planner = planner
         self._loop = loop
         self._trace_store = trace_store
@@ -478,7 +479,7 @@ class PlanExecuteExecutor(IExecutor):
         ) as span:
             span.attributes.update(goal=step.goal, depends_on=step.depends_on)
             messages: list[ChatMessage] = [
-                SystemMessage(content=STEP_SYSTEM_PROMPT),
+                SystemMessage(content=self._step_system),
                 UserMessage(
                     content=self._step_prompt(context, step, steps, run.results, run.prior)
                 ),
@@ -533,7 +534,7 @@ class PlanExecuteExecutor(IExecutor):
         await self._save(context, run, "synthesizing")
         summary = _progress(run.plan, run.results, run.prior, self._limits.result_chars_per_step)
         messages: list[ChatMessage] = [
-            SystemMessage(content=SYNTHESIS_SYSTEM_PROMPT),
+            SystemMessage(content=self._synthesis_system),
             UserMessage(
                 content=f"{SYNTHESIS_MARKER} to this task: {context.task.request.task}\n\n"
                 f"Results of the steps:\n{summary}"

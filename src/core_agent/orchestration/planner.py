@@ -17,23 +17,13 @@ from core_agent.contracts.trace_store import ITraceStore
 from core_agent.observability.tracer import Tracer
 from core_agent.orchestration.model_call import traced_model_call
 from core_agent.orchestration.structured_output import OutputParseError, parse_model_output
+from core_agent.prompts import PromptSet, default_prompts
 from shared.agent_protocol import (
     AssistantMessage,
     ChatMessage,
     SystemMessage,
     UserMessage,
 )
-
-PLANNER_SYSTEM_PROMPT = """You are the planner of an agent. Break the user's task into a small
-plan of steps that another agent will carry out with tools. Steps that do not depend on each
-other run in parallel, so only add a dependency when a step needs another step's result.
-
-Reply with only a JSON object, no prose, of this form:
-{"steps": [{"id": "s1", "goal": "what this step must achieve", "depends_on": [],
-            "tool_hints": ["tool_name"], "success_criterion": "how to tell it is done"}]}
-
-Rules: 1 to MAX_STEPS steps; ids are short and unique; depends_on lists ids of earlier steps;
-no cycles; tool_hints name only available tools."""
 
 PLAN_REQUEST_MARKER = "Plan this task:"
 """Opens the planner's user message (scripted models and tests match on it)."""
@@ -65,7 +55,10 @@ def check_plan(plan: Plan, *, max_steps: int) -> list[str]:
 
 
 class LLMPlanner(IPlanner):
-    """Plans with a model call; an invalid plan is shown back with the reason, boundedly."""
+    """Plans with a model call; an invalid plan is shown back with the reason, boundedly.
+
+    Its system prompt is the ``planner`` prompt of ``prompts`` (the shipped set when ``None``).
+    """
 
     def __init__(
         self,
@@ -75,8 +68,12 @@ class LLMPlanner(IPlanner):
         max_attempts: int = 3,
         max_steps: int = 8,
         temperature: float | None = None,
+        prompts: PromptSet | None = None,
     ) -> None:
         self._llm = llm
+        self._system_prompt = (prompts if prompts is not None else default_prompts()).render(
+            "planner", max_steps=max_steps
+        )
         self._trace_store = trace_store
         self._max_attempts = max_attempts
         self._max_steps = max_steps
@@ -94,7 +91,7 @@ class LLMPlanner(IPlanner):
         if feedback:
             prompt += f"\n\nEarlier attempt:\n{feedback}\nPlan only the work that remains."
         messages: list[ChatMessage] = [
-            SystemMessage(content=PLANNER_SYSTEM_PROMPT.replace("MAX_STEPS", str(self._max_steps))),
+            SystemMessage(content=self._system_prompt),
             UserMessage(content=prompt),
         ]
         tracer = Tracer(

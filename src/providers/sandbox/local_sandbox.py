@@ -142,10 +142,16 @@ class LocalToolSandbox(IToolSandbox):
     def from_settings(cls, settings: AgentSettings) -> LocalToolSandbox:
         """Roots from ``AGENT_WORKSPACE_ROOTS`` (else the current directory).
 
-        The data directory is hidden from tools; it and the settings files are protected.
+        The data directory is hidden from tools; it, the settings files and the prompts
+        directory are protected (a tool that could write them could loosen the policy or
+        rewrite the model's instructions for later tasks).
         """
         protected = [settings.data_dir, *settings.sandbox_protected_paths]
-        protected.extend(p for p in (settings.policy_file, settings.env_file) if p is not None)
+        protected.extend(
+            p
+            for p in (settings.policy_file, settings.env_file, settings.prompts_dir)
+            if p is not None
+        )
         return cls(
             roots=settings.workspace_roots or (Path.cwd(),),
             protected=protected,
