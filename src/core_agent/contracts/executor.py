@@ -134,9 +134,9 @@ class ExecutionContext:
     """Everything an executor gets from the kernel for one run of a task.
 
     ``task`` says what it runs, ``run`` is what it changes, ``humans`` how it asks for
-    decisions; ``emit`` and ``unit_of_work`` are how it records what happens. Executors see
-    nothing else of the task's lifecycle: the kernel moves the task between states from what
-    ``IExecutor.run`` returns or raises.
+    decisions; ``emit``, ``unit_of_work`` and ``flush`` are how it records what happens.
+    Executors see nothing else of the task's lifecycle: the kernel moves the task between
+    states from what ``IExecutor.run`` returns or raises.
     """
 
     task: TaskIdentity
