@@ -10,7 +10,14 @@ from core_agent.contracts.errors import ModelError, ModelRateLimitError
 from core_agent.tooling.registry import ToolRegistry
 from fakes.gateways import FakeFaultyGateway, FakeSequentialGateway, FakeSmallWindowGateway
 from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeTraceStore
-from shared.agent_protocol import AssistantMessage, TaskRequest, TaskStatus, ToolCall, ToolMessage
+from shared.agent_protocol import (
+    ApprovalDecision,
+    AssistantMessage,
+    TaskRequest,
+    TaskStatus,
+    ToolCall,
+    ToolMessage,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -142,3 +149,40 @@ async def test_a_prompt_that_cannot_be_shortened_fails_with_the_providers_error(
     assert result.status is TaskStatus.FAILED
     assert result.error_type == "ModelContextWindowError"
     assert len(model.requests) == 1  # nothing to trim: not sent again
+
+
+@tool(capabilities={"exec"})
+def launch(target: str) -> str:
+    """Launch something (high risk: the task waits for a human)."""
+    return f"launched {target}"
+
+
+async def test_a_resumed_loop_keeps_sending_the_shortened_prompt(run) -> None:
+    """The shortening is part of the loop's checkpoint: resuming does not pay the refusal again."""
+    turns = [
+        AssistantMessage(
+            content="", tool_calls=[ToolCall(id=f"c{n}", name="read_page", arguments={"page": n})]
+        )
+        for n in range(6)
+    ]
+    risky = AssistantMessage(
+        content="", tool_calls=[ToolCall(id="go", name="launch", arguments={"target": "x"})]
+    )
+    model = FakeSmallWindowGateway(
+        FakeSequentialGateway([*turns, risky, AssistantMessage(content="done")]), max_messages=9
+    )
+    kernel, _, _ = run(model, tools=[read_page, launch])
+    waiting = await kernel.execute_task(TaskRequest(task="read, then launch", force_mode="react"))
+    assert waiting.status is TaskStatus.WAITING_APPROVAL
+    assert any(len(r.messages) > 9 for r in model.requests)  # refused once, then shortened
+    before = len(model.requests)
+    request_id = waiting.pending_approval
+    assert request_id is not None
+    done = await kernel.resolve_approval(
+        request_id, ApprovalDecision(request_id=request_id, approved=True, decided_by="me")
+    )
+    assert done.status is TaskStatus.SUCCEEDED and done.output == "done"
+    assert [len(r.messages) for r in model.requests[before:]] == [
+        len(model.requests[before].messages)
+    ]
+    assert len(model.requests[before].messages) <= 9

@@ -68,6 +68,9 @@ class LoopCheckpoint(Checkpoint):
     held every call made so far, writes and commands included."""
     error_streak: int = 0
     corrections_left: int = 1
+    max_sent_turns: int | None = None
+    """Set once the provider refused a prompt as too long: the most turns sent since, so a
+    resumed loop does not send (and pay for) the refused length again."""
     output: str | None = None
     structured: dict[str, object] | None = None
 

@@ -256,6 +256,7 @@ class ReActLoop:
             state.results_by_fingerprint = dict(restored.fingerprints)
             state.error_streak = restored.error_streak
             state.corrections_left = restored.corrections_left
+            state.max_sent_turns = restored.max_sent_turns
             if restored.phase == "answered":
                 return LoopResult(restored.output or "", restored.structured)
             if restored.phase == "tools":
@@ -365,6 +366,7 @@ class ReActLoop:
             fingerprints=dict(state.results_by_fingerprint),
             error_streak=state.error_streak,
             corrections_left=state.corrections_left,
+            max_sent_turns=state.max_sent_turns,
             output=answer.output if answer is not None else None,
             structured=answer.structured if answer is not None else None,
         )
