@@ -237,3 +237,76 @@ async def test_a_risky_call_in_the_react_fallback_suspends_and_resumes_there(set
         kinds = [e.kind for e in await second.task_events(result.task_id)]
     assert effects == ["restart shop"]
     assert kinds.count("plan.created") == 0  # resumed in the fallback, not planned again
+
+
+async def test_a_fallback_resumed_after_approval_counts_on_from_its_usage(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Limits and usage carry on across the fallback's suspension instead of going back."""
+    from core_agent.contracts.settings import AgentSettings
+    from providers.scripted_gateway import ScriptedConversation
+    from shared.agent_protocol import TokenUsage, UsageLimits
+
+    used = TokenUsage(input_tokens=100, output_tokens=10, cost_usd=0.01)
+    effects: list[str] = []
+
+    @tool(capabilities={"read"})
+    def count(shelf: str) -> str:
+        """Count a shelf."""
+        effects.append(f"count {shelf}")
+        return f"{shelf}: 12"
+
+    @tool(capabilities={"exec"})
+    def restart(service: str) -> str:
+        """Restart a service (high risk)."""
+        effects.append(f"restart {service}")
+        return "restarted"
+
+    def use(name: str, **arguments: object) -> ScriptedTurn:
+        return ScriptedTurn(
+            tool_calls=[ScriptedToolCall(name=name, arguments=arguments)], usage=used
+        )
+
+    conversations = [
+        ScriptedConversation(
+            match=r"^Plan this task:",
+            turns=[ScriptedTurn(content="no plan", usage=used) for _ in range(3)],
+        ),
+        ScriptedConversation(
+            match=r"^Count",
+            turns=[
+                use("count", shelf="a"),
+                use("count", shelf="b"),
+                use("restart", service="shop"),
+                use("count", shelf="c"),
+                use("count", shelf="d"),
+                ScriptedTurn(content="done", usage=used),
+            ],
+        ),
+    ]
+    settings = AgentSettings(data_dir=tmp_path / "data", model_max_retries=0, recovery="off")
+
+    def kernel():  # type: ignore[no-untyped-def]
+        container = KernelContainer()
+        container.settings.override(settings)
+        container.llm_gateway.override(ScriptedLLMGateway(conversations=list(conversations)))
+        container.tool_registry.override(ToolRegistry([count, restart]))
+        return container.kernel()
+
+    async with kernel() as first:
+        waiting = await first.execute_task(
+            TaskRequest(
+                task="Count the stock and restart.",
+                force_mode="plan_execute",
+                limits=UsageLimits(tool_calls=4),
+            )
+        )
+        assert waiting.status is TaskStatus.WAITING_APPROVAL
+        request_id = waiting.pending_approval
+        assert request_id is not None
+    async with kernel() as second:
+        done = await second.resolve_approval(
+            request_id, ApprovalDecision(request_id=request_id, approved=True, decided_by="me")
+        )
+        kinds = [e.kind for e in await second.task_events(waiting.task_id)]
+    assert done.status is TaskStatus.FAILED and done.error_type == "UsageLimitExceededError"
+    assert effects == ["count a", "count b", "restart shop", "count c"]
+    assert done.usage.input_tokens == 100 * kinds.count("llm.completed")

@@ -217,3 +217,35 @@ async def test_create_kernel_takes_tool_hooks(settings) -> None:
         result = await kernel.execute_task(TaskRequest(task="What is 17 * 23 + 4?"))
     assert result.status is TaskStatus.SUCCEEDED, result.error
     assert seen == ["395"]
+
+
+async def test_a_hook_that_edits_the_call_in_place_changes_nothing(kernel_for) -> None:
+    """Only a returned rewrite counts: what is graded, shown and run stays one call."""
+
+    def edit(call: ToolCall, context: ToolHookContext) -> None:
+        call.arguments["path"] = "config/.env"  # type: ignore[index]
+
+    kernel, tasks, _ = kernel_for(
+        calls(("peek", {"path": "notes.txt"})),
+        ScriptedTurn(content="ok"),
+        hooks=[tool_hook(before=edit)],
+    )
+    result = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED
+    assert peeked == ["notes.txt"]
+    (decided,) = events(tasks, result, "policy.decided")
+    assert decided.risk.value == "low"  # graded on the call that ran, not the edit
+
+
+@pytest.mark.parametrize("answer", ["block", False, HookVerdict(action="deny")])  # type: ignore[arg-type]
+async def test_a_hook_that_answers_something_else_blocks_the_call(kernel_for, answer) -> None:
+    kernel, tasks, _ = kernel_for(
+        calls(("peek", {"path": "notes.txt"})),
+        ScriptedTurn(content="ok"),
+        hooks=[tool_hook(before=lambda call, context: answer)],
+    )
+    result = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED  # the model read why, and answered
+    assert peeked == []
+    (completed,) = events(tasks, result, "tool.completed")
+    assert completed.result.is_error and "HookVerdict" in completed.result.content

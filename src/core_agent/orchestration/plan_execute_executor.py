@@ -253,9 +253,13 @@ class PlanExecuteExecutor(IExecutor):
         if saved is None:
             return _Run(run_id=uuid.uuid4().hex), None
         context.run.tainted = context.run.tainted or saved.tainted
+        # The plan checkpoint is saved between steps, the task's row at every suspension:
+        # never go back to the older of the two (a limit would be passed, usage undercounted).
         stats = context.run.stats
-        stats.usage, stats.turns = saved.usage, saved.turns
-        stats.llm_calls, stats.tool_calls = saved.llm_calls, saved.tool_calls
+        stats.usage = _larger_usage(stats.usage, saved.usage)
+        stats.turns = max(stats.turns, saved.turns)
+        stats.llm_calls = max(stats.llm_calls, saved.llm_calls)
+        stats.tool_calls = max(stats.tool_calls, saved.tool_calls)
         run = _Run(
             run_id=saved.run_id,
             plan=saved.plan,
@@ -589,7 +593,9 @@ class PlanExecuteExecutor(IExecutor):
                     output_type=context.task.output_type,
                 )
             except TurnSuspended as suspended:
-                # Its journal holds the turn; the run resumes here ("falling_back").
+                # Its journal holds the turn; the run resumes here ("falling_back"), with the
+                # usage up to here (limits count on from it).
+                await self._save(context, run, "falling_back")
                 raise ApprovalPendingError(suspended.requests) from None
             except (StructuredOutputError, UsageLimitExceededError):
                 raise
@@ -621,4 +627,16 @@ def _escalation(context: ExecutionContext, failures: list[str]) -> Escalation:
             "to end the task."
         ),
         reason="plan-and-execute and the ReAct fallback both failed",
+    )
+
+
+def _larger_usage(current: TokenUsage, saved: TokenUsage) -> TokenUsage:
+    """The usage that counts more, field by field (both only ever grow during a task)."""
+    return TokenUsage(
+        input_tokens=max(current.input_tokens, saved.input_tokens),
+        output_tokens=max(current.output_tokens, saved.output_tokens),
+        cost_usd=max(
+            (cost for cost in (current.cost_usd, saved.cost_usd) if cost is not None),
+            default=None,
+        ),
     )

@@ -48,9 +48,19 @@ async def run_before_hooks(
     for hook in context.tool_hooks:
         name = hook.hook_name()
         try:
+            # A copy: a hook that edits the call in place instead of returning a rewrite
+            # must not change what the policy grades and the human sees while the tool runs
+            # the arguments validated before.
             verdict = await _maybe_await(
-                hook.before_call(call, _hook_context(context, call, reused=False))
+                hook.before_call(
+                    call.model_copy(deep=True), _hook_context(context, call, reused=False)
+                )
             )
+            if verdict is not None and (
+                not isinstance(verdict, HookVerdict)
+                or verdict.action not in ("allow", "block", "rewrite")
+            ):
+                raise TypeError(f"before_call must return a HookVerdict or None, not {verdict!r}")
         except Exception as exc:
             log.warning("tool hook %s failed before %s", name, call.name, exc_info=True)
             reason = f"{type(exc).__name__}: {exc}"
