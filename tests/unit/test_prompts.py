@@ -14,8 +14,8 @@ from core_agent.contracts.errors import ConfigurationError, UsageError
 from core_agent.contracts.llm_gateway import LLMRequest
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import Capability
+from core_agent.contracts.untrusted import UNTRUSTED_NOTICE
 from core_agent.memory.session_history import SessionTurn
-from core_agent.orchestration.react_loop import UNTRUSTED_NOTICE
 from core_agent.prompts import PROMPT_SPECS, default_prompts, load_prompt_set
 from core_agent.tooling.registry import ToolRegistry
 from fakes.gateways import FakeRecordingGateway
@@ -137,10 +137,11 @@ async def test_an_override_directory_changes_what_the_model_receives(wired, tmp_
     planned = await kernel.execute_task(TaskRequest(task="Look", force_mode="plan_execute"))
     assert planned.status is TaskStatus.SUCCEEDED, planned.error
     by_opening = {opening(r).split()[0]: system_of(r) for r in gateway.requests[1:]}
+    # Steps and the synthesis read tool output: the notice follows their prompts too.
     assert by_opening == {
         "Plan": "Plan in at most 4 steps. Reply with JSON.",
-        "Your": "Carry out the step.",
-        "Write": "Answer from the results.",
+        "Your": f"Carry out the step.\n\n{UNTRUSTED_NOTICE}",
+        "Write": f"Answer from the results.\n\n{UNTRUSTED_NOTICE}",
     }
 
 
@@ -196,7 +197,7 @@ async def test_compaction_summarizes_with_the_configured_summary_prompt(
         await container.opened().close()
         await container.task_store().close()
     assert summary.text == "short"
-    assert system_of(gateway.requests[0]) == "Summarize in 14 words."
+    assert system_of(gateway.requests[0]) == f"Summarize in 14 words.\n\n{UNTRUSTED_NOTICE}"
 
 
 async def test_braces_and_dollars_in_a_task_reach_the_model_literally(wired, tmp_path) -> None:

@@ -44,6 +44,7 @@ from core_agent.contracts.tool_hook import ToolHook
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore, Span
+from core_agent.contracts.untrusted import UNTRUSTED_NOTICE
 from core_agent.kernel.human_approvals import (
     HumanApprovals,
     already_decided,
@@ -60,7 +61,6 @@ from core_agent.kernel.task_lifecycle import TaskLifecycle
 from core_agent.kernel.task_recovery import TaskRecovery
 from core_agent.memory.hybrid_memory import recall_message
 from core_agent.observability.tracer import Tracer, new_trace_id
-from core_agent.orchestration.react_loop import UNTRUSTED_NOTICE
 from core_agent.prompts import PromptSet, default_prompts
 from core_agent.safety.approval_gateway import CallbackApprovalGateway
 from shared.agent_protocol import (

@@ -131,7 +131,7 @@ class SessionConversations:
                     text, through, tainted = folded.content, folded.through_seq, folded.tainted
             keep, dropped = self._fit(budget, text, keep)
             omitted += dropped
-            prefix = history_messages(text, keep, omitted=omitted)
+            prefix = history_messages(text, keep, omitted=omitted, summary_tainted=tainted)
             messages[len(messages) - 1 : len(messages) - 1] = prefix
             span.attributes.update(
                 window_tokens=self.window_tokens,

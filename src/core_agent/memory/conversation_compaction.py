@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from core_agent.contracts.errors import ModelError, UsageError
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest
 from core_agent.contracts.token_counter import ITokenCounter
+from core_agent.contracts.untrusted import UNTRUSTED_NOTICE
 from core_agent.memory.session_history import SessionTurn, summary_message
 from core_agent.prompts import PromptSet, default_prompts
 from shared.agent_protocol import (
@@ -145,7 +146,7 @@ class ConversationCompactor:
     def _request(self, previous: str | None, turns: str) -> LLMRequest:
         return LLMRequest(
             messages=(
-                SystemMessage(content=self._prompt),
+                SystemMessage(content=f"{self._prompt}\n\n{UNTRUSTED_NOTICE}"),
                 UserMessage(
                     content=_REQUEST.format(previous=previous or "(none yet)", turns=turns)
                 ),

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core_agent.contracts.untrusted import wrap_untrusted
 from core_agent.memory.prompt_window import opening_end
 from shared.agent_protocol import (
     AssistantMessage,
@@ -77,18 +78,28 @@ def turns_of(entries: Sequence[SessionEntry]) -> list[SessionTurn]:
     return turns
 
 
-def summary_message(summary: str) -> SystemMessage:
-    """The summary as the message that stands for the turns it covers."""
+def summary_message(summary: str, *, tainted: bool = False) -> SystemMessage:
+    """The summary as the message that stands for the turns it covers.
+
+    A summary folded from tainted turns may carry an injection the summarising model copied:
+    it is given as untrusted data, not with a system message's authority.
+    """
+    if tainted:
+        summary = wrap_untrusted(summary, source="session summary")
     return SystemMessage(content=f"{SUMMARY_HEADER}\n{summary}")
 
 
 def history_messages(
-    summary: str | None, turns: Sequence[SessionTurn], *, omitted: int = 0
+    summary: str | None,
+    turns: Sequence[SessionTurn],
+    *,
+    omitted: int = 0,
+    summary_tainted: bool = False,
 ) -> list[ChatMessage]:
     """What goes between the recalled memories and the new task's message."""
     messages: list[ChatMessage] = []
     if summary:
-        messages.append(summary_message(summary))
+        messages.append(summary_message(summary, tainted=summary_tainted))
     if omitted:
         messages.append(SystemMessage(content=OMITTED_TURNS_NOTE.format(count=omitted)))
     for turn in turns:

@@ -60,6 +60,7 @@ from core_agent.contracts.planner import IPlanner, Plan, PlanStep
 from core_agent.contracts.tool import ToolSpec
 from core_agent.contracts.tool_call_ledger import IToolCallLedger
 from core_agent.contracts.trace_store import ITraceStore
+from core_agent.contracts.untrusted import UNTRUSTED_NOTICE
 from core_agent.observability.tracer import Tracer
 from core_agent.orchestration.loop_journal import LoopJournal
 from core_agent.orchestration.react_loop import (
@@ -483,7 +484,7 @@ class PlanExecuteExecutor(IExecutor):
         ) as span:
             span.attributes.update(goal=step.goal, depends_on=step.depends_on)
             messages: list[ChatMessage] = [
-                SystemMessage(content=self._step_system),
+                SystemMessage(content=f"{self._step_system}\n\n{UNTRUSTED_NOTICE}"),
                 UserMessage(
                     content=self._step_prompt(context, step, steps, run.results, run.prior)
                 ),
@@ -538,7 +539,7 @@ class PlanExecuteExecutor(IExecutor):
         await self._save(context, run, "synthesizing")
         summary = _progress(run.plan, run.results, run.prior, self._limits.result_chars_per_step)
         messages: list[ChatMessage] = [
-            SystemMessage(content=self._synthesis_system),
+            SystemMessage(content=f"{self._synthesis_system}\n\n{UNTRUSTED_NOTICE}"),
             UserMessage(
                 content=f"{SYNTHESIS_MARKER} to this task: {context.task.request.task}\n\n"
                 f"Results of the steps:\n{summary}"

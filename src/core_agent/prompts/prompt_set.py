@@ -16,7 +16,7 @@ never reads the values as templates, so text containing ``$x`` or ``{x}`` goes t
 
 What is not in the set, on purpose: text the kernel adds around these prompts as part of its
 own protocol or safety design stays in code, next to the behaviour it describes. The notice
-that tool output in ``<untrusted-data>`` tags is data (``react_loop.UNTRUSTED_NOTICE``) is
+that tool output in ``<untrusted-data>`` tags is data (``contracts.untrusted.UNTRUSTED_NOTICE``) is
 appended to every task's system prompt, configured or requested, so that no override can drop
 it; the ReAct loop's ``[core-agent notice]`` messages (a repeated call, a streak of failed
 calls, an unusable structured answer), the structured-output instruction (it names the

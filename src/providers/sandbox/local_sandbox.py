@@ -183,8 +183,9 @@ class LocalToolSandbox(IToolSandbox):
     def with_profile(self, profile: Mapping[str, Any]) -> LocalToolSandbox:
         """A sandbox with a recorded task's settings, sharing this one's launcher.
 
-        A task recorded as ``unconfined`` runs confined when this sandbox is: a resumed task
-        never gets looser limits than the process resolving it allows.
+        A task recorded as ``unconfined`` runs confined when this sandbox is, and keeps the
+        paths this sandbox protects or hides: a resumed task never gets looser limits than
+        the process resolving it allows.
         """
         if profile.get("kind") != PROFILE_KIND or profile.get("version") != PROFILE_VERSION:
             raise ConfigurationError(
@@ -194,6 +195,10 @@ class LocalToolSandbox(IToolSandbox):
         values = {k: v for k, v in profile.items() if k in self._settings}
         if self._mode == "confined":
             values["mode"] = "confined"
+        # Paths this process protects or hides (a prompts directory or policy file set up
+        # since the task started) stay so for it too: a recorded profile only adds.
+        for key in ("protected", "hidden"):
+            values[key] = list(dict.fromkeys([*values.get(key, []), *self._settings[key]]))
         return self._derive(values)
 
     def with_roots(self, roots: Sequence[str | Path]) -> LocalToolSandbox:
