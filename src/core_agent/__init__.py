@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from core_agent.container import KernelContainer, create_kernel
     from core_agent.contracts.settings import AgentSettings
+    from core_agent.contracts.tool import ToolContext
     from core_agent.contracts.tool_hook import HookVerdict, ToolHook, tool_hook
     from core_agent.kernel.agent_kernel import AgentKernel
     from core_agent.tooling.function_tool import FunctionTool, tool
@@ -31,6 +32,7 @@ _LAZY = {
     "HookVerdict": "core_agent.contracts.tool_hook",
     "KernelContainer": "core_agent.container",
     "create_kernel": "core_agent.container",
+    "ToolContext": "core_agent.contracts.tool",
     "ToolHook": "core_agent.contracts.tool_hook",
     "tool": "core_agent.tooling.function_tool",
     "tool_hook": "core_agent.contracts.tool_hook",
@@ -42,6 +44,7 @@ __all__ = [
     "FunctionTool",
     "HookVerdict",
     "KernelContainer",
+    "ToolContext",
     "ToolHook",
     "__version__",
     "create_kernel",

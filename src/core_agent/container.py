@@ -2,15 +2,15 @@
 
 Adapters are found by name through entry points (``core_agent.llm_gateways``,
 ``core_agent.task_stores``, ``core_agent.trace_stores``, ``core_agent.tools``), so the kernel never
-imports a provider and a third-party package adds one by declaring an entry point. Every entry
-point names a factory taking ``AgentSettings``. Tests swap any adapter with
-``container.<name>.override(fake)``.
+imports a provider and a third-party package adds one by declaring an entry point. An entry
+point names a factory taking ``AgentSettings``, or an object that already implements the port
+(such as an ``@tool`` function). Tests swap any adapter with ``container.<name>.override(fake)``.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import TypeVar
 
@@ -73,6 +73,7 @@ from core_agent.safety.redacting_stores import (
 from core_agent.safety.redaction import Redactor, host_secrets
 from core_agent.tooling.memory_tools import knowledge_search_tool, memory_tools
 from core_agent.tooling.registry import ToolRegistry
+from core_agent.tooling.tool_origins import check_deps, defined_at, host_tools, registry_of
 
 LLM_GATEWAYS = "core_agent.llm_gateways"
 TASK_STORES = "core_agent.task_stores"
@@ -103,18 +104,46 @@ def installed_providers(group: str) -> list[str]:
     return sorted(_entry_points(group))
 
 
+def describe_entry_point(entry: EntryPoint) -> str:
+    """``'name' (module:attr, from distribution D)``, for messages."""
+    source = f", from {entry.dist.name}" if entry.dist is not None else ""
+    return f"{entry.name!r} ({entry.value}{source})"
+
+
 def load_provider(group: str, name: str, settings: AgentSettings, port: type[T]) -> T:
-    """Build the provider registered as ``name`` in ``group`` and check it implements ``port``.
+    """The provider registered as ``name`` in ``group``, checked to implement ``port``.
+
+    The entry point names either an object that already implements ``port`` (an ``@tool``
+    function, a ready instance), used as it is, or a factory called with ``settings``.
 
     Raises:
         ProviderNotFoundError: No such name; the error lists the installed ones.
-        ConfigurationError: The factory failed or returned something else than a ``port``.
+        ConfigurationError: The entry point names something else, or the factory returned
+            something else than a ``port``. An exception of the factory itself propagates,
+            with a note naming the entry point.
     """
     available = _entry_points(group)
     if name not in available:
         raise ProviderNotFoundError(group, name, list(available))
-    factory = available[name].load()
-    instance = factory(settings)
+    entry = available[name]
+    loaded = entry.load()
+    if isinstance(loaded, port):
+        return loaded
+    if not callable(loaded):
+        raise ConfigurationError(
+            f"entry point {describe_entry_point(entry)} in {group!r} is a "
+            f"{type(loaded).__name__}: it must name a factory taking AgentSettings or an "
+            f"object that implements {port.__name__}"
+        )
+    try:
+        instance = loaded(settings)
+    except Exception as exc:
+        exc.add_note(
+            f"while building {describe_entry_point(entry)} of {group!r} from the settings (an "
+            f"entry point names a factory taking AgentSettings, or an object that implements "
+            f"{port.__name__} such as an @tool function)"
+        )
+        raise
     if not isinstance(instance, port):
         raise ConfigurationError(
             f"provider {name!r} in {group!r} returned {type(instance).__name__}, "
@@ -123,22 +152,33 @@ def load_provider(group: str, name: str, settings: AgentSettings, port: type[T])
     return instance
 
 
-def load_tools(settings: AgentSettings, kernel_tools: Sequence[ITool] = ()) -> ToolRegistry:
-    """A registry with the installed tools and the kernel's own tools.
+def load_tools(
+    settings: AgentSettings, kernel_tools: Sequence[ITool] = (), code_tools: Sequence[ITool] = ()
+) -> ToolRegistry:
+    """A registry with the host's tools, the installed tools and the kernel's own tools.
 
-    ``settings.tools`` picks among both (all when unset); the kernel's own are memory and
-    knowledge search.
+    ``settings.tools`` picks among the installed and the kernel's own (all when unset); the
+    kernel's own are memory and knowledge search. ``code_tools``, the tools the host passed
+    to ``create_kernel``, are always in (``settings.tools`` may name them too).
 
     Raises:
-        ProviderNotFoundError: ``settings.tools`` names a tool that is neither.
+        ProviderNotFoundError: ``settings.tools`` names a tool that is none of these.
+        ConfigurationError: Two tools have the same name (the message says where each is from).
     """
-    available = installed_providers(TOOLS)
+    available = _entry_points(TOOLS)
     own = {tool.spec.name: tool for tool in kernel_tools}
-    wanted = list(settings.tools) if settings.tools is not None else [*available, *own]
-    return ToolRegistry(
-        own[name] if name in own else load_provider(TOOLS, name, settings, ITool)  # type: ignore[type-abstract]
-        for name in wanted
-    )
+    given = {tool.spec.name for tool in code_tools}
+    wanted = [*available, *own] if settings.tools is None else settings.tools
+    chosen = [(tool, f"the tool {defined_at(tool)} passed to create_kernel") for tool in code_tools]
+    for name in dict.fromkeys(wanted):
+        if name in available:
+            tool = load_provider(TOOLS, name, settings, ITool)  # type: ignore[type-abstract]
+            chosen.append((tool, f"the installed tool {describe_entry_point(available[name])}"))
+        if name in own:
+            chosen.append((own[name], "the kernel's own tool"))
+        if name not in available and name not in own and name not in given:
+            raise ProviderNotFoundError(TOOLS, name, [*available, *own, *given])
+    return registry_of(chosen)
 
 
 def build_kernel_tools(
@@ -453,10 +493,15 @@ class KernelContainer(containers.DeclarativeContainer):
         max_bytes=settings.provided.ingest_max_bytes,
         embed_batch_size=settings.provided.embedding_batch_size,
     )
+    host_tools: providers.Object[tuple[ITool, ...]] = providers.Object(())
+    """Tools the host passed in code (``create_kernel(tools=...)``), next to the installed ones."""
+    deps: providers.Object[object] = providers.Object(None)
+    """The host's objects for its tools (``ToolContext.deps``); this process's, never stored."""
     tool_registry = providers.Singleton(
         load_tools,
         settings,
         providers.Callable(build_kernel_tools, settings, memory_store.provider, retriever.provider),
+        host_tools,
     )
 
     checkpoint_store = providers.Singleton(
@@ -516,6 +561,7 @@ class KernelContainer(containers.DeclarativeContainer):
         prompt_window=providers.Factory(
             build_prompt_window, settings, model_gateway, token_counter.provider
         ).provider,
+        deps=deps,
     )
     planner = providers.Singleton(
         LLMPlanner,
@@ -590,27 +636,42 @@ class KernelContainer(containers.DeclarativeContainer):
 def create_kernel(
     settings: AgentSettings | None = None,
     *,
+    tools: Iterable[ITool] = (),
     approval_callback: ApprovalCallback | None = None,
     tool_hooks: Sequence[ToolHook] = (),
+    deps: object = None,
 ) -> AgentKernel:
     """Build a kernel from ``settings`` (or ``AGENT_*`` variables), resolving every provider now.
 
+    ``tools`` (``@tool`` functions or ``ITool`` objects) join the installed tools and the
+    kernel's own; ``settings.tools`` selects among those and never drops these.
     ``approval_callback`` (sync or async) decides calls at or above the approval threshold;
     without one such a call suspends its task in ``waiting_approval`` until
     ``resolve_approval``. ``tool_hooks`` run around every tool call, in order
-    (``AgentKernel.add_tool_hook``).
+    (``AgentKernel.add_tool_hook``). ``deps`` is what tools get as ``ToolContext.deps``
+    (a parameter annotated ``ToolContext[MyDeps]`` of an ``@tool`` function): objects of this
+    process, never stored, so a task resumed in another process (after a restart, or by
+    ``core-agent resolve``) gets that process's deps, ``None`` if it passed none.
 
     Raises:
+        TypeError: ``tools`` is not a list of tools (a plain function lacks ``@tool``).
         ProviderNotFoundError: A configured provider name is not installed.
         ModelNotConfiguredError: The litellm gateway was chosen but no model is set.
         ConfigurationError: A prompt file of ``AGENT_PROMPTS_DIR`` is refused (see
-            ``load_prompt_set``).
+            ``load_prompt_set``); two tools have the same name; ``deps`` is not of the type
+            a tool's ``ToolContext[...]`` asks for.
     """
+    given = host_tools(tools)
+    check_deps(given, deps)
     container = KernelContainer()
     if settings is not None:
         container.settings.override(providers.Object(settings))
-    # The prompts first: a bad prompt file stops start-up before any store is opened.
+    container.host_tools.override(providers.Object(given))
+    container.deps.override(providers.Object(deps))
+    # The prompts and the tools first: a bad prompt file or two tools of one name stop
+    # start-up before any store is opened.
     container.prompts()
+    container.tool_registry()
     kernel: AgentKernel = container.kernel()
     kernel.set_approval_callback(approval_callback)
     for hook in tool_hooks:

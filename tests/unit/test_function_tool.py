@@ -5,7 +5,11 @@ import pytest
 from pydantic import BaseModel, Field
 
 from core_agent import tool
-from core_agent.contracts.errors import ToolArgumentsError, ToolRegistrationError
+from core_agent.contracts.errors import (
+    ToolArgumentsError,
+    ToolExecutionError,
+    ToolRegistrationError,
+)
 from core_agent.contracts.tool import Capability, ToolContext
 from core_agent.tooling.registry import ToolRegistry
 
@@ -81,6 +85,47 @@ async def test_a_pydantic_model_parameter_is_the_schema_and_context_is_injected(
     assert out == '{"query": "wal", "mode": "fast", "task": "t"}'
     with pytest.raises(ToolArgumentsError, match="mode"):
         search.validate_arguments({"query": "x", "mode": "slow"})
+
+
+class Library:
+    def __init__(self, books: list[str]) -> None:
+        self.books = books
+
+
+@tool
+async def count_books(ctx: ToolContext[Library], prefix: str = "") -> int:
+    """Count the host's books.
+
+    Args:
+        prefix: Only books whose title starts with it.
+    """
+    return sum(book.startswith(prefix) for book in ctx.deps.books)
+
+
+async def test_a_typed_context_parameter_gets_the_deps_and_stays_out_of_the_schema() -> None:
+    assert set(count_books.spec.parameters["properties"]) == {"prefix"}
+    context = ToolContext[Library](
+        task_id="t", session_id="s", call_id="c", deps=Library(["Emma", "Persuasion", "Evelina"])
+    )
+    assert await count_books.invoke(count_books.validate_arguments({"prefix": "E"}), context) == "2"
+
+
+async def test_deps_of_the_wrong_type_fail_the_call_with_a_clear_error() -> None:
+    """The model reads why (a host misconfiguration), instead of an AttributeError."""
+    with pytest.raises(ToolExecutionError, match=r"asks for deps of type Library.*given no deps"):
+        await count_books.invoke(count_books.validate_arguments({}), CTX)
+    assert count_books.deps_mismatch(Library([])) is None
+
+
+async def test_an_untyped_context_takes_any_deps() -> None:
+    @tool
+    def show(context: ToolContext) -> str:
+        """Show the deps."""
+        return repr(context.deps)
+
+    assert show.deps_mismatch(None) is None and show.deps_mismatch(3) is None
+    context = ToolContext(task_id="t", session_id="s", call_id="c", deps={"k": 1})
+    assert await show.invoke({}, context) == "{'k': 1}"
 
 
 async def test_sync_tools_run_off_the_event_loop_thread() -> None:

@@ -8,7 +8,9 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic
+
+from typing_extensions import TypeVar
 
 from shared.agent_protocol import RiskLevel
 
@@ -17,6 +19,10 @@ if TYPE_CHECKING:
 
 TOOL_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 """Names that every chat-completions provider accepts."""
+
+DepsT = TypeVar("DepsT", default=Any)
+"""The type of the host's dependencies a tool receives (``ToolContext.deps``)."""
+_NO_DEPS: Any = None  # typed Any so it can default a field of any DepsT
 
 
 class Capability(StrEnum):
@@ -92,9 +98,15 @@ class UninterruptibleWork:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-@dataclass(frozen=True, slots=True)
-class ToolContext:
-    """Who is calling, the sandbox the call must act through, and what it may do."""
+# No slots: with them, ``ToolContext[MyDeps](...)`` fails (typing's ``__orig_class__`` write
+# reaches the frozen ``__setattr__`` of the slotted copy of the class, which raises TypeError).
+@dataclass(frozen=True)
+class ToolContext(Generic[DepsT]):
+    """Who is calling, the sandbox the call must act through, and what it may do.
+
+    ``ToolContext[MyDeps]`` types ``deps``: an ``@tool`` function with a parameter annotated
+    so receives the context there (that parameter is not shown to the model).
+    """
 
     task_id: str
     session_id: str
@@ -111,6 +123,11 @@ class ToolContext:
     (see the tool-call ledger): pass it to services that deduplicate requests."""
     work: UninterruptibleWork = field(default_factory=UninterruptibleWork)
     """Where a tool reports work that outlives the kernel's wait (see the class)."""
+    deps: DepsT = _NO_DEPS
+    """What the host passed as ``create_kernel(deps=...)``: its own objects (a database
+    handle, the document open in the window), ``None`` when it passed nothing. Process-local:
+    never stored in a checkpoint, so a task resumed in another process gets that process's
+    deps."""
 
 
 class ITool(abc.ABC):

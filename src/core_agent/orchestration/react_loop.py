@@ -192,8 +192,11 @@ class ReActLoop:
         gate: ToolCallGate | None = None,
         detector: InjectionDetector | None = None,
         prompt_window: Callable[[], PromptWindow | None] | None = None,
+        deps: object = None,
     ) -> None:
         self._detector = detector or InjectionDetector()
+        # The host's objects for tools (ToolContext.deps): this process's, never checkpointed.
+        self._deps = deps
         self._prompt_window = prompt_window
         self._llm = llm
         self._tools = tools
@@ -650,6 +653,7 @@ class ReActLoop:
                     call_id=call.id,
                     sandbox=sandbox,
                     tainted=context.run.tainted,
+                    deps=self._deps,
                 ),
                 allowed=allowed,
                 gate=check,

@@ -12,13 +12,17 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, get_type_hints, overload
+from typing import Any, get_args, get_origin, get_type_hints, overload
 
 import anyio
 import anyio.to_thread
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from core_agent.contracts.errors import ToolArgumentsError, ToolRegistrationError
+from core_agent.contracts.errors import (
+    ToolArgumentsError,
+    ToolExecutionError,
+    ToolRegistrationError,
+)
 from core_agent.contracts.tool import TOOL_NAME_PATTERN, Capability, ITool, ToolContext, ToolSpec
 
 _SECTION = re.compile(r"^[A-Z][A-Za-z ]*:$")
@@ -56,7 +60,9 @@ def _split_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
 class FunctionTool(ITool):
     """An ``ITool`` backed by a Python function, sync or async.
 
-    Sync functions run in a worker thread so they never block the event loop.
+    Sync functions run in a worker thread so they never block the event loop. A parameter
+    annotated ``ToolContext`` (or ``ToolContext[MyDeps]``) receives the call's context, with
+    the host's ``create_kernel(deps=...)`` as ``ctx.deps``; it is left out of the schema.
     """
 
     def __init__(
@@ -83,6 +89,7 @@ class FunctionTool(ITool):
             )
         self._is_async = inspect.iscoroutinefunction(func)
         self._context_param: str | None = None
+        self._deps_type: Any = None
         self._model_param: str | None = None
         self._args_model = self._build_args_model(tool_name, func, arg_docs)
         parameters = self._args_model.model_json_schema()
@@ -111,8 +118,9 @@ class FunctionTool(ITool):
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise ToolRegistrationError(f"tool {tool_name!r}: *args/**kwargs are not supported")
             annotation = hints.get(param.name, inspect.Parameter.empty)
-            if annotation is ToolContext:
+            if annotation is ToolContext or get_origin(annotation) is ToolContext:
                 self._context_param = param.name
+                self._deps_type = next(iter(get_args(annotation)), None)
                 continue
             if annotation is inspect.Parameter.empty:
                 raise ToolRegistrationError(
@@ -139,6 +147,28 @@ class FunctionTool(ITool):
         """The tool's name, description, schema and capabilities."""
         return self._spec
 
+    def deps_mismatch(self, deps: object) -> str | None:
+        """Why ``deps`` is not what the function's ``ToolContext[...]`` asks for, if it is not.
+
+        Only a plain class is checked (``ToolContext[Notebook]``); ``Any``, unions, protocols
+        that are not runtime-checkable and the like are taken on trust.
+        """
+        expected = self._deps_type
+        kind = get_origin(expected) or expected
+        if expected is None or expected is Any or not isinstance(kind, type):
+            return None
+        try:
+            if isinstance(deps, kind):
+                return None
+        except TypeError:  # a protocol that isinstance cannot check
+            return None
+        given = "no deps" if deps is None else f"deps of type {type(deps).__qualname__}"
+        return (
+            f"tool {self._spec.name!r} asks for deps of type {kind.__qualname__} "
+            f"(ToolContext[{kind.__qualname__}]), but the kernel was given {given}: "
+            "pass create_kernel(deps=...)"
+        )
+
     def validate_arguments(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
         """Validate against the derived model; errors name the argument at fault."""
         try:
@@ -153,6 +183,9 @@ class FunctionTool(ITool):
         """Call the function; sync functions in a worker thread."""
         kwargs = dict(arguments)
         if self._context_param is not None:
+            mismatch = self.deps_mismatch(context.deps)
+            if mismatch is not None:
+                raise ToolExecutionError(mismatch, tool_name=self._spec.name)
             kwargs[self._context_param] = context
         if self._is_async:
             result = await self._func(**kwargs)
@@ -247,7 +280,8 @@ def tool(
         requires two integers; ``@tool(capabilities={"read"}, idempotent=True)`` declares
         what the tool does for the policy engine. A function taking a single pydantic model
         uses that model as its schema. A parameter annotated ``ToolContext`` receives the
-        calling task's context and is not part of the schema.
+        calling task's context and is not part of the schema; ``ToolContext[Notebook]``
+        types ``ctx.deps``, the object the host passed as ``create_kernel(deps=...)``.
     """
 
     def wrap(f: Callable[..., Any]) -> FunctionTool:
