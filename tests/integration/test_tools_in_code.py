@@ -281,3 +281,25 @@ async def test_the_approval_callback_decides_calls_of_tools_passed_in_code(tmp_p
     assert [r.tool_call.name for r in asked if r.tool_call] == ["send_note"]
     assert completed["send_note"].result.error_type == "ApprovalDeniedError"
     assert notebook.notes == []
+
+
+async def test_a_process_without_the_tool_in_code_leaves_its_approval_waiting(tmp_path) -> None:
+    """``core-agent resolve`` (or any kernel not given the tool) must not spend the decision."""
+    from core_agent.contracts.errors import UsageError
+
+    settings = scripted(tmp_path, call("send_note", text="the plan"))
+    notebook = Notebook("app")
+    async with create_kernel(settings, tools=[send_note], deps=notebook) as kernel:
+        waiting = await kernel.execute_task(TaskRequest(task="send it"))
+    request_id = waiting.pending_approval
+    assert request_id is not None
+    decision = ApprovalDecision(request_id=request_id, approved=True)
+
+    async with create_kernel(settings) as elsewhere:
+        with pytest.raises(UsageError, match="tool 'send_note', which this process does not have"):
+            await elsewhere.resolve_approval(request_id, decision)
+        assert [r.request_id for r in await elsewhere.pending_approvals()] == [request_id]
+
+    async with create_kernel(settings, tools=[send_note], deps=notebook) as kernel:
+        done = await kernel.resolve_approval(request_id, decision)
+    assert done.status is TaskStatus.SUCCEEDED and notebook.notes == ["the plan"]

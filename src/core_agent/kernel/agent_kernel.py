@@ -353,7 +353,8 @@ class AgentKernel:
 
         Raises:
             UsageError: No task is waiting on ``request_id`` (unknown, or already decided),
-                or ``decision.request_id`` names another request.
+                or ``decision.request_id`` names another request, or the call's tool is not
+                in this kernel (one another process passed in code; nothing is recorded).
             ResponseModelError: The task's response model is not known here, or
                 ``response_model`` has another JSON Schema (nothing is recorded).
             TaskHeldError: The task's live host is asking its own approver about it.
@@ -366,6 +367,12 @@ class AgentKernel:
         # Checked before the decision is recorded: a run that cannot answer in the right form
         # must not be started (nor the decision spent).
         output_type = self._response_model_for(state, response_model)
+        if request.tool_call is not None and request.tool_call.name not in self._tools.names():
+            raise UsageError(
+                f"the call waits on tool {request.tool_call.name!r}, which this process does "
+                "not have (a tool the application passed to create_kernel?): resolve it from "
+                "a kernel that has the tool; the request still waits"
+            )
         if request.tool_call is not None:
             return await self._resume_tool_call(state, request, decision, output_type)
         error = None
