@@ -21,7 +21,11 @@ from core_agent.contracts.checkpoint_store import ICheckpointStore
 from core_agent.contracts.document_catalog import IDocumentCatalog
 from core_agent.contracts.document_loader import IDocumentLoader
 from core_agent.contracts.embedder import IEmbedder
-from core_agent.contracts.errors import ConfigurationError, ProviderNotFoundError
+from core_agent.contracts.errors import (
+    ConfigurationError,
+    CoreAgentError,
+    ProviderNotFoundError,
+)
 from core_agent.contracts.lexical_index import ILexicalIndex
 from core_agent.contracts.llm_gateway import ILLMGateway
 from core_agent.contracts.memory_store import IMemoryStore
@@ -119,8 +123,8 @@ def load_provider(group: str, name: str, settings: AgentSettings, port: type[T])
     Raises:
         ProviderNotFoundError: No such name; the error lists the installed ones.
         ConfigurationError: The entry point names something else, or the factory returned
-            something else than a ``port``. An exception of the factory itself propagates,
-            with a note naming the entry point.
+            something else than a ``port``. Another exception of the factory propagates, with
+            a note naming the entry point.
     """
     available = _entry_points(group)
     if name not in available:
@@ -137,6 +141,8 @@ def load_provider(group: str, name: str, settings: AgentSettings, port: type[T])
         )
     try:
         instance = loaded(settings)
+    except CoreAgentError:
+        raise  # the kernel's own errors already say what to fix
     except Exception as exc:
         exc.add_note(
             f"while building {describe_entry_point(entry)} of {group!r} from the settings (an "
