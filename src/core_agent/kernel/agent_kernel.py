@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar, overload
 
@@ -139,6 +140,7 @@ class AgentKernel:
         limits: UsageLimits | None = None,
         session_limits: UsageLimits | None = None,
         tool_hooks: Sequence[ToolHook] = (),
+        warm_up: Callable[[], None] | None = None,
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -164,6 +166,8 @@ class AgentKernel:
         self._limits = limits or UsageLimits()
         self._session_limits = session_limits or UsageLimits()
         self._tool_hooks: list[ToolHook] = list(tool_hooks)
+        self._warm_up = warm_up
+        """Loads the model's libraries (``ILLMGateway.warm_up``); started when entered."""
         if recovery not in ("resume", "fail", "off"):
             raise ConfigurationError(f"recovery must be resume, fail or off, not {recovery!r}")
         self._recovery_mode = recovery
@@ -235,7 +239,13 @@ class AgentKernel:
         (``__aexit__``) in the task that entered it, as anyio requires of any task group: use
         ``async with kernel:``, or from another thread
         ``BlockingPortal.wrap_async_context_manager(kernel)``.
+
+        The model's libraries start loading in a daemon thread at the same time (litellm
+        takes seconds to import), so the first call does not wait for all of it.
         """
+        if self._warm_up is not None:
+            warm_up, self._warm_up = self._warm_up, None
+            threading.Thread(target=warm_up, name="core-agent-model-warm-up", daemon=True).start()
         if self._recovery_mode != "off" and self._background is None:
             self._background = anyio.create_task_group()
             await self._background.__aenter__()
@@ -713,7 +723,10 @@ class AgentKernel:
 
         def forward(event: BaseModel) -> None:
             if getattr(event, "task_id", None) == task_id:
-                send.send_nowait(event)
+                # The last events (the task ending canceled) arrive after a consumer that
+                # left early closed its end: nobody is listening, so they are dropped here.
+                with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    send.send_nowait(event)
 
         subscription = self._event_bus.subscribe(None, forward)
 
