@@ -34,6 +34,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Run LLM agent tasks locally: tools, traces and task history in SQLite.",
         epilog="Configuration comes from AGENT_* variables (AGENT_MODEL, AGENT_DATA_DIR, ...).",
     )
+    from core_agent import __version__
+
+    parser.add_argument("--version", action="version", version=f"core-agent {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="run a task and stream its answer")

@@ -359,3 +359,21 @@ def test_the_held_out_routing_set_in_both_languages_through_the_command(tmp_path
     assert min(tally[1] for tally in right.values()) >= 20
     assert sum(t[0] for t in right.values()) / len(rows) >= 0.9, right
     assert all(hits / n >= 0.85 for hits, n in right.values()), right
+
+
+def test_version_and_python_dash_m_work(tmp_path) -> None:
+    from core_agent import __version__
+
+    by_script = run("--version", data_dir=tmp_path)
+    assert (by_script.returncode, by_script.stdout.strip()) == (0, f"core-agent {__version__}")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    by_module = subprocess.run(
+        [sys.executable, "-m", "core_agent", "route", "What is 2 + 2?", "--json"],
+        env={**base, "AGENT_DATA_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert by_module.returncode == 0, by_module.stderr
+    assert json.loads(by_module.stdout)["strategy"] in ("react", "plan_execute")
