@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 from core_agent.command_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXIT_WAITING
 
+SHORT_ID = 12
+"""Characters of a task id shown in lists: a prefix that commands accept back."""
+TASK_REFERENCE = "a task id, a unique prefix of one, its trace id, or `last`"
+
 
 class _Parser(argparse.ArgumentParser):
     """Misuse is one line (what is wrong, and where to read more), not a usage block."""
@@ -81,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     tasks.add_argument("--json", action="store_true", help="print JSON")
 
     trace = commands.add_parser("trace", help="print the spans of a task")
-    trace.add_argument("task_id")
+    trace.add_argument("task_id", help=TASK_REFERENCE)
     trace.add_argument("--json", action="store_true", help="print JSON")
 
     route = commands.add_parser(
@@ -107,7 +111,7 @@ def _parser() -> argparse.ArgumentParser:
     audit = commands.add_parser(
         "audit", help="a task's policy decisions, approvals, refusals and injection warnings"
     )
-    audit.add_argument("task_id")
+    audit.add_argument("task_id", help=TASK_REFERENCE)
     audit.add_argument("--json", action="store_true", help="print JSON lines")
 
     approvals = commands.add_parser("approvals", help="list the questions tasks are waiting on")
@@ -122,11 +126,11 @@ def _parser() -> argparse.ArgumentParser:
     resume = commands.add_parser(
         "resume", help="carry on a task whose process died, from its last checkpoint"
     )
-    resume.add_argument("task_id")
+    resume.add_argument("task_id", help=TASK_REFERENCE)
     cancel = commands.add_parser(
         "cancel", help="cancel a task (a live process running it is asked to stop it)"
     )
-    cancel.add_argument("task_id")
+    cancel.add_argument("task_id", help=TASK_REFERENCE)
     cancel.add_argument("--reason", default="canceled from the command line")
     recover = commands.add_parser("recover", help="resume (or fail) every task whose process died")
     recover.add_argument(
@@ -542,7 +546,7 @@ async def _audit(args: argparse.Namespace) -> int:
 
     kernel, _ = _kernel()
     async with kernel:
-        events = await kernel.task_events(args.task_id)
+        events = await kernel.task_events(await kernel.find_task_id(args.task_id))
     for event in events:
         if isinstance(event, ToolCompleted):
             result = event.result
@@ -639,7 +643,7 @@ def _print_result(result: TaskResult) -> int:
 async def _resume(args: argparse.Namespace) -> int:
     kernel, _ = _kernel()
     async with kernel:
-        result = await kernel.resume(args.task_id)
+        result = await kernel.resume(await kernel.find_task_id(args.task_id))
     return _print_result(result)
 
 
@@ -648,13 +652,14 @@ async def _cancel(args: argparse.Namespace) -> int:
 
     kernel, _ = _kernel()
     async with kernel:
-        await kernel.cancel_task(args.task_id, args.reason)
-        state = await kernel.get_task(args.task_id)
+        task_id = await kernel.find_task_id(args.task_id)
+        await kernel.cancel_task(task_id, args.reason)
+        state = await kernel.get_task(task_id)
     if state.status is TaskStatus.CANCELED:
-        print(f"task {args.task_id} canceled")
+        print(f"task {task_id} canceled")
     else:
         print(
-            f"task {args.task_id} runs in {state.owner}: asked it to cancel; it stops within "
+            f"task {task_id} runs in {state.owner}: asked it to cancel; it stops within "
             "AGENT_CANCEL_CHECK_S"
         )
     return EXIT_OK
@@ -692,9 +697,10 @@ async def _tasks(args: argparse.Namespace) -> int:
         print(json.dumps([t.model_dump(mode="json") for t in tasks], indent=2))
         return EXIT_OK
     table = Table("task", "status", "created", "tokens", "task text")
+    table.columns[0].no_wrap = True
     for task in tasks:
         table.add_row(
-            task.task_id,
+            task.task_id[:SHORT_ID],  # a prefix every command taking a task id accepts
             task.status.value,
             task.created_at.strftime("%Y-%m-%d %H:%M:%S"),
             f"{task.usage.input_tokens}/{task.usage.output_tokens}",
@@ -710,8 +716,8 @@ async def _trace(args: argparse.Namespace) -> int:
 
     kernel, _ = _kernel()
     async with kernel:
-        task = await kernel.get_task(args.task_id)
-        spans = await kernel.task_spans(args.task_id)
+        task = await kernel.get_task(await kernel.find_task_id(args.task_id))
+        spans = await kernel.task_spans(task.task_id)
     if args.json:
         print(
             json.dumps(

@@ -379,3 +379,23 @@ def test_version_and_python_dash_m_work(tmp_path) -> None:
     )
     assert by_module.returncode == 0, by_module.stderr
     assert json.loads(by_module.stdout)["strategy"] in ("react", "plan_execute")
+
+
+def test_a_task_is_found_by_prefix_trace_id_or_last(tmp_path) -> None:
+    run("run", "2 + 2", data_dir=tmp_path)
+    run("run", "3 + 3", data_dir=tmp_path)
+    listed = json.loads(run("tasks", "--json", data_dir=tmp_path).stdout)
+    newest, older = listed[0], listed[1]
+    table = run("tasks", data_dir=tmp_path).stdout
+    assert newest["task_id"][:12] in table and newest["task_id"] not in table
+
+    def traced(reference: str) -> str:
+        shown = run("trace", reference, "--json", data_dir=tmp_path)
+        assert shown.returncode == 0, shown.stderr
+        return str(json.loads(shown.stdout)["task_id"])
+
+    assert traced("last") == newest["task_id"]
+    assert traced(older["task_id"][:12]) == older["task_id"]
+    assert traced(older["trace_id"]) == older["task_id"]
+    missing = run("trace", "zzzz", data_dir=tmp_path)
+    assert missing.returncode == 2 and "no task with id 'zzzz'" in missing.stderr

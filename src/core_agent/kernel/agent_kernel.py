@@ -26,6 +26,7 @@ from core_agent.contracts.errors import (
     CoreAgentError,
     InvalidTransitionError,
     TaskFailedError,
+    TaskNotFoundError,
     UsageError,
 )
 from core_agent.contracts.event_bus import IEventBus
@@ -576,6 +577,27 @@ class AgentKernel:
     async def get_task(self, task_id: str) -> TaskState:
         """The stored task; ``TaskNotFoundError`` if there is none."""
         return await self._task_store.get_task(task_id)
+
+    async def find_task_id(self, reference: str) -> str:
+        """The id of the task a person means: a whole id, a unique prefix, its trace id, or
+        ``last`` (the newest task).
+
+        Raises:
+            TaskNotFoundError: Nothing matches.
+            UsageError: A prefix several tasks share (the error lists some of them).
+        """
+        if reference == "last":
+            newest = await self._task_store.list_tasks(limit=1)
+            if not newest:
+                raise TaskNotFoundError("last")
+            return newest[0].task_id
+        matches = await self._task_store.match_task_ids(reference, limit=5)
+        if not matches:
+            raise TaskNotFoundError(reference)
+        if len(matches) > 1 and reference not in matches:
+            shown = ", ".join(matches[:4]) + (", ..." if len(matches) > 4 else "")
+            raise UsageError(f"{reference!r} is the start of several task ids: {shown}")
+        return reference if reference in matches else matches[0]
 
     async def list_tasks(
         self, *, session_id: str | None = None, status: TaskStatus | None = None, limit: int = 50
