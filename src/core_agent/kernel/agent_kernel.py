@@ -579,8 +579,10 @@ class AgentKernel:
         return await self._task_store.get_task(task_id)
 
     async def find_task_id(self, reference: str) -> str:
-        """The id of the task a person means: a whole id, a unique prefix, its trace id, or
-        ``last`` (the newest task).
+        """The id of the task a person means.
+
+        ``reference`` is a whole id, a unique prefix of one, the task's trace id, or ``last``
+        (the newest task).
 
         Raises:
             TaskNotFoundError: Nothing matches.
