@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -25,14 +25,43 @@ if TYPE_CHECKING:
         TaskSucceeded,
     )
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_WAITING = 0, 1, 2, 3
+from core_agent.command_errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, EXIT_WAITING
+
+SHORT_ID = 12
+"""Characters of a task id shown in lists: a prefix that commands accept back."""
+TASK_REFERENCE = "a task id, a unique prefix of one, its trace id, or `last`"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Misuse is one line (what is wrong, and where to read more), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="core-agent",
         description="Run LLM agent tasks locally: tools, traces and task history in SQLite.",
-        epilog="Configuration comes from AGENT_* variables (AGENT_MODEL, AGENT_DATA_DIR, ...).",
+        epilog="Configuration comes from AGENT_* variables (AGENT_MODEL, AGENT_DATA_DIR, ...). "
+        "Exit status: 0 done, 1 the run failed, 2 misuse or configuration error, "
+        "3 the task is waiting for a human (see `core-agent approvals`).",
+    )
+    from core_agent import __version__
+
+    parser.add_argument("--version", action="version", version=f"core-agent {__version__}")
+    parser.add_argument(
+        "--debug", action="store_true", help="print the traceback of an error (for bug reports)"
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -44,11 +73,11 @@ def _parser() -> argparse.ArgumentParser:
         "a new one when absent",
     )
     run.add_argument("--mode", choices=["react", "plan_execute"], help="force a strategy")
-    run.add_argument("--max-turns", type=int, help="turn limit for this task")
+    run.add_argument("--max-turns", type=_positive_int, help="turn limit for this task")
     run.add_argument("--json", action="store_true", help="print events as JSON lines")
 
     tasks = commands.add_parser("tasks", help="list recent tasks")
-    tasks.add_argument("--limit", type=int, default=20)
+    tasks.add_argument("--limit", type=_positive_int, default=20)
     tasks.add_argument(
         "--status",
         choices=["queued", "running", "waiting_approval", "succeeded", "failed", "canceled"],
@@ -56,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     tasks.add_argument("--json", action="store_true", help="print JSON")
 
     trace = commands.add_parser("trace", help="print the spans of a task")
-    trace.add_argument("task_id")
+    trace.add_argument("task_id", help=TASK_REFERENCE)
     trace.add_argument("--json", action="store_true", help="print JSON")
 
     route = commands.add_parser(
@@ -77,14 +106,16 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument(
         "--tainted", action="store_true", help="as if untrusted content were in context"
     )
+    check.add_argument("--json", action="store_true", help="the same JSON (it is the only form)")
 
     audit = commands.add_parser(
         "audit", help="a task's policy decisions, approvals, refusals and injection warnings"
     )
-    audit.add_argument("task_id")
+    audit.add_argument("task_id", help=TASK_REFERENCE)
     audit.add_argument("--json", action="store_true", help="print JSON lines")
 
-    commands.add_parser("approvals", help="list the questions tasks are waiting on")
+    approvals = commands.add_parser("approvals", help="list the questions tasks are waiting on")
+    approvals.add_argument("--json", action="store_true", help="print JSON")
     resolve = commands.add_parser("resolve", help="answer a task's question and resume it")
     resolve.add_argument("request_id")
     answer = resolve.add_mutually_exclusive_group(required=True)
@@ -95,11 +126,11 @@ def _parser() -> argparse.ArgumentParser:
     resume = commands.add_parser(
         "resume", help="carry on a task whose process died, from its last checkpoint"
     )
-    resume.add_argument("task_id")
+    resume.add_argument("task_id", help=TASK_REFERENCE)
     cancel = commands.add_parser(
         "cancel", help="cancel a task (a live process running it is asked to stop it)"
     )
-    cancel.add_argument("task_id")
+    cancel.add_argument("task_id", help=TASK_REFERENCE)
     cancel.add_argument("--reason", default="canceled from the command line")
     recover = commands.add_parser("recover", help="resume (or fail) every task whose process died")
     recover.add_argument(
@@ -126,7 +157,7 @@ def _add_session_commands(commands: Any) -> None:
     new.add_argument("--json", action="store_true", help="print JSON")
     listing = actions.add_parser("list", help="sessions, most recently active first")
     listing.add_argument("--user", help="only this user's")
-    listing.add_argument("--limit", type=int, default=20)
+    listing.add_argument("--limit", type=_positive_int, default=20)
     listing.add_argument("--json", action="store_true", help="print JSON")
     show = actions.add_parser("show", help="a session's transcript (its history and summaries)")
     show.add_argument("session_id")
@@ -149,7 +180,7 @@ def _add_knowledge_commands(commands: Any) -> None:
 
     search = commands.add_parser("search", help="search the knowledge base (keyword + vector)")
     search.add_argument("query")
-    search.add_argument("-k", type=int, default=10, help="how many passages (default 10)")
+    search.add_argument("-k", type=_positive_int, default=10, help="how many passages (default 10)")
     search.add_argument("--namespace", help="knowledge namespace (AGENT_KNOWLEDGE_NAMESPACE)")
     search.add_argument("--json", action="store_true", help="print JSON")
 
@@ -172,7 +203,7 @@ def _add_knowledge_commands(commands: Any) -> None:
     migrate.add_argument("--from", dest="source", required=True, help="e.g. sqlite_vec")
     migrate.add_argument("--to", dest="target", required=True, help="e.g. lancedb")
     migrate.add_argument("--namespace", action="append", help="only this namespace (repeat)")
-    migrate.add_argument("--batch-size", type=int, default=500)
+    migrate.add_argument("--batch-size", type=_positive_int, default=500)
     migrate.add_argument(
         "--overwrite", action="store_true", help="copy every record, not only missing ones"
     )
@@ -181,7 +212,9 @@ def _add_knowledge_commands(commands: Any) -> None:
     verify.add_argument("--from", dest="source", help="default: AGENT_VECTOR_PROVIDER")
     verify.add_argument("--to", dest="target", help="default: the migration target")
     verify.add_argument("--namespace", action="append", help="only this namespace (repeat)")
-    verify.add_argument("--samples", type=int, default=20, help="records and queries to sample")
+    verify.add_argument(
+        "--samples", type=_positive_int, default=20, help="records and queries to sample"
+    )
     verify.add_argument("--json", action="store_true", help="print JSON")
 
     reembed = actions.add_parser(
@@ -191,10 +224,8 @@ def _add_knowledge_commands(commands: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``core-agent``; returns the exit status."""
+    """Entry point of ``core-agent``; returns the exit status (see ``command_errors``)."""
     args = _parser().parse_args(argv)
-    from core_agent.contracts.errors import CoreAgentError, UsageError
-
     try:
         if args.command == "schema":
             return _schema()
@@ -220,14 +251,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         }[args.command]
         result: int = anyio.run(handler, args)
         return result
-    except UsageError as exc:
-        print(f"core-agent: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except CoreAgentError as exc:
-        print(f"core-agent: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        from core_agent.command_errors import explain
+
+        if args.debug:
+            import traceback
+
+            traceback.print_exc()
+        line, status = explain(exc)
+        print(f"core-agent: {line}", file=sys.stderr)
+        return status
 
 
 def _knowledge(name: str) -> Any:
@@ -285,7 +320,9 @@ async def _policy_check(args: argparse.Namespace) -> int:
     finally:
         await sandbox.close()
     print(json.dumps(report, indent=2))
-    return EXIT_OK
+    # Scripts ask "would this run?": refused (denied by policy or the sandbox) is a failure.
+    refused = report["denied"] or not report["valid"] or not report["sandbox"]["allowed"]
+    return EXIT_FAILED if refused else EXIT_OK
 
 
 async def _route(args: argparse.Namespace) -> int:
@@ -348,6 +385,10 @@ async def _run(args: argparse.Namespace) -> int:
         ToolStarted,
     )
 
+    # The request first: a bad task or option is reported before anything else is printed.
+    request = TaskRequest(
+        task=args.task, session_id=args.session, force_mode=args.mode, max_turns=args.max_turns
+    )
     out, err = Console(highlight=False), Console(stderr=True, highlight=False)
     kernel, settings = _kernel()
     if settings.sandbox_mode == "unconfined":
@@ -367,9 +408,6 @@ async def _run(args: argparse.Namespace) -> int:
             + "\n",
             markup=True,
         )
-    request = TaskRequest(
-        task=args.task, session_id=args.session, force_mode=args.mode, max_turns=args.max_turns
-    )
     kernel.set_approval_callback(_ask_in_terminal)
     status = EXIT_FAILED
     trace_id = session_id = ""
@@ -508,7 +546,7 @@ async def _audit(args: argparse.Namespace) -> int:
 
     kernel, _ = _kernel()
     async with kernel:
-        events = await kernel.task_events(args.task_id)
+        events = await kernel.task_events(await kernel.find_task_id(args.task_id))
     for event in events:
         if isinstance(event, ToolCompleted):
             result = event.result
@@ -549,6 +587,9 @@ async def _approvals(args: argparse.Namespace) -> int:
     kernel, _ = _kernel()
     async with kernel:
         pending = await kernel.pending_approvals()
+    if args.json:
+        print(json.dumps([request.model_dump(mode="json") for request in pending], indent=2))
+        return EXIT_OK
     if not pending:
         print("No task is waiting for a decision.")
     for request in pending:
@@ -602,7 +643,7 @@ def _print_result(result: TaskResult) -> int:
 async def _resume(args: argparse.Namespace) -> int:
     kernel, _ = _kernel()
     async with kernel:
-        result = await kernel.resume(args.task_id)
+        result = await kernel.resume(await kernel.find_task_id(args.task_id))
     return _print_result(result)
 
 
@@ -611,13 +652,14 @@ async def _cancel(args: argparse.Namespace) -> int:
 
     kernel, _ = _kernel()
     async with kernel:
-        await kernel.cancel_task(args.task_id, args.reason)
-        state = await kernel.get_task(args.task_id)
+        task_id = await kernel.find_task_id(args.task_id)
+        await kernel.cancel_task(task_id, args.reason)
+        state = await kernel.get_task(task_id)
     if state.status is TaskStatus.CANCELED:
-        print(f"task {args.task_id} canceled")
+        print(f"task {task_id} canceled")
     else:
         print(
-            f"task {args.task_id} runs in {state.owner}: asked it to cancel; it stops within "
+            f"task {task_id} runs in {state.owner}: asked it to cancel; it stops within "
             "AGENT_CANCEL_CHECK_S"
         )
     return EXIT_OK
@@ -655,9 +697,10 @@ async def _tasks(args: argparse.Namespace) -> int:
         print(json.dumps([t.model_dump(mode="json") for t in tasks], indent=2))
         return EXIT_OK
     table = Table("task", "status", "created", "tokens", "task text")
+    table.columns[0].no_wrap = True
     for task in tasks:
         table.add_row(
-            task.task_id,
+            task.task_id[:SHORT_ID],  # a prefix every command taking a task id accepts
             task.status.value,
             task.created_at.strftime("%Y-%m-%d %H:%M:%S"),
             f"{task.usage.input_tokens}/{task.usage.output_tokens}",
@@ -673,8 +716,8 @@ async def _trace(args: argparse.Namespace) -> int:
 
     kernel, _ = _kernel()
     async with kernel:
-        task = await kernel.get_task(args.task_id)
-        spans = await kernel.task_spans(args.task_id)
+        task = await kernel.get_task(await kernel.find_task_id(args.task_id))
+        spans = await kernel.task_spans(task.task_id)
     if args.json:
         print(
             json.dumps(

@@ -636,6 +636,7 @@ class KernelContainer(containers.DeclarativeContainer):
         sessions=sessions,
         limits=settings.provided.task_limits,
         session_limits=settings.provided.session_limits,
+        warm_up=model_gateway.provided.warm_up,
     )
 
 

@@ -16,13 +16,17 @@ empty answer, or tool-call arguments cut off by the token limit is a retryable
 from __future__ import annotations
 
 import email.utils
+import importlib
 import json
+import logging
 import os
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 from types import ModuleType
 from typing import Any
+
+import anyio
 
 from core_agent.contracts.errors import (
     ModelAuthenticationError,
@@ -54,6 +58,20 @@ from shared.agent_protocol import (
 
 _import_lock = threading.Lock()
 _litellm: ModuleType | None = None
+logger = logging.getLogger(__name__)
+
+PLACEHOLDER_API_KEY = "no-key-required"
+"""Sent to a server at ``AGENT_MODEL_API_BASE`` when no key is configured or in the
+environment: local OpenAI-compatible servers (llama.cpp, vLLM, LM Studio) ignore the key, but
+the client litellm uses refuses to send a request without one."""
+
+# Modules litellm imports on its first request rather than at import (the openai client's
+# resources, the response-cost helpers): about 0.7 s here, loaded by ``warm_up`` instead.
+# Best effort: a litellm that moved them simply loads them on the first call.
+_FIRST_CALL_MODULES = (
+    "openai.resources.chat",
+    "litellm.litellm_core_utils.llm_response_utils.response_metadata",
+)
 
 
 def load_litellm() -> ModuleType:
@@ -68,6 +86,17 @@ def load_litellm() -> ModuleType:
             litellm.suppress_debug_info = True
             _litellm = litellm
         return _litellm
+
+
+async def litellm_off_the_loop() -> ModuleType:
+    """``load_litellm``, in a worker thread the first time.
+
+    The import takes seconds and must not stall the event loop (other tasks, a host's
+    notifications) meanwhile.
+    """
+    if _litellm is not None:
+        return _litellm
+    return await anyio.to_thread.run_sync(load_litellm)
 
 
 def to_openai_message(message: ChatMessage) -> dict[str, Any]:
@@ -126,6 +155,7 @@ class LiteLLMGateway(ILLMGateway):
         self._temperature = temperature
         self._context_window: int | None = None
         self._context_window_known = False
+        self._placeholder_key: bool | None = None
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> LiteLLMGateway:
@@ -194,11 +224,37 @@ class LiteLLMGateway(ILLMGateway):
             arguments["api_base"] = self._api_base
         if self._api_key:
             arguments["api_key"] = self._api_key
+        elif self._needs_placeholder_key():
+            arguments["api_key"] = PLACEHOLDER_API_KEY
         return arguments
+
+    def _needs_placeholder_key(self) -> bool:
+        """A server of our own (``api_base``) with no key configured nor in the environment."""
+        if self._placeholder_key is None:
+            if not self._api_base:
+                self._placeholder_key = False
+            else:
+                try:
+                    found = load_litellm().validate_environment(self._model)
+                    self._placeholder_key = not found.get("keys_in_environment", True)
+                except Exception:  # an unknown provider: send what was configured, nothing more
+                    self._placeholder_key = False
+        return self._placeholder_key
+
+    def warm_up(self) -> None:
+        """Import litellm and what its first request loads; decide the key question early."""
+        try:
+            load_litellm()
+            for name in _FIRST_CALL_MODULES:
+                importlib.import_module(name)
+            self._needs_placeholder_key()
+        except Exception:
+            # Warming is an optimisation: the first call imports again and reports the error.
+            logger.debug("warming the litellm gateway failed", exc_info=True)
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """One non-streamed completion."""
-        litellm = load_litellm()
+        litellm = await litellm_off_the_loop()
         try:
             response = await litellm.acompletion(**self._arguments(request))
         except Exception as exc:
@@ -213,7 +269,7 @@ class LiteLLMGateway(ILLMGateway):
                 connection cut mid-answer), or its answer is empty or cut (see
                 ``checked_response``).
         """
-        litellm = load_litellm()
+        litellm = await litellm_off_the_loop()
         arguments = self._arguments(request)
         chunks: list[Any] = []
         try:

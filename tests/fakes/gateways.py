@@ -22,6 +22,14 @@ class FakeRecordingGateway(ILLMGateway):
         self.inner = inner
         self.requests: list[LLMRequest] = []
         self.window = context_window
+        self.warmed_in: list[str] = []
+        """The thread of each ``warm_up`` call."""
+
+    def warm_up(self) -> None:
+        import threading
+
+        self.warmed_in.append(threading.current_thread().name)
+        self.inner.warm_up()
 
     @property
     def model_name(self) -> str:

@@ -52,6 +52,12 @@ class FakeTaskStore(ITaskStore):
         ]
         return sorted(tasks, key=lambda t: t.created_at, reverse=True)[:limit]
 
+    async def match_task_ids(self, reference: str, *, limit: int = 10) -> list[str]:
+        ids = sorted(t for t in self.tasks if t.startswith(reference))
+        if not ids:
+            ids = sorted(t.task_id for t in self.tasks.values() if t.trace_id == reference)
+        return ids[:limit]
+
     async def transition(
         self,
         task_id: str,

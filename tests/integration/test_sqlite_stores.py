@@ -107,6 +107,45 @@ async def test_a_task_from_before_response_models_were_recorded_reads_back(tmp_p
     await store.close()
 
 
+async def test_tasks_are_matched_by_id_prefix_then_by_trace_id(tmp_path) -> None:
+    store = SqliteTaskStore(tmp_path / "k.db")
+    for task_id in ("abc1", "abc2", "abd", "ab"):
+        state, queued = _task(task_id)
+        await store.create_task(state.model_copy(update={"trace_id": f"trace-{task_id}"}), queued)
+    assert await store.match_task_ids("abc") == ["abc1", "abc2"]
+    assert await store.match_task_ids("abd") == ["abd"]
+    assert await store.match_task_ids("ab", limit=2) == ["ab", "abc1"]
+    assert await store.match_task_ids("trace-abd") == ["abd"]
+    assert await store.match_task_ids("zz") == []
+    assert await store.match_task_ids("") == []
+    await store.close()
+
+
+async def test_the_kernel_finds_a_task_by_prefix_trace_id_or_last(tmp_path) -> None:
+    from core_agent import KernelContainer
+    from core_agent.contracts.errors import TaskNotFoundError, UsageError
+    from core_agent.contracts.settings import AgentSettings
+
+    container = KernelContainer()
+    container.settings.override(AgentSettings(data_dir=tmp_path))
+    kernel = container.kernel()
+    with pytest.raises(TaskNotFoundError):
+        await kernel.find_task_id("last")
+    store = container.task_store()
+    for task_id in ("abc1", "abc2", "abd"):
+        state, queued = _task(task_id)
+        await store.create_task(state.model_copy(update={"trace_id": f"trace-{task_id}"}), queued)
+    assert await kernel.find_task_id("abd") == "abd"
+    assert await kernel.find_task_id("abc1") == "abc1"
+    assert await kernel.find_task_id("trace-abc2") == "abc2"
+    assert await kernel.find_task_id("last") == "abd"
+    with pytest.raises(UsageError, match="several task ids: abc1, abc2"):
+        await kernel.find_task_id("abc")
+    with pytest.raises(TaskNotFoundError):
+        await kernel.find_task_id("zz")
+    await kernel.aclose()
+
+
 def _started(task_id: str = "t1", seq: int = 2) -> TaskStarted:
     return TaskStarted(
         event_id=f"{task_id}-e{seq}", task_id=task_id, seq=seq, occurred_at=datetime.now(UTC)

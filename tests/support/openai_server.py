@@ -66,6 +66,8 @@ class OpenAIServer:
         self.chunked = chunked
         self._closing = threading.Event()
         self.requests: list[dict[str, Any]] = []
+        self.authorizations: list[str | None] = []
+        """The ``Authorization`` header of each chat request."""
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         """Answers a chat request when no reply is queued (given the request's body)."""
         self.embedding_requests: list[dict[str, Any]] = []
@@ -93,6 +95,7 @@ class OpenAIServer:
                     return
                 with server._lock:
                     server.requests.append(body)
+                    server.authorizations.append(self.headers.get("Authorization"))
                     if server.replies:
                         reply: Reply | None = server.replies.popleft()
                     else:

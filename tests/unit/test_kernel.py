@@ -1,5 +1,6 @@
 """The facade's behaviour, with in-memory fakes swapped in through the container."""
 
+import logging
 from contextlib import aclosing
 
 import anyio
@@ -11,6 +12,7 @@ from core_agent.contracts.errors import ConfigurationError, InvalidTransitionErr
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.kernel.event_bus import InProcessEventBus
 from core_agent.tooling.registry import ToolRegistry
+from fakes.gateways import FakeRecordingGateway
 from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeToolCallLedger, FakeTraceStore
 from providers.scripted_gateway import (
     ScriptedError,
@@ -194,6 +196,29 @@ async def test_leaving_a_stream_early_cancels_the_task(container) -> None:
                 break
     (task,) = tasks.tasks.values()
     assert task.status is TaskStatus.CANCELED
+
+
+async def test_leaving_a_stream_early_reports_no_failing_subscriber(container, caplog) -> None:
+    # The task's last events (it ending canceled) come after the consumer closed its end.
+    kernel, _, _ = build(container, call("wait_forever"), ScriptedTurn(content="x"))
+    async with aclosing(kernel.stream_task(TaskRequest(task="x"))) as events:
+        async for event in events:
+            if event.kind == "tool.started":
+                break
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+async def test_entering_the_kernel_warms_the_model_up_in_a_background_thread(container) -> None:
+    gateway = FakeRecordingGateway(ScriptedLLMGateway([ScriptedTurn(content="hi")]))
+    container.llm_gateway.override(gateway)
+    kernel = container.kernel()
+    async with kernel:
+        for _ in range(200):
+            if gateway.warmed_in:
+                break
+            await anyio.sleep(0.01)
+        await kernel.execute_task(TaskRequest(task="x"))
+    assert gateway.warmed_in == ["core-agent-model-warm-up"]
 
 
 async def test_a_task_left_queued_by_another_process_can_be_canceled(container) -> None:

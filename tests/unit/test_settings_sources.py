@@ -68,3 +68,13 @@ def test_names_of_other_software_can_be_declared(monkeypatch: pytest.MonkeyPatch
         AgentSettings()
     monkeypatch.setenv("AGENT_IGNORED_VARIABLES", "AGENT_NAME")
     AgentSettings()
+
+
+def test_the_data_directory_follows_the_platform_convention(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AGENT_DATA_DIR", raising=False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert AgentSettings().data_dir == tmp_path / "xdg" / "core-agent"
+    monkeypatch.setenv("AGENT_DATA_DIR", str(tmp_path / "mine"))
+    assert AgentSettings().data_dir == tmp_path / "mine"

@@ -74,6 +74,16 @@ class ILLMGateway(abc.ABC):
         """
         return None
 
+    def warm_up(self) -> None:
+        """Load what the first call needs (libraries, clients) without calling the model.
+
+        Blocks, possibly for seconds: hosts run it in a worker thread as soon as they know a
+        call is coming (the kernel does when it is entered), so the first call does not pay
+        for it. It never raises and never reaches the network. Gateways with nothing to load
+        keep this default.
+        """
+        return None
+
     @abc.abstractmethod
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """Run one completion and return the whole answer.

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+import platformdirs
 from dotenv import dotenv_values
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -54,7 +55,9 @@ ENV_FILE_VARIABLE = "AGENT_ENV_FILE"
 
 
 def _default_data_dir() -> Path:
-    return Path.home() / ".local" / "share" / "core-agent"
+    # The platform's place for an application's data: $XDG_DATA_HOME (else ~/.local/share)
+    # on Linux, ~/Library/Application Support on macOS, %LOCALAPPDATA% on Windows.
+    return Path(platformdirs.user_data_dir("core-agent", appauthor=False))
 
 
 class AgentSettings(BaseSettings):
@@ -69,7 +72,8 @@ class AgentSettings(BaseSettings):
     and are not typos of ours."""
 
     data_dir: Path = Field(default_factory=_default_data_dir)
-    """Where the SQLite database and LanceDB folders live."""
+    """Where the SQLite database and LanceDB folders live (by default the platform's user data
+    directory: ``$XDG_DATA_HOME/core-agent``, else ``~/.local/share/core-agent``, on Linux)."""
 
     model: str | None = None
     """A litellm model string, e.g. ``openai/gpt-4o-mini`` or ``ollama/llama3.2``."""

@@ -132,6 +132,15 @@ class ITaskStore(abc.ABC):
         """Tasks, newest first, optionally filtered by session and status."""
 
     @abc.abstractmethod
+    async def match_task_ids(self, reference: str, *, limit: int = 10) -> list[str]:
+        """Ids of the tasks a person may mean by ``reference``, at most ``limit``.
+
+        A task whose id starts with ``reference`` (a whole id or a prefix of one), or, when
+        no id does, whose trace id is ``reference``. Empty when nothing matches; more than
+        one when a prefix is ambiguous. Never raises for a reference that matches nothing.
+        """
+
+    @abc.abstractmethod
     async def transition(
         self,
         task_id: str,

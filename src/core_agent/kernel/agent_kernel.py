@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar, overload
 
@@ -25,6 +26,7 @@ from core_agent.contracts.errors import (
     CoreAgentError,
     InvalidTransitionError,
     TaskFailedError,
+    TaskNotFoundError,
     UsageError,
 )
 from core_agent.contracts.event_bus import IEventBus
@@ -139,6 +141,7 @@ class AgentKernel:
         limits: UsageLimits | None = None,
         session_limits: UsageLimits | None = None,
         tool_hooks: Sequence[ToolHook] = (),
+        warm_up: Callable[[], None] | None = None,
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -164,6 +167,8 @@ class AgentKernel:
         self._limits = limits or UsageLimits()
         self._session_limits = session_limits or UsageLimits()
         self._tool_hooks: list[ToolHook] = list(tool_hooks)
+        self._warm_up = warm_up
+        """Loads the model's libraries (``ILLMGateway.warm_up``); started when entered."""
         if recovery not in ("resume", "fail", "off"):
             raise ConfigurationError(f"recovery must be resume, fail or off, not {recovery!r}")
         self._recovery_mode = recovery
@@ -235,7 +240,13 @@ class AgentKernel:
         (``__aexit__``) in the task that entered it, as anyio requires of any task group: use
         ``async with kernel:``, or from another thread
         ``BlockingPortal.wrap_async_context_manager(kernel)``.
+
+        The model's libraries start loading in a daemon thread at the same time (litellm
+        takes seconds to import), so the first call does not wait for all of it.
         """
+        if self._warm_up is not None:
+            warm_up, self._warm_up = self._warm_up, None
+            threading.Thread(target=warm_up, name="core-agent-model-warm-up", daemon=True).start()
         if self._recovery_mode != "off" and self._background is None:
             self._background = anyio.create_task_group()
             await self._background.__aenter__()
@@ -574,6 +585,29 @@ class AgentKernel:
         """The stored task; ``TaskNotFoundError`` if there is none."""
         return await self._task_store.get_task(task_id)
 
+    async def find_task_id(self, reference: str) -> str:
+        """The id of the task a person means.
+
+        ``reference`` is a whole id, a unique prefix of one, the task's trace id, or ``last``
+        (the newest task).
+
+        Raises:
+            TaskNotFoundError: Nothing matches.
+            UsageError: A prefix several tasks share (the error lists some of them).
+        """
+        if reference == "last":
+            newest = await self._task_store.list_tasks(limit=1)
+            if not newest:
+                raise TaskNotFoundError("last")
+            return newest[0].task_id
+        matches = await self._task_store.match_task_ids(reference, limit=5)
+        if not matches:
+            raise TaskNotFoundError(reference)
+        if len(matches) > 1 and reference not in matches:
+            shown = ", ".join(matches[:4]) + (", ..." if len(matches) > 4 else "")
+            raise UsageError(f"{reference!r} is the start of several task ids: {shown}")
+        return reference if reference in matches else matches[0]
+
     async def list_tasks(
         self, *, session_id: str | None = None, status: TaskStatus | None = None, limit: int = 50
     ) -> list[TaskState]:
@@ -720,7 +754,10 @@ class AgentKernel:
 
         def forward(event: BaseModel) -> None:
             if getattr(event, "task_id", None) == task_id:
-                send.send_nowait(event)
+                # The last events (the task ending canceled) arrive after a consumer that
+                # left early closed its end: nobody is listening, so they are dropped here.
+                with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    send.send_nowait(event)
 
         subscription = self._event_bus.subscribe(None, forward)
 

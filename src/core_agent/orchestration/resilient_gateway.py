@@ -100,6 +100,10 @@ class ResilientGateway(ILLMGateway):
         """The primary model's window."""
         return self.models[0].context_window()
 
+    def warm_up(self) -> None:
+        """Warms the primary model only: a fallback's libraries load if it is ever needed."""
+        self.models[0].warm_up()
+
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """One completion, tried as the module docstring says.
 

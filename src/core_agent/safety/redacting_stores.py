@@ -73,6 +73,10 @@ class RedactingTaskStore(ITaskStore):
         """See ``ITaskStore.list_tasks``."""
         return await self._inner.list_tasks(session_id=session_id, status=status, limit=limit)
 
+    async def match_task_ids(self, reference: str, *, limit: int = 10) -> list[str]:
+        """See ``ITaskStore.match_task_ids``."""
+        return await self._inner.match_task_ids(reference, limit=limit)
+
     async def transition(
         self,
         task_id: str,

@@ -25,7 +25,7 @@ import anyio.lowlevel
 import anyio.to_thread
 import sqlite_vec
 
-from core_agent.contracts.errors import StorageError
+from core_agent.contracts.errors import ConfigurationError, StorageError
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -65,10 +65,18 @@ def connect(path: Path | str) -> sqlite3.Connection:
 
     Raises:
         StorageError: The file cannot be opened or the extension cannot be loaded.
+        ConfigurationError: Its folder does not exist and cannot be created.
     """
     driver = sqlite_driver()
     if str(path) != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        folder = Path(path).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            # The folder is the user's setting (AGENT_DATA_DIR): theirs to fix, so say which.
+            raise ConfigurationError(
+                f"cannot create the data directory {folder} (AGENT_DATA_DIR): {exc.strerror or exc}"
+            ) from exc
     try:
         # Autocommit (isolation_level=None): transactions are explicit, see ``transaction``.
         conn = cast(

@@ -276,6 +276,25 @@ class SqliteTaskStore(ITaskStore):
 
         return [_row_to_task(row) for row in await self._db.run(read)]
 
+    async def match_task_ids(self, reference: str, *, limit: int = 10) -> list[str]:
+        """Ids starting with ``reference`` (a range on the primary key), else by trace id."""
+        if not reference:
+            return []
+
+        def read(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT id FROM agent_tasks WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+                (reference, reference + "\U0010ffff", max(1, limit)),
+            ).fetchall()
+            if not rows:
+                rows = conn.execute(
+                    "SELECT id FROM agent_tasks WHERE trace_id = ? ORDER BY id LIMIT ?",
+                    (reference, max(1, limit)),
+                ).fetchall()
+            return [str(row[0]) for row in rows]
+
+        return await self._db.run(read)
+
     async def transition(
         self,
         task_id: str,
