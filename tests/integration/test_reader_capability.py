@@ -11,7 +11,7 @@ import pytest
 
 from business_adapters.reader import ReaderCapability, ReaderLibrary
 from core_agent.container import KernelContainer
-from core_agent.contracts.errors import StorageError, UsageError
+from core_agent.contracts.errors import ConfigurationError, StorageError, UsageError
 from core_agent.contracts.settings import AgentSettings
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.memory.ingestion import IngestionPipeline
@@ -90,6 +90,12 @@ def test_the_library_searches_chinese_and_english_as_substrings(library: ReaderL
     assert "降低了一个数量级" in library.search("数量级")[0].snippet
     with pytest.raises(UsageError, match="no words"):
         library.search(" ，。 ")
+
+
+def test_a_bad_reader_setting_is_a_configuration_error(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("READER_CONTEXT_CHARS", "five")
+    with pytest.raises(ConfigurationError, match="READER_"):
+        ReaderCapability.from_settings(AgentSettings(data_dir=tmp_path))
 
 
 def test_the_schema_is_created_once_and_survives_a_reopen(tmp_path: Path) -> None:

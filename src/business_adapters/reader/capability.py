@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from importlib import resources
 
 import anyio.to_thread
+from pydantic import ValidationError
 
 from business_adapters.reader.library import Article, ReaderLibrary
 from business_adapters.reader.settings import ReaderSettings
@@ -27,7 +28,7 @@ from core_agent.contracts.business_capability_provider import (
     CapabilityDocument,
     IBusinessCapabilityProvider,
 )
-from core_agent.contracts.errors import UsageError
+from core_agent.contracts.errors import ConfigurationError, UsageError
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import ITool
 from shared.agent_protocol import TaskRequest
@@ -60,8 +61,15 @@ class ReaderCapability(IBusinessCapabilityProvider):
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> ReaderCapability:
-        """The library of ``READER_LIBRARY_PATH`` (default: in ``AGENT_DATA_DIR``)."""
-        reader = ReaderSettings()
+        """The library of ``READER_LIBRARY_PATH`` (default: in ``AGENT_DATA_DIR``).
+
+        Raises:
+            ConfigurationError: A ``READER_*`` variable has a bad value.
+        """
+        try:
+            reader = ReaderSettings()
+        except ValidationError as exc:
+            raise ConfigurationError(f"invalid reader settings (READER_*): {exc}") from exc
         return cls(ReaderLibrary(reader.library_file(settings)), context_chars=reader.context_chars)
 
     @property
