@@ -173,7 +173,10 @@ def _add_session_commands(commands: Any) -> None:
 def _add_knowledge_commands(commands: Any) -> None:
     # Handled in knowledge_commands, imported only when one of these runs.
     ingest = commands.add_parser("ingest", help="add files or folders to the knowledge base")
-    ingest.add_argument("path", help="a file, or a folder to walk")
+    ingest.add_argument("path", nargs="?", help="a file, or a folder to walk")
+    ingest.add_argument(
+        "--capability", metavar="NAME", help="instead: the documents of a business capability"
+    )
     ingest.add_argument("--namespace", help="knowledge namespace (AGENT_KNOWLEDGE_NAMESPACE)")
     ingest.add_argument("--force", action="store_true", help="re-ingest unchanged files too")
     ingest.add_argument("--json", action="store_true", help="print one JSON result per file")

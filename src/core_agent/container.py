@@ -17,6 +17,7 @@ from typing import TypeVar
 from dependency_injector import containers, providers
 
 from core_agent.contracts.approval_gateway import ApprovalCallback
+from core_agent.contracts.business_capability_provider import IBusinessCapabilityProvider
 from core_agent.contracts.checkpoint_store import ICheckpointStore
 from core_agent.contracts.document_catalog import IDocumentCatalog
 from core_agent.contracts.document_loader import IDocumentLoader
@@ -66,7 +67,7 @@ from core_agent.orchestration.task_classifier import TaskClassifier
 from core_agent.orchestration.tool_gate import ToolCallGate
 from core_agent.prompts import PromptSet, load_prompt_set
 from core_agent.safety.approvals import ApprovalGrants
-from core_agent.safety.policy_engine import RulePolicyEngine
+from core_agent.safety.policy_engine import PolicyRule, RulePolicyEngine, capability_rules
 from core_agent.safety.redacting_stores import (
     RedactingCheckpointStore,
     RedactingMemoryStore,
@@ -94,6 +95,7 @@ TOKEN_COUNTERS = "core_agent.token_counters"
 MEMORY_STORES = "core_agent.memory_stores"
 DOCUMENT_CATALOGS = "core_agent.document_catalogs"
 DOCUMENT_LOADERS = "core_agent.document_loaders"
+CAPABILITIES = "core_agent.capabilities"
 SHIPPED_VECTOR_STORES = ("sqlite_vec", "lancedb")
 
 T = TypeVar("T")
@@ -185,6 +187,51 @@ def load_tools(
         if name not in available and name not in own and name not in given:
             raise ProviderNotFoundError(TOOLS, name, [*available, *own, *given])
     return registry_of(chosen)
+
+
+def load_capabilities(settings: AgentSettings) -> list[IBusinessCapabilityProvider]:
+    """The business capabilities ``AGENT_CAPABILITIES`` names, in its order.
+
+    Raises:
+        ProviderNotFoundError: A name is not installed; the error lists the installed ones.
+    """
+    return [
+        load_provider(CAPABILITIES, name, settings, IBusinessCapabilityProvider)  # type: ignore[type-abstract]
+        for name in settings.capabilities
+    ]
+
+
+def add_capability_tools(
+    registry: ToolRegistry,
+    settings: AgentSettings,
+    capabilities: Sequence[IBusinessCapabilityProvider],
+) -> ToolRegistry:
+    """``registry`` with each capability's own tools and the installed tools it names.
+
+    Raises:
+        ProviderNotFoundError: A capability names a tool that is not installed.
+        ToolRegistrationError: A capability's tool has the name of another tool.
+    """
+    for capability in capabilities:
+        for name in capability.installed_tools():
+            if name not in registry.names():
+                registry.register(load_provider(TOOLS, name, settings, ITool))  # type: ignore[type-abstract]
+        for tool in capability.tools():
+            registry.register(tool)
+    return registry
+
+
+def capability_policy(capabilities: Sequence[IBusinessCapabilityProvider]) -> list[PolicyRule]:
+    """The policy rules of every capability, which can only make calls safer.
+
+    Raises:
+        ConfigurationError: A capability's rules are malformed or open the network.
+    """
+    return [
+        rule
+        for capability in capabilities
+        for rule in capability_rules(capability.name, capability.policy_rules())
+    ]
 
 
 def build_kernel_tools(
@@ -503,11 +550,20 @@ class KernelContainer(containers.DeclarativeContainer):
     """Tools the host passed in code (``create_kernel(tools=...)``), next to the installed ones."""
     deps: providers.Object[object] = providers.Object(None)
     """The host's objects for its tools (``ToolContext.deps``); this process's, never stored."""
+    capabilities = providers.Singleton(load_capabilities, settings)
+    """The business capabilities of ``AGENT_CAPABILITIES`` (closed with the kernel)."""
     tool_registry = providers.Singleton(
-        load_tools,
+        add_capability_tools,
+        providers.Singleton(
+            load_tools,
+            settings,
+            providers.Callable(
+                build_kernel_tools, settings, memory_store.provider, retriever.provider
+            ),
+            host_tools,
+        ),
         settings,
-        providers.Callable(build_kernel_tools, settings, memory_store.provider, retriever.provider),
-        host_tools,
+        capabilities,
     )
 
     checkpoint_store = providers.Singleton(
@@ -537,7 +593,10 @@ class KernelContainer(containers.DeclarativeContainer):
         load_provider, SANDBOXES, settings.provided.sandbox, settings, IToolSandbox
     )
     policy_engine = providers.Singleton(
-        RulePolicyEngine.from_file, settings.provided.policy_file, shell_parser=shell_parser
+        RulePolicyEngine.from_file,
+        settings.provided.policy_file,
+        shell_parser=shell_parser,
+        floor_rules=providers.Callable(capability_policy, capabilities),
     )
     tool_gate = providers.Singleton(
         ToolCallGate,
@@ -637,6 +696,7 @@ class KernelContainer(containers.DeclarativeContainer):
         limits=settings.provided.task_limits,
         session_limits=settings.provided.session_limits,
         warm_up=model_gateway.provided.warm_up,
+        capabilities=capabilities,
     )
 
 

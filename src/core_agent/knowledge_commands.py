@@ -13,12 +13,15 @@ import sys
 from pathlib import Path
 
 from core_agent.container import (
+    CAPABILITIES,
     SHIPPED_VECTOR_STORES,
     VECTOR_STORES,
     KernelContainer,
     installed_providers,
     load_provider,
 )
+from core_agent.contracts.business_capability_provider import IBusinessCapabilityProvider
+from core_agent.contracts.errors import UsageError
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.vector_store import IVectorStore
 from core_agent.memory.ingestion import IngestProgress
@@ -52,13 +55,24 @@ def _other_backend(settings: AgentSettings) -> str:
 
 
 async def ingest(args: argparse.Namespace) -> int:
-    """Ingest a path with a progress bar; exit 1 when a file failed."""
+    """Ingest a path, or a capability's documents, with a progress bar; exit 1 on a failure.
+
+    A capability (``--capability NAME``, any installed one) is synchronised: its new and
+    changed documents ingested, those it no longer offers removed.
+    """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    if (args.path is None) == (args.capability is None):
+        raise UsageError("give a path to ingest, or --capability NAME (one of them)")
     container = _container()
     settings = container.settings()
     namespace = args.namespace or settings.knowledge_namespace
+    capability = (
+        load_provider(CAPABILITIES, args.capability, settings, IBusinessCapabilityProvider)  # type: ignore[type-abstract]
+        if args.capability
+        else None
+    )
     pipeline = container.ingestion()
     console = Console(stderr=True)
     try:
@@ -83,17 +97,25 @@ async def ingest(args: argparse.Namespace) -> int:
                     description=f"ingesting {name[:40]}",
                 )
 
-            results = await pipeline.ingest_path(
-                Path(args.path), namespace=namespace, force=args.force, progress=report
-            )
+            if capability is not None:
+                results = await pipeline.ingest_capability(
+                    capability, namespace=namespace, force=args.force, progress=report
+                )
+            else:
+                results = await pipeline.ingest_path(
+                    Path(args.path), namespace=namespace, force=args.force, progress=report
+                )
     finally:
+        if capability is not None:
+            await capability.close()
         await _close(container)
     if args.json:
         for result in results:
             print(json.dumps(dataclasses.asdict(result)))
     else:
         counts = {
-            s: sum(r.status == s for r in results) for s in ("ingested", "unchanged", "failed")
+            s: sum(r.status == s for r in results)
+            for s in ("ingested", "unchanged", "failed", "removed")
         }
         chunks = sum(r.chunks for r in results if r.status == "ingested")
         for result in results:
@@ -103,6 +125,7 @@ async def ingest(args: argparse.Namespace) -> int:
         print(
             f"{counts['ingested']} ingested ({chunks} chunks), {counts['unchanged']} unchanged, "
             f"{counts['failed']} failed, into namespace {namespace!r}"
+            + (f"; {counts['removed']} removed" if counts["removed"] else "")
         )
     return EXIT_FAILED if any(r.status == "failed" for r in results) else EXIT_OK
 

@@ -59,6 +59,21 @@ def test_the_real_tree_keeps_every_contract() -> None:
             "import core_agent.kernel.agent_kernel",
             "Adapters use kernel contracts only",
         ),
+        (
+            "business_adapters/reader/tools.py",
+            "import core_agent.tooling.function_tool",
+            "Adapters use kernel contracts only",
+        ),
+        (
+            "business_adapters/reader/capability.py",
+            "import core_agent.prompts",
+            "Adapters use kernel contracts only",
+        ),
+        (
+            "business_adapters/coding_assistant/glob_tool.py",
+            "import providers.builtin_tools.files",
+            "Adapters are independent",
+        ),
     ],
 )
 def test_a_violating_import_in_a_copy_fails_the_check(

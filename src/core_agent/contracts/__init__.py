@@ -5,7 +5,10 @@ only. Import ports from their modules (``core_agent.contracts.tool``) or from he
 """
 
 from core_agent.contracts.approval_gateway import ApprovalCallback, IApprovalGateway
-from core_agent.contracts.business_capability_provider import IBusinessCapabilityProvider
+from core_agent.contracts.business_capability_provider import (
+    CapabilityDocument,
+    IBusinessCapabilityProvider,
+)
 from core_agent.contracts.checkpoint_store import ICheckpointStore
 from core_agent.contracts.document_catalog import DocumentRecord, IDocumentCatalog
 from core_agent.contracts.document_loader import IDocumentLoader, LoadedDocument
@@ -53,6 +56,7 @@ from core_agent.contracts.vector_store import (
 __all__ = [
     "ApprovalCallback",
     "Capability",
+    "CapabilityDocument",
     "CollectionInfo",
     "DeletedSession",
     "DocumentRecord",

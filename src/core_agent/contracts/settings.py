@@ -138,6 +138,10 @@ class AgentSettings(BaseSettings):
 
     tools: Annotated[tuple[str, ...] | None, NoDecode] = None
     """Names of the installed tools to enable (comma-separated); all when unset."""
+    capabilities: Annotated[tuple[str, ...], NoDecode] = ()
+    """Business capability providers to enable (``core_agent.capabilities`` entry points,
+    comma-separated, e.g. ``reader,coding_assistant``): their tools, context, policy rules
+    and instructions join every task (see the README, "Business capabilities")."""
 
     strategy_mode: Literal["adaptive", "react", "plan_execute"] = "adaptive"
     max_turns: int = Field(default=12, ge=1, le=1000)
@@ -338,6 +342,7 @@ class AgentSettings(BaseSettings):
 
     @field_validator(
         "tools",
+        "capabilities",
         "model_fallbacks",
         "sandbox_allowed_commands",
         "sandbox_allowed_domains",

@@ -21,6 +21,7 @@ import anyio.to_thread
 from pydantic import BaseModel
 
 from core_agent.contracts.approval_gateway import ApprovalCallback, IApprovalGateway
+from core_agent.contracts.business_capability_provider import IBusinessCapabilityProvider
 from core_agent.contracts.errors import (
     ConfigurationError,
     CoreAgentError,
@@ -47,6 +48,7 @@ from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.contracts.untrusted import UNTRUSTED_NOTICE
+from core_agent.kernel.business_capabilities import BusinessCapabilities
 from core_agent.kernel.human_approvals import (
     HumanApprovals,
     already_decided,
@@ -112,7 +114,9 @@ class AgentKernel:
     tasks, and the session methods raise ``UsageError``.
     ``limits`` are every task's default usage limits (a request's own ``limits`` win, one by
     one); ``session_limits`` bound the tasks of one session together. ``tool_hooks`` run
-    around every tool call (see ``add_tool_hook``).
+    around every tool call (see ``add_tool_hook``). ``capabilities`` are the enabled business
+    capabilities: their instructions follow every system prompt, and each task starts with
+    their context (``business_capabilities``); they are closed with the kernel.
     """
 
     def __init__(
@@ -142,6 +146,7 @@ class AgentKernel:
         session_limits: UsageLimits | None = None,
         tool_hooks: Sequence[ToolHook] = (),
         warm_up: Callable[[], None] | None = None,
+        capabilities: Sequence[IBusinessCapabilityProvider] = (),
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -169,6 +174,7 @@ class AgentKernel:
         self._tool_hooks: list[ToolHook] = list(tool_hooks)
         self._warm_up = warm_up
         """Loads the model's libraries (``ILLMGateway.warm_up``); started when entered."""
+        self._capabilities = BusinessCapabilities(capabilities)
         if recovery not in ("resume", "fail", "off"):
             raise ConfigurationError(f"recovery must be resume, fail or off, not {recovery!r}")
         self._recovery_mode = recovery
@@ -294,6 +300,7 @@ class AgentKernel:
         await self._trace_store.close()
         for closable in self._closables:
             await closable.close()
+        await self._capabilities.close()
         if self._sandbox is not None:
             await self._sandbox.close()
 
@@ -901,6 +908,7 @@ class AgentKernel:
 
         async def prepare() -> None:
             await self._recall(state, context)
+            await self._capabilities.add_context(state, context, self._trace_store)
             if sessions is not None:
                 await sessions.prepare(state, context, self._specs(state.request))
 
@@ -984,6 +992,9 @@ class AgentKernel:
     ) -> ExecutionContext:
         state = lifecycle.state
         system = state.request.system_prompt or self._system_prompt
+        instructions = self._capabilities.instructions()
+        if instructions:
+            system = f"{system}\n\n{instructions}"
         humans = HumanChannel()
         if self._approval_gateway is not None:
             task_id = state.task_id

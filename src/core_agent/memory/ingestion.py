@@ -6,6 +6,9 @@ keyword index second, catalog record last: the record is the commit point, so a 
 interrupted half-way has no record (or its old one) and the next ingestion redoes it.
 Re-ingesting content whose hash and embedding model match the record is a no-op.
 
+An application's documents (``IBusinessCapabilityProvider.documents``) are synchronised
+(``sync_documents``): ingested the same way, and those it no longer offers removed.
+
 A folder's documents reach the keyword index in batches (one write for up to
 ``KEYWORD_BATCH_CHUNKS`` chunks): a keyword index commit can cost more than a small file's
 whole ingestion (Tantivy syncs its files to disk on each). Their records follow the batch.
@@ -15,14 +18,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
 import anyio.to_thread
 
+from core_agent.contracts.business_capability_provider import (
+    CapabilityDocument,
+    IBusinessCapabilityProvider,
+)
 from core_agent.contracts.document_catalog import DocumentRecord, IDocumentCatalog
 from core_agent.contracts.document_loader import IDocumentLoader, LoadedDocument
 from core_agent.contracts.embedder import IEmbedder
@@ -31,7 +39,7 @@ from core_agent.contracts.lexical_index import ILexicalIndex
 from core_agent.contracts.vector_store import IVectorStore, VectorRecord
 from core_agent.memory.chunking import Chunk, TokenChunker
 
-IngestStatus = Literal["ingested", "unchanged", "failed"]
+IngestStatus = Literal["ingested", "unchanged", "failed", "removed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +57,8 @@ class IngestResult:
 class IngestProgress:
     """Where a running ingestion is; passed to the progress callback after each step."""
 
-    documents_total: int
+    documents_total: int | None
+    """``None`` while not known (documents that arrive one at a time)."""
     documents_done: int = 0
     chunks_written: int = 0
     current: str | None = None
@@ -68,6 +77,11 @@ class _VectorsStored:
     passages: list[tuple[str, str]]
     stale: list[str]
     record: DocumentRecord
+
+
+_Outcome = IngestResult | _VectorsStored
+_Job = tuple[str, str, Callable[[], Awaitable[_Outcome]]]
+"""A document to ingest: its source, its id, and the work that checks and embeds it."""
 
 
 def chunk_id(document_id: str, index: int) -> str:
@@ -160,6 +174,100 @@ class IngestionPipeline:
         """
         files = await anyio.to_thread.run_sync(self.files, path)
         state = IngestProgress(documents_total=len(files))
+
+        async def jobs() -> AsyncIterator[_Job]:
+            for file in files:
+                work = partial(self._ingest_file, file, namespace=namespace, force=force)
+                yield str(file), document_id_for(file), work
+
+        await self._ingest_each(jobs(), state, namespace, progress)
+        order = {str(file): index for index, file in enumerate(files)}
+        state.results.sort(key=lambda result: order[result.source])
+        return state.results
+
+    async def ingest_capability(
+        self,
+        capability: IBusinessCapabilityProvider,
+        *,
+        namespace: str = "default",
+        force: bool = False,
+        progress: Callable[[IngestProgress], None] | None = None,
+    ) -> list[IngestResult]:
+        """Synchronise a capability's documents (``sync_documents``) under its own prefix.
+
+        They are stored as ``capability:<name>:<document_id>``, so ``knowledge_search`` finds
+        them with the other documents of ``namespace``.
+        """
+        return await self.sync_documents(
+            capability.documents(),
+            prefix=capability_prefix(capability.name),
+            namespace=namespace,
+            force=force,
+            progress=progress,
+        )
+
+    async def sync_documents(
+        self,
+        documents: AsyncIterable[CapabilityDocument],
+        *,
+        prefix: str,
+        namespace: str = "default",
+        force: bool = False,
+        progress: Callable[[IngestProgress], None] | None = None,
+    ) -> list[IngestResult]:
+        """Make the namespace's documents whose ids start with ``prefix`` be ``documents``.
+
+        Each is stored as ``prefix + document_id``: new and changed ones are ingested,
+        unchanged ones (same content hash and embedding model) skipped, and the documents
+        under ``prefix`` that ``documents`` no longer holds are removed (``removed``). One
+        that fails is reported ``failed`` and keeps what it had; the others go on.
+
+        Raises:
+            UsageError: ``documents`` yields an id twice (nothing is removed then).
+            Whatever ``documents`` raises: what was ingested before stays, nothing is removed.
+        """
+        state = IngestProgress(documents_total=None)
+        seen: set[str] = set()
+
+        async def jobs() -> AsyncIterator[_Job]:
+            async for document in documents:
+                doc_id = f"{prefix}{document.document_id}"
+                if doc_id in seen:
+                    raise UsageError(f"document {document.document_id!r} is offered twice")
+                seen.add(doc_id)
+                source = document.source or doc_id
+                work = partial(
+                    self._store_vectors,
+                    document.text,
+                    source=source,
+                    doc_id=doc_id,
+                    namespace=namespace,
+                    media_type=document.media_type,
+                    title=document.title,
+                    force=force,
+                )
+                yield source, doc_id, work
+
+        await self._ingest_each(jobs(), state, namespace, progress)
+        for record in await self._catalog.list(namespace):
+            if record.document_id.startswith(prefix) and record.document_id not in seen:
+                await self.remove(namespace, record.document_id)
+                state.results.append(
+                    IngestResult(record.source, record.document_id, "removed", record.chunk_count)
+                )
+        return state.results
+
+    async def _ingest_each(
+        self,
+        jobs: AsyncIterator[_Job],
+        state: IngestProgress,
+        namespace: str,
+        progress: Callable[[IngestProgress], None] | None,
+    ) -> None:
+        """Run ``jobs`` in order, writing keyword passages and records in batches.
+
+        When ``jobs`` itself raises, the batch so far is committed before the error goes on.
+        """
         pending: list[_VectorsStored] = []
 
         def report(results: Sequence[IngestResult]) -> None:
@@ -179,28 +287,30 @@ class IngestionPipeline:
                 report([p.result for p in pending])
             pending.clear()
 
-        for file in files:
-            state.current = str(file)
-            if progress:
-                progress(state)
-            try:
-                outcome = await self._ingest_file(file, namespace=namespace, force=force)
-            except CoreAgentError as exc:
-                outcome = IngestResult(str(file), document_id_for(file), "failed", error=str(exc))
-            if isinstance(outcome, IngestResult):
-                report([outcome])
-                continue
-            pending.append(outcome)
-            if (
-                sum(len(p.passages) for p in pending) >= KEYWORD_BATCH_CHUNKS
-                or len(pending) >= KEYWORD_BATCH_DOCUMENTS
-            ):
+        try:
+            async for source, doc_id, work in jobs:
+                state.current = source
+                if progress:
+                    progress(state)
+                try:
+                    outcome = await work()
+                except CoreAgentError as exc:
+                    outcome = IngestResult(source, doc_id, "failed", error=str(exc))
+                if isinstance(outcome, IngestResult):
+                    report([outcome])
+                    continue
+                pending.append(outcome)
+                if (
+                    sum(len(p.passages) for p in pending) >= KEYWORD_BATCH_CHUNKS
+                    or len(pending) >= KEYWORD_BATCH_DOCUMENTS
+                ):
+                    await commit_pending()
+        except Exception:
+            if pending:
                 await commit_pending()
+            raise
         if pending:
             await commit_pending()
-        order = {str(file): index for index, file in enumerate(files)}
-        state.results.sort(key=lambda result: order[result.source])
-        return state.results
 
     async def _ingest_file(
         self, file: Path, *, namespace: str, force: bool
@@ -383,6 +493,11 @@ class IngestionPipeline:
         await self._vectors.delete(namespace, ids)
         await self._lexical.delete(namespace, ids)
         return await self._catalog.delete(namespace, document_id)
+
+
+def capability_prefix(name: str) -> str:
+    """What the ids of capability ``name``'s documents start with."""
+    return f"capability:{name}:"
 
 
 def document_id_for(path: Path) -> str:

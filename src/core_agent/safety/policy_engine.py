@@ -7,6 +7,11 @@ everything, and so does the tool's own refusal (``ITool.assess``); otherwise the
 matching ``grade`` rule decides; otherwise the tool's own assessment does; otherwise its
 capabilities. Taint raises write, exec and network calls by one level. The decision names
 the rule that made it, for the trace.
+
+Rules of business capabilities (``IBusinessCapabilityProvider.policy_rules``) can only make
+a call safer: their deny rules join the others, and their grade rules set a floor (the call's
+risk is the highest of the kernel's grading and every capability grade rule that matches,
+before taint raises it).
 """
 
 from __future__ import annotations
@@ -93,6 +98,22 @@ def load_rules(text: str, source: str) -> list[PolicyRule]:
         raise ConfigurationError(f"invalid policy file {source}: {exc}") from exc
 
 
+def capability_rules(name: str, text: str) -> list[PolicyRule]:
+    """A capability's rules from its TOML text, named ``<name>:<rule name>``.
+
+    Raises:
+        ConfigurationError: The text is not a valid policy, or a rule sets ``network``
+            (a capability may not open the network to commands).
+    """
+    rules = load_rules(text, f"of capability {name!r}") if text.strip() else []
+    opening = [rule.name for rule in rules if rule.network]
+    if opening:
+        raise ConfigurationError(
+            f"policy rules of capability {name!r} may not set network = true: {opening}"
+        )
+    return [rule.model_copy(update={"name": f"{name}:{rule.name}"}) for rule in rules]
+
+
 def default_rules() -> list[PolicyRule]:
     """The rules shipped with the kernel."""
     text = resources.files("core_agent.safety").joinpath("default_policy.toml").read_text()
@@ -109,12 +130,20 @@ class _CallFacts:
 
 
 class RulePolicyEngine(IPolicyEngine):
-    """Evaluates ``PolicyRule``s; pure, fast (no I/O), safe to share."""
+    """Evaluates ``PolicyRule``s; pure, fast (no I/O), safe to share.
+
+    ``floor_rules`` (a capability's) can only make calls safer: see the module's docstring.
+    """
 
     def __init__(
-        self, rules: Sequence[PolicyRule], *, shell_parser: IShellParser | None = None
+        self,
+        rules: Sequence[PolicyRule],
+        *,
+        shell_parser: IShellParser | None = None,
+        floor_rules: Sequence[PolicyRule] = (),
     ) -> None:
-        self._rules = list(rules)
+        self._rules = [*rules, *(rule for rule in floor_rules if rule.effect == "deny")]
+        self._floor = [rule for rule in floor_rules if rule.effect == "grade"]
         self._parser = shell_parser
         # One compiled regular expression per rule and argument kind: matching is the hot path.
         self._compiled = {
@@ -124,14 +153,18 @@ class RulePolicyEngine(IPolicyEngine):
                 _compile([_host_pattern(domain) for domain in rule.domains]),
                 _compile(rule.tools),
             )
-            for rule in self._rules
+            for rule in [*self._rules, *self._floor]
         }
 
     @classmethod
     def from_file(
-        cls, path: Path | None, *, shell_parser: IShellParser | None = None
+        cls,
+        path: Path | None,
+        *,
+        shell_parser: IShellParser | None = None,
+        floor_rules: Sequence[PolicyRule] = (),
     ) -> RulePolicyEngine:
-        """The user's rules (if any) followed by the shipped defaults."""
+        """The user's rules (if any) followed by the shipped defaults, and ``floor_rules``."""
         rules: list[PolicyRule] = []
         if path is not None:
             try:
@@ -139,7 +172,7 @@ class RulePolicyEngine(IPolicyEngine):
             except OSError as exc:
                 raise ConfigurationError(f"cannot read policy file {path}: {exc}") from exc
             rules = load_rules(text, str(path))
-        return cls([*rules, *default_rules()], shell_parser=shell_parser)
+        return cls([*rules, *default_rules()], shell_parser=shell_parser, floor_rules=floor_rules)
 
     def evaluate(
         self,
@@ -202,6 +235,16 @@ class RulePolicyEngine(IPolicyEngine):
             risk = capability_risk
             caps = ",".join(sorted(c.value for c in spec.capabilities)) or "none"
             rule, reason = f"default:capabilities({caps})", "graded by declared capabilities"
+        # A capability's grade rule matches when any value does (like a deny rule): it can
+        # only raise the risk, so matching more calls is the safe side.
+        floor = max(
+            (r for r in self._floor if self._matches(r, spec, facts, tainted, True)),
+            key=lambda r: r.risk.rank,
+            default=None,
+        )
+        if floor is not None and floor.risk.rank > risk.rank:
+            risk, rule = floor.risk, floor.name
+            reason = floor.reason or f"raised by rule {floor.name}"
         if tainted and spec.capabilities & _TAINT_SENSITIVE:
             raised = _one_up(risk)
             if raised is not risk:

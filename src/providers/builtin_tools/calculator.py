@@ -18,6 +18,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, Field
 
 from core_agent.contracts.errors import ToolExecutionError, ToolTimeoutError
+from core_agent.contracts.model_arguments_tool import ModelArgumentsTool
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import ToolAssessment, ToolContext
 from providers.builtin_tools.arithmetic import (
@@ -27,7 +28,6 @@ from providers.builtin_tools.arithmetic import (
     evaluate,
     format_number,
 )
-from providers.builtin_tools.model_tool import ModelArgumentsTool
 from shared.agent_protocol import RiskLevel
 
 __all__ = ["CalculationError", "CalculatorTool", "evaluate", "format_number"]

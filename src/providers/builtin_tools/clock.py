@@ -9,9 +9,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import BaseModel, ConfigDict, Field
 
 from core_agent.contracts.errors import ToolExecutionError
+from core_agent.contracts.model_arguments_tool import ModelArgumentsTool
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import ToolContext
-from providers.builtin_tools.model_tool import ModelArgumentsTool
 
 
 class CurrentTimeArguments(BaseModel):

@@ -7,10 +7,10 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core_agent.contracts.model_arguments_tool import ModelArgumentsTool
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import Capability, ToolAssessment, ToolContext
 from providers.builtin_tools.files import sandbox_of
-from providers.builtin_tools.model_tool import ModelArgumentsTool
 from shared.agent_protocol import RiskLevel
 
 

@@ -19,10 +19,10 @@ import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from core_agent.contracts.errors import ToolExecutionError
+from core_agent.contracts.model_arguments_tool import ModelArgumentsTool
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import Capability, ToolAssessment, ToolContext
 from core_agent.contracts.tool_sandbox import IToolSandbox
-from providers.builtin_tools.model_tool import ModelArgumentsTool
 
 MAX_READ_BYTES = 256_000
 MAX_LISTED = 2_000

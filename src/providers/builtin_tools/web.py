@@ -6,10 +6,10 @@ from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core_agent.contracts.model_arguments_tool import ModelArgumentsTool
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import Capability, ToolContext
 from providers.builtin_tools.files import sandbox_of
-from providers.builtin_tools.model_tool import ModelArgumentsTool
 
 
 class HttpFetchArguments(BaseModel):

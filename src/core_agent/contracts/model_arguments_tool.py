@@ -1,4 +1,8 @@
-"""Base for built-in tools whose arguments are a pydantic model."""
+"""A base for tools whose arguments are a pydantic model.
+
+Not a port: a convenience over ``ITool`` for the adapters that implement tools (providers'
+built-in tools, business capabilities), which may import ``core_agent.contracts`` only.
+"""
 
 from __future__ import annotations
 
