@@ -47,9 +47,11 @@ def explain(exc: BaseException) -> tuple[str, int]:
     if isinstance(exc, OSError) and exc.filename is not None:
         what = exc.strerror or type(exc).__name__
         return f"{what}: {exc.filename} (check AGENT_DATA_DIR and the paths given)", EXIT_USAGE
+    # Notes (``add_note``) say where it happened, e.g. which entry point failed to build.
+    notes = " ".join(one_line(note) for note in getattr(exc, "__notes__", ()))
     return (
-        f"internal error: {type(exc).__name__}: {exc} (run again with --debug for the "
-        "traceback, and report it)",
+        f"internal error: {type(exc).__name__}: {exc}{f' ({notes})' if notes else ''} (run "
+        "again with --debug for the traceback, and report it)",
         EXIT_FAILED,
     )
 

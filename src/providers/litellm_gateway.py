@@ -242,9 +242,14 @@ class LiteLLMGateway(ILLMGateway):
         return self._placeholder_key
 
     def warm_up(self) -> None:
-        """Import litellm and what its first request loads; decide the key question early."""
+        """Import litellm and what its first request loads; look up the model's window.
+
+        The window is asked for on the event loop when a task builds its prompt: answered
+        from here, it does not import litellm there.
+        """
         try:
             load_litellm()
+            self.context_window()
             for name in _FIRST_CALL_MODULES:
                 importlib.import_module(name)
             self._needs_placeholder_key()

@@ -74,7 +74,7 @@ def test_policy_check_applies_a_capabilitys_rules(
     enabled = {"AGENT_CAPABILITIES": "coding_assistant,reader", **env}
     args = ["--tool", tool, "--args", json.dumps(arguments), "--workspace", str(tmp_path)]
     result = run("policy", "check", *args, data_dir=tmp_path / "data", **enabled)
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == (1 if outcome == "denied" else 0), result.stderr  # 1: refused
     report = json.loads(result.stdout)
     assert report["rule"].endswith(f":{rule}")
     assert report["denied"] is (outcome == "denied")

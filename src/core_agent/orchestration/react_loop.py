@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
-import anyio.to_thread
 from pydantic import BaseModel, ValidationError
 
 from core_agent.contracts.errors import (
@@ -199,7 +198,6 @@ class ReActLoop:
         # The host's objects for tools (ToolContext.deps): this process's, never checkpointed.
         self._deps = deps
         self._prompt_window = prompt_window
-        self._window_asked = False
         self._llm = llm
         self._tools = tools
         self._sandbox = sandbox
@@ -213,17 +211,6 @@ class ReActLoop:
     def tools(self) -> IToolRegistry:
         """The tools the loop may call."""
         return self._tools
-
-    async def _window(self) -> PromptWindow | None:
-        if self._prompt_window is None:
-            return None
-        if self._window_asked:
-            return self._prompt_window()
-        # The first build asks the gateway for the model's window, which may load its
-        # library (litellm: seconds): off the event loop. The gateway remembers the answer.
-        window = await anyio.to_thread.run_sync(self._prompt_window)
-        self._window_asked = True
-        return window
 
     async def run(
         self,
@@ -259,7 +246,7 @@ class ReActLoop:
         ]
         if output_type is not None:
             definitions.append(_final_answer_definition(output_type))
-        state = _LoopState(window=await self._window())
+        state = _LoopState(window=self._prompt_window() if self._prompt_window else None)
         state.journal = journal
         restored = journal.restored if journal is not None else None
         pending: tuple[ToolCall, ...] = ()
