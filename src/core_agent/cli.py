@@ -84,7 +84,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     tasks.add_argument("--json", action="store_true", help="print JSON")
 
-    trace = commands.add_parser("trace", help="print the spans of a task")
+    show = commands.add_parser(
+        "show", help="a task as a conversation: messages, tool calls, decisions, results"
+    )
+    show.add_argument("task_id", help=TASK_REFERENCE)
+    show.add_argument("--json", action="store_true", help="the task and its events as JSON")
+
+    trace = commands.add_parser("trace", help="the span tree of a task, with durations")
     trace.add_argument("task_id", help=TASK_REFERENCE)
     trace.add_argument("--json", action="store_true", help="print JSON")
 
@@ -238,6 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "run": _run,
             "tasks": _tasks,
             "trace": _trace,
+            "show": _show,
             "route": _route,
             "policy": _policy_check,
             "approvals": _approvals,
@@ -715,7 +722,6 @@ async def _tasks(args: argparse.Namespace) -> int:
 
 async def _trace(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
 
     kernel, _ = _kernel()
     async with kernel:
@@ -751,32 +757,34 @@ async def _trace(args: argparse.Namespace) -> int:
             )
         )
         return EXIT_OK
-    table = Table(
-        "kind",
-        "name",
-        "status",
-        "latency ms",
-        "tokens in",
-        "tokens out",
-        "cost",
-        "detail",
-        title=f"trace {task.trace_id} (task {task.task_id}, {task.status.value})",
-    )
-    from core_agent.safety.terminal_text import printable
+    from core_agent.task_views import print_span_tree
 
-    for s in spans:
-        detail = printable(s.error or json.dumps(s.attributes, default=str), newlines=False)
-        table.add_row(
-            s.kind,
-            printable(s.name, newlines=False),
-            s.status,
-            f"{s.latency_ms:.2f}",
-            "" if s.tokens_in is None else str(s.tokens_in),
-            "" if s.tokens_out is None else str(s.tokens_out),
-            "" if s.cost_usd is None else f"{s.cost_usd:.6f}",
-            detail[:80],
+    print_span_tree(Console(highlight=False), task, spans)
+    return EXIT_OK
+
+
+async def _show(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from core_agent.task_views import print_conversation
+
+    kernel, _ = _kernel()
+    async with kernel:
+        task = await kernel.get_task(await kernel.find_task_id(args.task_id))
+        events = await kernel.task_events(task.task_id)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "task": task.model_dump(mode="json"),
+                    "events": [event.model_dump(mode="json") for event in events],
+                },
+                indent=2,
+                ensure_ascii=False,
+            )
         )
-    Console().print(table)
+        return EXIT_OK
+    print_conversation(Console(highlight=False), task, events)
     return EXIT_OK
 
 

@@ -58,8 +58,38 @@ def test_tasks_and_trace_show_what_ran(tmp_path) -> None:
     ]
     assert all(s["tokens_in"] > 0 for s in trace["spans"] if s["kind"] == "llm")
 
-    table = run("trace", task_id, data_dir=tmp_path)
-    assert table.returncode == 0 and "calculator" in table.stdout
+    tree = run("trace", task_id, data_dir=tmp_path, COLUMNS="60")
+    assert tree.returncode == 0, tree.stderr
+    lines = tree.stdout.splitlines()
+    # A tree: the policy span under its tool span, under the task span, with durations.
+    tool = next(n for n, line in enumerate(lines) if "tool calculator" in line)
+    policy = next(n for n, line in enumerate(lines) if "policy calculator" in line)
+    indent = len(lines[tool]) - len(lines[tool].lstrip("│├└─ "))
+    assert policy > tool
+    assert len(lines[policy]) - len(lines[policy].lstrip("│├└─ ")) > indent
+    assert " ms" in lines[tool]
+    # Long details wrap to the terminal instead of being cut.
+    assert all(len(line) <= 60 for line in lines)
+    assert "tool-check:calculator" in tree.stdout
+
+
+def test_show_prints_the_task_as_a_conversation(tmp_path) -> None:
+    run("run", "What is 12 * (3 + 4)?", data_dir=tmp_path)
+    shown = run("show", "last", data_dir=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    order = [
+        "user: What is 12 * (3 + 4)?",
+        'call: calculator({"expression": "12 * (3 + 4)"})',
+        "policy: calculator allowed (risk low",
+        "result (calculator): 84",
+        "answer: 12 * (3 + 4) = 84",
+    ]
+    positions = [text.find(part) for part in order]
+    assert -1 not in positions and positions == sorted(positions), text
+    as_json = json.loads(run("show", "last", "--json", data_dir=tmp_path).stdout)
+    assert as_json["task"]["status"] == "succeeded"
+    assert [e["kind"] for e in as_json["events"]][-1] == "task.succeeded"
 
 
 def test_run_against_an_openai_compatible_server(tmp_path, openai_server) -> None:

@@ -1,0 +1,160 @@
+"""How one task is shown in a terminal: its conversation (``show``) and its span tree (``trace``).
+
+Both read only what the stores kept (the task's events and spans), so they show a task that
+ran in another process, or one that is still waiting for a human. Text from models and tools
+passes through ``printable`` (no terminal escapes) and wraps to the terminal instead of being
+cut.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from core_agent.safety.terminal_text import printable
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from core_agent.contracts.trace_store import Span
+    from shared.agent_protocol import TaskEvent, TaskState
+
+RESULT_CHARS = 2000
+"""A tool result longer than this is shown up to here, with how much was left out."""
+
+
+def _arguments(call: Any) -> str:
+    if call.arguments is not None:
+        return json.dumps(call.arguments, ensure_ascii=False)
+    return str(call.raw_arguments or "")
+
+
+def _clipped(text: str, limit: int = RESULT_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
+
+def print_conversation(console: Console, task: TaskState, events: Sequence[TaskEvent]) -> None:
+    """The task as a conversation: the request, each model turn, each call with its policy
+    decision, approval and result, plan steps, and how it ended."""
+    from rich.markup import escape
+
+    def say(who: str, text: str, style: str = "") -> None:
+        # Markup only in the label; the text is shown as it is (escaped), and it wraps.
+        label = f"[bold {style}]{who}[/]" if style else f"[bold]{who}[/]"
+        console.print(f"{label} {escape(printable(text))}")
+
+    console.print(
+        f"task {task.task_id}  {task.status.value}  session {task.session_id}  "
+        f"trace {task.trace_id}",
+        markup=False,
+        style="dim",
+    )
+    for event in events:
+        data: Any = event
+        kind = event.kind
+        if kind == "task.queued":
+            if data.request.system_prompt:
+                say("system:", data.request.system_prompt, "magenta")
+            say("user:", data.request.task, "green")
+        elif kind == "task.strategy_selected":
+            say("strategy:", f"{data.strategy} ({data.reason})", "dim")
+        elif kind == "task.strategy_fallback":
+            say("fallback:", f"{data.from_strategy} → {data.to_strategy}: {data.reason}", "yellow")
+        elif kind == "plan.created":
+            steps = "; ".join(f"{step['id']}: {step['goal']}" for step in data.steps)
+            say(f"plan r{data.revision}:", steps, "cyan")
+        elif kind == "plan.step_started":
+            say(f"step {data.step_id}:", data.goal, "cyan")
+        elif kind == "plan.step_completed":
+            outcome = data.output if data.succeeded else f"failed: {data.error}"
+            say(f"step {data.step_id} done:", outcome, "cyan")
+        elif kind == "llm.completed":
+            message = data.message
+            if message.content:
+                say("assistant:", message.content, "blue")
+            for call in message.tool_calls:
+                say("  call:", f"{call.name}({_arguments(call)})  [{call.id}]", "cyan")
+        elif kind == "policy.decided":
+            verdict = (
+                "denied"
+                if data.denied
+                else "needs approval"
+                if data.approval_required
+                else "allowed"
+            )
+            taint = ", tainted" if data.tainted else ""
+            say(
+                "  policy:",
+                f"{data.tool} {verdict} (risk {data.risk.value}, rule {data.rule}{taint})"
+                + (f": {data.reason}" if data.reason else ""),
+                "dim",
+            )
+        elif kind == "approval.requested":
+            say("  asked a human:", data.request.reason or data.request.question or "", "yellow")
+        elif kind == "approval.resolved":
+            decision = data.decision
+            answer = "approved" if decision.approved else "denied"
+            say(
+                "  human:",
+                f"{answer} ({decision.scope})"
+                + (f": {decision.reason}" if decision.reason else ""),
+                "yellow",
+            )
+        elif kind == "tool.hook_applied":
+            say("  hook:", f"{data.hook} {data.action} {data.tool}: {data.reason}", "dim")
+        elif kind == "safety.injection_suspected":
+            say("  injection?", f"{data.tool}: {', '.join(data.signals)}", "red")
+        elif kind == "tool.completed":
+            result = data.result
+            style = "red" if result.is_error else "green"
+            say(f"  result ({result.name}):", _clipped(result.content), style)
+        elif kind == "task.waiting_approval":
+            say("waiting:", f"for a human (request {data.request_id})", "yellow")
+        elif kind == "task.succeeded":
+            say("answer:", data.output, "green")
+        elif kind == "task.failed":
+            say("failed:", f"{data.error_type}: {data.error}", "red")
+        elif kind == "task.canceled":
+            say("canceled:", data.reason, "red")
+    usage = task.usage
+    cost = "unknown" if usage.cost_usd is None else f"${usage.cost_usd:.6f}"
+    console.print(
+        f"tokens {usage.input_tokens} in / {usage.output_tokens} out, cost {cost}",
+        markup=False,
+        style="dim",
+    )
+
+
+def _span_line(span: Span) -> str:
+    parts = [f"{span.kind} {printable(span.name, newlines=False)}", f"{span.latency_ms:.1f} ms"]
+    if span.status != "ok":
+        parts.append(span.status)
+    if span.tokens_in is not None or span.tokens_out is not None:
+        parts.append(f"tokens {span.tokens_in or 0}/{span.tokens_out or 0}")
+    if span.cost_usd is not None:
+        parts.append(f"${span.cost_usd:.6f}")
+    line = "  ·  ".join(parts)
+    detail = span.error or (
+        json.dumps(span.attributes, default=str, ensure_ascii=False) if span.attributes else ""
+    )
+    return f"{line}\n{printable(detail)}" if detail else line
+
+
+def print_span_tree(console: Console, task: TaskState, spans: Sequence[Span]) -> None:
+    """The spans as a tree (children under their parent, in start order) with durations."""
+    from rich.text import Text
+    from rich.tree import Tree
+
+    title = Text(f"trace {task.trace_id} (task {task.task_id}, {task.status.value})")
+    tree = Tree(title)
+    nodes: dict[str, Any] = {}
+    known = {span.span_id for span in spans}
+    for span in sorted(spans, key=lambda s: s.started_at):
+        parent = nodes.get(span.parent_span_id or "") if span.parent_span_id in known else None
+        style = "red" if span.status == "error" else ""
+        node = (parent or tree).add(Text(_span_line(span), style=style))
+        nodes[span.span_id] = node
+    console.print(tree)
