@@ -37,8 +37,11 @@ def _clipped(text: str, limit: int = RESULT_CHARS) -> str:
 
 
 def print_conversation(console: Console, task: TaskState, events: Sequence[TaskEvent]) -> None:
-    """The task as a conversation: the request, each model turn, each call with its policy
-    decision, approval and result, plan steps, and how it ended."""
+    """The task as a conversation.
+
+    The request, each model turn, each call with its policy decision, approval and result,
+    plan steps, and how it ended.
+    """
     from rich.markup import escape
 
     def say(who: str, text: str, style: str = "") -> None:
