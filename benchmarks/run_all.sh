@@ -19,3 +19,4 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.list_tasks_scaling
 "$PY" -m benchmarks.wal_growth
 "$PY" -m benchmarks.crash_recovery
+"$PY" -m benchmarks.first_token

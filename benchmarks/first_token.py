@@ -1,0 +1,85 @@
+"""First streamed token: `core-agent run` against a local OpenAI-compatible server.
+
+Each run starts a fresh `core-agent run "..."` process (no key set: the placeholder key for a
+server at AGENT_MODEL_API_BASE) pointed at a loopback server that speaks the OpenAI protocol
+and streams its answer at once. The time is from starting the process to the first byte of the
+answer on its stdout. The work is checked every run: exit 0, the whole answer printed, and the
+server received a streamed chat request (so the model library really ran).
+
+The floor this cannot beat is importing litellm (about 2-3 s on these machines); the kernel
+starts loading it in a background thread when it is entered, and meanwhile builds its stores,
+routes the task and recalls memories.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.stats import summary
+from tests.support.openai_server import OpenAIServer, Reply
+
+CLI = str(Path(sys.executable).with_name("core-agent"))
+ANSWER = "Hello from the local server."
+TARGET_S = 2.0
+
+
+def first_token_s(server: OpenAIServer, data_dir: Path) -> float:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_", "OPENAI_"))}
+    env.update(
+        AGENT_DATA_DIR=str(data_dir),
+        AGENT_MODEL="openai/local-model",
+        AGENT_MODEL_API_BASE=server.base_url,
+    )
+    requests_before = len(server.requests)
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        [CLI, "run", "Say hello."], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    first = process.stdout.read(1)
+    elapsed = time.perf_counter() - start
+    rest = process.stdout.read()
+    _, errors = process.communicate(timeout=120)
+    output = (first + rest).decode()
+    assert process.returncode == 0, errors.decode()[-2000:]
+    assert ANSWER in output, output
+    new = server.requests[requests_before:]
+    assert new and all(request.get("stream") for request in new), new
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    server = OpenAIServer()
+    server.responder = lambda body: Reply(content=ANSWER)
+    samples = []
+    with server, tempfile.TemporaryDirectory() as tmp:
+        first_token_s(server, Path(tmp) / "warm-up")  # the OS file cache, as for a returning user
+        for run in range(args.runs):
+            samples.append(first_token_s(server, Path(tmp) / f"run-{run}") * 1000.0)
+    stats = summary(samples)
+    print(
+        json.dumps(
+            {
+                "benchmark": "first_token",
+                "runs": args.runs,
+                "first_token_ms": stats,
+                "target_ms": TARGET_S * 1000.0,
+                "met": stats["p95_ms"] < TARGET_S * 1000.0,
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
