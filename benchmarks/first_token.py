@@ -22,8 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.stats import summary
 from tests.support.openai_server import OpenAIServer, Reply
+
+from benchmarks.stats import summary
 
 CLI = str(Path(sys.executable).with_name("core-agent"))
 ANSWER = "Hello from the local server."
@@ -51,7 +52,8 @@ def first_token_s(server: OpenAIServer, data_dir: Path) -> float:
     assert process.returncode == 0, errors.decode()[-2000:]
     assert ANSWER in output, output
     new = server.requests[requests_before:]
-    assert new and all(request.get("stream") for request in new), new
+    assert new, "the server was never called"
+    assert all(request.get("stream") for request in new), new
     return elapsed
 
 
