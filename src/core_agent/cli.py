@@ -126,7 +126,12 @@ def _parser() -> argparse.ArgumentParser:
     resolve.add_argument("request_id")
     answer = resolve.add_mutually_exclusive_group(required=True)
     answer.add_argument("--approve", action="store_true", help="resume the task")
-    answer.add_argument("--deny", action="store_true", help="end the task as failed")
+    answer.add_argument(
+        "--deny",
+        action="store_true",
+        help="refuse: a denied tool call is reported to the model, which carries on without "
+        "it; a denied question (a plan that failed repeatedly) ends the task as failed",
+    )
     resolve.add_argument("--reason", default="", help="guidance for the task, or why not")
 
     resume = commands.add_parser(
@@ -263,6 +268,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return result
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`core-agent tasks | head`): not an error of ours. Point stdout
+        # at /dev/null so the interpreter's final flush does not complain again.
+        import os
+
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
     except Exception as exc:
         from core_agent.command_errors import explain
 
@@ -418,7 +431,10 @@ async def _run(args: argparse.Namespace) -> int:
             + "\n",
             markup=True,
         )
-    kernel.set_approval_callback(_ask_in_terminal)
+    if sys.stdin is not None and sys.stdin.isatty():
+        kernel.set_approval_callback(_ask_in_terminal)
+    # Without a terminal nobody can answer here: a risky call leaves the task waiting,
+    # durably, for `core-agent resolve` (exit 3), rather than being denied on the user's behalf.
     status = EXIT_FAILED
     trace_id = session_id = ""
     async with kernel, aclosing(kernel.stream_task(request)) as events:
@@ -483,8 +499,12 @@ _ANSWERS: dict[str, Literal["once", "task", "session"]] = {
 }
 
 
-def _ask_in_terminal(request: ApprovalRequest) -> ApprovalDecision:
-    """Show a risky call on stderr and read the decision from the terminal (blocking)."""
+async def _ask_in_terminal(request: ApprovalRequest) -> ApprovalDecision:
+    """Show a risky call on stderr and read the decision from the terminal.
+
+    Ctrl-C at the prompt denies this call (the run goes on, and the model is told); only a
+    terminal is asked: without one the task waits durably instead (see ``_run``).
+    """
     from core_agent.safety.terminal_text import printable
     from shared.agent_protocol import ApprovalDecision
 
@@ -499,18 +519,56 @@ def _ask_in_terminal(request: ApprovalRequest) -> ApprovalDecision:
         file=sys.stderr,
         flush=True,
     )
-    try:
-        answer = input().strip().lower() if sys.stdin and sys.stdin.isatty() else ""
-    except EOFError:
-        answer = ""
-    scope = _ANSWERS.get(answer)
+    answer = await _read_answer()
+    if answer is None:
+        print("\n(interrupted: denied)", file=sys.stderr, flush=True)
+    scope = _ANSWERS.get((answer or "").strip().lower())
+    reason = "approved in the terminal" if scope else "not approved in the terminal"
     return ApprovalDecision(
         request_id=request.request_id,
         approved=scope is not None,
         scope=scope or "once",
-        reason="approved in the terminal" if scope else "not approved in the terminal",
+        reason="interrupted at the prompt (Ctrl-C)" if answer is None else reason,
         decided_by="cli",
     )
+
+
+async def _read_answer() -> str | None:
+    """A line typed at the terminal, or ``None`` when Ctrl-C comes first.
+
+    Read on the event loop (no thread left blocked on stdin after an interruption), with
+    SIGINT taken as an answer while the prompt is up.
+    """
+    import os
+    import signal
+
+    import anyio
+
+    fd = sys.stdin.fileno()
+    answer: list[str | None] = []
+    async with anyio.create_task_group() as group:
+
+        async def read() -> None:
+            chunks: list[bytes] = []
+            while not chunks or not chunks[-1].endswith(b"\n"):
+                await anyio.wait_readable(fd)
+                chunk = os.read(fd, 4096)
+                if not chunk:  # end of input
+                    break
+                chunks.append(chunk)
+            answer.append(b"".join(chunks).decode(errors="replace"))
+            group.cancel_scope.cancel()
+
+        async def interrupted() -> None:
+            with anyio.open_signal_receiver(signal.SIGINT) as signals:
+                async for _ in signals:
+                    answer.append(None)
+                    group.cancel_scope.cancel()
+                    return
+
+        group.start_soon(read)
+        group.start_soon(interrupted)
+    return answer[0] if answer else None
 
 
 def _print_summary(

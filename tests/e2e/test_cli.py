@@ -23,6 +23,7 @@ def run(*args: str, data_dir: Path, **env: str) -> subprocess.CompletedProcess[s
         text=True,
         timeout=300,
         check=False,
+        stdin=subprocess.DEVNULL,  # no terminal, as in a script or CI
     )
 
 
@@ -429,3 +430,18 @@ def test_a_task_is_found_by_prefix_trace_id_or_last(tmp_path) -> None:
     assert traced(older["trace_id"]) == older["task_id"]
     missing = run("trace", "zzzz", data_dir=tmp_path)
     assert missing.returncode == 2 and "no task with id 'zzzz'" in missing.stderr
+
+
+def test_without_a_terminal_a_risky_call_waits_for_resolve(tmp_path) -> None:
+    # Every call needs a human at threshold "low"; nobody can answer at a pipe.
+    env = {"AGENT_POLICY_APPROVAL_REQUIRED_RISK": "low"}
+    waiting = run("run", "What is 6 * 7?", data_dir=tmp_path, **env)
+    assert waiting.returncode == 3, waiting.stderr
+    assert "core-agent resolve" in waiting.stderr
+    (request,) = json.loads(run("approvals", "--json", data_dir=tmp_path, **env).stdout)
+    assert request["tool_call"]["name"] == "calculator"
+    task = json.loads(run("tasks", "--json", data_dir=tmp_path, **env).stdout)[0]
+    assert task["status"] == "waiting_approval"
+    approved = run("resolve", request["request_id"], "--approve", data_dir=tmp_path, **env)
+    assert approved.returncode == 0, approved.stderr
+    assert "6 * 7 = 42" in approved.stdout

@@ -67,3 +67,19 @@ def test_debug_adds_the_traceback(tmp_path) -> None:
     )
     assert done.returncode == 2
     assert "Traceback" in done.stderr and "AGENT_MAX_TURNS" in done.stderr.splitlines()[-1]
+
+
+def test_a_reader_that_goes_away_is_not_an_error(tmp_path) -> None:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    # `core-agent schema | head -1`: the pipe closes long before the schema is written.
+    done = subprocess.run(
+        f"'{CLI}' schema | head -1",
+        shell=True,
+        env={**base, "AGENT_DATA_DIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.stdout.strip() == "{"
+    assert done.stderr == "", done.stderr

@@ -36,6 +36,7 @@ from shared.agent_protocol import (
     ChatMessage,
     TaskRequest,
     TaskStatus,
+    ToolCompleted,
     ToolMessage,
 )
 from tests.adversarial.hostile_world import TcpSink
@@ -202,6 +203,30 @@ def runs(command: str):
         )
 
     return model
+
+
+async def test_no_human_is_asked_to_approve_a_command_that_cannot_run_here(
+    tmp_path: Path,
+) -> None:
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={"data_dir": tmp_path / "data", "workspace_roots": (tmp_path,)}
+        )
+    )
+    container.sandbox.override(LocalToolSandbox(roots=[tmp_path], launcher=NoLandlock()))
+    # "make build" is not on the allowlist: it needs a human, who would approve in vain.
+    container.llm_gateway.override(ScriptedLLMGateway(policy=runs("make build")))
+    kernel = container.kernel()
+    asked: list[object] = []
+    kernel.set_approval_callback(lambda request: asked.append(request))
+    async with kernel:
+        result = await kernel.execute_task(TaskRequest(task="build", force_mode="react"))
+        events = await kernel.task_events(result.task_id)
+    assert asked == []
+    (completed,) = [e for e in events if isinstance(e, ToolCompleted)]
+    assert completed.result.is_error and "no Landlock" in completed.result.content
+    assert not [e for e in events if e.kind == "approval.requested"]
 
 
 async def test_the_opt_out_is_warned_about_and_on_every_tool_span(

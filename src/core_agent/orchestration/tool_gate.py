@@ -22,11 +22,12 @@ from typing import Any
 from core_agent.contracts.errors import (
     ApprovalDeniedError,
     ApprovalPendingError,
+    ConfinementUnavailableError,
     PolicyDeniedError,
 )
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.policy_engine import IPolicyEngine
-from core_agent.contracts.tool import CallPermit, ITool, ToolContext
+from core_agent.contracts.tool import Capability, CallPermit, ITool, ToolContext
 from core_agent.contracts.tool_call_ledger import LedgerEntry
 from core_agent.observability.tracer import Tracer
 from core_agent.safety.approvals import ApprovalGrants, call_hash
@@ -134,6 +135,12 @@ class ToolCallGate:
             return judgement.permit
         if preapproved:
             return judgement.approved_permit
+        sandbox = tool_context.sandbox
+        if Capability.EXEC in spec.capabilities and sandbox is not None:
+            # Never ask a human to approve what cannot run here anyway.
+            problem = await sandbox.command_readiness()
+            if problem is not None:
+                raise ConfinementUnavailableError(problem, tool_name=spec.name)
         scope = {
             "task_id": context.task.task_id,
             "session_id": context.task.session_id,
