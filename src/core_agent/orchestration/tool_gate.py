@@ -27,7 +27,7 @@ from core_agent.contracts.errors import (
 )
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.policy_engine import IPolicyEngine
-from core_agent.contracts.tool import Capability, CallPermit, ITool, ToolContext
+from core_agent.contracts.tool import CallPermit, Capability, ITool, ToolContext
 from core_agent.contracts.tool_call_ledger import LedgerEntry
 from core_agent.observability.tracer import Tracer
 from core_agent.safety.approvals import ApprovalGrants, call_hash
