@@ -63,6 +63,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help="print the traceback of an error (for bug reports)"
     )
+    loudness = parser.add_mutually_exclusive_group()
+    loudness.add_argument(
+        "-v", "--verbose", action="count", default=0, help="log what the kernel does (-vv: more)"
+    )
+    loudness.add_argument(
+        "-q", "--quiet", action="store_true", help="print only results and errors (no progress)"
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="run a task and stream its answer")
@@ -133,23 +140,33 @@ def _parser() -> argparse.ArgumentParser:
         "it; a denied question (a plan that failed repeatedly) ends the task as failed",
     )
     resolve.add_argument("--reason", default="", help="guidance for the task, or why not")
+    resolve.add_argument("--json", action="store_true", help="print the task's result as JSON")
 
     resume = commands.add_parser(
         "resume", help="carry on a task whose process died, from its last checkpoint"
     )
     resume.add_argument("task_id", help=TASK_REFERENCE)
+    resume.add_argument("--json", action="store_true", help="print the task's result as JSON")
     cancel = commands.add_parser(
         "cancel", help="cancel a task (a live process running it is asked to stop it)"
     )
     cancel.add_argument("task_id", help=TASK_REFERENCE)
     cancel.add_argument("--reason", default="canceled from the command line")
+    cancel.add_argument("--json", action="store_true", help="print the task as JSON")
     recover = commands.add_parser("recover", help="resume (or fail) every task whose process died")
     recover.add_argument(
         "--fail", action="store_true", help="end them as failed instead of resuming them"
     )
+    recover.add_argument("--json", action="store_true", help="print their results as JSON")
 
     _add_session_commands(commands)
     commands.add_parser("schema", help="print the JSON Schema of the protocol messages")
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script, e.g. "
+        "`core-agent completion bash > ~/.local/share/bash-completion/completions/core-agent`",
+    )
+    completion.add_argument("shell", choices=["bash", "zsh", "tcsh"])
     _add_knowledge_commands(commands)
     return parser
 
@@ -240,9 +257,22 @@ def _add_knowledge_commands(commands: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``core-agent``; returns the exit status (see ``command_errors``)."""
     args = _parser().parse_args(argv)
+    if args.verbose:
+        import logging
+
+        logging.basicConfig(
+            level=logging.INFO if args.verbose == 1 else logging.DEBUG,
+            stream=sys.stderr,
+            format="%(levelname)s %(name)s: %(message)s",
+        )
     try:
         if args.command == "schema":
             return _schema()
+        if args.command == "completion":
+            import shtab
+
+            print(shtab.complete(_parser(), shell=args.shell))
+            return EXIT_OK
         import anyio
 
         handler = {
@@ -412,7 +442,7 @@ async def _run(args: argparse.Namespace) -> int:
     request = TaskRequest(
         task=args.task, session_id=args.session, force_mode=args.mode, max_turns=args.max_turns
     )
-    out, err = Console(highlight=False), Console(stderr=True, highlight=False)
+    out, err = Console(highlight=False), Console(stderr=True, highlight=False, quiet=args.quiet)
     kernel, settings = _kernel()
     if settings.sandbox_mode == "unconfined":
         err.print(
@@ -437,6 +467,7 @@ async def _run(args: argparse.Namespace) -> int:
     # durably, for `core-agent resolve` (exit 3), rather than being denied on the user's behalf.
     status = EXIT_FAILED
     trace_id = session_id = ""
+    streamed = False  # the answer on stdout is not yet ended by a newline
     async with kernel, aclosing(kernel.stream_task(request)) as events:
         async for event in events:
             if args.json:
@@ -468,6 +499,7 @@ async def _run(args: argparse.Namespace) -> int:
                 )
             elif isinstance(event, LLMDelta):
                 out.print(printable(event.text), end="", markup=False, soft_wrap=True)
+                streamed = not event.text.endswith("\n")
             elif isinstance(event, ToolStarted):
                 call = event.tool_call
                 shown = (
@@ -485,6 +517,9 @@ async def _run(args: argparse.Namespace) -> int:
             if isinstance(event, TaskWaitingApproval):
                 status = EXIT_WAITING
             if isinstance(event, TaskSucceeded | TaskFailed | TaskCanceled):
+                if streamed:
+                    out.print()
+                    streamed = False
                 status = EXIT_OK if isinstance(event, TaskSucceeded) else EXIT_FAILED
                 if not args.json:
                     _print_summary(err, event, trace_id, session_id)
@@ -673,7 +708,7 @@ async def _approvals(args: argparse.Namespace) -> int:
 
 
 async def _resolve(args: argparse.Namespace) -> int:
-    from shared.agent_protocol import ApprovalDecision, TaskStatus
+    from shared.agent_protocol import ApprovalDecision
 
     kernel, _ = _kernel()
     decision = ApprovalDecision(
@@ -681,24 +716,22 @@ async def _resolve(args: argparse.Namespace) -> int:
     )
     async with kernel:
         result = await kernel.resolve_approval(args.request_id, decision)
-    if result.output:
-        from core_agent.safety.terminal_text import printable
-
-        print(printable(result.output))
-    print(f"status: {result.status.value}  task: {result.task_id}", file=sys.stderr)
-    return EXIT_OK if result.status is TaskStatus.SUCCEEDED else EXIT_FAILED
+    return _print_result(result, as_json=args.json)
 
 
-def _print_result(result: TaskResult) -> int:
+def _print_result(result: TaskResult, *, as_json: bool = False) -> int:
     from core_agent.safety.terminal_text import printable
     from shared.agent_protocol import TaskStatus
 
-    if result.output:
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    elif result.output:
         print(printable(result.output))
     line = f"status: {result.status.value}  task: {result.task_id}"
     if result.error and result.status is not TaskStatus.SUCCEEDED:
         line += f"  ({printable(result.error, newlines=False)})"
-    print(line, file=sys.stderr)
+    if not as_json:
+        print(line, file=sys.stderr)
     if result.status is TaskStatus.WAITING_APPROVAL:
         print(
             f"answer with: core-agent resolve {result.pending_approval} --approve|--deny",
@@ -712,7 +745,7 @@ async def _resume(args: argparse.Namespace) -> int:
     kernel, _ = _kernel()
     async with kernel:
         result = await kernel.resume(await kernel.find_task_id(args.task_id))
-    return _print_result(result)
+    return _print_result(result, as_json=args.json)
 
 
 async def _cancel(args: argparse.Namespace) -> int:
@@ -723,7 +756,9 @@ async def _cancel(args: argparse.Namespace) -> int:
         task_id = await kernel.find_task_id(args.task_id)
         await kernel.cancel_task(task_id, args.reason)
         state = await kernel.get_task(task_id)
-    if state.status is TaskStatus.CANCELED:
+    if args.json:
+        print(state.model_dump_json(indent=2))
+    elif state.status is TaskStatus.CANCELED:
         print(f"task {task_id} canceled")
     else:
         print(
@@ -737,6 +772,9 @@ async def _recover(args: argparse.Namespace) -> int:
     kernel, _ = _kernel()
     async with kernel:
         results = await kernel.recover("fail" if args.fail else "resume")
+    if args.json:
+        print(json.dumps([result.model_dump(mode="json") for result in results], indent=2))
+        return EXIT_OK
     if not results:
         print("No task was left by a process that died.")
     for result in results:

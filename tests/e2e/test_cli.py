@@ -445,3 +445,34 @@ def test_without_a_terminal_a_risky_call_waits_for_resolve(tmp_path) -> None:
     approved = run("resolve", request["request_id"], "--approve", data_dir=tmp_path, **env)
     assert approved.returncode == 0, approved.stderr
     assert "6 * 7 = 42" in approved.stdout
+
+
+def test_completion_scripts_know_every_command(tmp_path) -> None:
+    script = run("completion", "bash", data_dir=tmp_path)
+    assert script.returncode == 0, script.stderr
+    checked = subprocess.run(["bash", "-n"], input=script.stdout, text=True, check=False)
+    assert checked.returncode == 0
+    for command in ("run", "show", "trace", "tasks", "resolve", "completion"):
+        assert command in script.stdout
+    assert "#compdef core-agent" in run("completion", "zsh", data_dir=tmp_path).stdout
+
+
+def test_quiet_prints_only_the_answer_which_ends_with_a_newline(tmp_path) -> None:
+    loud = run("run", "What is 6 * 7?", data_dir=tmp_path)
+    assert loud.stdout.endswith("6 * 7 = 42\n") and "status: succeeded" in loud.stderr
+    quiet = run("--quiet", "run", "What is 6 * 7?", data_dir=tmp_path)
+    assert quiet.returncode == 0
+    assert (quiet.stdout, quiet.stderr) == ("6 * 7 = 42\n", "")
+
+
+def test_results_of_answers_and_resumes_print_as_json(tmp_path) -> None:
+    env = {"AGENT_POLICY_APPROVAL_REQUIRED_RISK": "low"}
+    run("run", "What is 6 * 7?", data_dir=tmp_path, **env)
+    (request,) = json.loads(run("approvals", "--json", data_dir=tmp_path, **env).stdout)
+    done = run("resolve", request["request_id"], "--approve", "--json", data_dir=tmp_path, **env)
+    result = json.loads(done.stdout)
+    assert (result["status"], result["output"]) == ("succeeded", "6 * 7 = 42")
+    assert result["task_id"] == request["task_id"]
+    canceled = run("cancel", "last", "--json", data_dir=tmp_path, **env)
+    assert canceled.returncode == 2 and "already" in canceled.stderr  # it has ended
+    assert json.loads(run("recover", "--json", data_dir=tmp_path, **env).stdout) == []

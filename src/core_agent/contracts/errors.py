@@ -110,7 +110,11 @@ class InvalidTransitionError(UsageError):
         self.task_id = task_id
         self.current = current
         self.requested = requested
-        super().__init__(f"task {task_id}: cannot move from {current!r} to {requested!r}")
+        if current in ("succeeded", "failed", "canceled"):
+            message = f"task {task_id} has already ended ({current}); it cannot become {requested}"
+        else:
+            message = f"task {task_id}: cannot move from {current!r} to {requested!r}"
+        super().__init__(message)
 
 
 class TaskHeldError(UsageError):
