@@ -697,6 +697,8 @@ class KernelContainer(containers.DeclarativeContainer):
         session_limits=settings.provided.session_limits,
         warm_up=model_gateway.provided.warm_up,
         capabilities=capabilities,
+        ingestion=ingestion.provider,
+        knowledge_namespace=settings.provided.knowledge_namespace,
     )
 
 

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import itertools
+import json
 import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
-from core_agent.container import KernelContainer
+from core_agent.container import KernelContainer, create_kernel
 from core_agent.contracts.errors import EmbeddingMismatchError, UsageError
 from core_agent.contracts.settings import AgentSettings
 from core_agent.memory.ingestion import chunk_id
 from fakes.lexical import FakeFlakyLexicalIndex
 from providers.embedders.feature_hashing import FeatureHashingEmbedder
+from shared.agent_protocol import TaskRequest
 
 pytestmark = pytest.mark.anyio
 
@@ -224,3 +226,43 @@ async def test_a_folder_reaches_the_keyword_index_in_batches_and_a_failed_batch_
     assert len(await kb.document_catalog().list("default")) == 30
     [hit] = await kb.retriever().retrieve("heron17", 1)
     assert hit.source == str(folder / "note17.md") and hit.ranks.get("lexical") == 1
+
+
+async def test_a_kernel_ingests_and_its_tasks_search_what_it_ingested(tmp_path: Path) -> None:
+    """``kernel.ingest`` is ``core-agent ingest`` from Python, on the kernel's own stores."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "pets.txt").write_text(DOCS["pets.txt"])
+    (folder / "保修.txt").write_text("保修政策：所有电器产品享受两年免费保修。", encoding="utf-8")
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"tool_calls": [{"name": "knowledge_search", "arguments": {"query": "电器保修"}}]},
+                {"content": "两年。"},
+            ]
+        )
+    )
+    settings = AgentSettings(
+        data_dir=tmp_path / "data", scripted_model_script=script, knowledge_namespace="shop"
+    )
+    async with create_kernel(settings) as kernel:
+        results = await kernel.ingest(str(folder))
+        assert [(Path(r.source).name, r.status) for r in results] == [
+            ("pets.txt", "ingested"),
+            ("保修.txt", "ingested"),
+        ]
+        answer = await kernel.execute_task(TaskRequest(task="电器的保修期是多久？"))
+        [searched] = [
+            e for e in await kernel.task_events(answer.task_id) if e.kind == "tool.completed"
+        ]
+        hits = json.loads(searched.result.content)
+        assert Path(hits[0]["source"]).name == "保修.txt"
+        assert {r.status for r in await kernel.ingest(folder)} == {"unchanged"}
+        other = await kernel.ingest(folder / "pets.txt", namespace="elsewhere")
+        assert [r.status for r in other] == ["ingested"]
+        with pytest.raises(UsageError, match="does not exist"):
+            await kernel.ingest(tmp_path / "missing")
+    # The kernel closed the stores it opened to ingest: another kernel reads the same data.
+    async with create_kernel(settings) as kernel:
+        assert {r.status for r in await kernel.ingest(folder, force=True)} == {"ingested"}

@@ -113,17 +113,10 @@ def run(container):
     return build
 
 
-def unwrapped(content: str) -> str:
-    """Tool output without the ``<untrusted-data>`` lines around it."""
-    if content.startswith("<untrusted-data"):
-        return content.split("\n", 1)[1].rsplit("\n", 1)[0]
-    return content
-
-
 def tool_results(tasks, task_id) -> list[tuple[str, str]]:
     """``(tool, content)`` of every finished call, in order."""
     return [
-        (e.result.name, unwrapped(e.result.content))
+        (e.result.name, e.result.content)
         for e in tasks.events[task_id]
         if e.kind == "tool.completed"
     ]
@@ -221,7 +214,7 @@ async def test_the_same_read_twice_in_one_turn_runs_once(run) -> None:
     result = await kernel.execute_task(TaskRequest(task="read", force_mode="react"))
     assert runs == ["read a"]
     by_call = {
-        e.result.call_id: unwrapped(e.result.content)
+        e.result.call_id: e.result.content
         for e in tasks.events[result.task_id]
         if e.kind == "tool.completed"
     }

@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
     from pydantic import ValidationError
 
-    from shared.agent_protocol import ApprovalRequest
+    from shared.agent_protocol import ApprovalRequest, TaskResult
 
 
 class CoreAgentError(Exception):
@@ -441,9 +441,10 @@ class StructuredOutputError(RunError):
 class TaskFailedError(RunError):
     """A task run for a typed result did not succeed.
 
-    Raised by ``execute_task(..., response_model=...)``; ``result`` is the task's result.
+    Raised by ``execute_task(..., response_model=...)``; ``result`` is the task's result
+    (its ``status``, ``error``, ``output``, and ``pending_approval`` when it waits).
     """
 
-    def __init__(self, result: object, message: str) -> None:
+    def __init__(self, result: TaskResult, message: str) -> None:
         self.result = result
         super().__init__(message)

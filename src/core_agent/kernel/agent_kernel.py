@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, overload
 
 import anyio
@@ -64,6 +66,7 @@ from core_agent.kernel.task_lease import lease_until, new_owner
 from core_agent.kernel.task_lifecycle import TaskLifecycle
 from core_agent.kernel.task_recovery import TaskRecovery
 from core_agent.memory.hybrid_memory import recall_message
+from core_agent.memory.ingestion import IngestionPipeline, IngestProgress, IngestResult
 from core_agent.observability.tracer import Tracer, new_trace_id
 from core_agent.prompts import PromptSet, default_prompts
 from core_agent.safety.approval_gateway import CallbackApprovalGateway
@@ -117,6 +120,8 @@ class AgentKernel:
     around every tool call (see ``add_tool_hook``). ``capabilities`` are the enabled business
     capabilities: their instructions follow every system prompt, and each task starts with
     their context (``business_capabilities``); they are closed with the kernel.
+    ``ingestion`` builds the knowledge base's pipeline (on the first ``ingest``), which
+    writes into ``knowledge_namespace`` unless told otherwise.
     """
 
     def __init__(
@@ -147,6 +152,8 @@ class AgentKernel:
         tool_hooks: Sequence[ToolHook] = (),
         warm_up: Callable[[], None] | None = None,
         capabilities: Sequence[IBusinessCapabilityProvider] = (),
+        ingestion: Callable[[], IngestionPipeline] | None = None,
+        knowledge_namespace: str = "default",
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -175,6 +182,8 @@ class AgentKernel:
         self._warm_up = warm_up
         """Loads the model's libraries (``ILLMGateway.warm_up``); started when entered."""
         self._capabilities = BusinessCapabilities(capabilities)
+        self._ingestion = ingestion
+        self._knowledge_namespace = knowledge_namespace
         if recovery not in ("resume", "fail", "off"):
             raise ConfigurationError(f"recovery must be resume, fail or off, not {recovery!r}")
         self._recovery_mode = recovery
@@ -701,6 +710,36 @@ class AgentKernel:
             SessionBusyError: A task of the session is queued, running or waiting for a human.
         """
         return await self._session_store().delete_session(session_id)
+
+    async def ingest(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        namespace: str | None = None,
+        force: bool = False,
+        progress: Callable[[IngestProgress], None] | None = None,
+    ) -> list[IngestResult]:
+        """Add a file, or every supported file under a folder, to the knowledge base.
+
+        What ``core-agent ingest PATH`` does, on this kernel's stores: the documents go into
+        ``namespace`` (``AGENT_KNOWLEDGE_NAMESPACE`` when ``None``), where the
+        ``knowledge_search`` tool finds them. A file whose content is unchanged since its
+        last ingestion is ``unchanged`` (unless ``force``); one that fails is ``failed``, with
+        the reason, and nothing of it is written, while the others go on. ``progress`` is
+        called after each step. Returns one result per file, in file order.
+
+        Raises:
+            UsageError: ``path`` does not exist or is a file no loader reads, or this kernel
+                was built without a knowledge base.
+        """
+        if self._ingestion is None:
+            raise UsageError("this kernel was built without a knowledge base to ingest into")
+        return await self._ingestion().ingest_path(
+            Path(path),
+            namespace=namespace or self._knowledge_namespace,
+            force=force,
+            progress=progress,
+        )
 
     async def task_events(self, task_id: str) -> list[TaskEvent]:
         """The persisted events of a task, in order."""

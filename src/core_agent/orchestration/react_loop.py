@@ -663,7 +663,9 @@ class ReActLoop:
                 before=before if context.tool_hooks else None,
                 observe=observe if context.tool_hooks else None,
             )
-            if self._brings_untrusted_content(call.name, result):
+            output = result  # for observers (``ToolCompleted``): the tool's own text
+            untrusted = self._brings_untrusted_content(call.name, result)
+            if untrusted:
                 await context.taint(call.name, call_id=call.id, reason="tool output")
                 span.attributes["untrusted_output"] = True
                 report = self._detector.inspect(result.content)
@@ -689,13 +691,22 @@ class ReActLoop:
                 result = result.model_copy(
                     update={"content": truncate_observation(result.content, limit)}
                 )
+            if not untrusted:
+                output = result
+            elif len(output.content) > limit:
+                output = output.model_copy(
+                    update={"content": truncate_observation(output.content, limit)}
+                )
             if result.is_error:
                 span.error = result.content
                 span.attributes["error_type"] = result.error_type
         context.run.stats.tool_calls += 1
         release_tool_call(context)  # its reserved place, now counted
         await context.emit(
-            ToolCompleted, result=result, latency_ms=(time.perf_counter() - started) * 1000.0
+            ToolCompleted,
+            result=output,
+            untrusted=untrusted,
+            latency_ms=(time.perf_counter() - started) * 1000.0,
         )
         return result
 

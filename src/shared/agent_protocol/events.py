@@ -161,11 +161,18 @@ class ToolStarted(TaskEvent):
 
 
 class ToolCompleted(TaskEvent):
-    """A tool call finished, successfully or with an error given back to the model."""
+    """A tool call finished, successfully or with an error given back to the model.
+
+    ``result`` holds what the tool returned, cut to the length the model is given. With
+    ``untrusted``, the model got it as untrusted data: inside an ``<untrusted-data>`` block
+    (with a warning when it looked like a prompt injection, see ``InjectionSuspected``), and
+    the task is tainted from then on.
+    """
 
     kind: Literal["tool.completed"] = "tool.completed"
     result: ToolResult
     latency_ms: float
+    untrusted: bool = False
 
 
 class PolicyDecided(TaskEvent):
