@@ -113,7 +113,8 @@ def print_conversation(console: Console, task: TaskState, events: Sequence[TaskE
         elif kind == "tool.completed":
             result = data.result
             style = "red" if result.is_error else "green"
-            say(f"  result ({result.name}):", _clipped(result.content), style)
+            origin = ", untrusted" if getattr(data, "untrusted", False) else ""
+            say(f"  result ({result.name}{origin}):", _clipped(result.content), style)
         elif kind == "task.waiting_approval":
             say("waiting:", f"for a human (request {data.request_id})", "yellow")
         elif kind == "task.succeeded":
