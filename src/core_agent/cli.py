@@ -545,16 +545,12 @@ async def _ask_in_terminal(request: ApprovalRequest) -> ApprovalDecision:
 
     call = request.tool_call
     shown = json.dumps(call.arguments, indent=2) if call and call.arguments is not None else ""
-    print(
+    answer = await _read_answer(
         f"\n--- approval needed ({request.risk.value} risk, rule {request.rule}) ---\n"
         f"tool: {printable(call.name) if call else '-'}\narguments: {printable(shown)}\n"
         f"why: {printable(request.reason or request.question)}\n"
-        "approve? [y]es once / [t]his task / [s]ession / [N]o: ",
-        end="",
-        file=sys.stderr,
-        flush=True,
+        "approve? [y]es once / [t]his task / [s]ession / [N]o: "
     )
-    answer = await _read_answer()
     if answer is None:
         print("\n(interrupted: denied)", file=sys.stderr, flush=True)
     scope = _ANSWERS.get((answer or "").strip().lower())
@@ -568,16 +564,17 @@ async def _ask_in_terminal(request: ApprovalRequest) -> ApprovalDecision:
     )
 
 
-async def _read_answer() -> str | None:
-    """A line typed at the terminal, or ``None`` when Ctrl-C comes first.
+async def _read_answer(prompt: str) -> str | None:
+    """Show ``prompt`` on stderr; the line typed at the terminal, or ``None`` on Ctrl-C.
 
     Read on the event loop (no thread left blocked on stdin after an interruption), with
-    SIGINT taken as an answer while the prompt is up.
+    SIGINT taken as an answer from before the prompt is shown until it is answered.
     """
     import os
     import signal
 
     import anyio
+    import anyio.abc
 
     fd = sys.stdin.fileno()
     answer: list[str | None] = []
@@ -594,15 +591,17 @@ async def _read_answer() -> str | None:
             answer.append(b"".join(chunks).decode(errors="replace"))
             group.cancel_scope.cancel()
 
-        async def interrupted() -> None:
+        async def interrupted(*, task_status: anyio.abc.TaskStatus[None]) -> None:
             with anyio.open_signal_receiver(signal.SIGINT) as signals:
+                task_status.started()
                 async for _ in signals:
                     answer.append(None)
                     group.cancel_scope.cancel()
                     return
 
+        await group.start(interrupted)
+        print(prompt, end="", file=sys.stderr, flush=True)
         group.start_soon(read)
-        group.start_soon(interrupted)
     return answer[0] if answer else None
 
 
