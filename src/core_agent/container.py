@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from dependency_injector import containers, providers
 
+from core_agent.agent_files import AgentDefinition, load_agent_file
 from core_agent.contracts.approval_gateway import ApprovalCallback
 from core_agent.contracts.business_capability_provider import IBusinessCapabilityProvider
 from core_agent.contracts.checkpoint_store import ICheckpointStore
@@ -97,6 +98,12 @@ DOCUMENT_CATALOGS = "core_agent.document_catalogs"
 DOCUMENT_LOADERS = "core_agent.document_loaders"
 CAPABILITIES = "core_agent.capabilities"
 SHIPPED_VECTOR_STORES = ("sqlite_vec", "lancedb")
+ENTRY_POINT_GROUPS = (
+    LLM_GATEWAYS, TASK_STORES, TRACE_STORES, CHECKPOINT_STORES, TOOL_CALL_LEDGERS, SANDBOXES,
+    SHELL_PARSERS, TOOLS, EMBEDDERS, VECTOR_STORES, LEXICAL_INDEXES, TOKEN_COUNTERS,
+    MEMORY_STORES, DOCUMENT_CATALOGS, DOCUMENT_LOADERS, CAPABILITIES,
+)  # fmt: skip
+"""Every entry-point group the container reads (``core-agent plugins`` lists them)."""
 
 T = TypeVar("T")
 
@@ -707,6 +714,7 @@ def create_kernel(
     approval_callback: ApprovalCallback | None = None,
     tool_hooks: Sequence[ToolHook] = (),
     deps: object = None,
+    agent: AgentDefinition | str | os.PathLike[str] | None = None,
 ) -> AgentKernel:
     """Build a kernel from ``settings`` (or ``AGENT_*`` variables), resolving every provider now.
 
@@ -720,7 +728,11 @@ def create_kernel(
     process, never stored, so a task resumed in another process (after a restart, or by
     ``core-agent resolve``) gets that process's deps, ``None`` if it passed none.
 
+    ``agent`` is an agent file (a path, or what ``load_agent_file`` returned) applied over
+    ``settings`` (see ``use_agent_file``).
+
     Raises:
+        AgentFileError: ``agent`` is not a valid agent file, or names a tool not installed.
         TypeError: ``tools`` is not a list of tools (a plain function lacks ``@tool``).
         ProviderNotFoundError: A configured provider name is not installed.
         ModelNotConfiguredError: The litellm gateway was chosen but no model is set.
@@ -735,6 +747,7 @@ def create_kernel(
         container.settings.override(providers.Object(settings))
     container.host_tools.override(providers.Object(given))
     container.deps.override(providers.Object(deps))
+    use_agent_file(container, agent)
     # The prompts and the tools first: a bad prompt file or two tools of one name stop
     # start-up before any store is opened.
     container.prompts()
@@ -744,3 +757,44 @@ def create_kernel(
     for hook in tool_hooks:
         kernel.add_tool_hook(hook)
     return kernel
+
+
+def use_agent_file(
+    container: KernelContainer, agent: AgentDefinition | str | os.PathLike[str] | None
+) -> AgentDefinition | None:
+    """Configure ``container`` as the agent file ``agent`` says (nothing when ``None``).
+
+    Its settings replace the container's (``AgentDefinition.apply``), its system prompt the
+    ``system`` prompt, and its policy rules are read before the policy file's and the
+    shipped ones. The tools it names are looked up now, so a missing one is reported at its
+    line in the file.
+
+    Raises:
+        AgentFileError: The file is invalid, or names a tool that is not installed.
+    """
+    if agent is None:
+        return None
+    definition = agent if isinstance(agent, AgentDefinition) else load_agent_file(agent)
+    settings = definition.apply(container.settings())
+    container.settings.override(providers.Object(settings))
+    if definition.system_prompt is not None:
+        prompts = definition.prompts(load_prompt_set(settings.prompts_dir))
+        container.prompts.override(providers.Object(prompts))
+    if definition.policy_rules:
+        container.policy_engine.override(
+            providers.Singleton(
+                RulePolicyEngine.from_file,
+                settings.policy_file,
+                shell_parser=container.shell_parser,
+                floor_rules=providers.Callable(capability_policy, container.capabilities),
+                preceding=definition.policy_rules,
+            )
+        )
+    try:
+        container.tool_registry()
+    except ProviderNotFoundError as exc:
+        located = definition.unknown_tool(exc.name, exc.installed) if exc.group == TOOLS else None
+        if located is None:
+            raise
+        raise located from exc
+    return definition
