@@ -52,7 +52,10 @@ class YamlDocument:
             data = loader.construct_document(root)
         except yaml.MarkedYAMLError as exc:
             mark = exc.problem_mark or exc.context_mark
-            detail = ": ".join(part for part in (exc.context, exc.problem) if part)
+            context = exc.context
+            if context and exc.context_mark and mark and exc.context_mark.line != mark.line:
+                context += f" started on line {exc.context_mark.line + 1}"
+            detail = ": ".join(part for part in (context, exc.problem) if part)
             line, column = (mark.line + 1, mark.column + 1) if mark else (0, 0)
             raise AgentFileError.at(source, line, column, f"invalid YAML: {detail}") from exc
         except yaml.reader.ReaderError as exc:
