@@ -70,6 +70,28 @@ def test_unreadable_and_oversized_files_are_refused(tmp_path: Path) -> None:
         load_agent_file(tmp_path / "latin1.yaml")
 
 
+def test_deep_nesting_and_alias_bombs_are_refused_without_walking_them() -> None:
+    write(Path("deep.yaml"), "tools: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(AgentFileError, match=r"^deep\.yaml: nested more than 32 levels$"):
+        load_agent_file("deep.yaml")
+    # Each level refers to the one below nine times: 9**9 strings if walked as a tree.
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    write(Path("bomb.yaml"), "\n".join([*lines, "tool_sets: {many: *a9}", ""]))
+    with pytest.raises(AgentFileError) as caught:
+        load_agent_file("bomb.yaml")
+    assert str(caught.value).startswith("bomb.yaml:1:1: unknown key 'a0'")
+
+
+def test_a_file_with_very_many_mistakes_describes_the_first_fifty() -> None:
+    write(Path("many.yaml"), "".join(f"key{i}: 1\n" for i in range(500)))
+    with pytest.raises(AgentFileError) as caught:
+        load_agent_file("many.yaml")
+    problems = caught.value.problems
+    assert len(problems) == 51
+    assert problems[-1].message == "450 more problems not described"
+
+
 FULL = """\
 name: analyst
 description: Works out numbers.

@@ -41,8 +41,14 @@ from core_agent.contracts.settings import AgentSettings
 from core_agent.prompts import PromptSet
 from core_agent.safety.policy_engine import PolicyRule, load_rules
 
-MAX_BYTES = 1_000_000
-"""An agent file is a short document; a larger one is refused before it is parsed."""
+MAX_BYTES = 256_000
+"""An agent file is a short document; a larger one is refused before it is parsed (a long
+system prompt belongs in ``system_prompt_file``)."""
+
+MAX_PROMPT_BYTES = 1_000_000
+"""A system prompt file larger than this is refused (it would not fit a model's window)."""
+MAX_PROBLEMS = 50
+"""Problems described in full; a file with more is wrong in a way a list will not fix."""
 
 _SETTINGS: Mapping[Loc, str] = {
     ("model", "name"): "model",
@@ -166,11 +172,11 @@ def load_agent_file(path: str | os.PathLike[str]) -> AgentDefinition:
     source = os.fspath(path)
     file = Path(source).expanduser()
     document = YamlDocument.parse(_read(file, source), source)
-    problems = _empty_values(document, document.data, ())
+    problems = _empty_values(document, document.data, (), set())
     try:
         spec = AgentFileSpec.model_validate(document.data)
     except ValidationError as exc:
-        problems += validation_problems(exc, document)
+        problems += validation_problems(exc, document, limit=MAX_PROBLEMS)
         raise AgentFileError(source, _first_per_place(problems)) from exc
     if problems:
         raise AgentFileError(source, problems)
@@ -199,9 +205,18 @@ def _read(file: Path, source: str) -> str:
         raise AgentFileError.at(source, line, 1, "not UTF-8 text") from exc
 
 
-def _empty_values(document: YamlDocument, value: Any, loc: Loc) -> list[AgentFileProblem]:
-    """A key given no value (``max_turns:``) is a mistake, not a way to unset a setting."""
+def _empty_values(
+    document: YamlDocument, value: Any, loc: Loc, seen: set[int]
+) -> list[AgentFileProblem]:
+    """A key given no value (``max_turns:``) is a mistake, not a way to unset a setting.
+
+    A list or mapping an alias shares is looked at once (``seen``): nested aliases would
+    otherwise make the walk exponential.
+    """
     problems: list[AgentFileProblem] = []
+    if id(value) in seen:
+        return problems
+    seen.add(id(value))
     items = (
         value.items()
         if isinstance(value, dict)
@@ -219,7 +234,7 @@ def _empty_values(document: YamlDocument, value: Any, loc: Loc) -> list[AgentFil
                 )
             )
         else:
-            problems += _empty_values(document, item, here)
+            problems += _empty_values(document, item, here, seen)
     return problems
 
 
@@ -338,6 +353,9 @@ class _Mapper:
             return spec.system_prompt
         path = self._file(("system_prompt_file",))
         if path is None:
+            return None
+        if path.stat().st_size > MAX_PROMPT_BYTES:
+            self._problem(("system_prompt_file",), f"{path} is over {MAX_PROMPT_BYTES:,} bytes")
             return None
         try:
             text = path.read_text(encoding="utf-8").strip()

@@ -50,16 +50,19 @@ def dotted(loc: Loc) -> str:
 
 
 def validation_problems(
-    error: ValidationError, document: YamlDocument, *, prefix: Loc = ()
+    error: ValidationError, document: YamlDocument, *, limit: int
 ) -> list[AgentFileProblem]:
-    """One problem per pydantic error, located in ``document``.
+    """One problem per pydantic error, located in ``document``; the first ``limit`` of them.
 
-    ``prefix`` is where the validated value sits in the document, when it is not the root.
+    A last problem says how many more there were, when there were.
     """
-    problems = []
-    for detail in error.errors(include_url=False):
-        loc = prefix + tuple(detail["loc"])
-        problems.append(problem_at(document, loc, detail))
+    details = error.errors(include_url=False)
+    problems = [problem_at(document, tuple(d["loc"]), d) for d in details[:limit]]
+    if len(details) > limit:
+        line, column = document.position(tuple(details[limit]["loc"]))
+        problems.append(
+            AgentFileProblem(line, column, f"{len(details) - limit} more problems not described")
+        )
     return problems
 
 

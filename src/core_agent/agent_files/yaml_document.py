@@ -10,7 +10,7 @@ keys and indexes down the tree. Aliases share nodes, so every walk visits a node
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -20,6 +20,8 @@ from core_agent.agent_files.problems import AgentFileError, AgentFileProblem
 Loc = tuple[str | int, ...]
 """A path into the document: mapping keys and list indexes (pydantic's ``loc``)."""
 
+MAX_DEPTH = 32
+"""Agent files are a few levels deep; deeper nesting is refused before anything walks it."""
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _CORE_TAG = re.compile(r"^tag:yaml\.org,2002:")
 
@@ -31,6 +33,8 @@ class YamlDocument:
     data: Any
     root: Any
     """The composed root node (``yaml.MappingNode``...), for positions."""
+    _keys: dict[int, dict[str, tuple[Any, Any]]] = field(default_factory=dict, repr=False)
+    """Each mapping node's pairs by key, built when a position in it is first asked for."""
 
     @classmethod
     def parse(cls, text: str, source: str) -> YamlDocument:
@@ -43,7 +47,12 @@ class YamlDocument:
         """
         loader = yaml.SafeLoader(text)
         try:
-            root = loader.get_single_node()
+            try:
+                root = loader.get_single_node()
+            except RecursionError as exc:  # the composer recurses once per level
+                raise AgentFileError.at(
+                    source, 0, 0, f"nested more than {MAX_DEPTH} levels"
+                ) from exc
             if root is None:
                 raise AgentFileError.at(source, 1, 1, "the file is empty: " + _EXPECTED)
             problems = _tree_problems(root, loader)
@@ -81,14 +90,7 @@ class YamlDocument:
         for depth, part in enumerate(loc):
             last = depth == len(loc) - 1
             if isinstance(node, yaml.MappingNode):
-                pair = next(
-                    (
-                        (k, v)
-                        for k, v in node.value
-                        if isinstance(k, yaml.ScalarNode) and k.value == str(part)
-                    ),
-                    None,
-                )
+                pair = self._pairs(node).get(str(part))
                 if pair is None:
                     break
                 if last and key:
@@ -103,6 +105,16 @@ class YamlDocument:
                 break
         mark = node.start_mark
         return mark.line + 1, mark.column + 1
+
+    def _pairs(self, node: Any) -> dict[str, tuple[Any, Any]]:
+        pairs = self._keys.get(id(node))
+        if pairs is None:
+            pairs = {}
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode):
+                    pairs.setdefault(key.value, (key, value))
+            self._keys[id(node)] = pairs
+        return pairs
 
 
 _EXPECTED = "an agent file is a YAML mapping (model:, system_prompt:, tools:, ...)"
@@ -119,13 +131,20 @@ def _tree_problems(root: Any, loader: yaml.SafeLoader) -> list[AgentFileProblem]
         )
     known = loader.yaml_constructors
     seen: set[int] = set()
-    pending = [root]
+    pending = [(root, 1)]
     while pending:
-        node = pending.pop()
+        node, depth = pending.pop()
         if id(node) in seen:
             continue
         seen.add(id(node))
         mark = node.start_mark
+        if depth > MAX_DEPTH:
+            problems.append(
+                AgentFileProblem(
+                    mark.line + 1, mark.column + 1, f"nested more than {MAX_DEPTH} levels"
+                )
+            )
+            break
         if node.tag not in known and node.tag != _MERGE_TAG:
             problems.append(
                 AgentFileProblem(
@@ -150,9 +169,9 @@ def _tree_problems(root: Any, loader: yaml.SafeLoader) -> list[AgentFileProblem]
                                 f"{earlier.start_mark.line + 1})",
                             )
                         )
-                pending.extend((key, value))
+                pending.extend(((key, depth + 1), (value, depth + 1)))
         elif isinstance(node, yaml.SequenceNode):
-            pending.extend(node.value)
+            pending.extend((item, depth + 1) for item in node.value)
     return problems
 
 
