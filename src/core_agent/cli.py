@@ -355,6 +355,29 @@ def _schema() -> int:
     return EXIT_OK
 
 
+async def _plugins(args: argparse.Namespace) -> int:
+    from core_agent.plugin_inventory import inventory_json, plugin_inventory
+    from core_agent.safety.terminal_text import printable
+
+    groups = plugin_inventory()
+    if args.json:
+        print(json.dumps(inventory_json(groups), indent=2))
+        return EXIT_OK
+    # Plain lines, not a table: targets and errors are long, and must stay whole.
+    for group in groups:
+        note = f"  ({group.note})" if group.note else ""
+        print(f"{group.group}{note}" + ("" if group.plugins else ": none installed"))
+        width = max((len(plugin.name) for plugin in group.plugins), default=0)
+        for plugin in group.plugins:
+            line = (
+                f"  {plugin.name:<{width}}  {plugin.distribution} {plugin.version}  {plugin.target}"
+            )
+            if not plugin.loads:
+                line += f"  DOES NOT LOAD: {plugin.error}"
+            print(printable(line, newlines=False))
+    return EXIT_OK
+
+
 async def _policy_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -1013,26 +1036,3 @@ def _print_transcript(console: Console, transcript: Any) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-async def _plugins(args: argparse.Namespace) -> int:
-    from core_agent.plugin_inventory import inventory_json, plugin_inventory
-    from core_agent.safety.terminal_text import printable
-
-    groups = plugin_inventory()
-    if args.json:
-        print(json.dumps(inventory_json(groups), indent=2))
-        return EXIT_OK
-    # Plain lines, not a table: targets and errors are long, and must stay whole.
-    for group in groups:
-        note = f"  ({group.note})" if group.note else ""
-        print(f"{group.group}{note}" + ("" if group.plugins else ": none installed"))
-        width = max((len(plugin.name) for plugin in group.plugins), default=0)
-        for plugin in group.plugins:
-            line = (
-                f"  {plugin.name:<{width}}  {plugin.distribution} {plugin.version}  {plugin.target}"
-            )
-            if not plugin.loads:
-                line += f"  DOES NOT LOAD: {plugin.error}"
-            print(printable(line, newlines=False))
-    return EXIT_OK

@@ -1,5 +1,9 @@
 """A YAML document read safely, with the line and column of every key and value.
 
+PyYAML rather than ruamel.yaml: it is already installed with litellm, and its safe loader
+and node marks are all this needs (ruamel's round-trip editing is not); its pure-Python
+loader is used so messages and positions do not depend on whether libyaml is present.
+
 PyYAML's safe loader builds only plain data (mappings, lists, strings, numbers, booleans):
 a ``!!python/...`` tag, or any tag the safe constructor does not know, is refused before
 anything is built, at the node that carries it. The composed node tree is kept beside the
