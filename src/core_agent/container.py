@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from dependency_injector import containers, providers
 
@@ -732,7 +732,8 @@ def create_kernel(
     ``settings`` (see ``use_agent_file``).
 
     Raises:
-        AgentFileError: ``agent`` is not a valid agent file, or names a tool not installed.
+        AgentFileError: ``agent`` is not a valid agent file, or names a tool or capability
+            that is not installed.
         TypeError: ``tools`` is not a list of tools (a plain function lacks ``@tool``).
         ProviderNotFoundError: A configured provider name is not installed.
         ModelNotConfiguredError: The litellm gateway was chosen but no model is set.
@@ -766,11 +767,11 @@ def use_agent_file(
 
     Its settings replace the container's (``AgentDefinition.apply``), its system prompt the
     ``system`` prompt, and its policy rules are read before the policy file's and the
-    shipped ones. The tools it names are looked up now, so a missing one is reported at its
-    line in the file.
+    shipped ones (and capabilities' rules, as always). The tools and capabilities it names
+    are looked up now, so a missing one is reported at its line in the file.
 
     Raises:
-        AgentFileError: The file is invalid, or names a tool that is not installed.
+        AgentFileError: The file is invalid, or names a tool or capability not installed.
     """
     if agent is None:
         return None
@@ -790,10 +791,12 @@ def use_agent_file(
                 preceding=definition.policy_rules,
             )
         )
+    kinds: dict[str, Literal["tool", "capability"]] = {TOOLS: "tool", CAPABILITIES: "capability"}
     try:
-        container.tool_registry()
+        container.tool_registry()  # loads the capabilities too
     except ProviderNotFoundError as exc:
-        located = definition.unknown_tool(exc.name, exc.installed) if exc.group == TOOLS else None
+        kind = kinds.get(exc.group)
+        located = definition.not_installed(kind, exc.name, exc.installed) if kind else None
         if located is None:
             raise
         raise located from exc

@@ -22,12 +22,6 @@ from core_agent.container import ENTRY_POINT_GROUPS, TOOLS, build_kernel_tools
 from core_agent.contracts.errors import UsageError
 from core_agent.contracts.settings import AgentSettings
 
-CAPABILITY_PROVIDERS = "core_agent.capabilities"
-"""Business capability providers' group.
-
-TODO(lead): the capability providers' branch adds this group to the container; use its
-constant (and drop this one) when merging, so the container stays the one list of groups.
-"""
 GROUP_PREFIX = "core_agent."
 KERNEL_DISTRIBUTION = "core-agent"
 
@@ -56,8 +50,11 @@ class PluginGroup:
 
 
 def plugin_inventory() -> list[PluginGroup]:
-    """Every group the kernel reads (empty ones too) and any other ``core_agent.*`` group."""
-    known = [*ENTRY_POINT_GROUPS, CAPABILITY_PROVIDERS]
+    """Every group the kernel reads, and any other ``core_agent.*`` group installed.
+
+    A group with nothing installed (``core_agent.capabilities``, often) is listed empty.
+    """
+    known = list(ENTRY_POINT_GROUPS)
     found: dict[str, list[InstalledPlugin]] = {group: [] for group in known}
     for entry_point, distribution, version in _entry_points():
         found.setdefault(entry_point.group, []).append(_check(entry_point, distribution, version))

@@ -285,13 +285,20 @@ def test_a_bad_policy_file_is_reported_at_the_key_that_names_it(tmp_path: Path) 
 
 def test_capabilities_are_named_in_the_file(tmp_path: Path) -> None:
     path = write(tmp_path / "a.yaml", "capabilities: [reader]\n")
-    if "capabilities" in AgentSettings.model_fields:
-        agent = load_agent_file(path)
-        assert agent.capabilities == ("reader",)
-        assert agent.apply(AgentSettings()).capabilities == ("reader",)  # type: ignore[attr-defined]
-    else:
-        with pytest.raises(AgentFileError, match="no business capability providers"):
-            load_agent_file(path)
+    agent = load_agent_file(path)
+    assert agent.capabilities == ("reader",)
+    assert agent.apply(AgentSettings()).capabilities == ("reader",)
+
+
+def test_a_capability_that_is_not_installed_is_reported_where_the_file_names_it(
+    tmp_path: Path,
+) -> None:
+    path = write(tmp_path / "a.yaml", "name: x\ncapabilities:\n  - reeder\n")
+    with pytest.raises(AgentFileError) as caught:
+        create_kernel(AgentSettings(data_dir=tmp_path / "data"), agent=path)
+    assert str(caught.value) == (
+        f"{path}:3:5: no capability named 'reeder' is installed (did you mean 'reader'?)"
+    )
 
 
 def readme_agent_file() -> str:

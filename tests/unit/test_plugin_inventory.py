@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from core_agent.container import ENTRY_POINT_GROUPS
-from core_agent.plugin_inventory import CAPABILITY_PROVIDERS, plugin_inventory
+from core_agent.container import CAPABILITIES, ENTRY_POINT_GROUPS
+from core_agent.plugin_inventory import plugin_inventory
 
 
 @pytest.fixture
@@ -27,7 +27,8 @@ def third_party(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_every_known_group_is_listed_even_when_empty() -> None:
     groups = {group.group: group for group in plugin_inventory()}
-    assert set(ENTRY_POINT_GROUPS) | {CAPABILITY_PROVIDERS} <= set(groups)
+    assert CAPABILITIES in ENTRY_POINT_GROUPS
+    assert set(ENTRY_POINT_GROUPS) <= set(groups)
     assert all(groups[name].read_by_kernel for name in ENTRY_POINT_GROUPS)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -51,6 +51,7 @@ MAX_PROBLEMS = 50
 """Problems described in full; a file with more is wrong in a way a list will not fix."""
 
 _SETTINGS: Mapping[Loc, str] = {
+    ("capabilities",): "capabilities",
     ("model", "name"): "model",
     ("model", "provider"): "model_provider",
     ("model", "api_base"): "model_api_base",
@@ -98,6 +99,7 @@ class AgentDefinition:
         capabilities: Business capability providers the file enables.
         recall: ``memory.recall`` as written (``None`` when absent).
         tool_positions: Line and column of each tool name, for errors found later.
+        capability_positions: Line and column of each capability name, likewise.
     """
 
     name: str
@@ -109,6 +111,7 @@ class AgentDefinition:
     capabilities: tuple[str, ...] = ()
     recall: bool | None = None
     tool_positions: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    capability_positions: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def apply(self, settings: AgentSettings) -> AgentSettings:
         """``settings`` with every setting this file sets replaced by the file's value.
@@ -146,16 +149,22 @@ class AgentDefinition:
             return base
         return base.with_literal("system", self.system_prompt, self.source)
 
-    def unknown_tool(self, name: str, installed: list[str]) -> AgentFileError | None:
-        """The error to raise when ``name``, named by this file, is not an installed tool."""
-        if name not in self.tool_positions:
+    def not_installed(
+        self, kind: Literal["tool", "capability"], name: str, installed: list[str]
+    ) -> AgentFileError | None:
+        """The error to raise when a tool or capability this file names is not installed.
+
+        ``None`` when the file does not name ``name`` (it came from elsewhere).
+        """
+        positions = self.tool_positions if kind == "tool" else self.capability_positions
+        if name not in positions:
             return None
-        line, column = self.tool_positions[name]
+        line, column = positions[name]
         return AgentFileError.at(
             self.source,
             line,
             column,
-            f"no tool named {name!r} is installed{close_match(name, installed)}",
+            f"no {kind} named {name!r} is installed{close_match(name, installed)}",
         )
 
 
@@ -289,8 +298,6 @@ class _Mapper:
             if memory.recall_k:
                 self._problem(("memory", "recall_k"), "memory.recall is false: recall_k has no use")
             self._set("memory_recall_k", 0, ("memory", "recall"))
-        if spec.capabilities is not None:
-            self._capabilities(tuple(spec.capabilities))
         prompt = self._system_prompt()
         if self.problems:
             raise AgentFileError(self.source, self.problems)
@@ -304,6 +311,10 @@ class _Mapper:
             capabilities=tuple(spec.capabilities or ()),
             recall=memory.recall if memory is not None else None,
             tool_positions=positions,
+            capability_positions={
+                name: self.document.position(("capabilities", index))
+                for index, name in reversed(list(enumerate(spec.capabilities or ())))
+            },
         )
 
     def _set(self, setting: str, value: Any, loc: Loc) -> None:
@@ -391,20 +402,6 @@ class _Mapper:
         for index, name in enumerate(self.spec.tools):
             expand(name, ("tools", index), ())
         return tuple(names), positions
-
-    def _capabilities(self, names: tuple[str, ...]) -> None:
-        # TODO(lead): AgentSettings.capabilities and the core_agent.capabilities entry-point
-        # group come from the capability providers' branch; once merged, the names map onto
-        # that setting here. Until then a file that asks for capabilities is refused rather
-        # than run without them.
-        if "capabilities" in AgentSettings.model_fields:
-            self._set("capabilities", names, ("capabilities",))
-        else:
-            self._problem(
-                ("capabilities",),
-                "this version of core-agent has no business capability providers",
-                key=True,
-            )
 
 
 def _value_at(spec: AgentFileSpec, loc: Loc) -> Any:
