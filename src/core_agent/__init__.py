@@ -16,6 +16,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from core_agent.agent_files import AgentDefinition, AgentFileError, load_agent_file
     from core_agent.container import KernelContainer, create_kernel
     from core_agent.contracts.settings import AgentSettings
     from core_agent.contracts.tool import ToolContext
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _LAZY = {
+    "AgentDefinition": "core_agent.agent_files",
+    "AgentFileError": "core_agent.agent_files",
     "AgentKernel": "core_agent.kernel.agent_kernel",
     "AgentSettings": "core_agent.contracts.settings",
     "FunctionTool": "core_agent.tooling.function_tool",
@@ -33,12 +36,15 @@ _LAZY = {
     "KernelContainer": "core_agent.container",
     "create_kernel": "core_agent.container",
     "ToolContext": "core_agent.contracts.tool",
+    "load_agent_file": "core_agent.agent_files",
     "ToolHook": "core_agent.contracts.tool_hook",
     "tool": "core_agent.tooling.function_tool",
     "tool_hook": "core_agent.contracts.tool_hook",
 }
 
 __all__ = [
+    "AgentDefinition",
+    "AgentFileError",
     "AgentKernel",
     "AgentSettings",
     "FunctionTool",
@@ -48,6 +54,7 @@ __all__ = [
     "ToolHook",
     "__version__",
     "create_kernel",
+    "load_agent_file",
     "tool",
     "tool_hook",
 ]

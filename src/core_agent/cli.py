@@ -82,6 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--mode", choices=["react", "plan_execute"], help="force a strategy")
     run.add_argument("--max-turns", type=_positive_int, help="turn limit for this task")
     run.add_argument("--json", action="store_true", help="print events as JSON lines")
+    _add_agent_option(run)
 
     tasks = commands.add_parser("tasks", help="list recent tasks")
     tasks.add_argument("--limit", type=_positive_int, default=20)
@@ -107,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     route.add_argument("task")
     route.add_argument("--mode", choices=["react", "plan_execute"], help="force a strategy")
     route.add_argument("--json", action="store_true", help="print JSON")
+    _add_agent_option(route)
 
     policy = commands.add_parser("policy", help="inspect the tool-call policy")
     policy_commands = policy.add_subparsers(dest="policy_command", required=True)
@@ -120,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
         "--tainted", action="store_true", help="as if untrusted content were in context"
     )
     check.add_argument("--json", action="store_true", help="the same JSON (it is the only form)")
+    _add_agent_option(check)
 
     audit = commands.add_parser(
         "audit", help="a task's policy decisions, approvals, refusals and injection warnings"
@@ -141,12 +144,14 @@ def _parser() -> argparse.ArgumentParser:
     )
     resolve.add_argument("--reason", default="", help="guidance for the task, or why not")
     resolve.add_argument("--json", action="store_true", help="print the task's result as JSON")
+    _add_agent_option(resolve)
 
     resume = commands.add_parser(
         "resume", help="carry on a task whose process died, from its last checkpoint"
     )
     resume.add_argument("task_id", help=TASK_REFERENCE)
     resume.add_argument("--json", action="store_true", help="print the task's result as JSON")
+    _add_agent_option(resume)
     cancel = commands.add_parser(
         "cancel", help="cancel a task (a live process running it is asked to stop it)"
     )
@@ -158,6 +163,7 @@ def _parser() -> argparse.ArgumentParser:
         "--fail", action="store_true", help="end them as failed instead of resuming them"
     )
     recover.add_argument("--json", action="store_true", help="print their results as JSON")
+    _add_agent_option(recover)
 
     _add_session_commands(commands)
     commands.add_parser("schema", help="print the JSON Schema of the protocol messages")
@@ -167,8 +173,21 @@ def _parser() -> argparse.ArgumentParser:
         "`core-agent completion bash > ~/.local/share/bash-completion/completions/core-agent`",
     )
     completion.add_argument("shell", choices=["bash", "zsh", "tcsh"])
+    plugins = commands.add_parser(
+        "plugins", help="installed providers, tools and capability providers, and their package"
+    )
+    plugins.add_argument("--json", action="store_true", help="print JSON")
     _add_knowledge_commands(commands)
     return parser
+
+
+def _add_agent_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--agent",
+        metavar="FILE",
+        help="an agent file (YAML: model, prompt, tools, policy, memory, strategy) applied "
+        "over the AGENT_* settings",
+    )
 
 
 def _add_session_commands(commands: Any) -> None:
@@ -289,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "cancel": _cancel,
             "recover": _recover,
             "sessions": _sessions,
+            "plugins": _plugins,
             "ingest": _knowledge("ingest"),
             "search": _knowledge("search"),
             "keywords": _knowledge("keywords"),
@@ -335,6 +355,29 @@ def _schema() -> int:
     return EXIT_OK
 
 
+async def _plugins(args: argparse.Namespace) -> int:
+    from core_agent.plugin_inventory import inventory_json, plugin_inventory
+    from core_agent.safety.terminal_text import printable
+
+    groups = plugin_inventory()
+    if args.json:
+        print(json.dumps(inventory_json(groups), indent=2))
+        return EXIT_OK
+    # Plain lines, not a table: targets and errors are long, and must stay whole.
+    for group in groups:
+        note = f"  ({group.note})" if group.note else ""
+        print(f"{group.group}{note}" + ("" if group.plugins else ": none installed"))
+        width = max((len(plugin.name) for plugin in group.plugins), default=0)
+        for plugin in group.plugins:
+            line = (
+                f"  {plugin.name:<{width}}  {plugin.distribution} {plugin.version}  {plugin.target}"
+            )
+            if not plugin.loads:
+                line += f"  DOES NOT LOAD: {plugin.error}"
+            print(printable(line, newlines=False))
+    return EXIT_OK
+
+
 async def _policy_check(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -349,11 +392,15 @@ async def _policy_check(args: argparse.Namespace) -> int:
         raise UsageError(f"--args is not valid JSON: {exc}") from exc
     if not isinstance(arguments, dict):
         raise UsageError("--args must be a JSON object")
+    from core_agent.container import use_agent_file
+
     settings = AgentSettings()
     if args.workspace:
         settings = settings.model_copy(update={"workspace_roots": (Path(args.workspace),)})
     container = KernelContainer()
     container.settings.override(settings)
+    use_agent_file(container, args.agent)
+    settings = container.settings()
     registry = container.tool_registry()
     if args.tool not in registry.names():
         raise UsageError(
@@ -379,12 +426,13 @@ async def _policy_check(args: argparse.Namespace) -> int:
 
 
 async def _route(args: argparse.Namespace) -> int:
-    from core_agent.container import KernelContainer
+    from core_agent.container import KernelContainer, use_agent_file
     from shared.agent_protocol import TaskRequest
 
     # Only the router and the tool specs: no store is opened, and no model is called
     # unless AGENT_ROUTER_CLASSIFIER=model asks for one.
     container = KernelContainer()
+    use_agent_file(container, args.agent)
     request = TaskRequest(task=args.task, force_mode=args.mode)
     names = list(request.tools) if request.tools is not None else None
     decision = await container.router().route(request, container.tool_registry().specs(names))
@@ -403,20 +451,25 @@ async def _route(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _kernel() -> tuple[AgentKernel, Any]:
-    """The configured kernel, without background recovery.
+def _kernel(args: argparse.Namespace | None = None) -> tuple[AgentKernel, Any]:
+    """The configured kernel, without background recovery; with ``--agent``'s file applied.
 
     A command is a short-lived process: orphaned tasks are taken over by ``recover`` and
     ``resume``, or by a long-lived host, not by whatever command happens to run next.
     """
+    from core_agent.agent_files import load_agent_file
     from core_agent.container import create_kernel
     from core_agent.contracts.settings import AgentSettings
 
     settings = AgentSettings()
-    return create_kernel(settings.model_copy(update={"recovery": "off"})), settings
+    path = getattr(args, "agent", None)
+    agent = load_agent_file(path) if path else None
+    kernel = create_kernel(settings.model_copy(update={"recovery": "off"}), agent=agent)
+    return kernel, agent.apply(settings) if agent else settings
 
 
 async def _run(args: argparse.Namespace) -> int:
+    import os.path
     from contextlib import aclosing
 
     from rich.console import Console
@@ -440,10 +493,16 @@ async def _run(args: argparse.Namespace) -> int:
 
     # The request first: a bad task or option is reported before anything else is printed.
     request = TaskRequest(
-        task=args.task, session_id=args.session, force_mode=args.mode, max_turns=args.max_turns
+        task=args.task,
+        session_id=args.session,
+        force_mode=args.mode,
+        max_turns=args.max_turns,
+        # The task records the agent file it ran with: resume it with the same --agent.
+        # (abspath reads no file: it joins the working directory.)
+        metadata={"agent_file": os.path.abspath(args.agent)} if args.agent else {},  # noqa: ASYNC240
     )
     out, err = Console(highlight=False), Console(stderr=True, highlight=False, quiet=args.quiet)
-    kernel, settings = _kernel()
+    kernel, settings = _kernel(args)
     if settings.sandbox_mode == "unconfined":
         err.print(
             "warning: AGENT_SANDBOX_MODE=unconfined: commands run without operating-system "
@@ -709,7 +768,7 @@ async def _approvals(args: argparse.Namespace) -> int:
 async def _resolve(args: argparse.Namespace) -> int:
     from shared.agent_protocol import ApprovalDecision
 
-    kernel, _ = _kernel()
+    kernel, _ = _kernel(args)
     decision = ApprovalDecision(
         request_id=args.request_id, approved=args.approve, reason=args.reason, decided_by="cli"
     )
@@ -741,7 +800,7 @@ def _print_result(result: TaskResult, *, as_json: bool = False) -> int:
 
 
 async def _resume(args: argparse.Namespace) -> int:
-    kernel, _ = _kernel()
+    kernel, _ = _kernel(args)
     async with kernel:
         result = await kernel.resume(await kernel.find_task_id(args.task_id))
     return _print_result(result, as_json=args.json)
@@ -768,7 +827,7 @@ async def _cancel(args: argparse.Namespace) -> int:
 
 
 async def _recover(args: argparse.Namespace) -> int:
-    kernel, _ = _kernel()
+    kernel, _ = _kernel(args)
     async with kernel:
         results = await kernel.recover("fail" if args.fail else "resume")
     if args.json:

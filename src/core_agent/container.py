@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from dependency_injector import containers, providers
 
+from core_agent.agent_files import AgentDefinition, load_agent_file
 from core_agent.contracts.approval_gateway import ApprovalCallback
 from core_agent.contracts.business_capability_provider import IBusinessCapabilityProvider
 from core_agent.contracts.checkpoint_store import ICheckpointStore
@@ -97,6 +98,12 @@ DOCUMENT_CATALOGS = "core_agent.document_catalogs"
 DOCUMENT_LOADERS = "core_agent.document_loaders"
 CAPABILITIES = "core_agent.capabilities"
 SHIPPED_VECTOR_STORES = ("sqlite_vec", "lancedb")
+ENTRY_POINT_GROUPS = (
+    LLM_GATEWAYS, TASK_STORES, TRACE_STORES, CHECKPOINT_STORES, TOOL_CALL_LEDGERS, SANDBOXES,
+    SHELL_PARSERS, TOOLS, EMBEDDERS, VECTOR_STORES, LEXICAL_INDEXES, TOKEN_COUNTERS,
+    MEMORY_STORES, DOCUMENT_CATALOGS, DOCUMENT_LOADERS, CAPABILITIES,
+)  # fmt: skip
+"""Every entry-point group the container reads (``core-agent plugins`` lists them)."""
 
 T = TypeVar("T")
 
@@ -709,6 +716,7 @@ def create_kernel(
     approval_callback: ApprovalCallback | None = None,
     tool_hooks: Sequence[ToolHook] = (),
     deps: object = None,
+    agent: AgentDefinition | str | os.PathLike[str] | None = None,
 ) -> AgentKernel:
     """Build a kernel from ``settings`` (or ``AGENT_*`` variables), resolving every provider now.
 
@@ -722,7 +730,12 @@ def create_kernel(
     process, never stored, so a task resumed in another process (after a restart, or by
     ``core-agent resolve``) gets that process's deps, ``None`` if it passed none.
 
+    ``agent`` is an agent file (a path, or what ``load_agent_file`` returned) applied over
+    ``settings`` (see ``use_agent_file``).
+
     Raises:
+        AgentFileError: ``agent`` is not a valid agent file, or names a tool or capability
+            that is not installed.
         TypeError: ``tools`` is not a list of tools (a plain function lacks ``@tool``).
         ProviderNotFoundError: A configured provider name is not installed.
         ModelNotConfiguredError: The litellm gateway was chosen but no model is set.
@@ -737,6 +750,7 @@ def create_kernel(
         container.settings.override(providers.Object(settings))
     container.host_tools.override(providers.Object(given))
     container.deps.override(providers.Object(deps))
+    use_agent_file(container, agent)
     # The prompts and the tools first: a bad prompt file or two tools of one name stop
     # start-up before any store is opened.
     container.prompts()
@@ -746,3 +760,46 @@ def create_kernel(
     for hook in tool_hooks:
         kernel.add_tool_hook(hook)
     return kernel
+
+
+def use_agent_file(
+    container: KernelContainer, agent: AgentDefinition | str | os.PathLike[str] | None
+) -> AgentDefinition | None:
+    """Configure ``container`` as the agent file ``agent`` says (nothing when ``None``).
+
+    Its settings replace the container's (``AgentDefinition.apply``), its system prompt the
+    ``system`` prompt, and its policy rules are read before the policy file's and the
+    shipped ones (and capabilities' rules, as always). The tools and capabilities it names
+    are looked up now, so a missing one is reported at its line in the file.
+
+    Raises:
+        AgentFileError: The file is invalid, or names a tool or capability not installed.
+    """
+    if agent is None:
+        return None
+    definition = agent if isinstance(agent, AgentDefinition) else load_agent_file(agent)
+    settings = definition.apply(container.settings())
+    container.settings.override(providers.Object(settings))
+    if definition.system_prompt is not None:
+        prompts = definition.prompts(load_prompt_set(settings.prompts_dir))
+        container.prompts.override(providers.Object(prompts))
+    if definition.policy_rules:
+        container.policy_engine.override(
+            providers.Singleton(
+                RulePolicyEngine.from_file,
+                settings.policy_file,
+                shell_parser=container.shell_parser,
+                floor_rules=providers.Callable(capability_policy, container.capabilities),
+                preceding=definition.policy_rules,
+            )
+        )
+    kinds: dict[str, Literal["tool", "capability"]] = {TOOLS: "tool", CAPABILITIES: "capability"}
+    try:
+        container.tool_registry()  # loads the capabilities too
+    except ProviderNotFoundError as exc:
+        kind = kinds.get(exc.group)
+        located = definition.not_installed(kind, exc.name, exc.installed) if kind else None
+        if located is None:
+            raise
+        raise located from exc
+    return definition

@@ -71,7 +71,8 @@ class AdaptiveStrategyRouter(IStrategyRouter):
         if self._mode != "adaptive":
             return RoutingDecision(
                 self._mode,
-                f"forced by configuration (AGENT_STRATEGY_MODE={self._mode})",
+                f"forced by configuration ({self._mode}: AGENT_STRATEGY_MODE, or strategy.mode of "
+                "an agent file)",
                 features.to_dict(),
                 forced=True,
             )

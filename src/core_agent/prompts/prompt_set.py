@@ -138,6 +138,24 @@ class PromptSet:
         """Prompt ``name`` rendered with ``values`` (see ``Prompt.render``)."""
         return self._prompts[name].render(**values)
 
+    def with_literal(self, name: str, text: str, source: str) -> PromptSet:
+        """This set with prompt ``name`` replaced by ``text``, taken literally.
+
+        For text that is not a template (an agent file's system prompt): a ``$`` in it is a
+        dollar sign, not a placeholder.
+
+        Raises:
+            UsageError: ``name`` is not a prompt, or its prompt has placeholders (its renderer
+                supplies values a literal text would drop); ``text`` is blank.
+        """
+        spec = PROMPT_SPECS.get(name)
+        if spec is None or spec.variables:
+            raise UsageError(f"only a prompt without placeholders takes a literal text: {name!r}")
+        if not text.strip():
+            raise UsageError(f"the {name} prompt from {source} is empty")
+        prompt = _checked(spec, text.strip().replace("$", "$$"), source)
+        return PromptSet({**self._prompts, name: prompt})
+
 
 def load_prompt_set(directory: Path | None = None) -> PromptSet:
     """The shipped prompts, each replaced by ``directory/<name>.md`` when that file exists.

@@ -163,8 +163,9 @@ class RulePolicyEngine(IPolicyEngine):
         *,
         shell_parser: IShellParser | None = None,
         floor_rules: Sequence[PolicyRule] = (),
+        preceding: Sequence[PolicyRule] = (),
     ) -> RulePolicyEngine:
-        """The user's rules (if any) followed by the shipped defaults, and ``floor_rules``."""
+        """``preceding`` rules (an agent file's), the user's, the shipped ones; ``floor_rules``."""
         rules: list[PolicyRule] = []
         if path is not None:
             try:
@@ -172,7 +173,11 @@ class RulePolicyEngine(IPolicyEngine):
             except OSError as exc:
                 raise ConfigurationError(f"cannot read policy file {path}: {exc}") from exc
             rules = load_rules(text, str(path))
-        return cls([*rules, *default_rules()], shell_parser=shell_parser, floor_rules=floor_rules)
+        return cls(
+            [*preceding, *rules, *default_rules()],
+            shell_parser=shell_parser,
+            floor_rules=floor_rules,
+        )
 
     def evaluate(
         self,
