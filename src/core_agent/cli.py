@@ -167,8 +167,25 @@ def _parser() -> argparse.ArgumentParser:
         "`core-agent completion bash > ~/.local/share/bash-completion/completions/core-agent`",
     )
     completion.add_argument("shell", choices=["bash", "zsh", "tcsh"])
+    _add_serve_command(commands)
     _add_knowledge_commands(commands)
     return parser
+
+
+def _add_serve_command(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve", help="serve the kernel to another program: JSON-RPC 2.0 over stdin/stdout"
+    )
+    serve.add_argument("--stdio", action="store_true", required=True, help="one message a line")
+    serve.add_argument(
+        "--max-message-bytes", type=int, default=1024 * 1024, help="longest request line"
+    )
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=10.0,
+        help="seconds running tasks get to end once stdin closes; the rest are left to recover",
+    )
 
 
 def _add_session_commands(commands: Any) -> None:
@@ -288,6 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "resume": _resume,
             "cancel": _cancel,
             "recover": _recover,
+            "serve": _serve,
             "sessions": _sessions,
             "ingest": _knowledge("ingest"),
             "search": _knowledge("search"),
@@ -524,6 +542,19 @@ async def _run(args: argparse.Namespace) -> int:
                 if not args.json:
                     _print_summary(err, event, trace_id, session_id)
     return status
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from core_agent.container import create_kernel
+    from core_agent.contracts.errors import UsageError
+    from core_agent.stdio_server import serve_stdio
+
+    if args.max_message_bytes < 1024 or args.drain_timeout < 0:
+        raise UsageError("--max-message-bytes must be at least 1024, --drain-timeout at least 0")
+    # A long-lived host: tasks whose process died are recovered, as AGENT_RECOVERY says.
+    kernel = create_kernel()
+    await serve_stdio(kernel, max_message_bytes=args.max_message_bytes, drain_s=args.drain_timeout)
+    return EXIT_OK
 
 
 _ANSWERS: dict[str, Literal["once", "task", "session"]] = {
