@@ -97,9 +97,11 @@ child.stdin.end(); // the end of input shuts the server down
 const exitCode = await exited;
 clearTimeout(timer);
 
-const kinds = client.notifications
+const events = client.notifications
   .filter((m) => m.method === "task/event" && m.params.task_id === taskId)
-  .map((m) => m.params.kind);
+  .map((m) => m.params);
+const kinds = events.map((event) => event.kind);
+const resolved = events.find((event) => event.kind === "approval.resolved");
 console.log(
   JSON.stringify({
     pong,
@@ -110,6 +112,7 @@ console.log(
     decision,
     result,
     kinds,
+    resolvedReason: resolved?.decision.reason,
     exitCode,
   }),
 );

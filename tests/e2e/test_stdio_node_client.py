@@ -68,5 +68,6 @@ def test_a_node_host_runs_a_task_and_answers_its_approval(tmp_path: Path) -> Non
     assert {"approval.requested", "task.waiting_approval", "approval.resolved"} <= set(
         seen["kinds"]
     )
+    assert seen["resolvedReason"] == "Node 说可以"  # Chinese went there and back
     assert seen["exitCode"] == 0
     assert (host.workspace / REPORT_FILE).read_text(encoding="utf-8") == REPORT_TEXT

@@ -42,6 +42,7 @@ def test_a_task_with_an_approval_round_trip_two_concurrent_tasks_and_a_cancel(ho
         accepted = client.call("execute_task", {"task": REPORT_TASK})
         report = accepted["task_id"]
         # The answer comes before anything is said about the task.
+        client.event("task.queued", report)
         answered = client.index(lambda m: m.get("result", {}).get("task_id") == report)
         first_event = client.index(
             lambda m: m.get("method") == "task/event" and m["params"]["task_id"] == report
@@ -192,3 +193,33 @@ def test_once_claimed_stdout_carries_protocol_lines_only(tmp_path: Path) -> None
     for text in (b"a stray print", b"a raw write", b"a child process", b"stdin now reads: b''"):
         assert text in done.stderr
     assert b'the protocol reads: b"the host\'s request\\n"' in done.stderr
+
+
+def test_requests_from_a_file_and_output_to_a_file(host) -> None:
+    # Neither a pipe: the server reads and writes through its threads, and the end of the
+    # file is the end of input, after which the task still runs to its end (the drain).
+    requests = host.workspace.parent / "requests.jsonl"
+    requests.write_text(
+        '{"jsonrpc":"2.0","id":1,"method":"ping"}\n'
+        '{"jsonrpc":"2.0","id":2,"method":"execute_task","params":{"task":"nap, 然后报告"}}\n',
+        encoding="utf-8",
+    )
+    output = host.workspace.parent / "output.jsonl"
+    with requests.open("rb") as stdin, output.open("wb") as stdout:
+        done = subprocess.run(
+            [sys.executable, "-m", "core_agent.cli", "serve", "--stdio"],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            env=server_env(host.data_dir, **host.env),
+            cwd=host.workspace,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert lines[0] == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    assert lines[1]["id"] == 2 and lines[1]["result"]["kind"] == "task_accepted"
+    assert lines[2]["params"]["request"]["task"] == "nap, 然后报告"
+    assert lines[-1]["method"] == "task/result"
+    assert lines[-1]["params"]["status"] == "succeeded"

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ValidationError
 
 from core_agent.contracts.errors import CoreAgentError, UsageError
 from core_agent.kernel.agent_kernel import AgentKernel
-from core_agent.stdio_server.line_channel import LineWriter, OversizedLine, read_lines
+from core_agent.stdio_server.line_channel import LineReader, LineWriter, OversizedLine
 from shared.agent_protocol import (
     RPC_METHODS,
     ApprovalAccepted,
@@ -166,12 +166,11 @@ class StdioServer:
                 self._runs = runs
                 async with anyio.create_task_group() as requests:
                     self._requests = requests
+                    reader = LineReader(self._input_fd, max_bytes=self._max_message_bytes)
                     with self._reading:
-                        lines = read_lines(self._input_fd, max_bytes=self._max_message_bytes)
-                        async with lines:
-                            async for batch in lines:
-                                for line in batch:
-                                    self._on_line(line)
+                        while (lines := await reader.read()) is not None:
+                            for line in lines:
+                                self._on_line(line)
                 await self._drain()
                 if self._active_runs:
                     left = sorted(self._driven)
