@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -142,11 +143,15 @@ def test_a_waiting_task_survives_the_servers_restart(host) -> None:
         assert second.close() == 0
 
 
-def test_a_task_still_running_at_the_end_of_input_is_left_for_the_next_server(host) -> None:
-    with host.serve("--drain-timeout", "0.5") as first:
+@pytest.mark.parametrize("how", ["end of input", "SIGTERM"])
+def test_a_task_still_running_at_shutdown_is_left_for_the_next_server(host, how) -> None:
+    with host.serve("--drain-timeout", "0.5" if how == "end of input" else "60") as first:
         long_nap = first.call("execute_task", {"task": "long nap"})["task_id"]
         first.event("tool.started", long_nap)
         closed_at = time.monotonic()
+        if how == "SIGTERM":
+            first.process.send_signal(signal.SIGTERM)  # no drain: left at once
+            assert first.process.wait(timeout=60) == 0
         assert first.close() == 0
         assert time.monotonic() - closed_at < 20  # it did not wait for the 30 s command
         assert not any(e["kind"] == "task.canceled" for e in first.events(long_nap))

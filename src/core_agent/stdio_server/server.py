@@ -42,6 +42,7 @@ from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.stdio_server.line_channel import LineReader, LineWriter, OversizedLine
 from shared.agent_protocol import (
     RPC_METHODS,
+    TERMINAL_EVENT_KINDS,
     ApprovalAccepted,
     ApprovalDecision,
     ApprovalRequest,
@@ -382,6 +383,8 @@ class StdioServer:
         elif isinstance(event, TaskWaitingApproval) and not self._driven[task_id]:
             # A run this server did not start (background recovery): announced now.
             self._announce(task_id)
+        elif event.kind in TERMINAL_EVENT_KINDS:
+            self._unannounced.pop(task_id, None)
 
     def _announce(self, task_id: str) -> None:
         for request in self._unannounced.pop(task_id, []):
