@@ -33,10 +33,32 @@ def validator(schema: dict[str, object], ref: str) -> Draft202012Validator:
     return Draft202012Validator({"$defs": schema["$defs"], "$ref": ref})
 
 
-def test_the_schema_is_valid_json_schema_and_keeps_the_message_union(schema) -> None:
+def test_the_schema_is_valid_json_schema_and_its_root_reaches_every_message(schema) -> None:
     Draft202012Validator.check_schema(schema)
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    assert "task.succeeded" in schema["discriminator"]["mapping"]
+    unions = ["ProtocolMessage", "RpcRequest", "RpcResponse", "RpcNotification"]
+    assert schema["anyOf"] == [{"$ref": f"#/$defs/{name}"} for name in unions]
+    assert "task.succeeded" in schema["$defs"]["ProtocolMessage"]["discriminator"]["mapping"]
+    assert set(schema["$defs"]["RpcRequest"]["discriminator"]["mapping"]) == set(RPC_METHODS)
+    # Generators that start from the root (json-schema-to-typescript) reach every envelope.
+    reached = json.dumps([schema["$defs"][name] for name in unions])
+    for method in RPC_METHODS.values():
+        for model in (method.request, method.response):
+            assert f'"#/$defs/{model.__name__}"' in reached
+    for model in RPC_NOTIFICATIONS.values():
+        assert f'"#/$defs/{model.__name__}"' in reached
+    root = Draft202012Validator(schema)
+    assert root.is_valid({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+    assert root.is_valid({"kind": "task_request", "task": "hi"})
+    assert not root.is_valid({"jsonrpc": "2.0", "id": 3, "method": "pong"})
+
+
+def test_envelope_members_are_required_on_the_wire(schema) -> None:
+    assert schema["$defs"]["ExecuteTaskRequest"]["required"][:2] == ["jsonrpc", "method"]
+    assert schema["$defs"]["TaskEventNotification"]["required"][:2] == ["jsonrpc", "method"]
+    assert schema["$defs"]["PingResponse"]["required"][0] == "jsonrpc"
+    without_method = {"jsonrpc": "2.0", "id": 1, "params": {"task": "hi"}}
+    assert not validator(schema, "#/$defs/ExecuteTaskRequest").is_valid(without_method)
 
 
 def test_every_method_and_notification_is_found_by_name(schema) -> None:

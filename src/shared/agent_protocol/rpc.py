@@ -54,8 +54,22 @@ class ErrorCode(IntEnum):
     """The kernel failed to carry the request out (a storage error, say)."""
 
 
+def _envelope_members_required(schema: dict[str, Any]) -> None:
+    # They have defaults for Python's sake, but every message on the wire carries them.
+    required = schema.setdefault("required", [])
+    for name in ("method", "jsonrpc"):
+        if name in schema.get("properties", {}) and name not in required:
+            required.insert(0, name)
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class _Envelope(BaseModel):
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", json_schema_extra=_envelope_members_required
+    )
 
 
 class RpcError(_Model):
@@ -70,7 +84,7 @@ class RpcError(_Model):
     )
 
 
-class ErrorResponse(_Model):
+class ErrorResponse(_Envelope):
     """The answer to a request that failed."""
 
     jsonrpc: Literal["2.0"] = "2.0"
@@ -186,7 +200,7 @@ class Pong(_Model):
 # --- requests (host to server) -------------------------------------------------------------
 
 
-class _Request(_Model):
+class _Request(_Envelope):
     jsonrpc: Literal["2.0"] = "2.0"
     id: RequestId
 
@@ -250,7 +264,7 @@ class PingRequest(_Request):
 # --- responses (server to host) ------------------------------------------------------------
 
 
-class _Response(_Model):
+class _Response(_Envelope):
     jsonrpc: Literal["2.0"] = "2.0"
     id: RequestId
 
@@ -310,7 +324,7 @@ class PingResponse(_Response):
 # --- notifications (server to host) --------------------------------------------------------
 
 
-class TaskEventNotification(_Model):
+class TaskEventNotification(_Envelope):
     """An event of a task (every event the kernel publishes, of every task it runs)."""
 
     jsonrpc: Literal["2.0"] = "2.0"
@@ -318,7 +332,7 @@ class TaskEventNotification(_Model):
     params: AgentEvent
 
 
-class ApprovalRequestedNotification(_Model):
+class ApprovalRequestedNotification(_Envelope):
     """A task waits for a human: answer with ``resolve_approval``.
 
     Sent once the task is ``waiting_approval`` and its run has stopped, so an answer sent
@@ -330,7 +344,7 @@ class ApprovalRequestedNotification(_Model):
     params: ApprovalRequest
 
 
-class TaskResultNotification(_Model):
+class TaskResultNotification(_Envelope):
     """A run of a task stopped: at the task's end, or to wait for a human.
 
     When it waits, ``status`` is ``waiting_approval`` and ``pending_approval`` is set.

@@ -87,33 +87,65 @@ PROTOCOL_ADAPTER: TypeAdapter[ProtocolMessage] = TypeAdapter(ProtocolMessage)
 
 
 def protocol_json_schema() -> dict[str, Any]:
-    """JSON Schema (draft 2020-12) of every protocol message, keyed by ``kind``.
+    """JSON Schema (draft 2020-12) of the protocol: its messages and the stdio envelopes.
 
-    Every model is in ``$defs`` under its class name, the stdio protocol's too: each method's
-    request and response envelopes (``ExecuteTaskRequest``, ``ExecuteTaskResponse``...), the
-    notifications (``TaskEventNotification``...) and ``ErrorResponse``. ``x-jsonrpc`` maps
-    each method to its params, result and envelopes, and each notification to its envelope
-    and params, as ``$ref`` pointers into ``$defs``.
+    The root is any of four unions, each in ``$defs``: ``ProtocolMessage`` (every message,
+    told apart by ``kind``), ``RpcRequest`` (what a host sends the stdio server, by
+    ``method``), ``RpcResponse`` and ``RpcNotification`` (what the server sends back). Every
+    model is in ``$defs`` under its class name: each method's params, result, request and
+    response (``ExecuteTaskRequest``, ``ExecuteTaskResponse``...), the notifications
+    (``TaskEventNotification``...), ``ErrorResponse``. ``x-jsonrpc`` maps each method to
+    its params, result and envelopes, and each notification to its envelope and params.
     """
-    envelopes: list[type[BaseModel]] = [ErrorResponse, *RPC_NOTIFICATIONS.values()]
+    requests = [method.request for method in RPC_METHODS.values()]
+    responses: list[type[BaseModel]] = [method.response for method in RPC_METHODS.values()]
+    notifications = list(RPC_NOTIFICATIONS.values())
+    models: list[type[BaseModel]] = [*requests, *responses, ErrorResponse, *notifications]
     for method in RPC_METHODS.values():
-        envelopes += [method.params, method.result, method.request, method.response]
+        models += [method.params, method.result]
     inputs: list[tuple[str, Literal["validation"], TypeAdapter[Any]]] = [
         ("protocol", "validation", PROTOCOL_ADAPTER)
     ]
     inputs += [
-        (model.__name__, "validation", TypeAdapter(model)) for model in dict.fromkeys(envelopes)
+        (model.__name__, "validation", TypeAdapter(model)) for model in dict.fromkeys(models)
     ]
     # One generation for all, so every model has one definition and one name.
     keyed, shared = TypeAdapter.json_schemas(inputs)
-    schema: dict[str, Any] = {
+    defs: dict[str, Any] = shared["$defs"]
+    defs["ProtocolMessage"] = {
+        "title": "ProtocolMessage",
+        **keyed[("protocol", "validation")],
+    }
+    defs["RpcRequest"] = {
+        "title": "RpcRequest",
+        "oneOf": [_ref(model.__name__) for model in requests],
+        "discriminator": {
+            "propertyName": "method",
+            "mapping": {name: _ref(m.request.__name__)["$ref"] for name, m in RPC_METHODS.items()},
+        },
+    }
+    # Responses carry no method: a host tells them apart by the id of its request.
+    answers: list[type[BaseModel]] = [*responses, ErrorResponse]
+    defs["RpcResponse"] = {
+        "title": "RpcResponse",
+        "anyOf": [_ref(model.__name__) for model in answers],
+    }
+    defs["RpcNotification"] = {
+        "title": "RpcNotification",
+        "oneOf": [_ref(model.__name__) for model in notifications],
+        "discriminator": {
+            "propertyName": "method",
+            "mapping": {name: _ref(m.__name__)["$ref"] for name, m in RPC_NOTIFICATIONS.items()},
+        },
+    }
+    union_names = ("ProtocolMessage", "RpcRequest", "RpcResponse", "RpcNotification")
+    return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "core-agent protocol",
-        **keyed[("protocol", "validation")],
-        "$defs": shared["$defs"],
+        "anyOf": [_ref(name) for name in union_names],
+        "$defs": defs,
+        "x-jsonrpc": _rpc_index(),
     }
-    schema["x-jsonrpc"] = _rpc_index()
-    return schema
 
 
 def _ref(name: str) -> dict[str, str]:
