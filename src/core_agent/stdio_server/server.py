@@ -127,6 +127,7 @@ class StdioServer:
         self._max_message_bytes = max_message_bytes
         self._drain_s = drain_s
         self._reading = anyio.CancelScope()
+        self._draining = anyio.CancelScope()
         self._in_flight: dict[int | str, _Call] = {}
         self._awaiting_queued: dict[str, _Call] = {}
         """``execute_task`` calls by the id of the task they create, answered when it is
@@ -156,6 +157,7 @@ class StdioServer:
         """Read no more requests and shut down (without ``drain``: leave the runs at once)."""
         if not drain:
             self._drain_s = 0.0
+            self._draining.cancel()  # also when the drain has begun
         self._reading.cancel()
 
     async def serve(self) -> None:
@@ -185,7 +187,8 @@ class StdioServer:
                 await self._writer.wait_closed(self._drain_s + 5.0)
 
     async def _drain(self) -> None:
-        with anyio.move_on_after(self._drain_s):
+        with self._draining:
+            self._draining.deadline = anyio.current_time() + self._drain_s
             while self._active_runs:
                 await self._runs_changed.wait()
 
