@@ -8,7 +8,7 @@ reading its stdout with blocking calls on the main thread. Three parts:
 * ``ping``: round trip of a no-op request (``ping``), sequential, after a warm-up: the time
   from writing the request to having read its response.
 * ``events``: for every ``task/event`` of 100 tasks run one after another ("What time is
-  it?": two model calls and a ``current_time`` call, ~13 events each), the time from the
+  it?": two model calls and a ``current_time`` call, 15 events each), the time from the
   kernel publishing the event to the client having read its line. The server is this module
   run with ``--serve-with-stamps``: ``serve_stdio`` as the command runs it, plus one event
   subscriber, registered before the server's, that notes ``CLOCK_MONOTONIC`` (a clock all
@@ -17,10 +17,11 @@ reading its stdout with blocking calls on the main thread. Three parts:
   ``current_time`` call, an answer that reports it, and its events numbered 1, 2, 3...
   with none missing.
 * ``concurrent``: 100 ``execute_task`` requests written at once (one write), until their
-  100 ``task/result`` notifications: the wall time, each task's time from the write to its
-  result, and the same 100 tasks run in-process (``kernel.execute_task`` in a task group,
-  same settings) for the ratio stdio / in-process. Every task must succeed with its tool
-  call, over stdio and in process.
+  100 ``task/result`` notifications, in 5 rounds; between them, the same 100 tasks run in
+  process (``kernel.execute_task`` in a task group, same settings, its own data directory).
+  Reported: the median wall time of each and their ratio (stdio / in process), and each
+  task's time from the write to its result. Every task must succeed with its tool call,
+  over stdio and in process.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -196,60 +198,71 @@ def bench_events(data_dir: Path, tasks: int) -> dict[str, Any]:
     }
 
 
-def bench_concurrent(data_dir: Path, tasks: int) -> dict[str, Any]:
-    server = Server(cli_command(), data_dir / "stdio")
-    # Warm-up: imports, the database's files, the first model calls.
-    run_until_results(
-        server, [server.request_line("execute_task", {"task": TASK}) for _ in "12345"]
-    )
-    lines = [server.request_line("execute_task", {"task": TASK}) for _ in range(tasks)]
-    sent_at, results, seen = run_until_results(server, lines)
-    assert server.close() == 0
-    check_tasks(seen, tasks)
-    wall_ms = max(results.values()) - sent_at
-    per_task = [at - sent_at for at in results.values()]
-    in_process_ms = run_in_process(data_dir / "in_process", tasks)
-    return {
-        "part": "concurrent",
-        "tasks": tasks,
-        "succeeded": len(results),
-        "wall_ms": wall_ms,
-        "per_task": summary(per_task),
-        "in_process_wall_ms": in_process_ms,
-        "ratio_stdio_to_in_process": wall_ms / in_process_ms,
-    }
-
-
-def run_in_process(data_dir: Path, tasks: int) -> float:
+def bench_concurrent(data_dir: Path, tasks: int, rounds: int) -> dict[str, Any]:
+    """``rounds`` rounds of ``tasks`` at once, over stdio and in process, alternately."""
     import anyio
+    import anyio.to_thread
 
     from core_agent.container import create_kernel
     from core_agent.contracts.settings import AgentSettings
     from shared.agent_protocol import TaskRequest, TaskStatus
 
-    async def run() -> float:
-        kernel = create_kernel(AgentSettings(data_dir=data_dir))
-        results: list[Any] = []
+    server = Server(cli_command(), data_dir / "stdio")
+    per_task: list[float] = []
+
+    def over_stdio(count: int) -> float:
+        lines = [server.request_line("execute_task", {"task": TASK}) for _ in range(count)]
+        sent_at, results, seen = run_until_results(server, lines)
+        check_tasks(seen, count)
+        per_task.extend(at - sent_at for at in results.values())
+        return max(results.values()) - sent_at
+
+    async def measure() -> tuple[list[float], list[float]]:
+        kernel = create_kernel(AgentSettings(data_dir=data_dir / "in_process"))
         request = TaskRequest(task=TASK)
 
-        async def one() -> None:
-            results.append(await kernel.execute_task(request))
+        async def in_process(count: int) -> float:
+            results: list[Any] = []
 
-        async with kernel:
-            async with anyio.create_task_group() as group:
-                for _ in range(5):
-                    group.start_soon(one)
-            results.clear()
+            async def one() -> None:
+                results.append(await kernel.execute_task(request))
+
             start = now_ms()
             async with anyio.create_task_group() as group:
-                for _ in range(tasks):
+                for _ in range(count):
                     group.start_soon(one)
             wall = now_ms() - start
-        assert len(results) == tasks
-        assert all(r.status is TaskStatus.SUCCEEDED for r in results), results[:3]
-        return wall
+            assert len(results) == count
+            assert all(r.status is TaskStatus.SUCCEEDED for r in results), results[:3]
+            return wall
 
-    return anyio.run(run)
+        stdio_walls: list[float] = []
+        local_walls: list[float] = []
+        async with kernel:
+            # Warm-up: imports, the databases' files, the first model calls.
+            await anyio.to_thread.run_sync(over_stdio, 5)
+            await in_process(5)
+            per_task.clear()
+            for _ in range(rounds):  # alternately, so that both see the same machine
+                stdio_walls.append(await anyio.to_thread.run_sync(over_stdio, tasks))
+                local_walls.append(await in_process(tasks))
+        return stdio_walls, local_walls
+
+    stdio_walls, local_walls = anyio.run(measure)
+    assert server.close() == 0
+    stdio_ms, local_ms = statistics.median(stdio_walls), statistics.median(local_walls)
+    return {
+        "part": "concurrent",
+        "tasks": tasks,
+        "rounds": rounds,
+        "succeeded": len(per_task),
+        "wall_ms_median": stdio_ms,
+        "wall_ms": stdio_walls,
+        "per_task": summary(per_task),
+        "in_process_wall_ms_median": local_ms,
+        "in_process_wall_ms": local_walls,
+        "ratio_stdio_to_in_process": stdio_ms / local_ms,
+    }
 
 
 def serve_with_stamps(stamps_file: Path) -> None:
@@ -277,6 +290,7 @@ def main() -> None:
     parser.add_argument("--pings", type=int, default=2000)
     parser.add_argument("--event-tasks", type=int, default=100)
     parser.add_argument("--tasks", type=int, default=100, help="tasks at once (concurrent)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of them (concurrent)")
     parser.add_argument("--serve-with-stamps", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_with_stamps:
@@ -285,7 +299,7 @@ def main() -> None:
     parts = {
         "ping": lambda root: bench_ping(root, args.pings),
         "events": lambda root: bench_events(root, args.event_tasks),
-        "concurrent": lambda root: bench_concurrent(root, args.tasks),
+        "concurrent": lambda root: bench_concurrent(root, args.tasks, args.rounds),
     }
     for name, part in parts.items():
         if args.only and name != args.only:
@@ -311,10 +325,11 @@ def main() -> None:
         else:
             per_task = report["per_task"]
             print(
-                f"{report['tasks']} tasks at once over one connection: all {report['succeeded']} "
-                f"succeeded in {report['wall_ms']:.0f} ms (in process: "
-                f"{report['in_process_wall_ms']:.0f} ms, ratio "
-                f"{report['ratio_stdio_to_in_process']:.2f}); per task p50 "
+                f"{report['tasks']} tasks at once over one connection, {report['rounds']} rounds: "
+                f"all {report['succeeded']} succeeded; wall median "
+                f"{report['wall_ms_median']:.0f} ms, in process "
+                f"{report['in_process_wall_ms_median']:.0f} ms, ratio "
+                f"{report['ratio_stdio_to_in_process']:.2f}; per task p50 "
                 f"{per_task['p50_ms']:.0f} ms, p95 {per_task['p95_ms']:.0f} ms"
             )
 
