@@ -177,6 +177,7 @@ def _parser() -> argparse.ArgumentParser:
         "plugins", help="installed providers, tools and capability providers, and their package"
     )
     plugins.add_argument("--json", action="store_true", help="print JSON")
+    _add_serve_command(commands)
     _add_knowledge_commands(commands)
     return parser
 
@@ -187,6 +188,22 @@ def _add_agent_option(command: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="an agent file (YAML: model, prompt, tools, policy, memory, strategy) applied "
         "over the AGENT_* settings",
+    )
+
+
+def _add_serve_command(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve", help="serve the kernel to another program: JSON-RPC 2.0 over stdin/stdout"
+    )
+    serve.add_argument("--stdio", action="store_true", required=True, help="one message a line")
+    serve.add_argument(
+        "--max-message-bytes", type=_positive_int, default=1024 * 1024, help="longest request line"
+    )
+    serve.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=10.0,
+        help="seconds running tasks get to end once stdin closes; the rest are left to recover",
     )
 
 
@@ -307,6 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "resume": _resume,
             "cancel": _cancel,
             "recover": _recover,
+            "serve": _serve,
             "sessions": _sessions,
             "plugins": _plugins,
             "ingest": _knowledge("ingest"),
@@ -583,6 +601,19 @@ async def _run(args: argparse.Namespace) -> int:
                 if not args.json:
                     _print_summary(err, event, trace_id, session_id)
     return status
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from core_agent.container import create_kernel
+    from core_agent.contracts.errors import UsageError
+    from core_agent.stdio_server import serve_stdio
+
+    if args.max_message_bytes < 1024 or args.drain_timeout < 0:
+        raise UsageError("--max-message-bytes must be at least 1024, --drain-timeout at least 0")
+    # A long-lived host: tasks whose process died are recovered, as AGENT_RECOVERY says.
+    kernel = create_kernel()
+    await serve_stdio(kernel, max_message_bytes=args.max_message_bytes, drain_s=args.drain_timeout)
+    return EXIT_OK
 
 
 _ANSWERS: dict[str, Literal["once", "task", "session"]] = {

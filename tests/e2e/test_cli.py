@@ -160,7 +160,8 @@ def test_unknown_task_id_is_a_usage_error(tmp_path) -> None:
 
 def test_schema_prints_the_protocol(tmp_path) -> None:
     schema = json.loads(run("schema", data_dir=tmp_path).stdout)
-    assert "task.succeeded" in schema["discriminator"]["mapping"]
+    assert "task.succeeded" in schema["$defs"]["ProtocolMessage"]["discriminator"]["mapping"]
+    assert "execute_task" in schema["x-jsonrpc"]["methods"]
 
 
 def test_route_explains_without_running(tmp_path) -> None:

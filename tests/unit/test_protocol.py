@@ -33,7 +33,7 @@ def test_messages_round_trip_through_the_single_adapter() -> None:
 
 def test_schema_covers_every_kind() -> None:
     schema = protocol_json_schema()
-    kinds = set(schema["discriminator"]["mapping"])
+    kinds = set(schema["$defs"]["ProtocolMessage"]["discriminator"]["mapping"])
     assert {
         "task_request",
         "task_state",

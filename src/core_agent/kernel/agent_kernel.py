@@ -302,6 +302,16 @@ class AgentKernel:
                 with anyio.CancelScope(shield=True):
                     await self._background_done.wait()
 
+    def leave_runs(self) -> None:
+        """From now on, leave the runs that are cancelled for recovery instead of canceling them.
+
+        For a host that shuts down with tasks in flight: call this, then cancel the runs
+        (their callers). Each such task keeps its status and last checkpoint, gives up its
+        lease, and is carried on by the next kernel's recovery (or ``resume``). A
+        ``cancel_task`` still ends a task ``canceled``.
+        """
+        self._driver.leaving = True
+
     async def aclose(self) -> None:
         """Stop background recovery, close the stores and stop the sandbox's processes."""
         await self._stop_background()
@@ -318,13 +328,21 @@ class AgentKernel:
         return await self._router.route(request, self._specs(request))
 
     @overload
-    async def execute_task(self, request: TaskRequest) -> TaskResult: ...
+    async def execute_task(
+        self, request: TaskRequest, *, task_id: str | None = None
+    ) -> TaskResult: ...
 
     @overload
-    async def execute_task(self, request: TaskRequest, *, response_model: type[M]) -> M: ...
+    async def execute_task(
+        self, request: TaskRequest, *, response_model: type[M], task_id: str | None = None
+    ) -> M: ...
 
     async def execute_task(
-        self, request: TaskRequest, *, response_model: type[M] | None = None
+        self,
+        request: TaskRequest,
+        *,
+        response_model: type[M] | None = None,
+        task_id: str | None = None,
     ) -> TaskResult | M:
         """Run ``request`` to the end.
 
@@ -340,8 +358,11 @@ class AgentKernel:
         task is created; so does a session that is closed (``SessionClosedError``) or has a
         task that has not ended (``SessionBusyError``): a session runs one task at a time,
         and a concurrent submission fails at once rather than wait.
+
+        ``task_id`` names the new task (a random one when absent), for a host that must know
+        it before the task's first event (the stdio server answers with it); it must be new.
         """
-        result = await self._execute(request, uuid.uuid4().hex, response_model)
+        result = await self._execute(request, task_id or uuid.uuid4().hex, response_model)
         if response_model is None:
             return result
         if result.status is not TaskStatus.SUCCEEDED or result.structured_output is None:
@@ -466,7 +487,9 @@ class AgentKernel:
                         and not self._driver.runs(lifecycle.task_id)
                     ):
                         stats = RunStats(usage=stored.usage)
-                        if isinstance(exc, Exception):
+                        if self._driver.leaving and not isinstance(exc, Exception):
+                            await lifecycle.release()
+                        elif isinstance(exc, Exception):
                             await lifecycle.fail(
                                 str(exc) or type(exc).__name__,
                                 type(exc).__name__,

@@ -78,7 +78,8 @@ class TaskDriver:
     ``claim`` reserves a task before the kernel takes its lease, so one kernel never runs a
     task twice at once; ``drive`` registers the run itself when nobody claimed it.
     ``closing`` is set when the kernel closes: the tasks it was ``recovering`` are then left
-    to be recovered again instead of being ended ``canceled``.
+    to be recovered again instead of being ended ``canceled``; ``leaving`` (a host that
+    shuts down) leaves every task whose run is cancelled that way.
     """
 
     def __init__(
@@ -103,6 +104,7 @@ class TaskDriver:
         self._resolve = resolve
         self._runs: dict[str, _Run] = {}
         self.closing = False
+        self.leaving = False
         self.recovering: set[str] = set()
 
     def claim(self, task_id: str) -> bool:
@@ -142,7 +144,7 @@ class TaskDriver:
 
     def left_alone(self, task_id: str) -> bool:
         """Whether ``task_id`` is being stopped only because the kernel closes (see class)."""
-        return self.closing and task_id in self.recovering
+        return self.leaving or (self.closing and task_id in self.recovering)
 
     async def drive(
         self,

@@ -39,6 +39,18 @@ from shared.agent_protocol.messages import (
     UserMessage,
 )
 from shared.agent_protocol.risk import RiskLevel
+from shared.agent_protocol.rpc import (
+    RPC_METHODS,
+    RPC_NOTIFICATIONS,
+    ApprovalAccepted,
+    ErrorCode,
+    ErrorResponse,
+    RpcError,
+    RpcMethod,
+    TaskAccepted,
+    TaskTrace,
+    TraceSpan,
+)
 from shared.agent_protocol.schema import PROTOCOL_ADAPTER, ProtocolMessage, protocol_json_schema
 from shared.agent_protocol.sessions import (
     SessionEntry,
@@ -59,8 +71,11 @@ from shared.agent_protocol.tasks import (
 __all__ = [
     "EPHEMERAL_EVENT_KINDS",
     "PROTOCOL_ADAPTER",
+    "RPC_METHODS",
+    "RPC_NOTIFICATIONS",
     "TERMINAL_EVENT_KINDS",
     "AgentEvent",
+    "ApprovalAccepted",
     "ApprovalDecision",
     "ApprovalRequest",
     "ApprovalRequested",
@@ -68,6 +83,8 @@ __all__ = [
     "ApprovalScope",
     "AssistantMessage",
     "ChatMessage",
+    "ErrorCode",
+    "ErrorResponse",
     "InjectionSuspected",
     "LLMCompleted",
     "LLMDelta",
@@ -77,6 +94,8 @@ __all__ = [
     "PolicyDecided",
     "ProtocolMessage",
     "RiskLevel",
+    "RpcError",
+    "RpcMethod",
     "SessionEntry",
     "SessionInfo",
     "SessionSummary",
@@ -85,6 +104,7 @@ __all__ = [
     "StrategyMode",
     "StrategySelected",
     "SystemMessage",
+    "TaskAccepted",
     "TaskCanceled",
     "TaskEvent",
     "TaskFailed",
@@ -97,6 +117,7 @@ __all__ = [
     "TaskStatus",
     "TaskSucceeded",
     "TaskTainted",
+    "TaskTrace",
     "TaskWaitingApproval",
     "TokenUsage",
     "ToolCall",
@@ -105,6 +126,7 @@ __all__ = [
     "ToolMessage",
     "ToolResult",
     "ToolStarted",
+    "TraceSpan",
     "UsageLimits",
     "UserMessage",
     "protocol_json_schema",

@@ -1,0 +1,87 @@
+"""A host that shuts down leaves its tasks for the next kernel instead of canceling them.
+
+And a host may name a task before it exists (the stdio server answers with its id at once).
+"""
+
+from pathlib import Path
+
+import anyio
+import pytest
+
+from core_agent.container import KernelContainer
+from core_agent.tooling.function_tool import FunctionTool
+from core_agent.tooling.registry import ToolRegistry
+from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from shared.agent_protocol import TaskRequest, TaskStatus
+
+pytestmark = pytest.mark.anyio
+
+TURNS = [
+    ScriptedTurn(tool_calls=[ScriptedToolCall(name="slow_read", arguments={})]),
+    ScriptedTurn(content="read it"),
+]
+
+
+def kernel_on(data_dir: Path, tool: FunctionTool):  # type: ignore[no-untyped-def]
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={"data_dir": data_dir, "workspace_roots": (data_dir,), "recovery": "off"}
+        )
+    )
+    container.llm_gateway.override(ScriptedLLMGateway(TURNS))
+    container.tool_registry.override(ToolRegistry([tool]))
+    return container.kernel()
+
+
+async def test_a_left_run_keeps_its_task_for_the_next_kernel(tmp_path: Path) -> None:
+    started = anyio.Event()
+    calls: list[str] = []
+
+    async def slow_read() -> str:
+        """Read something slowly."""
+        calls.append("slow_read")
+        started.set()
+        await anyio.sleep(3600 if len(calls) == 1 else 0)
+        return "the text"
+
+    tool = FunctionTool(slow_read, idempotent=True, capabilities={"read"})
+    request = TaskRequest(task="read slowly", force_mode="react")
+    host = kernel_on(tmp_path, tool)
+    async with host:
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: host.execute_task(request, task_id="chosen-by-the-host"))
+            await started.wait()
+            host.leave_runs()
+            group.cancel_scope.cancel()
+        left = await host.get_task("chosen-by-the-host")
+        assert left.status is TaskStatus.RUNNING  # not canceled
+        assert left.owner is None and left.lease_expires_at is None
+        kinds = [e.kind for e in await host.task_events(left.task_id)]
+        assert "task.canceled" not in kinds
+
+    successor = kernel_on(tmp_path, tool)
+    async with successor:
+        (result,) = await successor.recover("resume")
+    assert result.task_id == "chosen-by-the-host"
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "read it"
+    assert calls == ["slow_read", "slow_read"]  # idempotent and unfinished: run again
+
+
+async def test_without_leaving_a_canceled_caller_cancels_the_task(tmp_path: Path) -> None:
+    started = anyio.Event()
+
+    async def slow_read() -> str:
+        """Read something slowly."""
+        started.set()
+        await anyio.sleep(3600)
+        return "never"
+
+    host = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
+    async with host:
+        async with anyio.create_task_group() as group:
+            request = TaskRequest(task="read slowly", force_mode="react")
+            group.start_soon(lambda: host.execute_task(request, task_id="t1"))
+            await started.wait()
+            group.cancel_scope.cancel()
+        assert (await host.get_task("t1")).status is TaskStatus.CANCELED
