@@ -318,13 +318,21 @@ class AgentKernel:
         return await self._router.route(request, self._specs(request))
 
     @overload
-    async def execute_task(self, request: TaskRequest) -> TaskResult: ...
+    async def execute_task(
+        self, request: TaskRequest, *, task_id: str | None = None
+    ) -> TaskResult: ...
 
     @overload
-    async def execute_task(self, request: TaskRequest, *, response_model: type[M]) -> M: ...
+    async def execute_task(
+        self, request: TaskRequest, *, response_model: type[M], task_id: str | None = None
+    ) -> M: ...
 
     async def execute_task(
-        self, request: TaskRequest, *, response_model: type[M] | None = None
+        self,
+        request: TaskRequest,
+        *,
+        response_model: type[M] | None = None,
+        task_id: str | None = None,
     ) -> TaskResult | M:
         """Run ``request`` to the end.
 
@@ -340,8 +348,12 @@ class AgentKernel:
         task is created; so does a session that is closed (``SessionClosedError``) or has a
         task that has not ended (``SessionBusyError``): a session runs one task at a time,
         and a concurrent submission fails at once rather than wait.
+
+        ``task_id`` names the new task, for a host that must know it before the first event
+        (a new random id when not given); an id the store already holds is refused
+        (``StorageError``, nothing written).
         """
-        result = await self._execute(request, uuid.uuid4().hex, response_model)
+        result = await self._execute(request, task_id or uuid.uuid4().hex, response_model)
         if response_model is None:
             return result
         if result.status is not TaskStatus.SUCCEEDED or result.structured_output is None:
@@ -350,13 +362,16 @@ class AgentKernel:
             )
         return response_model.model_validate(result.structured_output)
 
-    def stream_task(self, request: TaskRequest) -> AsyncGenerator[AgentEvent, None]:
+    def stream_task(
+        self, request: TaskRequest, *, task_id: str | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Run ``request`` and yield its events as they happen, ending with the final one.
 
         Leaving the loop early cancels the task (it ends ``canceled``). Wrap the iterator in
         ``contextlib.aclosing`` when you may break out of it, so it closes in your task.
+        ``task_id`` names the new task, as in ``execute_task``.
         """
-        task_id = uuid.uuid4().hex
+        task_id = task_id or uuid.uuid4().hex
         return self._stream(task_id, lambda: self._execute(request, task_id, None))
 
     async def resolve_approval(
