@@ -77,6 +77,7 @@ HostApprover = Callable[[ApprovalRequest], "ApprovalDecision | Future[ApprovalDe
 """An approval callback: the decision, or a ``Future`` the host completes later."""
 
 _CLOSED = "this SyncKernel is closed"
+LOOP_THREAD_NAME = "core-agent-kernel"
 
 
 class CallbackThread:
@@ -178,10 +179,10 @@ class SyncKernel:
         self._calls: set[_Call] = set()
         self._listeners: tuple[_Listener, ...] = ()
         self._approval_callback: HostApprover | None = None
-        self._portal_cm = start_blocking_portal("asyncio", name="core-agent-kernel")
+        self._portal_cm = start_blocking_portal("asyncio")
         self._portal: BlockingPortal = self._portal_cm.__enter__()
         try:
-            self._loop_thread = self._portal.call(threading.get_ident)
+            self._loop_thread = self._portal.call(_name_loop_thread)
             # Entered and left in one task of the loop, as the kernel's task group requires.
             self._kernel_cm: AbstractContextManager[AgentKernel] = (
                 self._portal.wrap_async_context_manager(kernel)
@@ -534,6 +535,12 @@ class SyncKernel:
             return await anyio.to_thread.run_sync(answer.result, abandon_on_cancel=True)
         finally:
             answer.cancel()
+
+
+def _name_loop_thread() -> int:
+    """Name the loop thread (for thread dumps and logs); its id."""
+    threading.current_thread().name = LOOP_THREAD_NAME
+    return threading.get_ident()
 
 
 async def _set_approval_callback(kernel: AgentKernel, bridge: ApprovalCallback | None) -> None:
