@@ -344,6 +344,44 @@ def test_a_stream_closed_early_cancels_its_task(
     assert [r for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
+def test_a_cancel_ends_a_stream_another_thread_reads_with_the_canceled_event(
+    tmp_path: Path,
+) -> None:
+    with build(tmp_path, [call("hold"), ScriptedTurn(content="never")]) as sync:
+        stream = sync.stream(TaskRequest(task="hold on"))
+        reading = in_thread(lambda: list(stream))
+        assert holding.wait(GUARD_S)
+        sync.cancel(stream.task_id, "stop reading")
+        events = reading.result(GUARD_S)
+        assert events[-1].kind == "task.canceled"
+        assert events[-1].reason == "stop reading"
+
+
+def test_a_stream_dropped_without_closing_cancels_its_task(tmp_path: Path) -> None:
+    with build(tmp_path, [call("hold"), ScriptedTurn(content="never")]) as sync:
+        events = sync.stream(TaskRequest(task="hold on"))
+        task_id = events.task_id
+        for event in events:
+            if event.kind == "tool.started":
+                break
+        del events, event  # a for loop left early, the iterator forgotten
+        deadline = time.monotonic() + GUARD_S
+        while sync.get_task(task_id).status is not TaskStatus.CANCELED:
+            assert time.monotonic() < deadline, "the dropped stream's task still runs"
+            time.sleep(0.01)
+        assert released == ["core-agent-kernel"]
+
+
+def test_closing_the_kernel_ends_a_stream_being_read_with_a_clear_error(tmp_path: Path) -> None:
+    sync = build(tmp_path, [call("hold"), ScriptedTurn(content="never")])
+    stream = sync.stream(TaskRequest(task="hold on"))
+    reading = in_thread(lambda: [event.kind for event in stream])
+    assert holding.wait(GUARD_S)
+    sync.close()
+    with pytest.raises(KernelClosedError, match="closed while this stream ran"):
+        reading.result(GUARD_S)
+
+
 def test_a_stream_raises_the_kernels_error_in_the_iterating_thread(tmp_path: Path) -> None:
     with build(tmp_path, [ScriptedTurn(content="hi")]) as sync:
         session = sync.call(sync.kernel.create_session, user_id="ada")

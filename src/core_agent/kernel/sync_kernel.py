@@ -635,8 +635,28 @@ class TaskHandle(Generic[R]):
 
 @dataclass
 class _End:
+    """What ends an ``EventStream``'s queue: how its run ended."""
+
     error: BaseException | None = None
     stopped: bool = False
+
+
+async def _pump(
+    kernel: AgentKernel, request: TaskRequest, task_id: str, sink: SimpleQueue[AgentEvent | _End]
+) -> None:
+    """Run ``request`` with its events into ``sink``, then how it ended (loop thread)."""
+    end = _End()
+    try:
+        async with aclosing(kernel.stream_task(request, task_id=task_id)) as events:
+            async for event in events:
+                sink.put(event)
+    except anyio.get_cancelled_exc_class():
+        end.stopped = True
+        raise
+    except Exception as exc:
+        end.error = exc
+    finally:
+        sink.put(end)
 
 
 class EventStream(Iterator[AgentEvent]):
@@ -653,21 +673,10 @@ class EventStream(Iterator[AgentEvent]):
         self._queue: SimpleQueue[AgentEvent | _End] = SimpleQueue()
         self._ended = False
         self._closing = False
-        self._call, _ = owner._start(partial(self._pump, owner.kernel, request))
-
-    async def _pump(self, kernel: AgentKernel, request: TaskRequest) -> None:
-        end = _End()
-        try:
-            async with aclosing(kernel.stream_task(request, task_id=self.task_id)) as events:
-                async for event in events:
-                    self._queue.put(event)
-        except anyio.get_cancelled_exc_class():
-            end.stopped = True
-            raise
-        except Exception as exc:
-            end.error = exc
-        finally:
-            self._queue.put(end)
+        # The run holds the queue, not this object: dropping the stream can stop the run.
+        self._call, _ = owner._start(
+            partial(_pump, owner.kernel, request, self.task_id, self._queue)
+        )
 
     def __iter__(self) -> EventStream:
         return self
