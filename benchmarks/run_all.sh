@@ -20,3 +20,4 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.wal_growth
 "$PY" -m benchmarks.crash_recovery
 "$PY" -m benchmarks.first_token
+"$PY" -m benchmarks.sync_facade_overhead

@@ -291,8 +291,8 @@ class SyncKernel:
         """Start ``request`` and return at once with a handle on its run.
 
         The handle knows the task's id at once (to cancel it, or match events), and gives the
-        result as ``execute_task`` would. ``on_event`` receives this task's events, its first
-        one included, on the dispatch thread.
+        result as ``execute_task`` would. ``on_event`` receives this task's events on the
+        dispatch thread, its first one included, until the call returns.
         """
         task_id = uuid.uuid4().hex
         listening = self.on_event(on_event, task_id=task_id) if on_event is not None else None
@@ -388,7 +388,9 @@ class SyncKernel:
     def start(
         self, func: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
     ) -> Future[T]:
-        """Like ``call``, but return a future at once (cancelling it cancels the coroutine).
+        """Like ``call``, but return a future at once.
+
+        Cancelling the future cancels the coroutine; closing the kernel cancels it too.
 
         E.g. from a GUI thread:
         ``sync.start(sync.kernel.resolve_approval, request_id, decision)``.
@@ -613,9 +615,10 @@ class TaskHandle(Generic[R]):
         return self._future.done()
 
     def cancel(self, reason: str = "canceled by host") -> bool:
-        """Cancel the task (it ends ``canceled`` with ``reason``); ``False`` if it had ended.
+        """Cancel the task (it ends ``canceled``); ``False`` if its call had returned already.
 
-        Blocks briefly while the kernel records the request.
+        Blocks briefly while the kernel records the request. A task its call left waiting for
+        a human is canceled with ``SyncKernel.cancel``.
         """
         if self._future.done():
             return False
