@@ -145,6 +145,8 @@ class AgentWindow(QWidget):
 
     def __init__(self, settings: AgentSettings) -> None:
         super().__init__()
+        # Freed on the GUI thread when closed, never by a garbage collection elsewhere.
+        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.setWindowTitle("core-agent desktop example")
         self.dispatcher = GuiDispatcher()
         self.kernel: SyncKernel = create_sync_kernel(

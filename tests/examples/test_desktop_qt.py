@@ -60,6 +60,10 @@ def window(qt: ModuleType, tmp_path: Path) -> Iterator[Any]:
     yield window
     window.close()  # closes the kernel, as the app does
     assert window.kernel.closed
+    # The window deletes itself on close: let Qt do it now, on this (the GUI) thread.
+    from PySide6.QtCore import QCoreApplication, QEvent
+
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
 
 
 def wait_until(condition: Callable[[], bool]) -> None:

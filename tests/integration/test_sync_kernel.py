@@ -8,10 +8,12 @@ own, or a "GUI thread" played by the test's main thread).
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -519,3 +521,24 @@ def test_create_sync_kernel_takes_create_kernels_arguments(tmp_path: Path) -> No
     assert result.status is TaskStatus.SUCCEEDED and result.output == "6 * 7 = 42"
     assert seen == ["calculator"]
     assert create_sync_kernel is core_agent.create_sync_kernel
+
+
+def test_close_lets_go_of_the_hosts_callbacks(tmp_path: Path) -> None:
+    """A GUI window holds the handle and the handle its callbacks: close breaks the cycle."""
+
+    class Window:
+        def show(self, event: TaskEvent) -> None:
+            pass
+
+        def approve(self, request: ApprovalRequest) -> ApprovalDecision:
+            return ApprovalDecision(request_id=request.request_id, approved=True)
+
+    window = Window()
+    gone = weakref.ref(window)
+    sync = build(tmp_path, [ScriptedTurn(content="hi")], approval_callback=window.approve)
+    sync.on_event(window.show)
+    sync.execute_task(TaskRequest(task="hello"))
+    sync.close()
+    del window
+    gc.collect()
+    assert gone() is None

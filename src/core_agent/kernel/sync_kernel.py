@@ -28,12 +28,12 @@ import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
-from contextlib import AbstractContextManager, aclosing, suppress
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from queue import SimpleQueue
 from types import TracebackType
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 
 import anyio
 import anyio.to_thread
@@ -100,6 +100,11 @@ class CallbackThread:
         """Run the callbacks queued so far, then stop the thread."""
         # From one of its own callbacks the thread cannot wait for itself.
         self._executor.shutdown(wait=threading.get_ident() != self._ident)
+
+
+def _dropped(callback: Callable[[], object]) -> None:
+    """The dispatch of a closed handle: nothing more reaches the host."""
+    log.debug("SyncKernel is closed; a callback was not delivered: %r", callback)
 
 
 def _run_logged(callback: Callable[[], object]) -> None:
@@ -246,6 +251,11 @@ class SyncKernel:
             self._portal_cm.__exit__(None, None, None)
             if self._own_dispatch is not None:
                 self._own_dispatch.close()
+            # Drop the host's callbacks: they often hold the host's window, which holds this
+            # handle, and a GUI object must not be freed by a collection on another thread.
+            self._listeners = ()
+            self._approval_callback = None
+            self._dispatch = _dropped
 
     # -- tasks -------------------------------------------------------------------------------
 
@@ -647,18 +657,27 @@ class _End:
 async def _pump(
     kernel: AgentKernel, request: TaskRequest, task_id: str, sink: SimpleQueue[AgentEvent | _End]
 ) -> None:
-    """Run ``request`` with its events into ``sink``, then how it ended (loop thread)."""
+    """Run ``request``, its events into ``sink`` as published, then how it ended (loop thread).
+
+    What ``AgentKernel.stream_task`` does, without its hop through a stream between tasks:
+    the bus hands each event to the host's queue the moment it is published.
+    """
+
+    def forward(event: BaseModel) -> None:
+        if isinstance(event, TaskEvent) and event.task_id == task_id:
+            sink.put(cast(AgentEvent, event))
+
+    subscription = kernel.event_bus.subscribe(None, forward)
     end = _End()
     try:
-        async with aclosing(kernel.stream_task(request, task_id=task_id)) as events:
-            async for event in events:
-                sink.put(event)
+        await kernel.execute_task(request, task_id=task_id)
     except anyio.get_cancelled_exc_class():
-        end.stopped = True
+        end.stopped = True  # the task ended canceled, as when a stream_task loop is left
         raise
     except Exception as exc:
         end.error = exc
     finally:
+        subscription.cancel()
         sink.put(end)
 
 
