@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import json
 import logging
 import queue
 import threading
@@ -514,12 +515,21 @@ def test_a_callback_that_raises_does_not_stop_the_next_ones(tmp_path: Path) -> N
 def test_create_sync_kernel_takes_create_kernels_arguments(tmp_path: Path) -> None:
     seen: list[str] = []
     record = core_agent.tool_hook(before=lambda call, context: seen.append(call.name))
-    settings = AgentSettings(data_dir=tmp_path / "data", tools=("calculator",))
-    with core_agent.create_sync_kernel(settings, tool_hooks=[record]) as sync:
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"tool_calls": [{"name": "lookup", "arguments": {"key": "capital_fr"}}]},
+                {"content": "It is Paris."},
+            ]
+        )
+    )
+    settings = AgentSettings(data_dir=tmp_path / "data", scripted_model_script=script)
+    with core_agent.create_sync_kernel(settings, tools=[lookup], tool_hooks=[record]) as sync:
         assert isinstance(sync, core_agent.SyncKernel)
-        result = sync.execute_task(TaskRequest(task="What is 6 * 7?"))
-    assert result.status is TaskStatus.SUCCEEDED and result.output == "6 * 7 = 42"
-    assert seen == ["calculator"]
+        result = sync.execute_task(TaskRequest(task="Capital of France?"))
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "It is Paris."
+    assert seen == ["lookup"] and ran == ["lookup capital_fr"]
     assert create_sync_kernel is core_agent.create_sync_kernel
 
 
