@@ -759,7 +759,8 @@ def create_sync_kernel(
     """A ``SyncKernel``: ``create_kernel(settings, **kernel_options)`` on its own loop thread.
 
     ``dispatch`` is where callbacks run and ``approval_callback`` is asked about risky calls
-    on that thread (see ``SyncKernel``); every other argument is ``create_kernel``'s.
+    on that thread (see ``SyncKernel``); every other argument is ``create_kernel``'s
+    (``tools``, ``tool_hooks``, ``deps``...).
     Close it (or use it as a context manager) to stop its thread.
     """
     return SyncKernel(
