@@ -21,3 +21,4 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.crash_recovery
 "$PY" -m benchmarks.first_token
 "$PY" -m benchmarks.stdio_protocol
+"$PY" -m benchmarks.sync_facade_overhead

@@ -17,11 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from core_agent.agent_files import AgentDefinition, AgentFileError, load_agent_file
-    from core_agent.container import KernelContainer, create_kernel
+    from core_agent.container import KernelContainer, create_kernel, create_sync_kernel
     from core_agent.contracts.settings import AgentSettings
     from core_agent.contracts.tool import ToolContext
     from core_agent.contracts.tool_hook import HookVerdict, ToolHook, tool_hook
     from core_agent.kernel.agent_kernel import AgentKernel
+    from core_agent.kernel.sync_kernel import EventStream, SyncKernel, TaskHandle
     from core_agent.tooling.function_tool import FunctionTool, tool
 
 __version__ = "0.1.0"
@@ -37,6 +38,10 @@ _LAZY = {
     "create_kernel": "core_agent.container",
     "ToolContext": "core_agent.contracts.tool",
     "load_agent_file": "core_agent.agent_files",
+    "create_sync_kernel": "core_agent.container",
+    "EventStream": "core_agent.kernel.sync_kernel",
+    "SyncKernel": "core_agent.kernel.sync_kernel",
+    "TaskHandle": "core_agent.kernel.sync_kernel",
     "ToolHook": "core_agent.contracts.tool_hook",
     "tool": "core_agent.tooling.function_tool",
     "tool_hook": "core_agent.contracts.tool_hook",
@@ -47,14 +52,18 @@ __all__ = [
     "AgentFileError",
     "AgentKernel",
     "AgentSettings",
+    "EventStream",
     "FunctionTool",
     "HookVerdict",
     "KernelContainer",
+    "SyncKernel",
+    "TaskHandle",
     "ToolContext",
     "ToolHook",
     "__version__",
     "create_kernel",
     "load_agent_file",
+    "create_sync_kernel",
     "tool",
     "tool_hook",
 ]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from dependency_injector import containers, providers
 
@@ -46,6 +46,7 @@ from core_agent.contracts.vector_store import IVectorStore
 from core_agent.kernel.agent_kernel import AgentKernel, Closable
 from core_agent.kernel.event_bus import InProcessEventBus
 from core_agent.kernel.session_conversations import SessionConversations
+from core_agent.kernel.sync_kernel import Dispatch, HostApprover, SyncKernel
 from core_agent.memory.chunking import TokenChunker
 from core_agent.memory.hybrid_retriever import FusionWeights, HybridRetriever
 from core_agent.memory.ingestion import IngestionPipeline
@@ -803,3 +804,24 @@ def use_agent_file(
             raise
         raise located from exc
     return definition
+
+
+def create_sync_kernel(
+    settings: AgentSettings | None = None,
+    *,
+    dispatch: Dispatch | None = None,
+    approval_callback: HostApprover | None = None,
+    **kernel_options: Any,
+) -> SyncKernel:
+    """A ``SyncKernel``: ``create_kernel(settings, **kernel_options)`` on its own loop thread.
+
+    ``dispatch`` is where callbacks run and ``approval_callback`` is asked about risky calls
+    on that thread (see ``SyncKernel``); every other argument is ``create_kernel``'s
+    (``tools``, ``tool_hooks``, ``deps``...).
+    Close it (or use it as a context manager) to stop its thread.
+    """
+    return SyncKernel(
+        create_kernel(settings, **kernel_options),
+        dispatch=dispatch,
+        approval_callback=approval_callback,
+    )

@@ -219,6 +219,10 @@ class ToolRegistrationError(UsageError):
     """A tool cannot be registered: bad name, bad schema, or its name is taken."""
 
 
+class KernelClosedError(UsageError):
+    """The kernel handle was closed: no call starts, and a call it stopped raises this."""
+
+
 class RunError(CoreAgentError):
     """A failure while a task runs; the task ends ``failed`` with this error."""
 

@@ -359,8 +359,9 @@ class AgentKernel:
         task that has not ended (``SessionBusyError``): a session runs one task at a time,
         and a concurrent submission fails at once rather than wait.
 
-        ``task_id`` names the new task (a random one when absent), for a host that must know
-        it before the task's first event (the stdio server answers with it); it must be new.
+        ``task_id`` names the new task, for a host that must know it before the first event
+        (a new random id when not given); an id the store already holds is refused
+        (``StorageError``, nothing written).
         """
         result = await self._execute(request, task_id or uuid.uuid4().hex, response_model)
         if response_model is None:
@@ -371,13 +372,16 @@ class AgentKernel:
             )
         return response_model.model_validate(result.structured_output)
 
-    def stream_task(self, request: TaskRequest) -> AsyncGenerator[AgentEvent, None]:
+    def stream_task(
+        self, request: TaskRequest, *, task_id: str | None = None
+    ) -> AsyncGenerator[AgentEvent, None]:
         """Run ``request`` and yield its events as they happen, ending with the final one.
 
         Leaving the loop early cancels the task (it ends ``canceled``). Wrap the iterator in
         ``contextlib.aclosing`` when you may break out of it, so it closes in your task.
+        ``task_id`` names the new task, as in ``execute_task``.
         """
-        task_id = uuid.uuid4().hex
+        task_id = task_id or uuid.uuid4().hex
         return self._stream(task_id, lambda: self._execute(request, task_id, None))
 
     async def resolve_approval(
