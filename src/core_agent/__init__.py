@@ -62,8 +62,8 @@ __all__ = [
     "ToolHook",
     "__version__",
     "create_kernel",
-    "load_agent_file",
     "create_sync_kernel",
+    "load_agent_file",
     "tool",
     "tool_hook",
 ]
