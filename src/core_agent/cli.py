@@ -84,6 +84,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print events as JSON lines")
     _add_agent_option(run)
 
+    chat = commands.add_parser(
+        "chat", help="talk with the assistant in the terminal: a session, in a workspace"
+    )
+    chat.add_argument(
+        "--workspace", metavar="DIR", help="the project it works in (default: this directory)"
+    )
+
     tasks = commands.add_parser("tasks", help="list recent tasks")
     tasks.add_argument("--limit", type=_positive_int, default=20)
     tasks.add_argument(
@@ -296,6 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         handler = {
             "run": _run,
+            "chat": _chat,
             "tasks": _tasks,
             "trace": _trace,
             "show": _show,
@@ -336,6 +344,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         line, status = explain(exc)
         print(f"core-agent: {line}", file=sys.stderr)
         return status
+
+
+async def _chat(args: argparse.Namespace) -> int:
+    from core_agent.chat.repl import run_chat
+
+    return await run_chat(args.workspace, debug=args.debug)
 
 
 def _knowledge(name: str) -> Any:
