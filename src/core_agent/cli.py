@@ -299,6 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(shtab.complete(_parser(), shell=args.shell))
             return EXIT_OK
+        if args.command == "chat":
+            from core_agent.chat.first_paint import paint
+
+            args.painted = paint(args.workspace)  # before the slow imports
         import anyio
 
         handler = {
@@ -349,7 +353,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _chat(args: argparse.Namespace) -> int:
     from core_agent.chat.repl import run_chat
 
-    return await run_chat(args.workspace, debug=args.debug)
+    return await run_chat(args.workspace, debug=args.debug, painted=args.painted)
 
 
 def _knowledge(name: str) -> Any:

@@ -22,7 +22,8 @@ from prompt_toolkit.formatted_text import AnyFormattedText
 from prompt_toolkit.history import FileHistory, History, ThreadedHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
-PROMPT = "› "
+from core_agent.chat.first_paint import PROMPT
+
 CONTINUATION = "… "
 HISTORY_FILE = "chat_history"
 

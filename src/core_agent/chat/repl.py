@@ -17,7 +17,6 @@ chat: Ctrl-D or ``/exit`` does.
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -29,6 +28,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 
+from core_agent.chat.first_paint import banner, hand_over, shown
 from core_agent.chat.line_editor import HISTORY_FILE, DeferredFileHistory, LineEditor
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from shared.agent_protocol import TokenUsage
 
 CANCEL_REASON = "canceled at the terminal (Ctrl-C)"
-BANNER = "core-agent chat · {workspace} · /help lists commands · Ctrl-D quits"
 
 
 class _TurnControl:
@@ -79,9 +78,11 @@ class _TurnControl:
 class ChatRepl:
     """One ``core-agent chat``: its prompt, kernel, session and totals."""
 
-    def __init__(self, workspace: Path, *, debug: bool = False) -> None:
+    def __init__(self, workspace: Path, *, debug: bool = False, painted: bool = False) -> None:
         self.workspace = workspace
         self._debug = debug
+        self._painted = painted
+        """Whether the banner and the prompt are on the screen already (``first_paint``)."""
         self._history = DeferredFileHistory()
         self._editor = LineEditor(self._history, self._status)
         self._chat: ChatKernel | None = None
@@ -235,7 +236,10 @@ class ChatRepl:
             Exception: The kernel could not be built (a configuration error, say): the
                 caller prints it in one line.
         """
-        print(BANNER.format(workspace=_shown(self.workspace)), flush=True)
+        if self._painted:
+            hand_over()
+        else:
+            print(banner(str(self.workspace)), flush=True)
         loop = asyncio.get_running_loop()
         async with anyio.create_task_group() as group:
             self._group = group
@@ -422,7 +426,7 @@ class ChatRepl:
     def _status(self) -> Any:
         """The status line under the prompt."""
         parts = [self._chat.model if self._chat is not None else "starting…"]
-        parts.append(_shown(self.workspace))
+        parts.append(shown(str(self.workspace)))
         if self._chat is not None and self._chat.instructions is not None:
             parts.append("AGENTS.md")
         parts.append(f"session {self.session_id[:12]}" if self.session_id else "new session")
@@ -434,12 +438,6 @@ class ChatRepl:
                 f"{usage.input_tokens + usage.output_tokens:,} tokens · {money(usage.cost_usd)}"
             )
         return " " + " · ".join(parts) + " "
-
-
-def _shown(path: Path) -> str:
-    home = os.path.expanduser("~")
-    text = str(path)
-    return "~" + text[len(home) :] if home != "/" and text.startswith(home + os.sep) else text
 
 
 def _handle_sigint(loop: asyncio.AbstractEventLoop, handler: Any) -> bool:
@@ -465,10 +463,11 @@ def chat_workspace(given: str | None) -> Path:
     return workspace
 
 
-async def run_chat(workspace: str | None, *, debug: bool = False) -> int:
+async def run_chat(workspace: str | None, *, debug: bool = False, painted: bool = False) -> int:
     """``core-agent chat`` in ``workspace`` (``--workspace``; this directory when ``None``).
 
-    Returns the exit status.
+    ``painted``: ``first_paint`` drew the banner and the prompt already. Returns the exit
+    status.
 
     Raises:
         UsageError: The workspace is not a directory, or stdin is not a terminal.
@@ -481,4 +480,4 @@ async def run_chat(workspace: str | None, *, debug: bool = False) -> int:
         raise UsageError(
             "core-agent chat needs a terminal (stdin is not one); for scripts use core-agent run"
         )
-    return await ChatRepl(where, debug=debug).run()
+    return await ChatRepl(where, debug=debug, painted=painted).run()
