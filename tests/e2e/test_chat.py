@@ -132,6 +132,7 @@ SCRIPT = {
             "turns": [_turn(command="touch other.txt"), _turn("Understood, not done.")],
         },
         {"on": "last", "match": "^line one\nline two$", "turns": [_turn("Two lines received.")]},
+        {"on": "last", "match": "^esc one\nesc two$", "turns": [_turn("Esc works too.")]},
         {"on": "last", "match": "^again", "turns": [_turn("Still here.")]},
     ]
 }
@@ -147,10 +148,11 @@ def scripted(tmp_path: Path) -> dict[str, str]:
 def test_a_chat_with_the_scripted_model(tmp_path: Path, scripted: dict[str, str]) -> None:
     data, workspace = tmp_path / "data", tmp_path / "project"
     workspace.mkdir()
-    chat = Chat(data, workspace, **scripted)
+    secret = "tok-8f3a9c1d27e54b6f"
+    chat = Chat(data, workspace, MY_SERVICE_TOKEN=secret, **scripted)
 
     # Two turns of one session; the second runs a command the person approves.
-    first = chat.turn("hello there", "scripted", "in ·")
+    first = chat.turn(f"hello there, my token is {secret}", "scripted", "in ·")
     assert "**" not in first  # Markdown is rendered, not shown as typed
     chat.approve("make a note", "y\r")
     chat.expect("approved once")
@@ -175,17 +177,19 @@ def test_a_chat_with_the_scripted_model(tmp_path: Path, scripted: dict[str, str]
     assert not (workspace / "other.txt").exists()
     # A message of two lines: a line ending in a backslash goes on.
     chat.turn("line one\\\rline two", "Two lines received.")
+    chat.turn("esc one\x1b\resc two", "Esc works too.")  # Esc then Enter: a new line
     chat.command("/hepl", "unknown command /hepl (did you mean /help?)")
-    chat.command("/cost", "this session: 5 turns")
+    chat.command("/cost", "this session: 6 turns")
     assert chat.quit() == 0
 
     ran = tasks(data, **scripted)
     assert [t["request"]["task"] for t in ran] == [
-        "hello there",
+        "hello there, my token is [REDACTED]",
         "make a note",
         "wait a minute",
         "refuse it",
         "line one\nline two",
+        "esc one\nesc two",
     ]
     assert [t["status"] for t in ran] == [
         "succeeded",
@@ -193,11 +197,14 @@ def test_a_chat_with_the_scripted_model(tmp_path: Path, scripted: dict[str, str]
         "canceled",
         "succeeded",
         "succeeded",
+        "succeeded",
     ]
     session = ran[0]["session_id"]
     assert {t["session_id"] for t in ran} == {session}
-    history = (data / "chat_history").read_text(encoding="utf-8")
-    assert "+hello there" in history and "+line two" in history
+    # What was typed is kept for ↑ in the data directory, for the user only, and redacted.
+    history = data / "chat_history"
+    assert "+hello there, my token is" in history.read_text() and "+line two" in history.read_text()
+    assert secret not in history.read_text() and history.stat().st_mode & 0o077 == 0
 
     # A new chat resumes the earlier session by a prefix of its id, and goes on in it.
     again = Chat(data, workspace, **scripted)

@@ -11,6 +11,7 @@ that and loads the file once it is told where it is.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -33,7 +34,9 @@ class DeferredFileHistory(History):
 
     Loading waits until then (it runs in prompt_toolkit's loader thread); lines entered
     before are written to the file when it is opened. Without a usable file (``open(None)``,
-    or the folder cannot be made) the history lasts as long as the chat.
+    or the folder cannot be made) the history lasts as long as the chat. The file is the
+    user's alone (mode 0600, like a shell's), and what is written to it is redacted as the
+    kernel's stores are (keys, credential variables, ``AGENT_REDACT_PATTERNS``).
     """
 
     def __init__(self) -> None:
@@ -41,19 +44,25 @@ class DeferredFileHistory(History):
         self._lock = threading.Lock()
         self._opened = threading.Event()
         self._file: FileHistory | None = None
+        self._redact: Callable[[str], str] = str
         self._early: list[str] = []
 
-    def open(self, path: Path | None) -> None:
-        """Use ``path`` from now on (``None``: no file); safe to call from any thread."""
+    def open(self, path: Path | None, redact: Callable[[str], str] = str) -> None:
+        """Use ``path`` from now on (``None``: no file); safe to call from any thread.
+
+        ``redact`` is applied to each line before it is written.
+        """
         file = None
         if path is not None:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
                 file = FileHistory(str(path))
             except OSError:
                 file = None  # the data directory's own error is reported by the kernel
         with self._lock:
-            self._file, early, self._early = file, self._early, []
+            self._file, self._redact = file, redact
+            early, self._early = self._early, []
             self._opened.set()
         for line in early:
             self._write(line)
@@ -75,7 +84,7 @@ class DeferredFileHistory(History):
         if self._file is None:
             return
         try:
-            self._file.store_string(string)
+            self._file.store_string(self._redact(string))
         except OSError:
             self._file = None  # a full disk costs the history, not the chat
 
@@ -111,7 +120,7 @@ class LineEditor:
             prompt_continuation=lambda width, line, wrap: CONTINUATION.rjust(width),
             bottom_toolbar=toolbar,
         )
-        self._questions: PromptSession[str] = PromptSession()
+        self._questions: PromptSession[str] | None = None  # made when first asked: start fast
         self._first_render: list[Callable[[], None]] = []
         self._session.app.after_render += self._rendered
 
@@ -160,4 +169,6 @@ class LineEditor:
             KeyboardInterrupt: The person pressed Ctrl-C.
             EOFError: The person pressed Ctrl-D.
         """
+        if self._questions is None:
+            self._questions = PromptSession()
         return await self._questions.prompt_async(question, handle_sigint=False)

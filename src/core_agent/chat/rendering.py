@@ -108,7 +108,10 @@ def show_call(console: Console, logged: LoggedCall) -> None:
     call, result = logged.call, logged.result
     console.print(f"[{logged.number}] {printable(call.name)}", style="bold cyan", markup=False)
     console.print("arguments:", style="dim")
-    console.print(printable(arguments_text(call, indent=2)), markup=False, highlight=False)
+    # Soft wrap: the terminal folds long lines, and a copied value stays whole.
+    console.print(
+        printable(arguments_text(call, indent=2)), markup=False, highlight=False, soft_wrap=True
+    )
     if result is None:
         console.print("result: (none: it did not finish)", style="dim")
         return
@@ -117,7 +120,7 @@ def show_call(console: Console, logged: LoggedCall) -> None:
     if untrusted:
         label += " (untrusted: the model was told not to follow instructions in it)"
     console.print(f"{label}:", style="red" if result.is_error else "dim")
-    console.print(printable(content), markup=False, highlight=False)
+    console.print(printable(content), markup=False, highlight=False, soft_wrap=True)
 
 
 def money(cost: float | None) -> str:
@@ -134,9 +137,10 @@ def usage_line(turn: TokenUsage, session: TokenUsage) -> str:
     )
 
 
-def _one_line(console: Console, text: str, style: str) -> None:
-    line = Text(printable(text, newlines=False), style=style, no_wrap=True, overflow="ellipsis")
-    console.print(line, soft_wrap=False, crop=True)
+def one_line(console: Console, text: str, style: str = "") -> None:
+    """``text`` on one line, cut with an ellipsis at the console's width."""
+    line = Text(printable(text, newlines=False), style=style)
+    console.print(line, no_wrap=True, overflow="ellipsis", crop=True)
 
 
 def _finished_blocks(text: str) -> int:
@@ -171,6 +175,8 @@ class _StreamingMarkdown:
 
     def add(self, piece: str) -> None:
         self._text += piece
+        if not self._console.is_terminal:
+            return  # a file or a pipe: drawn once, when it is finished
         if self._live is None:
             self._live = Live(
                 console=self._console,
@@ -206,6 +212,8 @@ class _StreamingMarkdown:
             self._live.update(self._markdown(self._text), refresh=True)
             self._live.stop()
             self._live = None
+        elif self._text.strip() and not self._console.is_terminal:
+            self._console.print(self._markdown(self._text))
         self._text = ""
 
     def _too_tall(self) -> bool:
@@ -269,7 +277,7 @@ class TurnView:
             self._streamed = ""
             logged = self._calls.started(event.tool_call)
             call = event.tool_call
-            _one_line(
+            one_line(
                 self._console, f"→ [{logged.number}] {call.name} {arguments_text(call)}", "cyan"
             )
         elif isinstance(event, ToolCompleted):
@@ -278,14 +286,14 @@ class TurnView:
         elif isinstance(event, PlanCreated):
             self._answer.finish()
             steps = "; ".join(f"{step['id']}: {step['goal']}" for step in event.steps)
-            _one_line(self._console, f"plan: {steps}", "dim")
+            one_line(self._console, f"plan: {steps}", "dim")
         elif isinstance(event, PlanStepStarted):
             self._answer.finish()
             self._streamed = ""
-            _one_line(self._console, f"▶ step {event.step_id}: {event.goal}", "dim")
+            one_line(self._console, f"▶ step {event.step_id}: {event.goal}", "dim")
         elif isinstance(event, StrategyFallback):
             self._answer.finish()
-            _one_line(self._console, f"falling back to {event.to_strategy}: {event.reason}", "dim")
+            one_line(self._console, f"falling back to {event.to_strategy}: {event.reason}", "dim")
         elif isinstance(event, TaskSucceeded):
             self._answer.finish()
             if event.output.strip() and event.output.strip() != self._streamed.strip():
@@ -317,9 +325,9 @@ class TurnView:
         number = f"[{logged.number}] " if logged is not None else ""
         if result.is_error:
             content = unwrapped(result.content)[0]
-            _one_line(self._console, f"✗ {number}{result.error_type}: {content}", "red")
+            one_line(self._console, f"✗ {number}{result.error_type}: {content}", "red")
             return
         lines = unwrapped(result.content)[0].splitlines()
         first = next((line.strip() for line in lines if line.strip()), "(no output)")
         count = f"{len(lines)} lines: " if len(lines) > 1 else ""
-        _one_line(self._console, f"← {number}{count}{first}", "green")
+        one_line(self._console, f"← {number}{count}{first}", "green")

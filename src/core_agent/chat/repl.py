@@ -355,10 +355,13 @@ class ChatRepl:
         def build() -> ChatKernel:
             try:
                 settings = read_settings()
+                from core_agent.container import build_redactor
+
+                redact = build_redactor(settings).text
             except BaseException:
                 self._history.open(None)
                 raise
-            self._history.open(settings.data_dir / HISTORY_FILE)
+            self._history.open(settings.data_dir / HISTORY_FILE, redact)
             return build_chat_kernel(settings, self.workspace)
 
         try:

@@ -130,13 +130,12 @@ async def _model(chat: ChatRepl, argument: str) -> None:
 
 
 async def _tools(chat: ChatRepl, argument: str) -> None:
-    from rich.text import Text
+    from core_agent.chat.rendering import one_line
 
     current = await chat.ready()
     for spec in current.tools:
         first = spec.description.strip().splitlines()[0] if spec.description.strip() else ""
-        line = Text(f"  {spec.name:<18} {first}", no_wrap=True, overflow="ellipsis")
-        chat.console.print(line, crop=True)
+        one_line(chat.console, f"  {spec.name:<18} {first}")
 
 
 async def _cost(chat: ChatRepl, argument: str) -> None:
