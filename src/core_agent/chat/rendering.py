@@ -192,6 +192,7 @@ class _StreamingMarkdown:
                 self._live.update(self._markdown(done), refresh=True)
                 self._live.stop()
                 self._live = None
+                self._console.line()  # the blank line the split was made at
                 if self._text:
                     self.add("")
                 return

@@ -264,7 +264,7 @@ class ChatRepl:
         return 0
 
     async def _loop(self) -> None:
-        from core_agent.chat.slash_commands import Quit
+        from core_agent.chat.slash_commands import Quit, is_command
 
         while True:
             line = await self._editor.read()
@@ -275,7 +275,7 @@ class ChatRepl:
             if not line.strip():
                 continue
             try:
-                if line.lstrip().startswith("/"):
+                if is_command(line):
                     await self._command(line.strip())
                 else:
                     await self._turn_of(line)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -209,6 +210,14 @@ COMMANDS: dict[str, SlashCommand] = {
 }
 
 
+_COMMAND = re.compile(r"\s*/[A-Za-z]*(\s|$)")
+
+
+def is_command(line: str) -> bool:
+    """Whether ``line`` is a command: ``/`` and a word (``/etc/hosts?`` is a message)."""
+    return _COMMAND.match(line) is not None
+
+
 def parse(line: str) -> tuple[SlashCommand, str]:
     """The command a ``/`` line names, and the rest of the line (its argument).
 
@@ -217,7 +226,7 @@ def parse(line: str) -> tuple[SlashCommand, str]:
     """
     from core_agent.contracts.errors import UsageError
 
-    name, _, argument = line[1:].strip().partition(" ")
+    name, _, argument = line.strip()[1:].partition(" ")
     command = COMMANDS.get(name.lower())
     if command is None:
         close = difflib.get_close_matches(name.lower(), list(COMMANDS), n=1, cutoff=0.5)

@@ -1,4 +1,4 @@
-"""How a chat turn looks: streamed text, tool calls on one line, nothing that drives the terminal."""
+"""How a chat turn looks: streamed text, one line per tool call, no terminal escapes."""
 
 from __future__ import annotations
 
