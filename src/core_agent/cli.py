@@ -85,7 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_agent_option(run)
 
     chat = commands.add_parser(
-        "chat", help="talk with the assistant in the terminal: a session, in a workspace"
+        "chat",
+        help="talk with the assistant in the terminal: a session, in a workspace",
+        description="An interactive coding assistant over a session, in a terminal. "
+        "Type /help in it for its commands and keys.",
     )
     chat.add_argument(
         "--workspace", metavar="DIR", help="the project it works in (default: this directory)"
