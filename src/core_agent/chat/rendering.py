@@ -19,7 +19,6 @@ from rich.live import Live
 from rich.markdown import Markdown
 from rich.text import Text
 
-from core_agent.contracts.untrusted import TAG
 from core_agent.safety.terminal_text import printable
 from shared.agent_protocol import (
     AgentEvent,
@@ -49,6 +48,8 @@ class LoggedCall:
     number: int
     call: ToolCall
     result: ToolResult | None = None
+    untrusted: bool = False
+    """The model got the result as untrusted data (``ToolCompleted.untrusted``)."""
 
 
 class ToolCallLog:
@@ -65,11 +66,11 @@ class ToolCallLog:
         self._by_id[call.id] = logged
         return logged
 
-    def completed(self, result: ToolResult) -> LoggedCall | None:
+    def completed(self, result: ToolResult, *, untrusted: bool = False) -> LoggedCall | None:
         """Attach ``result`` to its call (``None`` for a call this chat did not see start)."""
         logged = self._by_id.get(result.call_id)
         if logged is not None:
-            logged.result = result
+            logged.result, logged.untrusted = result, untrusted
         return logged
 
     def get(self, number: int) -> LoggedCall | None:
@@ -91,18 +92,6 @@ def arguments_text(call: ToolCall, *, indent: int | None = None) -> str:
     return call.raw_arguments or ""
 
 
-def unwrapped(content: str) -> tuple[str, bool]:
-    """A tool result without its untrusted-data block, and whether it had one.
-
-    The block is for the model; a person reads the content.
-    """
-    opening, closing = f"<{TAG}", f"\n</{TAG}>"
-    if not (content.startswith(opening) and content.endswith(closing) and "\n" in content):
-        return content, False
-    inner = content[content.index("\n") + 1 : -len(closing)]
-    return inner.replace(f"<\\/{TAG}", f"</{TAG}"), True
-
-
 def show_call(console: Console, logged: LoggedCall) -> None:
     """A call's arguments and result, whole (``/show``)."""
     call, result = logged.call, logged.result
@@ -115,12 +104,11 @@ def show_call(console: Console, logged: LoggedCall) -> None:
     if result is None:
         console.print("result: (none: it did not finish)", style="dim")
         return
-    content, untrusted = unwrapped(result.content)
     label = f"error ({result.error_type or 'error'})" if result.is_error else "result"
-    if untrusted:
+    if logged.untrusted:
         label += " (untrusted: the model was told not to follow instructions in it)"
     console.print(f"{label}:", style="red" if result.is_error else "dim")
-    console.print(printable(content), markup=False, highlight=False, soft_wrap=True)
+    console.print(printable(result.content), markup=False, highlight=False, soft_wrap=True)
 
 
 def money(cost: float | None) -> str:
@@ -283,7 +271,7 @@ class TurnView:
             )
         elif isinstance(event, ToolCompleted):
             self._answer.finish()
-            self._completed(event.result)
+            self._completed(event.result, event.untrusted)
         elif isinstance(event, PlanCreated):
             self._answer.finish()
             steps = "; ".join(f"{step['id']}: {step['goal']}" for step in event.steps)
@@ -321,14 +309,13 @@ class TurnView:
         self._streamed += event.text
         self._answer.add(event.text)
 
-    def _completed(self, result: ToolResult) -> None:
-        logged = self._calls.completed(result)
+    def _completed(self, result: ToolResult, untrusted: bool) -> None:
+        logged = self._calls.completed(result, untrusted=untrusted)
         number = f"[{logged.number}] " if logged is not None else ""
         if result.is_error:
-            content = unwrapped(result.content)[0]
-            one_line(self._console, f"✗ {number}{result.error_type}: {content}", "red")
+            one_line(self._console, f"✗ {number}{result.error_type}: {result.content}", "red")
             return
-        lines = unwrapped(result.content)[0].splitlines()
+        lines = result.content.splitlines()
         first = next((line.strip() for line in lines if line.strip()), "(no output)")
         count = f"{len(lines)} lines: " if len(lines) > 1 else ""
         one_line(self._console, f"← {number}{count}{first}", "green")

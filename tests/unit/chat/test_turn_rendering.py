@@ -10,7 +10,6 @@ from typing import Any
 from rich.console import Console
 
 from core_agent.chat.rendering import ToolCallLog, TurnView, show_call
-from core_agent.contracts.untrusted import wrap_untrusted
 from shared.agent_protocol import (
     LLMDelta,
     TaskSucceeded,
@@ -51,7 +50,7 @@ def test_escape_sequences_from_the_model_and_tools_are_shown_not_sent() -> None:
     view = TurnView(console, calls)
     call = ToolCall(id="c1", name="run_command", arguments={"command": "cat x\x1b[2J"})
     view.show(event(ToolStarted, tool_call=call))
-    hostile = wrap_untrusted("\x1b]0;pwned\x07 title", source="run_command", call="c1")
+    hostile = "\x1b]0;pwned\x07 title"
     view.show(
         event(
             ToolCompleted,
@@ -74,12 +73,13 @@ def test_tool_calls_are_one_line_each_and_whole_on_request() -> None:
     long_text = "x" * 500
     call = ToolCall(id="c1", name="write_file", arguments={"path": "a.txt", "content": long_text})
     view.show(event(ToolStarted, tool_call=call))
-    result = wrap_untrusted("line one\nline two\nline three", source="write_file", call="c1")
+    result = "line one\nline two\nline three"
     view.show(
         event(
             ToolCompleted,
             result=ToolResult(call_id="c1", name="write_file", content=result),
             latency_ms=1.0,
+            untrusted=True,
         )
     )
     view.show(event(ToolStarted, tool_call=ToolCall(id="c2", name="grep", arguments={})))
@@ -99,14 +99,14 @@ def test_tool_calls_are_one_line_each_and_whole_on_request() -> None:
     view.close()
     lines = out.getvalue().splitlines()
     assert lines[0].startswith('→ [1] write_file {"path": "a.txt"') and len(lines[0]) <= 100
-    assert lines[1] == "← [1] 3 lines: line one"  # the model's untrusted-data tags are not shown
+    assert lines[1] == "← [1] 3 lines: line one"
     assert lines[2:] == ["→ [2] grep {}", "✗ [2] ToolError: bad pattern"]
 
     console, out = screen()
     show_call(console, calls.get(1))  # type: ignore[arg-type]
     whole = out.getvalue()
     assert long_text in whole and "line one\nline two\nline three" in whole
-    assert "untrusted" in whole and "<untrusted-data" not in whole
+    assert "result (untrusted: the model was told not to follow instructions in it)" in whole
 
 
 def test_an_answer_that_did_not_stream_is_shown_when_the_turn_ends() -> None:
