@@ -35,7 +35,10 @@ DECIDED_BY = "core-agent chat"
 
 
 class TerminalApprover:
-    """The kernel's approval callback for the chat (async: it waits in the event loop).
+    """Asks the person about the chat's risky calls.
+
+    ``ask`` is the kernel's approval callback; it is async, so it waits in the event loop,
+    where the line editor runs.
 
     ``before`` runs before a question is asked (the turn's view stops drawing and holds its
     events), ``after`` once it is answered.
@@ -55,7 +58,7 @@ class TerminalApprover:
         self._after = after
         self._lock = anyio.Lock()
 
-    async def __call__(self, request: ApprovalRequest) -> ApprovalDecision:
+    async def ask(self, request: ApprovalRequest) -> ApprovalDecision:
         """Ask the person at the terminal about ``request``; their decision."""
         async with self._lock:
             self._before()

@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import aclosing, contextmanager, suppress
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.abc
@@ -400,7 +400,7 @@ class ChatRepl:
                 self._editor, self.console, before=self._hold, after=self._release
             )
         await built.kernel.__aenter__()
-        built.kernel.set_approval_callback(self._approver)
+        built.kernel.set_approval_callback(self._approver.ask)
 
     def _hold(self) -> None:
         if self._turn is not None:
@@ -426,7 +426,7 @@ class ChatRepl:
         line, _ = explain(exc)
         self.console.print(f"error: {line}", style="red", markup=False, highlight=False)
 
-    def _status(self) -> Any:
+    def _status(self) -> str:
         """The status line under the prompt."""
         parts = [self._chat.model if self._chat is not None else "starting…"]
         parts.append(shown(str(self.workspace)))
@@ -443,7 +443,7 @@ class ChatRepl:
         return " " + " · ".join(parts) + " "
 
 
-def _handle_sigint(loop: asyncio.AbstractEventLoop, handler: Any) -> bool:
+def _handle_sigint(loop: asyncio.AbstractEventLoop, handler: Callable[[], None]) -> bool:
     """SIGINT calls ``handler`` in the loop (where the platform allows it)."""
     try:
         loop.add_signal_handler(signal.SIGINT, handler)
