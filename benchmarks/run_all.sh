@@ -13,6 +13,7 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.confinement_overhead
 "$PY" -m benchmarks.injection_eval
 "$PY" -m benchmarks.startup
+"$PY" -m benchmarks.chat_start
 "$PY" -m benchmarks.retrieval
 "$PY" -m benchmarks.tasks_in_flight
 "$PY" -m benchmarks.resume_latency

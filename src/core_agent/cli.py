@@ -84,6 +84,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print events as JSON lines")
     _add_agent_option(run)
 
+    chat = commands.add_parser(
+        "chat",
+        help="talk with the assistant in the terminal: a session, in a workspace",
+        description="An interactive coding assistant over a session, in a terminal. "
+        "Type /help in it for its commands and keys.",
+    )
+    chat.add_argument(
+        "--workspace", metavar="DIR", help="the project it works in (default: this directory)"
+    )
+
     tasks = commands.add_parser("tasks", help="list recent tasks")
     tasks.add_argument("--limit", type=_positive_int, default=20)
     tasks.add_argument(
@@ -309,10 +319,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(shtab.complete(_parser(), shell=args.shell))
             return EXIT_OK
+        if args.command == "chat":
+            from core_agent.chat.first_paint import paint
+
+            args.painted = paint(args.workspace)  # before the slow imports
         import anyio
 
         handler = {
             "run": _run,
+            "chat": _chat,
             "tasks": _tasks,
             "trace": _trace,
             "show": _show,
@@ -354,6 +369,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         line, status = explain(exc)
         print(f"core-agent: {line}", file=sys.stderr)
         return status
+
+
+async def _chat(args: argparse.Namespace) -> int:
+    from core_agent.chat.repl import run_chat
+
+    return await run_chat(args.workspace, debug=args.debug, painted=args.painted)
 
 
 def _knowledge(name: str) -> Any:

@@ -5,7 +5,9 @@ It is stateless: the reply to a request is chosen by how many assistant turns th
 already holds, so turn 1 of every task gets script entry 1, and concurrent tasks do not
 interfere. A strategy that holds several conversations per task (a planner, plan steps, a
 final synthesis) is scripted with *conversations*: each has a regular expression matched
-against the conversation's first user message, and its own list of turns.
+against the conversation's first user message, and its own list of turns. The turns of a
+session (each task starts from the session's history) are scripted with conversations
+matched ``on`` the last user message, the newest turn's.
 
 Without a script it follows a small demo policy: arithmetic in the task goes to the
 ``calculator`` tool, a question about the time goes to ``current_time``, and the tool's result
@@ -19,6 +21,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -80,6 +83,10 @@ class ScriptedConversation(BaseModel):
 
     match: str = ""
     turns: list[ScriptedTurn]
+    on: Literal["first", "last"] = "first"
+    """The user message ``match`` is tried on: the request's first (a task's own message, or
+    in a session the session's first), or its last, for scripting each turn of a session:
+    the turns are then counted from that message on."""
 
 
 class ScriptFile(BaseModel):
@@ -217,18 +224,24 @@ class ScriptedLLMGateway(ILLMGateway):
     def _turn_for(self, messages: Sequence[ChatMessage]) -> ScriptedTurn:
         if self._conversations is None:
             return self._policy(messages)
-        opening = next((m.content for m in messages if isinstance(m, UserMessage)), "")
+        users = [(i, m.content) for i, m in enumerate(messages) if isinstance(m, UserMessage)]
+        first = users[0][1] if users else ""
+        last = users[-1][1] if users else ""
         conversation = next(
             (
                 candidate
                 for candidate, pattern in zip(self._conversations, self._patterns, strict=True)
-                if pattern.search(opening)
+                if pattern.search(last if candidate.on == "last" else first)
             ),
             None,
         )
         if conversation is None:
-            raise ModelError(f"no scripted conversation matches {opening[:200]!r}")
-        index = sum(isinstance(m, AssistantMessage) for m in messages)
+            raise ModelError(
+                f"no scripted conversation matches {first[:200]!r}"
+                + (f" (first user message) or {last[:200]!r} (last)" if last != first else "")
+            )
+        since = users[-1][0] if conversation.on == "last" and users else 0
+        index = sum(isinstance(m, AssistantMessage) for m in messages[since:])
         if index >= len(conversation.turns):
             raise ModelError(
                 f"scripted model has no turn {index + 1} in the conversation matching "

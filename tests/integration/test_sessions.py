@@ -16,6 +16,7 @@ import pytest
 from core_agent import tool
 from core_agent.container import KernelContainer
 from core_agent.contracts.errors import (
+    ModelError,
     SessionBusyError,
     SessionClosedError,
     SessionNotFoundError,
@@ -27,7 +28,13 @@ from core_agent.contracts.settings import AgentSettings
 from core_agent.memory.session_history import OMITTED_TURNS_NOTE, SUMMARY_HEADER
 from core_agent.tooling.registry import ToolRegistry
 from fakes.gateways import FakeRecordingGateway
-from providers.scripted_gateway import ScriptedError, ScriptedLLMGateway, ScriptedTurn
+from providers.scripted_gateway import (
+    ScriptedConversation,
+    ScriptedError,
+    ScriptedLLMGateway,
+    ScriptedToolCall,
+    ScriptedTurn,
+)
 from providers.sqlite.database import sqlite_driver
 from providers.sqlite.migrations import MIGRATIONS, _sessions_as_conversations, _statements
 from shared.agent_protocol import ChatMessage, TaskRequest, TaskStatus, UserMessage
@@ -285,3 +292,76 @@ async def test_a_kernel_without_a_session_store_says_so(container) -> None:
         await kernel.list_sessions()
     # Its tasks still run, each on its own.
     assert (await kernel.execute_task(request("hello", "s1"))).status is TaskStatus.SUCCEEDED
+
+
+def answer_and_summarize(messages: Sequence[ChatMessage]) -> ScriptedTurn:
+    """``answer``, except that a summary request is answered with a summary."""
+    task = next(m.content for m in reversed(messages) if isinstance(m, UserMessage))
+    if task.startswith("Previous summary:"):
+        return ScriptedTurn(content="SUMMARY: the person said hello and asked about cats")
+    return answer(messages)
+
+
+async def test_a_session_is_compacted_on_request_and_later_tasks_start_from_the_summary(
+    settings,
+) -> None:
+    gateway = FakeRecordingGateway(ScriptedLLMGateway(policy=answer_and_summarize))
+    async with kernel_on(settings, gateway) as kernel:
+        session = await kernel.create_session()
+        await kernel.execute_task(request("hello", session.session_id))
+        last = await kernel.execute_task(request("what about cats?", session.session_id))
+
+        summary = await kernel.compact_session(session.session_id)
+        assert summary is not None
+        assert summary.content == "SUMMARY: the person said hello and asked about cats"
+        assert summary.task_id == last.task_id and summary.through_seq == 4
+        assert summary.usage.input_tokens > 0  # what the summary cost is told
+        assert await kernel.compact_session(session.session_id) is None  # nothing new
+        spans = await kernel.task_spans(last.task_id)
+        (span,) = [s for s in spans if s.name == "memory.compaction"]
+        assert span.attributes["requested"] is True and span.attributes["folded_turns"] == 2
+
+        await kernel.execute_task(request("and dogs?", session.session_id))
+        sent = [m.content or "" for m in gateway.requests[-1].messages]
+        transcript = await kernel.session_transcript(session.session_id)
+
+    assert any(SUMMARY_HEADER in text and "asked about cats" in text for text in sent)
+    assert "hello" not in sent and "what about cats?" not in sent  # folded into the summary
+    assert len(transcript.entries) == 6  # the transcript keeps every turn
+
+
+async def test_a_failed_compaction_on_request_says_why_and_changes_nothing(settings) -> None:
+    async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
+        session = await kernel.create_session()
+        await kernel.execute_task(request("hello", session.session_id))
+        with pytest.raises(ModelError, match="summaries are down"):
+            await kernel.compact_session(session.session_id)
+        assert (await kernel.session_transcript(session.session_id)).summaries == []
+        with pytest.raises(SessionNotFoundError):
+            await kernel.compact_session("no-such-session")
+        empty = await kernel.create_session()
+        assert await kernel.compact_session(empty.session_id) is None
+
+
+async def test_a_script_matched_on_the_last_message_plays_each_turn_of_a_session(
+    settings,
+) -> None:
+    gateway = ScriptedLLMGateway(
+        conversations=[
+            ScriptedConversation(on="last", match="^first", turns=[ScriptedTurn(content="one")]),
+            ScriptedConversation(
+                on="last",
+                match="^second",
+                turns=[
+                    ScriptedTurn(tool_calls=[ScriptedToolCall(name="fetch_note")]),
+                    ScriptedTurn(content="two"),
+                ],
+            ),
+        ]
+    )
+    async with kernel_on(settings, gateway) as kernel:
+        session = await kernel.create_session()
+        first = await kernel.execute_task(request("first question", session.session_id))
+        second = await kernel.execute_task(request("second question", session.session_id))
+    # The second task starts from the first's turn, yet gets its own conversation's turns.
+    assert (first.output, second.output) == ("one", "two")

@@ -75,6 +75,7 @@ from shared.agent_protocol import (
     ApprovalDecision,
     ApprovalRequest,
     SessionInfo,
+    SessionSummary,
     SessionTranscript,
     StrategySelected,
     SystemMessage,
@@ -714,6 +715,28 @@ class AgentKernel:
             entries=await store.entries(session_id),
             summaries=await store.summaries(session_id),
         )
+
+    async def compact_session(self, session_id: str) -> SessionSummary | None:
+        """Summarize the session's history now, every turn of it, as a host's "compact" does.
+
+        Later tasks start from the summary instead of the turns it covers (the turns stay in
+        the transcript). The model call is traced in the trace of the session's newest task.
+        Returns the new summary, or ``None`` when there is nothing new to summarize.
+
+        Raises:
+            SessionNotFoundError: No such session.
+            ModelError: The summary call failed (nothing changed).
+            UsageError: This kernel keeps no session history.
+        """
+        store = self._session_store()
+        await store.get_session(session_id)
+
+        async def tracer_of(task_id: str) -> Tracer:
+            task = await self._task_store.get_task(task_id)
+            return Tracer(self._trace_store, trace_id=task.trace_id, task_id=task_id)
+
+        assert self._sessions is not None  # _session_store checked it
+        return await self._sessions.compact(session_id, tracer_of)
 
     async def close_session(self, session_id: str) -> SessionInfo:
         """Close the session: its history stays readable, it takes no more tasks.

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 
 from core_agent.contracts.errors import CoreAgentError
@@ -124,7 +124,9 @@ class SessionConversations:
             plan = compactor.plan(budget, text, turns)
             keep, omitted = plan.keep, 0
             if plan.fold:
-                folded = await self._compact(tracer, span.span_id, state, text, tainted, plan.fold)
+                folded = await self._compact(
+                    tracer, span.span_id, state.session_id, text, tainted, plan.fold
+                )
                 if folded is None:
                     omitted = len(plan.fold)
                 else:
@@ -146,16 +148,50 @@ class SessionConversations:
                 "session", reason="the session's history holds content from tainted tasks"
             )
 
+    async def compact(
+        self, session_id: str, tracer_of: Callable[[str], Awaitable[Tracer]]
+    ) -> SessionSummary | None:
+        """Fold every turn the latest summary does not cover into a new summary, now.
+
+        What a host's "compact" command does (a task's ``prepare`` folds only what does not
+        fit). The ``memory.compaction`` span goes to the tracer ``tracer_of`` gives for the
+        newest turn's task, whose id the summary carries too. Returns the stored summary, or
+        ``None`` when every turn is summarized already.
+
+        Raises:
+            ModelError: The summary call failed (nothing is stored; the history is unchanged).
+        """
+        history = await self.store.history(session_id)
+        turns = turns_of(history.entries)
+        if not turns:
+            return None
+        summary = history.summary
+        return await self._compact(
+            await tracer_of(turns[-1].task_id),
+            None,
+            session_id,
+            summary.content if summary is not None else None,
+            summary.tainted if summary is not None else False,
+            turns,
+            requested=True,
+        )
+
     async def _compact(
         self,
         tracer: Tracer,
-        parent_span_id: str,
-        state: TaskState,
+        parent_span_id: str | None,
+        session_id: str,
         previous: str | None,
         tainted: bool,
         fold: list[SessionTurn],
+        *,
+        requested: bool = False,
     ) -> SessionSummary | None:
-        """Summarize ``fold`` into the previous summary and store it; ``None`` if that failed."""
+        """Summarize ``fold`` into the previous summary and store it.
+
+        When a task's start needed it, a failed summary call is logged and gives ``None``;
+        when ``requested`` (``compact``), it is raised.
+        """
         async with tracer.span(
             "memory", "memory.compaction", parent_span_id=parent_span_id
         ) as span:
@@ -165,17 +201,20 @@ class SessionConversations:
                 tokens_before=self.compactor.tokens(
                     [*([summary_message(previous)] if previous else []), *_messages(fold)]
                 ),
+                requested=requested,
             )
             try:
                 made = await self.compactor.summarize(previous, fold)
             except CoreAgentError as exc:
-                # Memory helps a task; it is not worth failing one for.
                 span.error = f"{type(exc).__name__}: {exc}"
+                if requested:
+                    raise
+                # Memory helps a task; it is not worth failing one for.
                 span.attributes["fallback"] = "left the oldest turns out of this task's prompt"
                 log.warning(
                     "task %s: summarizing session %s failed, its oldest %d turns are left out: %s",
-                    state.task_id,
-                    state.session_id,
+                    tracer.task_id,
+                    session_id,
                     len(fold),
                     exc,
                 )
@@ -184,10 +223,10 @@ class SessionConversations:
             span.tokens_out = made.usage.output_tokens
             span.cost_usd = made.usage.cost_usd
             summary = SessionSummary(
-                session_id=state.session_id,
+                session_id=session_id,
                 through_seq=fold[-1].last_seq,
                 content=made.text,
-                task_id=state.task_id,
+                task_id=tracer.task_id,
                 tainted=tainted or any(turn.tainted for turn in fold),
                 usage=made.usage,
                 created_at=datetime.now(UTC),

@@ -63,7 +63,10 @@ class SessionSummary(BaseModel):
     session_id: str
     through_seq: int = Field(ge=1)
     content: str
-    task_id: str = Field(description="The task whose start made the summary.")
+    task_id: str = Field(
+        description="The task whose start made the summary (for a summary a host asked for, "
+        "the newest task it covers)."
+    )
     tainted: bool = False
     usage: TokenUsage = Field(default_factory=TokenUsage)
     created_at: datetime
