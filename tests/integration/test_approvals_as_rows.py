@@ -190,3 +190,18 @@ async def test_requests_of_a_task_that_ended_while_waiting_are_not_listed(tmp_pa
             await kernel.resolve_approval(
                 requests[0], ApprovalDecision(request_id=requests[0], approved=True)
             )
+
+
+async def test_every_event_of_a_step_that_stops_for_a_human_is_published(tmp_path) -> None:
+    # The step's events commit with it; the step ends by raising (it suspends), and its
+    # model turn, tool start and policy decision must still reach the bus, as they reach the
+    # store: hosts (stream_task, the stdio server) learn of tasks from the bus only.
+    settings = AgentSettings(data_dir=tmp_path, policy_approval_required_risk="low")
+    async with create_kernel(settings) as kernel:
+        published: list[tuple[int, str]] = []
+        kernel.event_bus.subscribe(None, lambda event: published.append((event.seq, event.kind)))
+        result = await kernel.execute_task(TaskRequest(task="What is 6 * 7?"))
+        assert result.status is TaskStatus.WAITING_APPROVAL
+        stored = [(event.seq, event.kind) for event in await kernel.task_events(result.task_id)]
+    assert [entry for entry in published if entry[1] != "llm.delta"] == stored
+    assert "policy.decided" in {kind for _, kind in published}

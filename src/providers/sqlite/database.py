@@ -433,22 +433,32 @@ class SqliteDatabase:
 
         A unit opened inside another one on the same database joins it. The writes are
         applied when the block ends, also when it raises or is cancelled (what was recorded
-        happened); ``after_commit`` callbacks run once they are durable.
+        happened); ``after_commit`` callbacks run once they are durable, also then.
         """
         if _open_unit(self) is not None:
             yield
             return
         unit = _Unit(self)
         token = _UNIT.set(unit)
+        completed = False
         try:
             yield
+            completed = True
         finally:
             _UNIT.reset(token)
             unit.closed = True
             with anyio.CancelScope(shield=True):
                 await self._commit(unit)
-        for callback in unit.after_commit:
-            await callback()
+                # Also when the block raised (a step that stops to wait for a human, a cancel):
+                # what was committed happened, and whoever watches must hear of it.
+                for callback in unit.after_commit:
+                    try:
+                        await callback()
+                    except Exception:
+                        if completed:
+                            raise
+                        # The block's own error is the one to propagate.
+                        log.exception("a callback after a unit of work failed")
 
     async def _commit(self, unit: _Unit) -> None:
         if not unit.writes:
