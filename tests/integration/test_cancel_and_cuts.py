@@ -115,3 +115,26 @@ async def test_a_sync_tool_cut_by_its_time_limit_is_waited_for_and_its_effect_re
         await ledger.close()
     assert entry.status == "timed_out"
     assert "wrote hello" in (entry.note or "")
+
+
+async def test_a_cancel_that_comes_as_a_step_stops_for_a_human_ends_the_task(tmp_path) -> None:
+    # Another process asks to cancel (the request is stored) just as the run reaches a call
+    # that needs approval: the task must end canceled, never wait for an approval that
+    # would run the call after the host pressed stop.
+    from core_agent import AgentSettings, tool_hook
+
+    container = KernelContainer()
+    container.settings.override(
+        AgentSettings(data_dir=tmp_path, policy_approval_required_risk="low")
+    )
+    store = container.task_store()
+
+    async def stop_from_elsewhere(call, context) -> None:  # type: ignore[no-untyped-def]
+        await store.request_cancel(context.task_id, "stopped from another process")
+
+    kernel = container.kernel()
+    kernel.add_tool_hook(tool_hook(before=stop_from_elsewhere))
+    async with kernel:
+        result = await kernel.execute_task(TaskRequest(task="What is 6 * 7?"))
+        assert result.status is TaskStatus.CANCELED, result
+        assert await kernel.pending_approvals() == []

@@ -28,6 +28,7 @@ from core_agent.contracts.errors import (
     ConfigurationError,
     CoreAgentError,
     InvalidTransitionError,
+    StorageError,
     TaskFailedError,
     TaskNotFoundError,
     UsageError,
@@ -832,14 +833,24 @@ class AgentKernel:
             and state.lease_expires_at > now()
         ):
             await self._task_store.request_cancel(task_id, reason)
-            return
+            state = await self._task_store.get_task(task_id)
+            if state.owner is not None or state.status.is_terminal:
+                return  # its owner carries the request out (or it has just ended)
+            # Its owner let go (it stopped to wait for a human) as the request was written:
+            # nobody holds it to carry the request out, so it is done here.
         events = TaskEventLog.continued(
             self._task_store, self._event_bus, task_id, await self._task_store.list_events(task_id)
         )
         event = events.make(TaskCanceled, reason=reason, usage=state.usage)
-        await self._task_store.transition(
-            task_id, from_status=state.status, to_status=TaskStatus.CANCELED, event=event
-        )
+        try:
+            await self._task_store.transition(
+                task_id, from_status=state.status, to_status=TaskStatus.CANCELED, event=event
+            )
+        except (InvalidTransitionError, StorageError):
+            # Its owner carried the request out meanwhile: canceled either way.
+            if (await self._task_store.get_task(task_id)).status is TaskStatus.CANCELED:
+                return
+            raise
         await self._event_bus.publish(event)
 
     async def _stream(

@@ -272,6 +272,11 @@ class TaskDriver:
         cancel reaches it meanwhile) and each answer is resolved as a human's decision.
         """
         stats = context.run.stats
+        # A cancel that came as the step stopped for a human (here, or stored by another
+        # process) ends the task: it must never wait for an approval that would run the call.
+        reason = run.cancel_reason or await self._cancel_requested(lifecycle.task_id)
+        if reason is not None:
+            return await lifecycle.cancel(reason, stats)
         names = ", ".join(r.tool_call.name for r in pending.requests if r.tool_call)
         waiting = await lifecycle.wait_for(
             pending.requests, stats, error=f"waiting for a human to approve: {names}"
@@ -279,6 +284,12 @@ class TaskDriver:
         if not self._has_approver():
             with anyio.CancelScope(shield=True):
                 await lifecycle.release()
+                # Requested while this process still held the task, so left to it to carry out.
+                reason = run.cancel_reason or await self._cancel_requested(lifecycle.task_id)
+                if reason is not None:
+                    return await lifecycle.cancel(
+                        reason, stats, current=TaskStatus.WAITING_APPROVAL
+                    )
             return waiting
         decisions: dict[str, ApprovalDecision | None] = {}
 
@@ -326,6 +337,10 @@ class TaskDriver:
         if result.status is TaskStatus.WAITING_APPROVAL:
             await lifecycle.release()
         return result
+
+    async def _cancel_requested(self, task_id: str) -> str | None:
+        """The reason of a cancel asked for ``task_id`` (``cancel_task``), if one was."""
+        return (await self._task_store.cancel_requests([task_id])).get(task_id)
 
     async def _wait_for_human(
         self, lifecycle: TaskLifecycle, context: ExecutionContext, outcome: ExecutionOutcome
