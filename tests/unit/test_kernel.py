@@ -200,6 +200,23 @@ async def test_leaving_a_stream_early_cancels_the_task(container) -> None:
     assert task.status is TaskStatus.CANCELED
 
 
+async def test_breaking_out_of_a_stream_without_closing_it_cancels_the_task(container) -> None:
+    # No aclosing: the loop's finaliser closes the generator in another task, which must
+    # neither tear a task group nor leave the run going.
+    kernel, tasks, _ = build(container, call("wait_forever"), ScriptedTurn(content="x"))
+    async with kernel:
+        async for event in kernel.stream_task(TaskRequest(task="x")):
+            if event.kind == "tool.started":
+                break
+        for _ in range(500):
+            (task,) = tasks.tasks.values()
+            if task.status is TaskStatus.CANCELED:
+                break
+            await anyio.sleep(0.01)
+        assert task.status is TaskStatus.CANCELED
+        await anyio.sleep(0.05)  # the host's own task carries on (it was not torn)
+
+
 async def test_leaving_a_stream_early_reports_no_failing_subscriber(container, caplog) -> None:
     # The task's last events (it ending canceled) come after the consumer closed its end.
     kernel, _, _ = build(container, call("wait_forever"), ScriptedTurn(content="x"))

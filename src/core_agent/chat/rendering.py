@@ -60,7 +60,14 @@ class ToolCallLog:
         self._by_id: dict[str, LoggedCall] = {}
 
     def started(self, call: ToolCall) -> LoggedCall:
-        """Number ``call``."""
+        """Number ``call``; a call seen before keeps its number.
+
+        A call that waited for a human is announced twice: when it is asked about, and when
+        it starts after the answer.
+        """
+        known = self._by_id.get(call.id)
+        if known is not None:
+            return known
         logged = LoggedCall(len(self._calls) + 1, call)
         self._calls.append(logged)
         self._by_id[call.id] = logged

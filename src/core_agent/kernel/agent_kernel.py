@@ -12,7 +12,7 @@ import os
 import threading
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import aclosing, asynccontextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, overload
@@ -265,6 +265,8 @@ class AgentKernel:
             warm_up, self._warm_up = self._warm_up, None
             threading.Thread(target=warm_up, name="core-agent-model-warm-up", daemon=True).start()
         if self._recovery_mode != "off" and self._background is None:
+            # Also where streamed runs live (``stream_task``), so a consumer that stops
+            # iterating without closing the stream does not tear a task group of its own.
             self._background = anyio.create_task_group()
             await self._background.__aenter__()
             self._background_host = anyio.get_current_task().id
@@ -379,8 +381,10 @@ class AgentKernel:
     ) -> AsyncGenerator[AgentEvent, None]:
         """Run ``request`` and yield its events as they happen, ending with the final one.
 
-        Leaving the loop early cancels the task (it ends ``canceled``). Wrap the iterator in
-        ``contextlib.aclosing`` when you may break out of it, so it closes in your task.
+        Leaving the loop early cancels the task (it ends ``canceled``). In a kernel entered
+        with ``async with kernel:`` (with background recovery on, the default) a plain
+        ``break`` is enough: the run lives in the kernel's task group. Otherwise wrap the
+        iterator in ``contextlib.aclosing`` so it closes in your task.
         ``task_id`` names the new task, as in ``execute_task``.
         """
         task_id = task_id or uuid.uuid4().hex
@@ -856,6 +860,13 @@ class AgentKernel:
     async def _stream(
         self, task_id: str, run: Callable[[], Awaitable[TaskResult]]
     ) -> AsyncGenerator[AgentEvent, None]:
+        if self._background is not None:
+            # Closed with this generator, not whenever the finaliser gets to it.
+            streamed = self._stream_in_background(task_id, run, self._background)
+            async with aclosing(streamed) as events:
+                async for event in events:
+                    yield event
+            return
         send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=math.inf)
         failure: list[BaseException] = []
 
@@ -892,6 +903,58 @@ class AgentKernel:
         finally:
             subscription.cancel()
         if failure and not closed_early:
+            raise failure[0]
+
+    async def _stream_in_background(
+        self,
+        task_id: str,
+        run: Callable[[], Awaitable[TaskResult]],
+        background: anyio.abc.TaskGroup,
+    ) -> AsyncGenerator[AgentEvent, None]:
+        """``_stream`` for an entered kernel: the run lives in the kernel's task group.
+
+        The generator holds no task group or cancel scope across its ``yield``, so it may be
+        closed in any task: by ``aclosing``, or by the event loop's finaliser when a consumer
+        breaks out of ``async for`` and drops it. Closing it cancels the run and waits for it
+        to end ``canceled``.
+        """
+        send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=math.inf)
+        failure: list[BaseException] = []
+        ended = anyio.Event()
+        scope = anyio.CancelScope()
+
+        def forward(event: BaseModel) -> None:
+            if getattr(event, "task_id", None) == task_id:
+                with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    send.send_nowait(event)
+
+        subscription = self._event_bus.subscribe(None, forward)
+
+        async def drive() -> None:
+            try:
+                with scope:
+                    await run()
+            except Exception as exc:
+                failure.append(exc)
+            finally:
+                send.close()
+                ended.set()
+
+        background.start_soon(drive)
+        closed_early = True
+        try:
+            async with receive:
+                async for event in receive:
+                    yield event
+            closed_early = False
+        finally:
+            subscription.cancel()
+            if closed_early:
+                # The consumer stopped listening (or was cancelled): the run ends "canceled".
+                scope.cancel()
+                with anyio.CancelScope(shield=True):
+                    await ended.wait()
+        if failure:
             raise failure[0]
 
     def _specs(self, request: TaskRequest) -> list[Any]:
