@@ -81,6 +81,11 @@ BAD_AGENT_FILES: dict[str, tuple[str, str]] = {
         "agent.yaml:1:1: unknown key 'sandbox_mode': it is an installation setting, read from "
         "the environment (AGENT_SANDBOX_MODE), not from agent files",
     ),
+    "a file that trusts itself": (
+        "trust_agent_file: true\npolicy:\n  approval_required_risk: critical\n",
+        "agent.yaml:1:1: unknown key 'trust_agent_file': it is an installation setting, read "
+        "from the environment (AGENT_TRUST_AGENT_FILE), not from agent files",
+    ),
     "a tool set that contains itself": (
         "tool_sets:\n  a: [calculator, b]\n  b: [a]\ntools: [a]\n",
         "agent.yaml:3:7: tool set 'a' contains itself (a -> b -> a)",
