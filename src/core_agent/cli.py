@@ -199,6 +199,18 @@ def _add_agent_option(command: argparse.ArgumentParser) -> None:
         help="an agent file (YAML: model, prompt, tools, policy, memory, strategy) applied "
         "over the AGENT_* settings",
     )
+    command.add_argument(
+        "--trust-agent-file",
+        action="store_true",
+        help="let the agent file lower safety: a higher approval threshold, rules that lower "
+        "a call's risk or open the network, your model key sent to its api_base "
+        "(AGENT_TRUST_AGENT_FILE)",
+    )
+
+
+def _trust(args: argparse.Namespace | None) -> dict[str, Any]:
+    """``--trust-agent-file`` as a setting; without it, AGENT_TRUST_AGENT_FILE decides."""
+    return {"trust_agent_file": True} if getattr(args, "trust_agent_file", False) else {}
 
 
 def _add_serve_command(commands: Any) -> None:
@@ -433,7 +445,7 @@ async def _policy_check(args: argparse.Namespace) -> int:
         raise UsageError("--args must be a JSON object")
     from core_agent.container import use_agent_file
 
-    settings = AgentSettings()
+    settings = AgentSettings(**_trust(args))
     if args.workspace:
         settings = settings.model_copy(update={"workspace_roots": (Path(args.workspace),)})
     container = KernelContainer()
@@ -466,11 +478,13 @@ async def _policy_check(args: argparse.Namespace) -> int:
 
 async def _route(args: argparse.Namespace) -> int:
     from core_agent.container import KernelContainer, use_agent_file
+    from core_agent.contracts.settings import AgentSettings
     from shared.agent_protocol import TaskRequest
 
     # Only the router and the tool specs: no store is opened, and no model is called
     # unless AGENT_ROUTER_CLASSIFIER=model asks for one.
     container = KernelContainer()
+    container.settings.override(AgentSettings(**_trust(args)))
     use_agent_file(container, args.agent)
     request = TaskRequest(task=args.task, force_mode=args.mode)
     names = list(request.tools) if request.tools is not None else None
@@ -500,7 +514,7 @@ def _kernel(args: argparse.Namespace | None = None) -> tuple[AgentKernel, Any]:
     from core_agent.container import create_kernel
     from core_agent.contracts.settings import AgentSettings
 
-    settings = AgentSettings()
+    settings = AgentSettings(**_trust(args))
     path = getattr(args, "agent", None)
     agent = load_agent_file(path) if path else None
     kernel = create_kernel(settings.model_copy(update={"recovery": "off"}), agent=agent)

@@ -9,6 +9,7 @@ point names a factory taking ``AgentSettings``, or an object that already implem
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Sequence
 from importlib.metadata import EntryPoint, entry_points
@@ -81,6 +82,8 @@ from core_agent.safety.redaction import Redactor, host_secrets
 from core_agent.tooling.memory_tools import knowledge_search_tool, memory_tools
 from core_agent.tooling.registry import ToolRegistry
 from core_agent.tooling.tool_origins import check_deps, defined_at, host_tools, registry_of
+
+log = logging.getLogger(__name__)
 
 LLM_GATEWAYS = "core_agent.llm_gateways"
 TASK_STORES = "core_agent.task_stores"
@@ -229,16 +232,21 @@ def add_capability_tools(
     return registry
 
 
-def capability_policy(capabilities: Sequence[IBusinessCapabilityProvider]) -> list[PolicyRule]:
-    """The policy rules of every capability, which can only make calls safer.
+def capability_policy(
+    capabilities: Sequence[IBusinessCapabilityProvider], also: Sequence[PolicyRule] = ()
+) -> list[PolicyRule]:
+    """``also`` and the policy rules of every capability, which can only make calls safer.
 
     Raises:
         ConfigurationError: A capability's rules are malformed or open the network.
     """
     return [
-        rule
-        for capability in capabilities
-        for rule in capability_rules(capability.name, capability.policy_rules())
+        *also,
+        *(
+            rule
+            for capability in capabilities
+            for rule in capability_rules(capability.name, capability.policy_rules())
+        ),
     ]
 
 
@@ -770,28 +778,34 @@ def use_agent_file(
 
     Its settings replace the container's (``AgentDefinition.apply``), its system prompt the
     ``system`` prompt, and its policy rules are read before the policy file's and the
-    shipped ones (and capabilities' rules, as always). The tools and capabilities it names
-    are looked up now, so a missing one is reported at its line in the file.
+    shipped ones if it is trusted, else only make calls safer, like capabilities' rules
+    (``AgentDefinition.policy_layers``). The tools and capabilities it names are looked up
+    now, so a missing one is reported at its line in the file. What the user should know
+    (a model key withheld from the file's server) is logged as a warning.
 
     Raises:
-        AgentFileError: The file is invalid, or names a tool or capability not installed.
+        AgentFileError: The file is invalid, would lower safety without being trusted, or
+            names a tool or capability not installed.
     """
     if agent is None:
         return None
     definition = agent if isinstance(agent, AgentDefinition) else load_agent_file(agent)
     settings = definition.apply(container.settings())
+    for caution in definition.cautions(container.settings()):
+        log.warning("%s", caution)
     container.settings.override(providers.Object(settings))
     if definition.system_prompt is not None:
         prompts = definition.prompts(load_prompt_set(settings.prompts_dir))
         container.prompts.override(providers.Object(prompts))
     if definition.policy_rules:
+        preceding, floor = definition.policy_layers(settings)
         container.policy_engine.override(
             providers.Singleton(
                 RulePolicyEngine.from_file,
                 settings.policy_file,
                 shell_parser=container.shell_parser,
-                floor_rules=providers.Callable(capability_policy, container.capabilities),
-                preceding=definition.policy_rules,
+                floor_rules=providers.Callable(capability_policy, container.capabilities, floor),
+                preceding=preceding,
             )
         )
     kinds: dict[str, Literal["tool", "capability"]] = {TOOLS: "tool", CAPABILITIES: "capability"}

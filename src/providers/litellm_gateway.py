@@ -45,7 +45,11 @@ from core_agent.contracts.llm_gateway import (
     LLMTextDelta,
     checked_response,
 )
-from core_agent.contracts.settings import MODEL_CONFIGURATION_HELP, AgentSettings
+from core_agent.contracts.settings import (
+    MODEL_CONFIGURATION_HELP,
+    PLACEHOLDER_API_KEY,
+    AgentSettings,
+)
 from shared.agent_protocol import (
     AssistantMessage,
     ChatMessage,
@@ -60,10 +64,6 @@ _import_lock = threading.Lock()
 _litellm: ModuleType | None = None
 logger = logging.getLogger(__name__)
 
-PLACEHOLDER_API_KEY = "no-key-required"
-"""Sent to a server at ``AGENT_MODEL_API_BASE`` when no key is configured or in the
-environment: local OpenAI-compatible servers (llama.cpp, vLLM, LM Studio) ignore the key, but
-the client litellm uses refuses to send a request without one."""
 
 # Modules litellm imports on its first request rather than at import (the openai client's
 # resources, the response-cost helpers): about 0.7 s here, loaded by ``warm_up`` instead.

@@ -29,7 +29,8 @@ async def test_the_server_sees_the_files_model_prompt_temperature_and_tools(
         encoding="utf-8",
     )
     openai_server.reply("Take the 28 tram.")
-    # The key stays in the settings (the environment, here given in code), never in the file.
+    # The key stays in the settings (the environment, here given in code), never in the file;
+    # and the server is the file's choice, so it is not sent there (the file is not trusted).
     base = AgentSettings(
         data_dir=tmp_path / "data", model="openai/other-model", model_api_key="sk-test"
     )
@@ -41,6 +42,7 @@ async def test_the_server_sees_the_files_model_prompt_temperature_and_tools(
     assert result.output == "Take the 28 tram."
     body = openai_server.requests[0]
     assert body["model"] == "travel-model"  # the file's, not the settings'
+    assert openai_server.authorizations == ["Bearer no-key-required"]
     assert body["temperature"] == 0.25
     system = body["messages"][0]
     assert system["role"] == "system"

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from core_agent.contracts.llm_gateway import LLMRequest
-from providers.litellm_gateway import PLACEHOLDER_API_KEY, LiteLLMGateway
+from core_agent.contracts.settings import PLACEHOLDER_API_KEY
+from providers.litellm_gateway import LiteLLMGateway
 from shared.agent_protocol import UserMessage
 from support.openai_server import OpenAIServer
 

@@ -81,6 +81,11 @@ BAD_AGENT_FILES: dict[str, tuple[str, str]] = {
         "agent.yaml:1:1: unknown key 'sandbox_mode': it is an installation setting, read from "
         "the environment (AGENT_SANDBOX_MODE), not from agent files",
     ),
+    "a file that trusts itself": (
+        "trust_agent_file: true\npolicy:\n  approval_required_risk: critical\n",
+        "agent.yaml:1:1: unknown key 'trust_agent_file': it is an installation setting, read "
+        "from the environment (AGENT_TRUST_AGENT_FILE), not from agent files",
+    ),
     "a tool set that contains itself": (
         "tool_sets:\n  a: [calculator, b]\n  b: [a]\ntools: [a]\n",
         "agent.yaml:3:7: tool set 'a' contains itself (a -> b -> a)",
@@ -93,6 +98,25 @@ BAD_AGENT_FILES: dict[str, tuple[str, str]] = {
         "- calculator\n- current_time\n",
         "agent.yaml:1:1: an agent file is a YAML mapping (model:, system_prompt:, tools:, ...), "
         "not a list",
+    ),
+    "tool sets that name each other many times over": (
+        # 10**6 paths lead to the loop: each set is expanded once, and the loop found once.
+        "tool_sets:\n  s0: [calculator, loop]\n  loop: [s0]\n"
+        + "".join(f"  s{i}: [{', '.join([f's{i - 1}'] * 10)}]\n" for i in range(1, 7))
+        + "tools: [s6]\n",
+        "agent.yaml:3:10: tool set 's0' contains itself (s0 -> loop -> s0)",
+    ),
+    "a merge key": (
+        "policy:\n  rules:\n    - &base {name: a, tools: [calculator], risk: high}\n"
+        "    - {<<: *base, name: b}\n",
+        "agent.yaml:4:8: merge keys (<<) are not allowed in an agent file: write the keys out",
+    ),
+    "merge keys that multiply": (
+        # Built, each level would hold ten copies of the one below: 10**7 pairs.
+        "m0: &m0 {a: 1, b: 2, c: 3, d: 4, e: 5, f: 6, g: 7, h: 8, i: 9, j: 10}\n"
+        + "".join(f"m{i}: &m{i} {{<<: [{', '.join([f'*m{i - 1}'] * 10)}]}}\n" for i in range(1, 7)),
+        "agent.yaml:2:10: merge keys (<<) are not allowed in an agent file: write the keys out "
+        "(and 5 more problems)",
     ),
 }
 """Case name: (the file's text, the error's one line)."""

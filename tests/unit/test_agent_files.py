@@ -142,10 +142,13 @@ def test_every_key_sets_its_setting(tmp_path: Path) -> None:
 
     assert (agent.name, agent.description) == ("analyst", "Works out numbers.")
     assert agent.system_prompt == "You analyse numbers."
-    assert [rule.name for rule in agent.policy_rules] == ["no-env"]
+    # The file's rules, then its policy file's (relative to the file).
+    assert [rule.name for rule in agent.policy_rules] == ["no-env", "x"]
     assert settings.model == "openai/gpt-4o-mini"
     assert settings.model_provider == "openai"
     assert settings.model_api_base == "http://localhost:8080/v1"
+    assert settings.model_api_key is not None  # the placeholder: the file chose the server
+    assert settings.model_api_key.get_secret_value() == "no-key-required"
     assert settings.model_temperature == 0.3
     assert (settings.model_timeout_s, settings.model_max_retries) == (45, 1)
     assert settings.model_fallbacks == ("ollama/llama3.2",)
@@ -153,7 +156,8 @@ def test_every_key_sets_its_setting(tmp_path: Path) -> None:
     assert settings.tools == ("calculator", "current_time", "read_file")
     assert settings.policy_approval_required_risk is RiskLevel.MEDIUM
     assert settings.approval_timeout_s == 30
-    assert settings.policy_file == folder / "rules" / "extra.toml"  # relative to the file
+    assert settings.policy_file is None  # the user's policy file is kept, not replaced
+    assert folder / "rules" / "extra.toml" in settings.sandbox_protected_paths
     assert (settings.memory_namespace, settings.knowledge_namespace) == ("analyst", "reports")
     assert settings.memory_recall_k == 7
     assert (settings.context_max_tokens, settings.session_window_tokens) == (6000, 3000)
@@ -359,3 +363,212 @@ async def test_a_definition_made_in_code_is_applied_too(tmp_path: Path) -> None:
     )
     request = await first_request(tmp_path, agent)
     assert [tool.name for tool in request.tools] == ["calculator"]
+
+
+SECRET = "OPENAI_API_KEY=sk-user-secret\n"
+
+
+def path_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:
+    """Ways a file could name something outside its folder: (what it writes, what is shown)."""
+    write(tmp_path / "secret.env", SECRET)
+    (tmp_path / "agents").mkdir(exist_ok=True)
+    (tmp_path / "agents" / "link.md").symlink_to(tmp_path / "secret.env")
+    return {
+        "a parent folder": ("../secret.env", "../secret.env"),
+        "an absolute path": (str(tmp_path / "secret.env"), str(tmp_path / "secret.env")),
+        "the process's environment": ("/proc/self/environ", "/proc/self/environ"),
+        "a link out of the folder": ("link.md", "link.md"),
+        "the home folder": ("~/.bashrc", "~/.bashrc"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "column"),
+    [
+        ("system_prompt_file", "system_prompt_file: {}\n", 21),
+        ("policy.file", "policy:\n  file: {}\n", 9),
+        ("model.script", "model:\n  script: {}\n", 11),
+    ],
+)
+def test_a_file_named_outside_the_agent_files_folder_is_not_read(
+    tmp_path: Path, key: str, text: str, column: int
+) -> None:
+    for case, (named, shown) in path_cases(tmp_path).items():
+        path = write(tmp_path / "agents" / "a.yaml", text.format(named))
+        with pytest.raises(AgentFileError) as caught:
+            load_agent_file(path)
+        line = text.count("\n")
+        assert str(caught.value) == (
+            f"{path}:{line}:{column}: {key}: {shown} is outside the agent file's folder "
+            f"({tmp_path / 'agents'}): an agent file may only name files in its own folder "
+            "or below"
+        ), case
+
+
+def test_files_in_the_folder_and_below_are_read_through_links_that_stay_inside(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "agents"
+    write(folder / "prompts" / "main.md", "You are careful.\n")
+    (folder / "prompt.md").symlink_to(folder / "prompts" / "main.md")
+    agent = load_agent_file(write(folder / "a.yaml", "system_prompt_file: prompt.md\n"))
+    assert agent.system_prompt == "You are careful."
+    # Tools may not rewrite the agent's prompt or the file itself for later tasks.
+    protected = agent.apply(AgentSettings()).sandbox_protected_paths
+    assert set(protected) == {folder / "a.yaml", folder / "prompts" / "main.md"}
+
+
+def test_only_a_regular_utf8_file_within_the_byte_cap_is_read(tmp_path: Path) -> None:
+    import os
+
+    from core_agent.agent_files.agent_definition import MAX_PROMPT_BYTES
+
+    os.mkfifo(tmp_path / "pipe.md")  # reading it would wait for a writer forever
+    (tmp_path / "latin1.md").write_bytes(b"Be brief.\ncaf\xe9\n")
+    write(tmp_path / "long.md", "x" * (MAX_PROMPT_BYTES + 1))
+    expected = {
+        "pipe.md": "pipe.md is not a regular file",
+        "latin1.md": "latin1.md is not UTF-8 text (line 2)",
+        "long.md": "long.md is larger than 1,000,000 bytes",
+        "missing.md": "no such file: missing.md",
+    }
+    for name, message in expected.items():
+        path = write(tmp_path / "a.yaml", f"system_prompt_file: {name}\n")
+        with pytest.raises(AgentFileError) as caught:
+            load_agent_file(path)
+        assert str(caught.value) == f"{path}:1:21: system_prompt_file: {message}"
+
+
+def test_a_long_chain_of_tool_sets_is_expanded_without_recursion(tmp_path: Path) -> None:
+    sets = "".join(f"  s{i}: [s{i - 1}]\n" for i in range(1, 5000))
+    path = write(tmp_path / "a.yaml", f"tool_sets:\n  s0: [calculator]\n{sets}tools: [s4999]\n")
+    assert load_agent_file(path).apply(AgentSettings()).tools == ("calculator",)
+
+
+SERVER = "model:\n  name: openai/gpt-4o-mini\n  api_base: http://127.0.0.1:9/v1\n"
+
+
+def test_a_server_the_file_chose_does_not_get_the_users_key(tmp_path: Path) -> None:
+    agent = load_agent_file(write(tmp_path / "a.yaml", SERVER))
+    user = AgentSettings(model_api_key="sk-user-secret")  # as AGENT_MODEL_API_KEY gives it
+    withheld = agent.apply(user).model_api_key
+    assert withheld is not None and withheld.get_secret_value() == "no-key-required"
+    # With no key at all, litellm would read OPENAI_API_KEY: the placeholder is sent instead.
+    nothing = agent.apply(AgentSettings()).model_api_key
+    assert nothing is not None and nothing.get_secret_value() == "no-key-required"
+    assert agent.cautions(AgentSettings()) == [
+        f"{tmp_path / 'a.yaml'}:3:13: model.api_base sends the model's requests to "
+        "http://127.0.0.1:9/v1, which this agent file chose: your API keys are not sent there "
+        "(a placeholder key is); trust the file to send them (--trust-agent-file, or "
+        "AGENT_TRUST_AGENT_FILE=true)"
+    ]
+
+    # The user's own choices are kept: trust, a key given for this agent, the same server.
+    trusted = agent.apply(user.model_copy(update={"trust_agent_file": True}))
+    assert trusted.model_api_key == user.model_api_key
+    explicit = agent.with_settings(model_api_key="sk-for-this-agent").apply(user)
+    assert explicit.model_api_key is not None
+    assert explicit.model_api_key.get_secret_value() == "sk-for-this-agent"
+    same = user.model_copy(update={"model_api_base": "http://127.0.0.1:9/v1"})
+    assert agent.apply(same).model_api_key == user.model_api_key
+    assert agent.cautions(same) == []
+
+
+THRESHOLD = "policy:\n  approval_required_risk: critical\n"
+OPENING = """\
+policy:
+  rules:
+    - name: anything-goes
+      tools: [run_command]
+      commands: ["*"]
+      risk: low
+      network: true
+"""
+
+
+def test_an_untrusted_file_may_not_let_more_calls_run_without_approval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write(tmp_path / "a.yaml", THRESHOLD)
+    agent = load_agent_file(path)
+    with pytest.raises(AgentFileError) as caught:
+        agent.apply(AgentSettings())
+    assert str(caught.value) == (
+        f"{path}:2:27: policy.approval_required_risk: 'critical' would let calls your settings "
+        "send to a human (from 'high') run without asking; an agent file may only lower the "
+        "threshold unless you trust it (--trust-agent-file, or AGENT_TRUST_AGENT_FILE=true)"
+    )
+    with pytest.raises(AgentFileError, match="trust"):
+        create_kernel(AgentSettings(data_dir=tmp_path / "data"), agent=path)
+    assert not (tmp_path / "data").exists()  # refused before anything was opened
+
+    # Trusted, or no higher than the settings' own threshold, it applies.
+    monkeypatch.setenv("AGENT_TRUST_AGENT_FILE", "true")
+    assert agent.apply(AgentSettings()).policy_approval_required_risk is RiskLevel.CRITICAL
+    monkeypatch.delenv("AGENT_TRUST_AGENT_FILE")
+    critical = AgentSettings(policy_approval_required_risk=RiskLevel.CRITICAL)
+    assert agent.apply(critical).policy_approval_required_risk is RiskLevel.CRITICAL
+    lower = load_agent_file(write(tmp_path / "b.yaml", "policy: {approval_required_risk: low}"))
+    assert lower.apply(AgentSettings()).policy_approval_required_risk is RiskLevel.LOW
+
+
+def test_an_untrusted_files_rules_may_not_open_the_network(tmp_path: Path) -> None:
+    path = write(tmp_path / "a.yaml", OPENING)
+    with pytest.raises(AgentFileError) as caught:
+        create_kernel(AgentSettings(data_dir=tmp_path / "data"), agent=path)
+    assert str(caught.value) == (
+        f"{path}:7:16: policy.rules[0] sets network: true: an agent file's rules may not open "
+        "the network to commands unless you trust the file (--trust-agent-file, or "
+        "AGENT_TRUST_AGENT_FILE=true)"
+    )
+    write(
+        tmp_path / "rules.toml", '[[rule]]\nname = "fetch"\ncommands = ["curl *"]\nnetwork = true\n'
+    )
+    path = write(tmp_path / "b.yaml", "policy:\n  file: rules.toml\n")
+    with pytest.raises(AgentFileError, match=r"b\.yaml:2:9: policy\.file: rule 'fetch' sets net"):
+        load_agent_file(path).apply(AgentSettings())
+    trusted = AgentSettings(data_dir=tmp_path / "data", trust_agent_file=True)
+    assert load_agent_file(path).apply(trusted).trust_agent_file
+
+
+def grade(container: KernelContainer, tool: str, arguments: dict[str, str]) -> tuple[str, str]:
+    spec = next(s for s in container.tool_registry().specs() if s.name == tool)
+    decision = container.policy_engine().evaluate(spec, arguments)
+    return decision.rule, decision.risk.value
+
+
+RULES = """\
+policy:
+  rules:
+    - {name: writes-are-fine, tools: [write_file], risk: low}
+    - {name: review-arithmetic, tools: [calculator], risk: high}
+"""
+
+
+@pytest.mark.parametrize("trusted", [False, True])
+def test_an_untrusted_files_rules_only_make_calls_safer(tmp_path: Path, trusted: bool) -> None:
+    path = write(tmp_path / "a.yaml", RULES)
+    container = KernelContainer()
+    container.settings.override(AgentSettings(data_dir=tmp_path / "data", trust_agent_file=trusted))
+    use_agent_file(container, path)
+    write_call = grade(container, "write_file", {"path": "notes.txt", "content": "x"})
+    if trusted:  # read first, its grade rule lowers the call's risk
+        assert write_call == ("writes-are-fine", "low")
+    else:  # like a business capability's rule: it could only have raised it
+        assert write_call[0] != "writes-are-fine" and write_call[1] != "low"
+    assert grade(container, "calculator", {"expression": "1+1"}) == ("review-arithmetic", "high")
+
+
+def test_the_users_policy_file_still_holds_beside_the_agents(tmp_path: Path) -> None:
+    user = write(
+        tmp_path / "mine.toml",
+        '[[rule]]\nname = "no-notes"\neffect = "deny"\ntools = ["write_file"]\n',
+    )
+    write(tmp_path / "agents" / "rules.toml", '[[rule]]\nname = "x"\ntools = ["grep"]\n')
+    path = write(tmp_path / "agents" / "a.yaml", "policy:\n  file: rules.toml\n")
+    container = KernelContainer()
+    container.settings.override(AgentSettings(data_dir=tmp_path / "data", policy_file=user))
+    use_agent_file(container, path)
+    spec = next(s for s in container.tool_registry().specs() if s.name == "write_file")
+    decision = container.policy_engine().evaluate(spec, {"path": "a.txt", "content": "x"})
+    assert (decision.denied, decision.rule) == (True, "no-notes")

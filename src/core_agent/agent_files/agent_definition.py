@@ -13,21 +13,35 @@ in layers (see the README, "Agent files")::
 
 A file is only ever read when a user names it (``--agent FILE``, ``create_kernel(agent=...)``):
 it is never looked for in the current directory or a workspace, which a model can write to.
-Installation settings (where data lives, the sandbox, secrets) are not agent keys at all.
+Installation settings (where data lives, the sandbox, secrets) are not agent keys at all, and
+the files it names are read only from its own folder (``referenced_files``).
+
+Named is not trusted: a file is often someone else's (shared in a team, downloaded with a
+project), so unless the user trusts it (``AGENT_TRUST_AGENT_FILE``, ``--trust-agent-file``)
+it can only make calls safer than the settings it is applied to. ``apply`` refuses an approval
+threshold above theirs and rules that open the network to commands; its rules act as a
+business capability's (deny rules refuse, grade rules only raise a call's risk:
+``policy_layers``); and when it chooses the model's server (``model.api_base``), the key of
+the settings or of the environment is not sent there but a placeholder is.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import SecretStr, TypeAdapter, ValidationError
 
 from core_agent.agent_files.problems import AgentFileError, AgentFileProblem
+from core_agent.agent_files.referenced_files import (
+    ReferencedFile,
+    UnusableFileError,
+    read_beside,
+)
 from core_agent.agent_files.schema import AgentFileSpec
 from core_agent.agent_files.validation_problems import (
     close_match,
@@ -37,16 +51,20 @@ from core_agent.agent_files.validation_problems import (
 )
 from core_agent.agent_files.yaml_document import Loc, YamlDocument
 from core_agent.contracts.errors import ConfigurationError, UsageError
-from core_agent.contracts.settings import AgentSettings
+from core_agent.contracts.settings import PLACEHOLDER_API_KEY, AgentSettings
 from core_agent.prompts import PromptSet
 from core_agent.safety.policy_engine import PolicyRule, load_rules
+from shared.agent_protocol import RiskLevel
 
 MAX_BYTES = 256_000
 """An agent file is a short document; a larger one is refused before it is parsed (a long
 system prompt belongs in ``system_prompt_file``)."""
 
 MAX_PROMPT_BYTES = 1_000_000
-"""A system prompt file larger than this is refused (it would not fit a model's window)."""
+"""A file an agent file names (system prompt, policy, script) larger than this is refused
+(a prompt that long would not fit a model's window)."""
+TRUST_OPT_IN = "--trust-agent-file, or AGENT_TRUST_AGENT_FILE=true"
+"""How a user trusts an agent file, as errors and warnings name it."""
 MAX_PROBLEMS = 50
 """Problems described in full; a file with more is wrong in a way a list will not fix."""
 
@@ -100,6 +118,11 @@ class AgentDefinition:
         recall: ``memory.recall`` as written (``None`` when absent).
         tool_positions: Line and column of each tool name, for errors found later.
         capability_positions: Line and column of each capability name, likewise.
+        explicit: Settings given with ``with_settings`` rather than by the file.
+        files: The agent file and the files it names, links resolved: tools may not
+            write them (``sandbox_protected_paths``), as they may not write the policy file.
+        places: Line and column of keys checked when the file is applied, by dotted name.
+        needs_trust: What the file may only do when trusted (a rule that opens the network).
     """
 
     name: str
@@ -112,17 +135,100 @@ class AgentDefinition:
     recall: bool | None = None
     tool_positions: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     capability_positions: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    explicit: frozenset[str] = frozenset()
+    files: tuple[Path, ...] = ()
+    places: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    needs_trust: tuple[AgentFileProblem, ...] = ()
 
     def apply(self, settings: AgentSettings) -> AgentSettings:
         """``settings`` with every setting this file sets replaced by the file's value.
 
         ``memory.recall: true`` without ``recall_k`` turns recall on with the default count
-        when ``settings`` had it off, and keeps their count otherwise.
+        when ``settings`` had it off, and keeps their count otherwise. Unless the file is
+        trusted, a key of ``settings`` (or of the environment, which litellm would read) is
+        not sent to a server the file chose: the placeholder key is (``withholds_key``).
+
+        Raises:
+            AgentFileError: The file is not trusted and would lower safety below
+                ``settings``: a higher approval threshold, a rule that opens the network.
         """
         updates = dict(self.settings_updates)
         if self.recall and "memory_recall_k" not in updates and settings.memory_recall_k < 1:
             updates["memory_recall_k"] = AgentSettings.model_fields["memory_recall_k"].default
+        if not updates.get("trust_agent_file", settings.trust_agent_file):
+            problems = [*self.needs_trust, *self._threshold_problems(settings)]
+            if problems:
+                raise AgentFileError(self.source, problems)
+            if self.withholds_key(settings):
+                updates["model_api_key"] = SecretStr(PLACEHOLDER_API_KEY)
+        if self.files:
+            protected = (*settings.sandbox_protected_paths, *self.files)
+            updates["sandbox_protected_paths"] = tuple(dict.fromkeys(protected))
         return settings.model_copy(update=updates)
+
+    def withholds_key(self, settings: AgentSettings) -> bool:
+        """Whether ``apply`` sends the placeholder key rather than the user's.
+
+        True when the file, untrusted, sets ``model.api_base`` to another server than
+        ``settings`` name and no key was given explicitly (``with_settings``).
+        """
+        base = self.settings_updates.get("model_api_base")
+        trusted = self.settings_updates.get("trust_agent_file", settings.trust_agent_file)
+        return not (
+            trusted
+            or base is None
+            or "model_api_base" in self.explicit
+            or "model_api_key" in self.explicit
+            or base == settings.model_api_base
+        )
+
+    def cautions(self, settings: AgentSettings) -> list[str]:
+        """What a user should be told when this file is applied over ``settings``."""
+        if not self.withholds_key(settings):
+            return []
+        line, column = self.places.get("model.api_base", (0, 0))
+        base = self.settings_updates["model_api_base"]
+        return [
+            AgentFileProblem(
+                line,
+                column,
+                f"model.api_base sends the model's requests to {base}, which this agent file "
+                f"chose: your API keys are not sent there (a placeholder key is); trust the "
+                f"file to send them ({TRUST_OPT_IN})",
+            ).located(self.source)
+        ]
+
+    def policy_layers(
+        self, settings: AgentSettings
+    ) -> tuple[tuple[PolicyRule, ...], tuple[PolicyRule, ...]]:
+        """The file's rules as (read before the user's, rules that only make calls safer).
+
+        Trusted (``settings.trust_agent_file``), they come first and their grade rules may
+        lower a call's risk; otherwise they act as a business capability's: deny rules
+        refuse, grade rules only raise a call's risk.
+        """
+        if settings.trust_agent_file:
+            return self.policy_rules, ()
+        return (), self.policy_rules
+
+    def _threshold_problems(self, settings: AgentSettings) -> list[AgentFileProblem]:
+        value = self.settings_updates.get("policy_approval_required_risk")
+        if "policy_approval_required_risk" in self.explicit or value is None:
+            return []
+        risk = RiskLevel(value)  # a definition made in code may hold the word
+        if risk.rank <= settings.policy_approval_required_risk.rank:
+            return []
+        line, column = self.places.get("policy.approval_required_risk", (0, 0))
+        return [
+            AgentFileProblem(
+                line,
+                column,
+                f"policy.approval_required_risk: {risk.value!r} would let calls your settings "
+                f"send to a human (from {settings.policy_approval_required_risk.value!r}) run "
+                f"without asking; an agent file may only lower the threshold unless you trust "
+                f"it ({TRUST_OPT_IN})",
+            )
+        ]
 
     def with_settings(self, **values: Any) -> AgentDefinition:
         """This definition with ``values`` (``AgentSettings`` fields) set over the file's.
@@ -141,7 +247,11 @@ class AgentDefinition:
                 checked[name] = _setting_check(name)(value)
             except ValidationError as exc:
                 raise UsageError(f"{name}: {exc.errors()[0]['msg']}") from exc
-        return replace(self, settings_updates={**self.settings_updates, **checked})
+        return replace(
+            self,
+            settings_updates={**self.settings_updates, **checked},
+            explicit=self.explicit.union(checked),
+        )
 
     def prompts(self, base: PromptSet) -> PromptSet:
         """``base`` with this agent's system prompt, if it has one."""
@@ -270,10 +380,12 @@ class _Mapper:
     def __init__(self, spec: AgentFileSpec, document: YamlDocument, file: Path, source: str):
         self.spec = spec
         self.document = document
-        self.folder = file.parent
+        self.folder = file.parent.resolve()
         self.source = source
         self.problems: list[AgentFileProblem] = []
+        self.needs_trust: list[AgentFileProblem] = []
         self.updates: dict[str, Any] = {}
+        self.files: list[Path] = [file.resolve()]
 
     def definition(self) -> AgentDefinition:
         spec = self.spec
@@ -285,14 +397,10 @@ class _Mapper:
         if tools is not None:
             self._set("tools", tools, ("tools",))
         if spec.model is not None and spec.model.script is not None:
-            script = self._file(("model", "script"))
+            script = self._referenced(("model", "script"))
             if script is not None:
-                self._set("scripted_model_script", script, ("model", "script"))
-        rules: tuple[PolicyRule, ...] = ()
-        if spec.policy is not None:
-            rules = tuple(spec.policy.rules or ())
-            if spec.policy.file is not None:
-                self._policy_file()
+                self._set("scripted_model_script", script.path, ("model", "script"))
+        rules = self._policy_rules()
         memory = spec.memory
         if memory is not None and memory.recall is False:
             if memory.recall_k:
@@ -315,6 +423,12 @@ class _Mapper:
                 name: self.document.position(("capabilities", index))
                 for index, name in reversed(list(enumerate(spec.capabilities or ())))
             },
+            files=tuple(dict.fromkeys(self.files)),
+            places={
+                dotted(loc): self.document.position(loc)
+                for loc in (("model", "api_base"), ("policy", "approval_required_risk"))
+            },
+            needs_trust=tuple(self.needs_trust),
         )
 
     def _set(self, setting: str, value: Any, loc: Loc) -> None:
@@ -328,28 +442,50 @@ class _Mapper:
         line, column = self.document.position(loc, key=key)
         self.problems.append(AgentFileProblem(line, column, message))
 
-    def _file(self, loc: Loc) -> Path | None:
-        """The file a path value names, relative to the agent file.
+    def _referenced(self, loc: Loc) -> ReferencedFile | None:
+        """The file a path value names, read (see ``referenced_files``).
 
-        ``None``, with a problem recorded, when it is not a file.
+        ``None``, with a problem recorded, when it cannot be used.
         """
-        text = _value_at(self.spec, loc)
-        path = self.folder / Path(str(text)).expanduser()
-        if not path.is_file():
-            self._problem(loc, f"{dotted(loc)}: no such file: {path}")
-            return None
-        return path
-
-    def _policy_file(self) -> None:
-        path = self._file(("policy", "file"))
-        if path is None:
-            return
         try:
-            load_rules(path.read_text(encoding="utf-8"), str(path))
-        except (OSError, UnicodeDecodeError, ConfigurationError) as exc:
-            self._problem(("policy", "file"), " ".join(str(exc).split()))
-            return
-        self._set("policy_file", path, ("policy", "file"))
+            found = read_beside(self.folder, str(_value_at(self.spec, loc)), MAX_PROMPT_BYTES)
+        except UnusableFileError as exc:
+            self._problem(loc, f"{dotted(loc)}: {exc}")
+            return None
+        self.files.append(found.path)
+        return found
+
+    def _policy_rules(self) -> tuple[PolicyRule, ...]:
+        """The file's rules, then its policy file's; one that opens the network needs trust."""
+        policy = self.spec.policy
+        if policy is None:
+            return ()
+        rules = list(policy.rules or ())
+        for index, rule in enumerate(rules):
+            if rule.network:
+                line, column = self.document.position(("policy", "rules", index, "network"))
+                self.needs_trust.append(
+                    AgentFileProblem(line, column, _opens_network(f"policy.rules[{index}]"))
+                )
+        if policy.file is not None:
+            loc: Loc = ("policy", "file")
+            found = self._referenced(loc)
+            if found is not None:
+                try:
+                    read = load_rules(found.text, str(found.path))
+                except ConfigurationError as exc:
+                    self._problem(loc, " ".join(str(exc).split()))
+                    read = []
+                line, column = self.document.position(loc)
+                self.needs_trust.extend(
+                    AgentFileProblem(
+                        line, column, _opens_network(f"policy.file: rule {rule.name!r}")
+                    )
+                    for rule in read
+                    if rule.network
+                )
+                rules += read
+        return tuple(rules)
 
     def _system_prompt(self) -> str | None:
         spec = self.spec
@@ -362,46 +498,70 @@ class _Mapper:
             return None
         if spec.system_prompt_file is None:
             return spec.system_prompt
-        path = self._file(("system_prompt_file",))
-        if path is None:
+        found = self._referenced(("system_prompt_file",))
+        if found is None:
             return None
-        if path.stat().st_size > MAX_PROMPT_BYTES:
-            self._problem(("system_prompt_file",), f"{path} is over {MAX_PROMPT_BYTES:,} bytes")
-            return None
-        try:
-            text = path.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            self._problem(("system_prompt_file",), f"cannot read {path}: {exc}")
-            return None
+        text = found.text.strip()
         if not text:
-            self._problem(("system_prompt_file",), f"the system prompt file {path} is empty")
+            name = spec.system_prompt_file
+            self._problem(("system_prompt_file",), f"the system prompt file {name} is empty")
             return None
         return text
 
     def _tools(self) -> tuple[tuple[str, ...] | None, dict[str, tuple[int, int]]]:
-        """Tool names with tool sets expanded, in order, once each; where each was named."""
+        """Tool names with tool sets expanded, in order, once each; where each was named.
+
+        Each set is expanded once, the first time it is met (later it adds nothing new), so
+        sets that name each other many times over cost their length, not the number of
+        paths through them; a loop, not the call stack, walks them (a chain may be long).
+        """
         sets = self.spec.tool_sets or {}
         names: dict[str, None] = {}
         positions: dict[str, tuple[int, int]] = {}
+        expanded: set[str] = set()
 
-        def expand(name: str, loc: Loc, within: tuple[str, ...]) -> None:
-            if name in within:
-                cycle = " -> ".join((*within, name))
-                self._problem(loc, f"tool set {name!r} contains itself ({cycle})")
-            elif name in sets:
-                for index, member in enumerate(sets[name]):
-                    expand(member, ("tool_sets", name, index), (*within, name))
-            else:
-                names.setdefault(name)
-                positions.setdefault(name, self.document.position(loc))
+        def expand(root: str, root_loc: Loc) -> None:
+            path: list[str] = []  # the sets being expanded, outermost first
+            depth: dict[str, int] = {}
+            pending: list[Iterator[tuple[int, str]]] = []
+
+            def meet(name: str, loc: Loc) -> None:
+                if name in depth:
+                    cycle = " -> ".join((*path[depth[name] :], name))
+                    self._problem(loc, f"tool set {name!r} contains itself ({cycle})")
+                elif name in sets:
+                    if name not in expanded:
+                        expanded.add(name)
+                        depth[name] = len(path)
+                        path.append(name)
+                        pending.append(iter(enumerate(sets[name])))
+                elif name not in names:
+                    names[name] = None
+                    positions[name] = self.document.position(loc)
+
+            meet(root, root_loc)
+            while pending:
+                step = next(pending[-1], None)
+                if step is None:
+                    pending.pop()
+                    del depth[path.pop()]
+                else:
+                    meet(step[1], ("tool_sets", path[-1], step[0]))
 
         if self.spec.tools is None:
             for name in sets:  # still checked for cycles, still located
-                expand(name, ("tool_sets", name), ())
+                expand(name, ("tool_sets", name))
             return None, positions
         for index, name in enumerate(self.spec.tools):
-            expand(name, ("tools", index), ())
+            expand(name, ("tools", index))
         return tuple(names), positions
+
+
+def _opens_network(what: str) -> str:
+    return (
+        f"{what} sets network: true: an agent file's rules may not open the network to "
+        f"commands unless you trust the file ({TRUST_OPT_IN})"
+    )
 
 
 def _value_at(spec: AgentFileSpec, loc: Loc) -> Any:

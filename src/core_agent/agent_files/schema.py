@@ -31,11 +31,12 @@ class ModelSection(_Section):
     provider: Name | None = None
     """Provider prefix for a ``name`` without one (``AGENT_MODEL_PROVIDER``)."""
     api_base: Name | None = None
-    """Base URL of the server (``AGENT_MODEL_API_BASE``); keys stay in the environment."""
+    """Base URL of the server (``AGENT_MODEL_API_BASE``); keys stay in the environment, and
+    are sent there only when the file is trusted (see ``AgentDefinition.apply``)."""
     gateway: Name | None = None
     """Entry-point name of the gateway, ``litellm`` or ``scripted`` (``AGENT_LLM_GATEWAY``)."""
     script: Name | None = None
-    """The scripted model's JSON script, relative to the agent file."""
+    """The scripted model's JSON script, in the agent file's folder or below."""
     temperature: float | None = None
     timeout_s: float | None = None
     max_retries: int | None = None
@@ -47,13 +48,16 @@ class PolicySection(_Section):
     """``policy:``: when a human must approve, and the agent's own rules."""
 
     approval_required_risk: RiskLevel | None = None
-    """Calls graded at or above this wait for a human (``AGENT_POLICY_APPROVAL_REQUIRED_RISK``)."""
+    """Calls graded at or above this wait for a human (``AGENT_POLICY_APPROVAL_REQUIRED_RISK``);
+    above the settings' threshold only when the file is trusted."""
     approval_timeout_s: float | None = None
     file: Name | None = None
-    """A TOML policy file, relative to the agent file; replaces ``AGENT_POLICY_FILE``."""
+    """A TOML policy file in the agent file's folder; its rules follow ``rules`` (and the
+    user's ``AGENT_POLICY_FILE`` still holds)."""
     rules: list[PolicyRule] | None = None
-    """Rules in the policy engine's vocabulary, read before the policy file's and the
-    shipped defaults (a shipped deny rule still wins)."""
+    """Rules in the policy engine's vocabulary. Trusted, they are read before the user's
+    policy file and the shipped defaults (a deny rule still wins); otherwise they only make
+    calls safer, like a business capability's."""
 
 
 class MemorySection(_Section):
@@ -113,7 +117,7 @@ class AgentFileSpec(_Section):
     model: ModelSection | None = None
     system_prompt: Name | None = None
     system_prompt_file: Name | None = None
-    """A text file, relative to the agent file; ``system_prompt`` or this, not both."""
+    """A text file in the agent file's folder or below; ``system_prompt`` or this, not both."""
     tools: list[Name] | None = None
     """Tool names and names of ``tool_sets``; all installed tools when absent."""
     tool_sets: dict[Name, list[Name]] | None = None

@@ -9,6 +9,10 @@ a ``!!python/...`` tag, or any tag the safe constructor does not know, is refuse
 anything is built, at the node that carries it. The composed node tree is kept beside the
 data so a problem found later (by the schema) can be located: ``position`` follows a path of
 keys and indexes down the tree. Aliases share nodes, so every walk visits a node once.
+
+Merge keys (``<<: *defaults``) are refused: PyYAML copies every merged pair into the mapping
+that merges it, so a few hundred bytes of merges of merges build hundreds of megabytes, and
+an agent file has no free-form section for shared defaults to live in anyway.
 """
 
 from __future__ import annotations
@@ -149,7 +153,7 @@ def _tree_problems(root: Any, loader: yaml.SafeLoader) -> list[AgentFileProblem]
                 )
             )
             break
-        if node.tag not in known and node.tag != _MERGE_TAG:
+        if node.tag not in known:
             problems.append(
                 AgentFileProblem(
                     mark.line + 1,
@@ -162,7 +166,16 @@ def _tree_problems(root: Any, loader: yaml.SafeLoader) -> list[AgentFileProblem]
         if isinstance(node, yaml.MappingNode):
             first: dict[str, Any] = {}
             for key, value in node.value:
-                if isinstance(key, yaml.ScalarNode) and key.tag != _MERGE_TAG:
+                if key.tag == _MERGE_TAG:
+                    problems.append(
+                        AgentFileProblem(
+                            key.start_mark.line + 1,
+                            key.start_mark.column + 1,
+                            "merge keys (<<) are not allowed in an agent file: write the keys out",
+                        )
+                    )
+                    continue
+                if isinstance(key, yaml.ScalarNode):
                     earlier = first.setdefault(key.value, key)
                     if earlier is not key:
                         problems.append(

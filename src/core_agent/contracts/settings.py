@@ -53,6 +53,10 @@ a build, anything that writes) asks a human first, and every command runs confin
 PREFIX = "AGENT_"
 ENV_FILE_VARIABLE = "AGENT_ENV_FILE"
 
+PLACEHOLDER_API_KEY = "no-key-required"
+"""The key sent to a model server that is not to get a real one: a local OpenAI-compatible
+server (llama.cpp, vLLM) ignores it, and litellm's client sends nothing without a key."""
+
 
 def _default_data_dir() -> Path:
     # The platform's place for an application's data: $XDG_DATA_HOME (else ~/.local/share)
@@ -303,6 +307,11 @@ class AgentSettings(BaseSettings):
     memory_recall_k: int = Field(default=3, ge=0, le=50)
     """Long-term memories put in front of a task's context (0 turns it off)."""
     policy_approval_required_risk: RiskLevel = RiskLevel.HIGH
+    trust_agent_file: bool = False
+    """Let an agent file lower safety (``--trust-agent-file``): raise the approval threshold,
+    open the network to commands, lower a call's risk with its rules, and get the
+    environment's model key sent to an ``api_base`` it chose. Off, it can only make calls
+    safer (see the README, "Agent files")."""
     approval_timeout_s: float = Field(default=600.0, gt=0)
     """A call waiting longer than this for a human is denied."""
 
