@@ -7,8 +7,9 @@ answer on its stdout. The work is checked every run: exit 0, the whole answer pr
 server received a streamed chat request (so the model library really ran).
 
 The floor this cannot beat is importing litellm (about 2-3 s on these machines); the kernel
-starts loading it in a background thread when it is entered, and meanwhile builds its stores,
-routes the task and recalls memories.
+starts loading it in a background thread when the task starts, and meanwhile routes the task,
+recalls memories and writes its stores. Python threads share one interpreter lock, so the
+overlap only hides the waits (SQLite, the network), not the import's own CPU time.
 """
 
 from __future__ import annotations

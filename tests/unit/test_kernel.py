@@ -227,17 +227,20 @@ async def test_leaving_a_stream_early_reports_no_failing_subscriber(container, c
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
 
 
-async def test_entering_the_kernel_warms_the_model_up_in_a_background_thread(container) -> None:
+async def test_the_first_task_warms_the_model_up_in_a_background_thread(container) -> None:
     gateway = FakeRecordingGateway(ScriptedLLMGateway([ScriptedTurn(content="hi")]))
     container.llm_gateway.override(gateway)
     kernel = container.kernel()
     async with kernel:
+        await kernel.list_tasks()
+        assert gateway.warmed_in == []  # reading the stores calls no model: nothing to load
+        await kernel.execute_task(TaskRequest(task="x"))
+        await kernel.execute_task(TaskRequest(task="y"))
         for _ in range(200):
             if gateway.warmed_in:
                 break
             await anyio.sleep(0.01)
-        await kernel.execute_task(TaskRequest(task="x"))
-    assert gateway.warmed_in == ["core-agent-model-warm-up"]
+    assert gateway.warmed_in == ["core-agent-model-warm-up"]  # once
 
 
 async def test_a_task_left_queued_by_another_process_can_be_canceled(container) -> None:

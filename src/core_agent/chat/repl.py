@@ -401,6 +401,7 @@ class ChatRepl:
             )
         await built.kernel.__aenter__()
         built.kernel.set_approval_callback(self._approver.ask)
+        built.kernel.warm_up_model()  # while the person types the first message
 
     def _hold(self) -> None:
         if self._turn is not None:

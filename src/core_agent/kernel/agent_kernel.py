@@ -182,7 +182,7 @@ class AgentKernel:
         self._session_limits = session_limits or UsageLimits()
         self._tool_hooks: list[ToolHook] = list(tool_hooks)
         self._warm_up = warm_up
-        """Loads the model's libraries (``ILLMGateway.warm_up``); started when entered."""
+        """Loads the model's libraries (``ILLMGateway.warm_up``); started by the first run."""
         self._capabilities = BusinessCapabilities(capabilities)
         self._ingestion = ingestion
         self._knowledge_namespace = knowledge_namespace
@@ -257,13 +257,7 @@ class AgentKernel:
         (``__aexit__``) in the task that entered it, as anyio requires of any task group: use
         ``async with kernel:``, or from another thread
         ``BlockingPortal.wrap_async_context_manager(kernel)``.
-
-        The model's libraries start loading in a daemon thread at the same time (litellm
-        takes seconds to import), so the first call does not wait for all of it.
         """
-        if self._warm_up is not None:
-            warm_up, self._warm_up = self._warm_up, None
-            threading.Thread(target=warm_up, name="core-agent-model-warm-up", daemon=True).start()
         if self._recovery_mode != "off" and self._background is None:
             # Also where streamed runs live (``stream_task``), so a consumer that stops
             # iterating without closing the stream does not tear a task group of its own.
@@ -305,6 +299,19 @@ class AgentKernel:
             if self._background_done is not None:
                 with anyio.CancelScope(shield=True):
                     await self._background_done.wait()
+
+    def warm_up_model(self) -> None:
+        """Start loading the model's libraries in a background thread (once; returns at once).
+
+        litellm takes seconds to import. The kernel calls this when its first task starts,
+        so the import overlaps routing, recall and the stores' writes; a host that knows a
+        task is coming (a chat waiting for its first message) may call it earlier.
+        Not a daemon thread: one frozen at exit while holding an import lock would hang the
+        interpreter's own shutdown (a vendor finaliser imports a module then).
+        """
+        if self._warm_up is not None:
+            warm_up, self._warm_up = self._warm_up, None
+            threading.Thread(target=warm_up, name="core-agent-model-warm-up").start()
 
     def leave_runs(self) -> None:
         """From now on, leave the runs that are cancelled for recovery instead of canceling them.
@@ -1089,6 +1096,7 @@ class AgentKernel:
 
         Once the task ends, its turn is added to its session's history.
         """
+        self.warm_up_model()
         task_id = lifecycle.task_id
         if context.task.output_type is not None:
             self._response_models[task_id] = context.task.output_type
