@@ -203,10 +203,13 @@ def test_the_quick_start_runs_its_tool_with_the_deps_after_approval(tmp_path: Pa
     ]
     assert quick_start.skip_reason is None
     lines = run_block(quick_start, tmp_path).stdout.splitlines()
-    assert lines.index("[approve save_note? yes]") < lines.index(
-        "→ save_note({'text': 'buy oat milk'})"
-    )
-    assert "← saved as note 1" in lines
+    # A call that needs a human is announced when it is asked about, and again when it
+    # starts after the answer; its result comes after that.
+    call = "→ save_note({'text': 'buy oat milk'})"
+    announced = [n for n, line in enumerate(lines) if line == call]
+    approved = lines.index("[approve save_note? yes]")
+    assert len(announced) == 2 and announced[0] < approved < announced[1]
+    assert lines.index("← saved as note 1") > announced[1]
     assert "Noted: buy oat milk." in lines
     assert lines[-1] == "notebook: ['buy oat milk']"
 

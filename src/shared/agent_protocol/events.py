@@ -154,7 +154,11 @@ class LLMCompleted(TaskEvent):
 
 
 class ToolStarted(TaskEvent):
-    """A tool call is about to run."""
+    """A tool call is about to be judged and run.
+
+    A call that needs a human is announced twice: before it is asked about (it may be
+    denied and never run) and again when it starts after the answer (same ``tool_call.id``).
+    """
 
     kind: Literal["tool.started"] = "tool.started"
     tool_call: ToolCall
