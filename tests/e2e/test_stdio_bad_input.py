@@ -51,6 +51,14 @@ def test_bad_lines_are_answered_and_a_running_task_ends_normally(tmp_path: Path)
                 -32001,
                 12,
             ),
+            # Valid JSON that is no text: a lone surrogate in the id, a member, a param.
+            (b'{"jsonrpc":"2.0","id":"\\ud800","method":"ping"}', -32600, None),
+            (b'{"jsonrpc":"2.0","id":13,"method":"ping","\\udc00":1}', -32600, None),
+            (
+                b'{"jsonrpc":"2.0","id":14,"method":"get_task","params":{"task_id":"\\ud800"}}',
+                -32600,
+                None,
+            ),
         ]
         for line, code, rid in cases:
             start = len(client.lines)

@@ -195,6 +195,16 @@ class StdioServer:
     # --- input ------------------------------------------------------------------------------
 
     def _on_line(self, line: bytes | OversizedLine) -> None:
+        try:
+            self._take_line(line)
+        except Exception as exc:
+            # Whatever one message does, it is answered and the others go on.
+            log.error("handling a message failed", exc_info=exc)
+            self._send_error(
+                None, ErrorCode.INTERNAL_ERROR, f"the message could not be handled: {exc}"
+            )
+
+    def _take_line(self, line: bytes | OversizedLine) -> None:
         if isinstance(line, OversizedLine):
             self._send_error(
                 None,
@@ -235,6 +245,12 @@ class StdioServer:
             payload = json.loads(line.decode("utf-8"), parse_constant=_no_constants)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise _Refusal(ErrorCode.PARSE_ERROR, f"parse error: {_first_line(exc)}") from exc
+        if b"\\u" in line and _holds_lone_surrogates(payload):
+            # "\ud800" is valid JSON but no text: it could never be written back out.
+            raise _Refusal(
+                ErrorCode.INVALID_REQUEST,
+                "the message holds text that is not valid Unicode (a lone surrogate escape)",
+            )
         if isinstance(payload, list):
             raise _Refusal(
                 ErrorCode.INVALID_REQUEST, "batches are not supported: send one request a line"
@@ -526,6 +542,14 @@ class StdioServer:
 
     async def _ping(self, call: _Call, params: PingParams) -> Pong:
         return Pong()
+
+
+def _holds_lone_surrogates(payload: Any) -> bool:
+    try:
+        json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def _json(value: Any) -> bytes:
