@@ -79,8 +79,8 @@ class ILLMGateway(abc.ABC):
 
         Blocks, possibly for seconds: hosts run it in a worker thread as soon as they know a
         call is coming (the kernel does when its first task starts), so the first call does
-        not pay for all of it. It never raises and never reaches the network. Gateways with nothing to load
-        keep this default.
+        not pay for all of it. It never raises and never reaches the network. Gateways with
+        nothing to load keep this default.
         """
         return None
 
