@@ -612,7 +612,10 @@ class StdioServer:
         with self._watching:
             while True:
                 await anyio.sleep(self._watch_s)
-                await self._look_at_owned()
+                try:
+                    await self._look_at_owned()
+                except Exception as exc:  # a bug here must not take the server down
+                    log.error("looking at the connection's tasks failed", exc_info=exc)
 
     async def _look_at_owned(self) -> None:
         for task_id, owned in list(self._owned.items()):
