@@ -227,6 +227,18 @@ def _add_serve_command(commands: Any) -> None:
         default=10.0,
         help="seconds running tasks get to end once stdin closes; the rest are left to recover",
     )
+    serve.add_argument(
+        "--max-tasks", type=_positive_int, default=256, help="runs going at once per connection"
+    )
+    serve.add_argument(
+        "--max-requests", type=_positive_int, default=1024, help="requests handled at once"
+    )
+    serve.add_argument(
+        "--output-buffer-bytes",
+        type=_positive_int,
+        default=16 * 1024 * 1024,
+        help="output held for a host that reads slowly; past it, backpressure",
+    )
 
 
 def _add_session_commands(commands: Any) -> None:
@@ -641,13 +653,22 @@ async def _run(args: argparse.Namespace) -> int:
 async def _serve(args: argparse.Namespace) -> int:
     from core_agent.container import create_kernel
     from core_agent.contracts.errors import UsageError
-    from core_agent.stdio_server import serve_stdio
+    from core_agent.contracts.settings import AgentSettings
+    from core_agent.stdio_server import ServerLimits, check_workspace, serve_stdio
 
     if args.max_message_bytes < 1024 or args.drain_timeout < 0:
         raise UsageError("--max-message-bytes must be at least 1024, --drain-timeout at least 0")
+    settings = AgentSettings()
+    check_workspace(settings)
+    limits = ServerLimits(
+        max_message_bytes=args.max_message_bytes,
+        max_requests=args.max_requests,
+        max_tasks=args.max_tasks,
+        output_buffer_bytes=args.output_buffer_bytes,
+    )
     # A long-lived host: tasks whose process died are recovered, as AGENT_RECOVERY says.
-    kernel = create_kernel()
-    await serve_stdio(kernel, max_message_bytes=args.max_message_bytes, drain_s=args.drain_timeout)
+    # The kernel is built once stdout is the protocol's (a plugin may print as it loads).
+    await serve_stdio(lambda: create_kernel(settings), limits=limits, drain_s=args.drain_timeout)
     return EXIT_OK
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from support.stdio_client import server_env
+from support.entry_point_tools import declare_entry_points
+from support.stdio_client import StdioClient, server_command, server_env
 from support.stdio_host import (
     REPORT_ANSWER,
     REPORT_FILE,
@@ -230,3 +232,95 @@ def test_requests_from_a_file_and_output_to_a_file(host) -> None:
     assert lines[2]["params"]["request"]["task"] == "nap, 然后报告"
     assert lines[-1]["method"] == "task/result"
     assert lines[-1]["params"]["status"] == "succeeded"
+
+
+def test_a_plugin_that_prints_as_it_loads_cannot_corrupt_stdout(host, tmp_path: Path) -> None:
+    # A tool package that prints when imported: the kernel imports it as it is built, which
+    # must happen once stdout is the protocol's.
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "noisy_tool.py").write_text(
+        "print('hello from a plugin import')\n"
+        "from core_agent import tool\n"
+        "@tool(capabilities={'read'})\n"
+        "def noisy(text: str) -> str:\n"
+        '    """Says it again."""\n'
+        "    return text\n",
+        encoding="utf-8",
+    )
+    declare_entry_points(site, "noisy-tools", "core_agent.tools", {"noisy": "noisy_tool:noisy"})
+    env = server_env(host.data_dir, **host.env)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    done = subprocess.run(
+        server_command(),
+        input=b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n',
+        env=env,
+        cwd=host.workspace,
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b'{"jsonrpc":"2.0","id":1,"result":{}}\n'
+    assert b"hello from a plugin import" in done.stderr
+
+
+def test_every_task_the_connection_started_gets_a_final_result(host) -> None:
+    with host.serve() as client:
+        # Canceled while it waits for a human: no run of it is going, yet it is reported.
+        first = client.call("execute_task", {"task": REPORT_TASK})
+        client.notification("approval/requested", task_id=first["task_id"])
+        client.call("cancel_task", {"task_id": first["task_id"], "reason": "not now"})
+        canceled = client.notification("task/result", task_id=first["task_id"], status="canceled")[
+            "params"
+        ]
+        assert canceled["error"] == "not now"
+        assert canceled["session_id"] == first["session_id"]
+        assert canceled["trace_id"] == first["trace_id"]
+        assert client.index(_event("task.canceled", first["task_id"])) < client.index(
+            lambda m: m.get("params", {}).get("status") == "canceled"
+        )
+
+        # Answered and run to its end by another process: the server finds it ended.
+        second = client.call("execute_task", {"task": REPORT_TASK})["task_id"]
+        asked = client.notification("approval/requested", task_id=second)["params"]
+        resolved = subprocess.run(
+            [sys.executable, "-m", "core_agent.cli", "resolve", asked["request_id"], "--approve"],
+            env=server_env(host.data_dir, **host.env),
+            cwd=host.workspace,
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )
+        assert resolved.returncode == 0, resolved.stderr
+        done = client.notification("task/result", task_id=second, status="succeeded")["params"]
+        assert done["output"] == REPORT_ANSWER
+
+        client.call("ping")
+        time.sleep(5)  # (two looks of the server's watch: no second report comes)
+        for task_id in (first["task_id"], second):
+            results = [
+                m["params"]["status"]
+                for m in client.lines
+                if m.get("method") == "task/result" and m["params"]["task_id"] == task_id
+            ]
+            assert results[0] == "waiting_approval" and len(results) == 2, results
+        assert client.close() == 0
+    assert "Traceback" not in client.stderr, client.stderr
+
+
+def test_the_server_will_not_make_home_or_the_root_its_workspace(host, tmp_path: Path) -> None:
+    # A desktop app often starts its child in the home directory, where a write to .bashrc
+    # would be a mere workspace write. `core-agent run` keeps the current directory.
+    home = tmp_path / "home"
+    home.mkdir()
+    unset = {k: v for k, v in host.env.items() if k != "AGENT_WORKSPACE_ROOTS"}
+    for cwd in (home, Path("/")):
+        with StdioClient(host.data_dir, env={**unset, "HOME": str(home)}, cwd=cwd) as client:
+            assert client.process.wait(timeout=60) == 2
+        assert client.lines == []
+        assert "no workspace: AGENT_WORKSPACE_ROOTS is unset" in client.stderr
+    # Named, any workspace is taken, whatever the current directory.
+    with StdioClient(host.data_dir, env={**host.env, "HOME": str(home)}, cwd=home) as client:
+        assert client.call("ping") == {}
+        assert client.close() == 0

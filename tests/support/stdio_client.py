@@ -47,7 +47,10 @@ class StdioClient:
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
         command: list[str] | None = None,
+        read_stdout: bool = True,
+        read_stderr: bool = True,
     ) -> None:
+        """``read_stdout``/``read_stderr`` off: a host that does not read them (yet)."""
         self.process = subprocess.Popen(
             command or server_command(*args),
             stdin=subprocess.PIPE,
@@ -69,8 +72,18 @@ class StdioClient:
             threading.Thread(target=self._read_stdout, daemon=True),
             threading.Thread(target=self._read_stderr, daemon=True),
         ]
-        for thread in self._threads:
-            thread.start()
+        if read_stdout:
+            self.start_reading_stdout()
+        if read_stderr:
+            self.start_reading_stderr()
+
+    def start_reading_stdout(self) -> None:
+        """Start reading the server's stdout (done at once unless ``read_stdout`` is off)."""
+        self._threads[0].start()
+
+    def start_reading_stderr(self) -> None:
+        """Start reading the server's stderr (done at once unless ``read_stderr`` is off)."""
+        self._threads[1].start()
 
     def __enter__(self) -> StdioClient:
         return self
@@ -186,9 +199,13 @@ class StdioClient:
         assert self.process.stdin is not None
         with contextlib.suppress(BrokenPipeError):  # it exited already
             self.process.stdin.close()
+        for thread in self._threads:
+            if thread.ident is None:  # never started: read what is left, or it cannot exit
+                thread.start()
         code = self.process.wait(timeout=timeout)
         for thread in self._threads:
-            thread.join(timeout=10)
+            if thread.is_alive():
+                thread.join(timeout=10)
         for stream in (self.process.stdout, self.process.stderr):
             if stream is not None:
                 stream.close()

@@ -2,7 +2,8 @@
 
 The scripted model knows three tasks: ``写季度报告`` writes ``报告.txt`` with ``write_file``,
 which the policy grades high (a human must approve); ``nap`` runs ``sleep 1`` and ``long
-nap`` runs ``sleep 30`` (``sleep`` is an allowed command, so neither asks).
+nap`` runs ``sleep 30`` (``sleep`` is an allowed command, so neither asks); ``chatter``
+answers ``CHATTER`` (100 kB in 20,000 words, so as many ``llm.delta`` events).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ REPORT_TASK = "写季度报告，保存到 报告.txt"
 REPORT_FILE = "报告.txt"
 REPORT_TEXT = "季度报告：一切正常"
 REPORT_ANSWER = "报告已写好：报告.txt"
+CHATTER = "word " * 20_000
 
 SCRIPT = {
     "conversations": [
@@ -41,6 +43,7 @@ SCRIPT = {
                 {"content": "rested"},
             ],
         },
+        {"match": "^chatter", "turns": [{"content": CHATTER}]},
         {
             "match": "^long nap",
             "turns": [
@@ -69,9 +72,21 @@ class StdioHost:
     workspace: Path
     env: dict[str, str] = field(default_factory=dict)
 
-    def serve(self, *args: str, **env: str) -> StdioClient:
-        """Start ``core-agent serve --stdio`` with this set-up (``env`` added)."""
-        return StdioClient(self.data_dir, args=args, env={**self.env, **env}, cwd=self.workspace)
+    def serve(
+        self, *args: str, read_stdout: bool = True, read_stderr: bool = True, **env: str
+    ) -> StdioClient:
+        """Start ``core-agent serve --stdio`` with this set-up (``env`` added).
+
+        ``read_stdout``/``read_stderr`` off: a host that does not read them (yet).
+        """
+        return StdioClient(
+            self.data_dir,
+            args=args,
+            env={**self.env, **env},
+            cwd=self.workspace,
+            read_stdout=read_stdout,
+            read_stderr=read_stderr,
+        )
 
 
 def stdio_host(root: Path) -> StdioHost:

@@ -7,19 +7,23 @@ from datetime import UTC, datetime
 
 import pytest
 from jsonschema import Draft202012Validator
+from pydantic import ValidationError
 
 from shared.agent_protocol import (
     RPC_METHODS,
     RPC_NOTIFICATIONS,
+    ApprovalDecision,
     ApprovalRequest,
     RiskLevel,
     TaskRequest,
+    TaskStatus,
     ToolCall,
     protocol_json_schema,
 )
 from shared.agent_protocol.rpc import (
     ApprovalRequestedNotification,
     ExecuteTaskRequest,
+    ListTasksParams,
     PingRequest,
 )
 
@@ -131,3 +135,30 @@ def test_the_schema_refuses_what_the_server_refuses(schema) -> None:
         {**good, "params": {"task": "hi", "colour": "red"}},
     ):
         assert not check.is_valid(bad), bad
+
+
+@pytest.mark.parametrize(
+    ("method", "params", "field"),
+    [
+        ("resolve_approval", '{"request_id": "r", "approved": "yes"}', "approved"),
+        ("resolve_approval", '{"request_id": "r", "approved": 1}', "approved"),
+        ("list_tasks", '{"limit": "10"}', "limit"),
+        ("list_tasks", '{"limit": 10.0}', "limit"),
+        ("get_task", '{"task_id": 7}', "task_id"),
+        ("execute_task", '{"task": "hi", "tools": "read_file"}', "tools"),
+    ],
+)
+def test_params_are_parsed_strictly(method: str, params: str, field: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        RPC_METHODS[method].parse_params(params)
+    assert caught.value.errors()[0]["loc"] == (field,)
+
+
+def test_strict_params_still_read_enums_and_times_from_json() -> None:
+    listed = RPC_METHODS["list_tasks"].parse_params('{"status": "waiting_approval", "limit": 5}')
+    assert listed == ListTasksParams(status=TaskStatus.WAITING_APPROVAL, limit=5)
+    decision = RPC_METHODS["resolve_approval"].parse_params(
+        '{"request_id": "r", "approved": true, "expires_at": "2999-01-01T00:00:00Z"}'
+    )
+    assert isinstance(decision, ApprovalDecision)
+    assert decision.expires_at == datetime(2999, 1, 1, tzinfo=UTC)

@@ -2,7 +2,8 @@
 
 JSON-RPC 2.0, one message a line, with ``shared.agent_protocol``'s messages (``rpc``):
 ``server`` answers requests and sends notifications, ``line_channel`` reads and writes the
-lines, ``process`` claims the process's standard streams and signals.
+lines, ``process`` claims the process's standard streams and signals, ``stderr_log`` keeps
+logging from waiting for a host that does not read stderr.
 
 The dispatcher is written here, on anyio and pydantic, rather than taken from a JSON-RPC
 library: those looked at frame messages otherwise (python-lsp-jsonrpc: LSP's
@@ -12,13 +13,20 @@ their own protocol's handshake (the ``mcp`` SDK's sessions). What is needed here
 sent at the moment a task is stored, ids in flight, bounded lines) is a small part of the code.
 """
 
-from core_agent.stdio_server.process import claim_stdio, serve_stdio
-from core_agent.stdio_server.server import DEFAULT_DRAIN_S, DEFAULT_MAX_MESSAGE_BYTES, StdioServer
+from core_agent.stdio_server.process import check_workspace, claim_stdio, serve_stdio
+from core_agent.stdio_server.server import (
+    DEFAULT_DRAIN_S,
+    DEFAULT_MAX_MESSAGE_BYTES,
+    ServerLimits,
+    StdioServer,
+)
 
 __all__ = [
     "DEFAULT_DRAIN_S",
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "ServerLimits",
     "StdioServer",
+    "check_workspace",
     "claim_stdio",
     "serve_stdio",
 ]

@@ -5,9 +5,13 @@ a host gives its child): the loop waits until the host's input is readable, and 
 out with one ``write`` when the pipe has room for it, so a request, or an event, reaches the
 host with no thread in between. What cannot be done that way without blocking the loop goes
 through a daemon thread of its own: reading a regular file; writing a line longer than
-``PIPE_BUF``, or when the pipe is full, or while earlier lines wait. A host that stops
-reading therefore never stalls the kernel, no token of anyio's default thread limiter (the
-SQLite stores') is held, and a thread stuck on a pipe never holds the process up at exit.
+``PIPE_BUF``, or when the pipe is full, or while earlier lines wait. Writing never blocks the
+loop, no token of anyio's default thread limiter (the SQLite stores') is held, and a thread
+stuck on a pipe never holds the process up at exit.
+
+The lines waiting for a host that reads slowly are bounded by bytes: past the bound the
+writer is ``backed_up``, and its producers either drop what can be dropped or wait in
+``wait_for_room`` (see ``server`` for which).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import anyio.to_thread
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 64 * 1024
+DEFAULT_MAX_QUEUED_BYTES = 16 * 1024 * 1024
+"""Bytes of lines that may wait for the host before the writer is backed up."""
 ATOMIC_BYTES = 4096
 """Lines up to this long are written by the event loop when the pipe has room: POSIX's
 ``PIPE_BUF`` lower bound, which a pipe that polls writable takes whole."""
@@ -129,20 +135,31 @@ class LineReader:
 class LineWriter:
     """Writes lines to ``fd``, whole and in the order they were sent (see the module).
 
-    ``send`` never blocks the event loop: the thread's queue is unbounded (a host that stops
-    reading makes it grow, it does not stall the kernel). When the host closes its end, the
-    lines still queued and any sent later are dropped and ``on_broken`` is called in the
-    event loop.
+    ``send`` never blocks the event loop and always takes the line; once more than
+    ``max_queued_bytes`` wait for the host the writer is ``backed_up`` until the host reads
+    them, and ``wait_for_room`` is how a producer waits for that. When the host closes its
+    end, the lines still queued and any sent later are dropped, ``on_broken`` is called in
+    the event loop, and nobody waits for room any more.
     """
 
-    def __init__(self, fd: int, *, on_broken: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        fd: int,
+        *,
+        max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+        on_broken: Callable[[], None] | None = None,
+    ) -> None:
         self._fd = fd
+        self._max_queued_bytes = max_queued_bytes
         self._on_broken = on_broken
         self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._queued = 0
         """Lines given to the thread and not written yet: while there are any, later lines
         queue behind them."""
+        self._queued_bytes = 0
+        self._room: anyio.Event | None = None
+        """Set (from the thread) once a backed-up writer has room again; made by a waiter."""
         self._poll: select.poll | None = None
         if hasattr(select, "poll") and _is_pipe_or_socket(fd):
             self._poll = select.poll()
@@ -153,6 +170,16 @@ class LineWriter:
         self._token: anyio.lowlevel.EventLoopToken | None = None
         self._closed = False
         self._broken = False
+
+    @property
+    def backed_up(self) -> bool:
+        """Whether more than ``max_queued_bytes`` wait for a host that can still read them."""
+        return self._queued_bytes > self._max_queued_bytes and not self._closed and not self._broken
+
+    @property
+    def queued_bytes(self) -> int:
+        """Bytes sent and not written to the host yet."""
+        return self._queued_bytes
 
     def start(self) -> None:
         """Start the writing thread; call it in the event loop."""
@@ -174,13 +201,23 @@ class LineWriter:
                     return
                 line = line[written:]
             self._queued += 1
+            self._queued_bytes += len(line)
             self._queue.put(line)
 
+    async def wait_for_room(self) -> None:
+        """Return once the writer is not ``backed_up`` (at once if it is not)."""
+        while self.backed_up:
+            room = self._room = self._room or anyio.Event()
+            if not self.backed_up:  # the thread made room before it could see the event
+                return
+            await room.wait()
+
     def close(self) -> None:
-        """Write what is queued, then stop."""
+        """Write what is queued, then stop; nobody waits for room any more."""
         if not self._closed:
             self._closed = True
             self._queue.put(None)
+            self._wake()
 
     async def wait_closed(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for the queued lines to be written; whether they were."""
@@ -193,16 +230,30 @@ class LineWriter:
             return False
         return any(events & select.POLLOUT for _, events in self._poll.poll(0))
 
+    def _wake(self) -> None:
+        """In the event loop: let the waiters for room go on."""
+        room, self._room = self._room, None
+        if room is not None:
+            room.set()
+
+    def _wake_from_thread(self) -> None:
+        if self._room is None or self.backed_up or self._token is None:
+            return
+        with contextlib.suppress(anyio.RunFinishedError):
+            anyio.from_thread.run_sync(self._wake, token=self._token)
+
     def _break(self, exc: OSError, *, in_loop: bool) -> None:
         if self._broken:
             return
         self._broken = True
         log.warning("the host stopped reading the protocol's output: %s", exc)
-        if self._on_broken is None:
-            return
         if in_loop:
-            self._on_broken()
-        elif self._token is not None:
+            self._wake()
+            if self._on_broken is not None:
+                self._on_broken()
+            return
+        self._wake_from_thread()
+        if self._on_broken is not None and self._token is not None:
             with contextlib.suppress(anyio.RunFinishedError):
                 anyio.from_thread.run_sync(self._on_broken, token=self._token)
 
@@ -220,6 +271,9 @@ class LineWriter:
                 self._write_all(b"".join(lines))
             with self._lock:
                 self._queued -= len(lines)
+                self._queued_bytes -= sum(len(line) for line in lines)
+            # Outside the lock: the loop may be waiting for it in ``send``.
+            self._wake_from_thread()
             if batch[-1] is None:
                 return
 

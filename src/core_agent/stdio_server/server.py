@@ -1,4 +1,4 @@
-"""The kernel as a JSON-RPC 2.0 server: requests in, responses and notifications out.
+r"""The kernel as a JSON-RPC 2.0 server: requests in, responses and notifications out.
 
 The messages are ``shared.agent_protocol.rpc``'s. Rules a host can rely on:
 
@@ -8,13 +8,33 @@ The messages are ``shared.agent_protocol.rpc``'s. Rules a host can rely on:
   notification of the task; the task runs in the background. ``resolve_approval`` answers
   once the decision is stored; the task carries on in the background.
 * Every event of every task the kernel publishes becomes a ``task/event`` notification, in
-  the order published. Each time a run started here stops (the task ended, or waits for a
-  human) a ``task/result`` follows its last event. A task waiting for a human is announced
-  by ``approval/requested`` once its run has stopped, so an answer sent on receipt is
-  always taken.
+  the order published (but see backpressure). Each time a run started here stops (the task
+  ended, or waits for a human) a ``task/result`` follows its last event. A task waiting for
+  a human is announced by ``approval/requested`` once its run has stopped, so an answer
+  sent on receipt is always taken.
+* Every task this connection started (or carried on with ``resolve_approval``) gets a final
+  ``task/result`` when it ends, however it ends: its run here ended; it was canceled while
+  it waited for a human; or another process carried it to its end (seen within
+  ``watch_s``).
 * Bad input is answered and forgotten: a line that is not JSON, not a request, too long, a
-  reused id, an unknown method, bad params each get an error response (``ErrorCode``) and
-  change nothing else. Requests are handled concurrently, so a slow one holds no other up.
+  reused id, an unknown method, bad params (checked strictly: ``"yes"`` is no boolean),
+  text that is not valid Unicode (a lone surrogate escape, ``"\ud800"``) each get an error
+  response (``ErrorCode``) and change nothing else. Whatever fails while one message is
+  handled is answered to that message (``-32603`` for a bug of ours), never felt by the
+  others. Requests are handled concurrently, so a slow one holds no other up.
+* Output can always be encoded: text that is not valid Unicode (a file name of undecodable
+  bytes, say) is sent with U+FFFD in place of each lone surrogate.
+
+Backpressure, for a host that reads stdout slowly or not at all: at most
+``output_buffer_bytes`` of output wait for it in memory (the writer is then backed up).
+While it is backed up, (1) ``llm.delta`` notifications are dropped: the ``llm.completed``
+event that follows carries the whole text (the host sees a gap in the task's ``seq``);
+(2) no more requests are read, so the host's writes block once the pipe is full; (3) every
+other notification waits, and the run that published it with it (in the event loop: it
+never blocks the loop), until the host has read enough. A connection has at most
+``max_requests`` requests being handled (the next line is read once one is answered) and
+``max_tasks`` runs going (``execute_task`` or ``resolve_approval`` past it is refused with
+``ErrorCode.BUSY``: waiting would hold up the requests behind it, a ``cancel_task`` say).
 
 Shutdown (``stop``, or the end of the host's input): no more requests are read; the tasks
 whose runs are still going get ``drain_s`` to end or reach a wait (their notifications are
@@ -31,6 +51,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
@@ -39,7 +60,25 @@ from pydantic import BaseModel, ValidationError
 
 from core_agent.contracts.errors import CoreAgentError, UsageError
 from core_agent.kernel.agent_kernel import AgentKernel
-from core_agent.stdio_server.line_channel import LineReader, LineWriter, OversizedLine
+from core_agent.stdio_server.line_channel import (
+    DEFAULT_MAX_QUEUED_BYTES,
+    LineReader,
+    LineWriter,
+    OversizedLine,
+)
+from core_agent.stdio_server.task_reports import (
+    OwnedTask,
+    result_from_event,
+    result_from_state,
+)
+from core_agent.stdio_server.wire_json import (
+    describe,
+    is_unicode,
+    json_bytes,
+    lone_surrogate_at,
+    may_hold_lone_surrogates,
+    model_json,
+)
 from shared.agent_protocol import (
     RPC_METHODS,
     TERMINAL_EVENT_KINDS,
@@ -49,6 +88,7 @@ from shared.agent_protocol import (
     ApprovalRequested,
     ApprovalResolved,
     ErrorCode,
+    LLMDelta,
     TaskAccepted,
     TaskEvent,
     TaskQueued,
@@ -75,9 +115,28 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 1024 * 1024
 DEFAULT_DRAIN_S = 10.0
+DEFAULT_MAX_REQUESTS = 1024
+DEFAULT_MAX_TASKS = 256
+DEFAULT_WATCH_S = 2.0
 _ENVELOPE_MEMBERS = frozenset({"jsonrpc", "id", "method", "params"})
 
 RequestId = int | str | None
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What one connection may hold at once (``core-agent serve --stdio`` options)."""
+
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    """The longest request line; a longer one is refused as it is read."""
+    max_requests: int = DEFAULT_MAX_REQUESTS
+    """Requests (and notifications from the host) handled at once; the next line is read
+    once one is answered."""
+    max_tasks: int = DEFAULT_MAX_TASKS
+    """Runs started by ``execute_task`` or ``resolve_approval`` going at once; one more
+    is refused (a task waiting for a human has no run)."""
+    output_buffer_bytes: int = DEFAULT_MAX_QUEUED_BYTES
+    """Output that may wait for a host that reads slowly (see the module)."""
 
 
 @dataclass(eq=False)
@@ -118,17 +177,25 @@ class StdioServer:
         *,
         input_fd: int,
         output_fd: int,
-        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        limits: ServerLimits | None = None,
         drain_s: float = DEFAULT_DRAIN_S,
+        watch_s: float = DEFAULT_WATCH_S,
     ) -> None:
         self._kernel = kernel
         self._input_fd = input_fd
-        self._writer = LineWriter(output_fd, on_broken=self.stop)
-        self._max_message_bytes = max_message_bytes
+        self._limits = limits or ServerLimits()
+        self._writer = LineWriter(
+            output_fd, max_queued_bytes=self._limits.output_buffer_bytes, on_broken=self.stop
+        )
         self._drain_s = drain_s
+        self._watch_s = watch_s
         self._reading = anyio.CancelScope()
         self._draining = anyio.CancelScope()
+        self._watching = anyio.CancelScope()
         self._in_flight: dict[int | str, _Call] = {}
+        self._handling = 0
+        """Requests and host notifications whose handlers have not returned."""
+        self._handling_changed = anyio.Event()
         self._awaiting_queued: dict[str, _Call] = {}
         """``execute_task`` calls by the id of the task they create, answered when it is
         queued."""
@@ -138,8 +205,14 @@ class StdioServer:
         """Approval requests of each task not yet sent as ``approval/requested``."""
         self._driven: Counter[str] = Counter()
         """Tasks whose run was started here and has not returned."""
+        self._owned: dict[str, OwnedTask] = {}
         self._active_runs = 0
         self._runs_changed = anyio.Event()
+        self._turn = anyio.Lock()
+        """Taken, in order, by output that waits for room (so it keeps its order)."""
+        self._waiting_output = 0
+        self._dropped_deltas = 0
+        self._dropping_deltas = False
         self._handlers: dict[str, Handler] = {
             "execute_task": self._execute_task,
             "cancel_task": self._cancel_task,
@@ -167,14 +240,22 @@ class StdioServer:
         try:
             async with anyio.create_task_group() as runs:
                 self._runs = runs
+                runs.start_soon(self._watch_owned)
                 async with anyio.create_task_group() as requests:
                     self._requests = requests
-                    reader = LineReader(self._input_fd, max_bytes=self._max_message_bytes)
+                    reader = LineReader(self._input_fd, max_bytes=self._limits.max_message_bytes)
                     with self._reading:
-                        while (lines := await reader.read()) is not None:
+                        while True:
+                            # Backpressure: a host that does not read gets no more answers.
+                            await self._writer.wait_for_room()
+                            if (lines := await reader.read()) is None:
+                                break
                             for line in lines:
+                                while self._handling >= self._limits.max_requests:
+                                    await self._handling_changed.wait()
                                 self._on_line(line)
                 await self._drain()
+                self._watching.cancel()
                 if self._active_runs:
                     left = sorted(self._driven)
                     log.warning("leaving %d task(s) for recovery: %s", len(left), left)
@@ -182,6 +263,11 @@ class StdioServer:
                     runs.cancel_scope.cancel()
         finally:
             subscription.cancel()
+            if self._dropped_deltas:
+                log.warning(
+                    "%d llm.delta notification(s) were dropped while the host read slowly",
+                    self._dropped_deltas,
+                )
             self._writer.close()
             with anyio.CancelScope(shield=True):
                 await self._writer.wait_closed(self._drain_s + 5.0)
@@ -195,16 +281,16 @@ class StdioServer:
     # --- input ------------------------------------------------------------------------------
 
     def _on_line(self, line: bytes | OversizedLine) -> None:
+        """Handle one line; whatever goes wrong is answered to it, never felt by the others."""
         try:
-            self._take_line(line)
+            self._take(line)
         except Exception as exc:
-            # Whatever one message does, it is answered and the others go on.
-            log.error("handling a message failed", exc_info=exc)
+            log.error("a request line could not be handled", exc_info=exc)
             self._send_error(
-                None, ErrorCode.INTERNAL_ERROR, f"the message could not be handled: {exc}"
+                None, ErrorCode.INTERNAL_ERROR, _first_line(exc), {"type": type(exc).__name__}
             )
 
-    def _take_line(self, line: bytes | OversizedLine) -> None:
+    def _take(self, line: bytes | OversizedLine) -> None:
         if isinstance(line, OversizedLine):
             self._send_error(
                 None,
@@ -217,25 +303,20 @@ class StdioServer:
         if not line.strip():
             return  # a blank line is no message
         try:
-            call, params = self._parse(line)
+            parsed = self._parse(line)
         except _Refusal as refusal:
             self._send_error(None, refusal.code, str(refusal), refusal.data)
             return
-        if call is None:
+        if parsed is None:
             return
+        call, params = parsed
         try:
-            handler = self._handlers[call.method]
-            model = RPC_METHODS[call.method].params.model_validate(params)
-        except ValidationError as exc:
-            self._fail(call, _Refusal(ErrorCode.INVALID_PARAMS, *_params_error(call.method, exc)))
-            return
-        if not call.notification and call.id is not None:
-            self._in_flight[call.id] = call
-        assert self._requests is not None
-        self._requests.start_soon(self._answer_with, call, handler, model)
+            self._dispatch(call, params)
+        except Exception as exc:
+            self._fail(call, exc)
 
-    def _parse(self, line: bytes) -> tuple[_Call | None, Any]:
-        """The call a line holds and its raw params; ``None`` for a notification to ignore.
+    def _parse(self, line: bytes) -> tuple[_Call, dict[str, Any]] | None:
+        """The call a line holds and its raw params; ``None`` when it was answered already.
 
         Raises:
             _Refusal: The line is not a request this server takes (answered with id null,
@@ -245,35 +326,37 @@ class StdioServer:
             payload = json.loads(line.decode("utf-8"), parse_constant=_no_constants)
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             raise _Refusal(ErrorCode.PARSE_ERROR, f"parse error: {_first_line(exc)}") from exc
-        if b"\\u" in line and _holds_lone_surrogates(payload):
-            # "\ud800" is valid JSON but no text: it could never be written back out.
-            raise _Refusal(
-                ErrorCode.INVALID_REQUEST,
-                "the message holds text that is not valid Unicode (a lone surrogate escape)",
-            )
         if isinstance(payload, list):
             raise _Refusal(
                 ErrorCode.INVALID_REQUEST, "batches are not supported: send one request a line"
             )
         if not isinstance(payload, dict):
             raise _Refusal(ErrorCode.INVALID_REQUEST, "a request is a JSON object")
+        # Text that is not valid Unicode cannot be stored, nor echoed in an id: refused here.
+        bad_text = lone_surrogate_at(payload) if may_hold_lone_surrogates(line) else None
         has_id = "id" in payload
         rid = payload.get("id")
-        id_ok = rid is None or type(rid) in (int, str)
+        id_ok = rid is None or type(rid) is int or (type(rid) is str and is_unicode(rid))
         reply_id: RequestId = rid if has_id and id_ok else None
         problem = None
         if payload.get("jsonrpc") != "2.0":
             problem = 'not a JSON-RPC 2.0 request: "jsonrpc" must be "2.0"'
         elif not id_ok:
-            problem = '"id" must be a string, an integer or null'
+            problem = (
+                '"id" must be a string, an integer or null'
+                if type(rid) is not str
+                else '"id" is not valid Unicode text (it holds a lone surrogate)'
+            )
         elif not isinstance(payload.get("method"), str):
             problem = '"method" must be a string'
+        elif bad_text is not None and bad_text[0] != "params":
+            problem = f"{describe(bad_text)} is not valid Unicode text (a lone surrogate)"
         elif unknown := sorted(set(payload) - _ENVELOPE_MEMBERS):
             problem = f"unknown member(s) of a request: {', '.join(unknown)}"
         if problem is not None:
             if reply_id is not None:
                 self._send_error(reply_id, ErrorCode.INVALID_REQUEST, problem)
-                return None, None
+                return None
             raise _Refusal(ErrorCode.INVALID_REQUEST, problem)
         method: str = payload["method"]
         call = _Call(id=reply_id, method=method, notification=not has_id)
@@ -286,7 +369,7 @@ class StdioServer:
                         ErrorCode.METHOD_NOT_FOUND, f"unknown method {method!r}; methods: {names}"
                     ),
                 )
-            return None, None
+            return None
         if rid is not None and rid in self._in_flight and not call.notification:
             # Answered with id null: a response carrying the id would pass for the answer
             # to the request still in flight.
@@ -305,17 +388,48 @@ class StdioServer:
                     "params must be a JSON object (params by position are not supported)",
                 ),
             )
-            return None, None
+            return None
+        if bad_text is not None:
+            self._fail(
+                call,
+                _Refusal(
+                    ErrorCode.INVALID_PARAMS,
+                    f"invalid params for {method}: {describe(bad_text[1:])} is not valid Unicode "
+                    "text (a lone surrogate)",
+                ),
+            )
+            return None
         return call, params
+
+    def _dispatch(self, call: _Call, params: dict[str, Any]) -> None:
+        handler = self._handlers[call.method]
+        try:
+            raw = json.dumps(params, ensure_ascii=False, allow_nan=False)
+        except ValueError as exc:  # 1e400: no double holds it
+            raise _Refusal(
+                ErrorCode.INVALID_PARAMS, f"invalid params for {call.method}: {exc}"
+            ) from exc
+        try:
+            model = RPC_METHODS[call.method].parse_params(raw)
+        except ValidationError as exc:
+            raise _Refusal(ErrorCode.INVALID_PARAMS, *_params_error(call.method, exc)) from exc
+        if not call.notification and call.id is not None:
+            self._in_flight[call.id] = call
+        self._handling += 1
+        assert self._requests is not None
+        self._requests.start_soon(self._answer_with, call, handler, model)
 
     async def _answer_with(self, call: _Call, handler: Handler, params: Any) -> None:
         try:
             result = await handler(call, params)
+            if result is not None:
+                self._answer(call, result)
         except Exception as exc:
             self._fail(call, exc)
-            return
-        if result is not None:
-            self._answer(call, result)
+        finally:
+            self._handling -= 1
+            self._handling_changed.set()
+            self._handling_changed = anyio.Event()
 
     # --- output -----------------------------------------------------------------------------
 
@@ -326,9 +440,9 @@ class StdioServer:
         if not call.notification:
             self._writer.send(
                 b'{"jsonrpc":"2.0","id":'
-                + _json(call.id)
+                + json_bytes(call.id)
                 + b',"result":'
-                + result.model_dump_json().encode()
+                + model_json(result)
                 + b"}\n"
             )
 
@@ -363,26 +477,61 @@ class StdioServer:
         if data is not None:
             error["data"] = data
         self._writer.send(
-            b'{"jsonrpc":"2.0","id":' + _json(rid) + b',"error":' + _json(error) + b"}\n"
+            b'{"jsonrpc":"2.0","id":' + json_bytes(rid) + b',"error":' + json_bytes(error) + b"}\n"
         )
 
     def _notify(self, method: bytes, params: BaseModel) -> None:
         self._writer.send(
-            b'{"jsonrpc":"2.0","method":"'
-            + method
-            + b'","params":'
-            + params.model_dump_json().encode()
-            + b"}\n"
+            b'{"jsonrpc":"2.0","method":"' + method + b'","params":' + model_json(params) + b"}\n"
         )
 
-    def _on_event(self, event: BaseModel) -> None:
-        """Every event the kernel publishes, in the publisher's task (so in order)."""
+    async def _in_turn(self, output: Callable[[], None]) -> None:
+        """Give ``output`` once the host has read enough, after the output waiting before."""
+        self._waiting_output += 1
+        try:
+            async with self._turn:
+                await self._writer.wait_for_room()
+                output()
+        finally:
+            self._waiting_output -= 1
+
+    def _must_wait(self) -> bool:
+        return self._waiting_output > 0 or self._writer.backed_up
+
+    def _on_event(self, event: BaseModel) -> Awaitable[None] | None:
+        """Every event the kernel publishes, in the publisher's task (so in order).
+
+        While the host reads too slowly, an ``llm.delta`` is dropped and any other event
+        holds its publisher until the host has read enough (see the module).
+        """
         if not isinstance(event, TaskEvent):
-            return
+            return None
+        self._settle_calls(event)
+        if isinstance(event, LLMDelta) and self._writer.backed_up:
+            if not self._dropping_deltas:
+                log.warning(
+                    "the host is %d bytes behind: llm.delta notifications are dropped until "
+                    "it catches up (llm.completed carries the text)",
+                    self._writer.queued_bytes,
+                )
+            self._dropping_deltas = True
+            self._dropped_deltas += 1
+            return None
+        if self._must_wait():
+            return self._in_turn(lambda: self._tell(event))
+        self._tell(event)
+        return None
+
+    def _settle_calls(self, event: TaskEvent) -> None:
+        """Answer the request an event settles; a response goes out before its notification.
+
+        So a host always knows the task (or decision) before it hears of it.
+        """
         task_id = event.task_id
-        # A response goes out before the notification that settles it, so a host always
-        # knows the task (or decision) before it hears of it.
         if isinstance(event, TaskQueued):
+            owned = self._owned.get(task_id)
+            if owned is not None:
+                owned.session_id, owned.trace_id = event.session_id, event.trace_id
             call = self._awaiting_queued.pop(task_id, None)
             if call is not None:
                 accepted = TaskAccepted(
@@ -395,7 +544,14 @@ class StdioServer:
             if call is not None:
                 call.task_id = task_id
                 self._driven[task_id] += 1
+                owned = self._owned.setdefault(task_id, OwnedTask())
+                owned.waiting = False
                 self._answer(call, ApprovalAccepted(request_id=request_id, task_id=task_id))
+
+    def _tell(self, event: TaskEvent) -> None:
+        task_id = event.task_id
+        if isinstance(event, LLMDelta):
+            self._dropping_deltas = False
         self._notify(b"task/event", event)
         if isinstance(event, ApprovalRequested):
             self._unannounced.setdefault(task_id, []).append(event.request)
@@ -404,12 +560,91 @@ class StdioServer:
             self._announce(task_id)
         elif event.kind in TERMINAL_EVENT_KINDS:
             self._unannounced.pop(task_id, None)
+            owned = self._owned.get(task_id)
+            if owned is not None:
+                owned.final = result_from_event(event, owned)
+                if not self._driven[task_id]:
+                    self._finish(task_id)  # no run of it here (canceled while it waited)
 
     def _announce(self, task_id: str) -> None:
         for request in self._unannounced.pop(task_id, []):
             self._notify(b"approval/requested", request)
 
+    def _finish(self, task_id: str) -> None:
+        """Send a task's final ``task/result``, made from its terminal event, if not sent."""
+        owned = self._owned.get(task_id)
+        if owned is None or owned.final is None:
+            return
+        if owned.session_id is None or owned.trace_id is None:
+            # Only when its run here failed before reporting it: learnt from the store.
+            assert self._runs is not None
+            self._runs.start_soon(self._finish_from_store, task_id)
+            return
+        del self._owned[task_id]
+        self._notify(b"task/result", owned.final)
+
+    async def _finish_from_store(self, task_id: str) -> None:
+        try:
+            state = await self._kernel.get_task(task_id)
+        except Exception as exc:
+            log.error("task %s ended, and could not be read to report it", task_id, exc_info=exc)
+            return
+        owned = self._owned.pop(task_id, None)
+        if owned is not None:
+            final = owned.final or result_from_state(state)
+            result = final.model_copy(
+                update={"session_id": state.session_id, "trace_id": state.trace_id}
+            )
+            await self._output(lambda: self._notify(b"task/result", result))
+
+    async def _output(self, output: Callable[[], None]) -> None:
+        if self._must_wait():
+            await self._in_turn(output)
+        else:
+            output()
+
+    async def _watch_owned(self) -> None:
+        """Report the tasks this connection started that another process carried to their end.
+
+        A task found ended is reported on the next look, so that the terminal event of a
+        task ended in this process (published just after it is stored) comes first.
+        """
+        with self._watching:
+            while True:
+                await anyio.sleep(self._watch_s)
+                try:
+                    await self._look_at_owned()
+                except Exception as exc:  # a bug here must not take the server down
+                    log.error("looking at the connection's tasks failed", exc_info=exc)
+
+    async def _look_at_owned(self) -> None:
+        for task_id, owned in list(self._owned.items()):
+            if not owned.waiting or self._driven[task_id]:
+                continue
+            try:
+                state = await self._kernel.get_task(task_id)
+            except Exception as exc:
+                log.warning("task %s could not be read: %s", task_id, _first_line(exc))
+                continue
+            if not state.status.is_terminal or self._owned.get(task_id) is not owned:
+                continue
+            if not owned.seen_ended:
+                owned.seen_ended = True
+                continue
+            del self._owned[task_id]
+            await self._output(partial(self._notify, b"task/result", result_from_state(state)))
+
     # --- runs -------------------------------------------------------------------------------
+
+    def _check_room_for_a_run(self) -> None:
+        if self._active_runs >= self._limits.max_tasks:
+            raise _Refusal(
+                ErrorCode.BUSY,
+                f"too many tasks running for this connection (the limit is "
+                f"{self._limits.max_tasks}; core-agent serve --max-tasks): try again when "
+                "some have ended or wait for a human",
+                {"limit": self._limits.max_tasks},
+            )
 
     def _start_run(
         self,
@@ -433,35 +668,61 @@ class StdioServer:
     ) -> None:
         result: TaskResult | None = None
         try:
-            result = await run()
+            try:
+                result = await run()
+            except Exception as exc:
+                if call.answered:
+                    log.error("a run of task %s failed", task_id or call.task_id, exc_info=exc)
+                else:
+                    self._fail(call, exc)  # refused before the task (or decision) was stored
+            finally:
+                task_id = task_id or call.task_id
+                if task_id is not None:
+                    self._driven[task_id] -= 1
+                    if self._driven[task_id] <= 0:
+                        del self._driven[task_id]
+            # Reported before the run counts as over: the drain waits for the report too.
+            if result is not None:
+                await self._output(partial(self._report, call, accepted, result))
+            elif task_id is not None and not self._driven[task_id]:
+                # The run failed: its terminal event, if there was one, is the report.
+                await self._output(partial(self._finish, task_id))
         except Exception as exc:
-            if call.answered:
-                log.error("a run of task %s failed", task_id or call.task_id, exc_info=exc)
-            else:
-                self._fail(call, exc)  # refused before the task (or decision) was stored
+            log.error("the end of a run of task %s could not be reported", task_id, exc_info=exc)
         finally:
-            task_id = task_id or call.task_id
-            if task_id is not None:
-                self._driven[task_id] -= 1
-                if self._driven[task_id] <= 0:
-                    del self._driven[task_id]
             self._active_runs -= 1
             self._runs_changed.set()
             self._runs_changed = anyio.Event()
-        if result is None:
-            return
+
+    def _report(
+        self, call: _Call, accepted: Callable[[TaskResult], BaseModel], result: TaskResult
+    ) -> None:
+        task_id = result.task_id
         self._answer(call, accepted(result))  # only if no event answered it (never, normally)
+        driven_here = bool(self._driven[task_id])
+        owned = self._owned.get(task_id)
+        if result.status.is_terminal:
+            if driven_here:
+                pass  # another run of it here reports the end
+            elif owned is not None:
+                del self._owned[task_id]
+        else:
+            owned = owned or self._owned.setdefault(task_id, OwnedTask())
+            owned.session_id, owned.trace_id = result.session_id, result.trace_id
+            owned.waiting = result.status is TaskStatus.WAITING_APPROVAL
         self._notify(b"task/result", result)
         if result.status is TaskStatus.WAITING_APPROVAL:
-            self._announce(result.task_id)
-        elif not self._driven[result.task_id]:
-            self._unannounced.pop(result.task_id, None)
+            self._announce(task_id)
+        elif not driven_here:
+            self._unannounced.pop(task_id, None)
 
     # --- methods ----------------------------------------------------------------------------
 
     async def _execute_task(self, call: _Call, request: TaskRequest) -> None:
+        self._check_room_for_a_run()
         task_id = uuid.uuid4().hex
         self._awaiting_queued[task_id] = call
+        self._owned[task_id] = OwnedTask()
 
         def accepted(result: TaskResult) -> BaseModel:
             return TaskAccepted(
@@ -473,10 +734,13 @@ class StdioServer:
                 return await self._kernel.execute_task(request, task_id=task_id)
             finally:
                 self._awaiting_queued.pop(task_id, None)
+                if not call.answered:  # refused before it was stored: not a task of ours
+                    self._owned.pop(task_id, None)
 
         self._start_run(call, run, accepted, task_id)
 
     async def _resolve_approval(self, call: _Call, decision: ApprovalDecision) -> None:
+        self._check_room_for_a_run()
         request_id = decision.request_id
         if request_id in self._awaiting_decision:
             raise UsageError(f"a decision on request {request_id!r} is being recorded already")
@@ -542,18 +806,6 @@ class StdioServer:
 
     async def _ping(self, call: _Call, params: PingParams) -> Pong:
         return Pong()
-
-
-def _holds_lone_surrogates(payload: Any) -> bool:
-    try:
-        json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
-def _json(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _no_constants(name: str) -> None:

@@ -39,12 +39,16 @@ class ErrorCode(IntEnum):
     """The line is not JSON (or not UTF-8). The response's ``id`` is ``null``."""
     INVALID_REQUEST = -32600
     """Not a JSON-RPC 2.0 request: wrong member types, a batch, a line over the size limit,
-    or an ``id`` already used by a request still in flight (then ``id`` is ``null`` and
-    ``data.id`` is the id, so the answer cannot be taken for the first request's)."""
+    an ``id`` or member name that is not valid Unicode (a lone surrogate escape; such an id
+    is answered with ``id`` ``null``), or an ``id`` already used by a request still in
+    flight (then ``id`` is ``null`` and ``data.id`` is the id, so the answer cannot be taken
+    for the first request's)."""
     METHOD_NOT_FOUND = -32601
     """No such method (an unknown notification is ignored, as the specification says)."""
     INVALID_PARAMS = -32602
-    """The params do not validate; ``message`` says why in one line, ``data.errors`` in full."""
+    """The params do not validate (strictly: ``"yes"`` is no boolean, ``"10"`` no integer;
+    text must be valid Unicode, no lone surrogate escape); ``message`` says why in one line,
+    ``data.errors`` in full."""
     INTERNAL_ERROR = -32603
     """A bug in the server; the details are in its stderr."""
     USAGE_ERROR = -32001
@@ -52,6 +56,11 @@ class ErrorCode(IntEnum):
     that already ended, a busy or closed session. ``data.type`` names the kernel's error."""
     KERNEL_ERROR = -32002
     """The kernel failed to carry the request out (a storage error, say)."""
+    BUSY = -32003
+    """``execute_task`` or ``resolve_approval`` while as many runs started by this
+    connection are going as the server takes (``--max-tasks``). Nothing was done;
+    ``data.limit`` is the limit. Send it again once a run has ended or stopped to wait for
+    a human."""
 
 
 def _envelope_members_required(schema: dict[str, Any]) -> None:
@@ -364,6 +373,18 @@ class RpcMethod:
     result: type[BaseModel]
     request: type[BaseModel]
     response: type[BaseModel]
+
+    def parse_params(self, raw: str | bytes) -> BaseModel:
+        """The params of a request from their JSON text, checked strictly.
+
+        Strict as JSON is: ``"yes"`` is no boolean, ``"10"`` no integer, ``1.5`` no
+        integer, while enums and times are read from their JSON forms. (Lax validation
+        would take ``"approved": "yes"`` for an approval.)
+
+        Raises:
+            pydantic.ValidationError: They do not validate.
+        """
+        return self.params.model_validate_json(raw, strict=True)
 
 
 RPC_METHODS: dict[str, RpcMethod] = {
