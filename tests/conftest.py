@@ -52,6 +52,9 @@ def litellm_settings(tmp_path: Path, openai_server: OpenAIServer) -> AgentSettin
         model="openai/test-model",
         model_api_base=openai_server.base_url,
         model_api_key="sk-test",
+        # The openai/-at-a-base-URL default would be the plain HTTP gateway: these settings
+        # are for tests of litellm's real client code.
+        llm_gateway="litellm",
         model_max_retries=0,
         model_timeout_s=20,
     )

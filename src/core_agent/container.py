@@ -285,19 +285,20 @@ def build_vector_store(settings: AgentSettings) -> IVectorStore:
 
 
 def load_fallback_gateways(settings: AgentSettings) -> list[ILLMGateway]:
-    """One gateway per ``AGENT_MODEL_FALLBACKS`` entry, built by the primary model's gateway.
+    """One gateway per ``AGENT_MODEL_FALLBACKS`` entry.
 
-    Each gets the primary's settings with ``model`` replaced, so no provider is imported here.
+    Each gets the primary's settings with ``model`` replaced, and the gateway those settings
+    name: ``AGENT_LLM_GATEWAY`` when set, else the one its model calls for (a local
+    ``openai/`` primary may fall back to ``anthropic/...`` through litellm). No provider is
+    imported here.
     """
-    return [
-        load_provider(
-            LLM_GATEWAYS,
-            settings.gateway_name,
-            settings.model_copy(update={"model": model}),
-            ILLMGateway,  # type: ignore[type-abstract]
+    gateways: list[ILLMGateway] = []
+    for model in settings.model_fallbacks:
+        fallback = settings.model_copy(update={"model": model})
+        gateways.append(
+            load_provider(LLM_GATEWAYS, fallback.gateway_name, fallback, ILLMGateway)  # type: ignore[type-abstract]
         )
-        for model in settings.model_fallbacks
-    ]
+    return gateways
 
 
 def build_resilient_gateway(

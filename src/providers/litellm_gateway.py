@@ -15,13 +15,10 @@ empty answer, or tool-call arguments cut off by the token limit is a retryable
 
 from __future__ import annotations
 
-import email.utils
 import importlib
-import json
 import logging
 import os
 import threading
-import time
 from collections.abc import AsyncIterator, Mapping
 from types import ModuleType
 from typing import Any
@@ -50,15 +47,13 @@ from core_agent.contracts.settings import (
     PLACEHOLDER_API_KEY,
     AgentSettings,
 )
-from shared.agent_protocol import (
-    AssistantMessage,
-    ChatMessage,
-    SystemMessage,
-    TokenUsage,
-    ToolCall,
-    ToolMessage,
-    UserMessage,
+from providers.openai_wire import (
+    parse_tool_call,
+    retry_after_seconds,
+    to_openai_message,
+    to_openai_tools,
 )
+from shared.agent_protocol import AssistantMessage, TokenUsage
 
 _import_lock = threading.Lock()
 _litellm: ModuleType | None = None
@@ -97,40 +92,6 @@ async def litellm_off_the_loop() -> ModuleType:
     if _litellm is not None:
         return _litellm
     return await anyio.to_thread.run_sync(load_litellm)
-
-
-def to_openai_message(message: ChatMessage) -> dict[str, Any]:
-    """A protocol message in the chat-completions wire format."""
-    if isinstance(message, SystemMessage | UserMessage):
-        return {"role": message.kind, "content": message.content}
-    if isinstance(message, ToolMessage):
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-    wire: dict[str, Any] = {"role": "assistant", "content": message.content}
-    if message.tool_calls:
-        wire["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {
-                    "name": call.name,
-                    "arguments": json.dumps(call.arguments)
-                    if call.arguments is not None
-                    else (call.raw_arguments or ""),
-                },
-            }
-            for call in message.tool_calls
-        ]
-    return wire
-
-
-def parse_tool_call(call_id: str, name: str, raw: str | None) -> ToolCall:
-    """A tool call; arguments that are not a JSON object are kept raw for the error message."""
-    try:
-        parsed = json.loads(raw) if raw and raw.strip() else {}
-    except ValueError:
-        parsed = None
-    arguments = parsed if isinstance(parsed, dict) else None
-    return ToolCall(id=call_id, name=name, arguments=arguments, raw_arguments=raw)
 
 
 class LiteLLMGateway(ILLMGateway):
@@ -202,17 +163,7 @@ class LiteLLMGateway(ILLMGateway):
             "max_retries": 0,
         }
         if request.tools:
-            arguments["tools"] = [
-                {
-                    "type": "function",
-                    "function": {
-                        "name": tool.name,
-                        "description": tool.description,
-                        "parameters": tool.parameters,
-                    },
-                }
-                for tool in request.tools
-            ]
+            arguments["tools"] = to_openai_tools(request.tools)
         temperature = request.temperature if request.temperature is not None else self._temperature
         if temperature is not None:
             arguments["temperature"] = temperature
@@ -358,35 +309,6 @@ def provider_finish_reason(stream: Any, chunks: list[Any]) -> str | None:
             if getattr(choice, "finish_reason", None):
                 return str(choice.finish_reason)
     return None
-
-
-def retry_after_seconds(
-    headers: Mapping[str, str] | None, *, now: float | None = None
-) -> float | None:
-    """Seconds a ``Retry-After`` (or ``retry-after-ms``) header asks to wait, if any.
-
-    ``Retry-After`` is either seconds or an HTTP date; an unreadable value is ignored.
-    """
-    if not headers:
-        return None
-    lowered = {str(k).lower(): str(v) for k, v in headers.items()}
-    if "retry-after-ms" in lowered:
-        try:
-            return max(float(lowered["retry-after-ms"]) / 1000.0, 0.0)
-        except ValueError:
-            pass
-    value = lowered.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - (time.time() if now is None else now), 0.0)
 
 
 def _response_headers(exc: Exception) -> Mapping[str, str] | None:

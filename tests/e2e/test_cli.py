@@ -133,7 +133,7 @@ def test_a_failed_task_exits_non_zero_with_the_reason(tmp_path, openai_server) -
     [
         ({"AGENT_LLM_GATEWAY": "litellm"}, "Set AGENT_MODEL to any litellm model string"),
         ({"AGENT_TASK_STORE": "redis"}, "installed: sqlite"),
-        ({"AGENT_LLM_GATEWAY": "nope"}, "installed: litellm, scripted"),
+        ({"AGENT_LLM_GATEWAY": "nope"}, "installed: litellm, openai_http, scripted"),
     ],
 )
 def test_misconfiguration_is_a_clear_usage_error(tmp_path, env, fragment) -> None:

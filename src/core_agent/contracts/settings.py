@@ -115,12 +115,14 @@ class AgentSettings(BaseSettings):
     it, failure opens it again."""
     model_fallbacks: Annotated[tuple[str, ...], NoDecode] = ()
     """Models to try in order, comma-separated, when the primary model keeps failing or its
-    breaker is open (``openai/gpt-4o-mini,ollama/llama3.2``); each is built by the same
-    gateway as ``model``, with the same base URL and key."""
+    breaker is open (``openai/gpt-4o-mini,ollama/llama3.2``); each with the same base URL and
+    key as ``model``, by ``llm_gateway`` when it is set, else by the gateway its own name
+    calls for (see ``gateway_name``)."""
     model_temperature: float | None = Field(default=None, ge=0, le=2)
 
     llm_gateway: str | None = None
-    """Entry-point name of the gateway; ``litellm`` when a model is set, else ``scripted``."""
+    """Entry-point name of the gateway (``litellm``, ``openai_http``, ``scripted``); when unset,
+    chosen from the model (see ``gateway_name``)."""
 
     scripted_model_script: Path | None = None
     """JSON script for the scripted model; its built-in demo policy when unset."""
@@ -419,10 +421,21 @@ class AgentSettings(BaseSettings):
 
     @property
     def gateway_name(self) -> str:
-        """The gateway to load: the explicit setting, else by whether a model is set."""
+        """The gateway to load: ``llm_gateway`` when set, else chosen from the model.
+
+        ``openai/<name>`` at an ``model_api_base`` (a local or self-hosted OpenAI-compatible
+        server) goes straight to it over HTTP (``openai_http``: starts in a tenth of a second,
+        where importing litellm takes seconds); any other model through ``litellm``; no model,
+        the shipped ``scripted`` demo.
+        """
         if self.llm_gateway:
             return self.llm_gateway
-        return "litellm" if self.model else "scripted"
+        model = self.resolved_model
+        if not model:
+            return "scripted"
+        if model.startswith("openai/") and self.model_api_base:
+            return "openai_http"
+        return "litellm"
 
 
 def known_variables() -> list[str]:

@@ -1,4 +1,11 @@
-"""LiteLLMGateway against a real loopback server that speaks the OpenAI protocol."""
+"""Both gateways that speak the OpenAI protocol, against a real loopback server.
+
+``LiteLLMGateway`` (litellm's real client code) and ``OpenAIHttpGateway`` (httpx) owe the kernel
+the same verdicts, so every behaviour here is checked on both.
+"""
+
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -10,8 +17,17 @@ from core_agent.contracts.errors import (
     ModelRateLimitError,
     ModelTimeoutError,
 )
-from core_agent.contracts.llm_gateway import LLMRequest, LLMResponse, LLMTextDelta, ToolDefinition
-from providers.litellm_gateway import LiteLLMGateway, retry_after_seconds
+from core_agent.contracts.llm_gateway import (
+    ILLMGateway,
+    LLMRequest,
+    LLMResponse,
+    LLMTextDelta,
+    ToolDefinition,
+)
+from core_agent.contracts.settings import AgentSettings
+from providers.litellm_gateway import LiteLLMGateway
+from providers.openai_http_gateway import OpenAIHttpGateway
+from providers.openai_wire import retry_after_seconds
 from shared.agent_protocol import AssistantMessage, ToolCall, ToolMessage, UserMessage
 from support.openai_server import OpenAIServer
 
@@ -28,9 +44,24 @@ CALC = ToolDefinition(
 )
 
 
+Make = Callable[..., ILLMGateway]
+
+
+@pytest.fixture(params=[LiteLLMGateway, OpenAIHttpGateway], ids=["litellm", "openai_http"])
+def make(request: pytest.FixtureRequest) -> Make:
+    """Builds the gateway under test: ``make(model, api_base=..., api_key=..., timeout_s=...)``."""
+    return request.param  # type: ignore[no-any-return]
+
+
 @pytest.fixture
-def gateway(litellm_settings) -> LiteLLMGateway:
-    return LiteLLMGateway.from_settings(litellm_settings)
+def gateway(make: Make, litellm_settings: AgentSettings) -> ILLMGateway:
+    settings = litellm_settings
+    return make(
+        settings.model,
+        api_base=settings.model_api_base,
+        api_key="sk-test",
+        timeout_s=settings.model_timeout_s,
+    )
 
 
 async def test_plain_completion_reports_text_and_tokens(gateway, openai_server) -> None:
@@ -124,8 +155,8 @@ async def test_stream_errors_are_mapped_too(gateway, openai_server) -> None:
     assert caught.value.status_code == 503 and caught.value.retryable
 
 
-async def test_an_unreachable_server_is_a_retryable_model_error(litellm_settings) -> None:
-    gateway = LiteLLMGateway(
+async def test_an_unreachable_server_is_a_retryable_model_error(make: Make) -> None:
+    gateway = make(
         "openai/test-model",
         api_base="http://127.0.0.1:9/v1",
         api_key="x",
@@ -136,10 +167,11 @@ async def test_an_unreachable_server_is_a_retryable_model_error(litellm_settings
     assert caught.value.retryable
 
 
-def test_the_context_window_comes_from_litellms_bundled_table() -> None:
+def test_the_context_window_comes_from_litellms_bundled_table(make: Make) -> None:
     # Read offline (LITELLM_LOCAL_MODEL_COST_MAP); a self-hosted model is simply unknown.
-    assert LiteLLMGateway("openai/gpt-4o-mini").context_window() == 128_000
-    assert LiteLLMGateway("openai/some-self-hosted-model").context_window() is None
+    base = "http://127.0.0.1:9/v1"
+    assert make("openai/gpt-4o-mini", api_base=base).context_window() == 128_000
+    assert make("openai/some-self-hosted-model", api_base=base).context_window() is None
 
 
 # Faults, injected by the loopback server. litellm's own retries are off: one call, one request.
@@ -147,7 +179,7 @@ def test_the_context_window_comes_from_litellms_bundled_table() -> None:
 TEXT = "The answer is forty-two, and here is why it is so."
 
 
-async def consume(gateway: LiteLLMGateway, stream: bool, request: LLMRequest) -> LLMResponse:
+async def consume(gateway: ILLMGateway, stream: bool, request: LLMRequest) -> LLMResponse:
     if not stream:
         return await gateway.complete(request)
     items = [item async for item in gateway.stream(request)]
@@ -158,10 +190,10 @@ async def consume(gateway: LiteLLMGateway, stream: bool, request: LLMRequest) ->
 @pytest.mark.parametrize("chunked", [False, True], ids=["connection-delimited", "chunked"])
 @pytest.mark.parametrize("fault", ["cut", "reset"])
 async def test_a_stream_cut_before_its_finish_reason_is_a_retryable_error(
-    litellm_settings, chunked, fault
+    make: Make, chunked: bool, fault: Any
 ) -> None:
     with OpenAIServer(chunked=chunked) as server:
-        gateway = LiteLLMGateway("openai/test-model", api_base=server.base_url, api_key="x")
+        gateway = make("openai/test-model", api_base=server.base_url, api_key="x")
         server.reply(TEXT, fault=fault)
         with pytest.raises(ModelError) as caught:
             await consume(gateway, True, LLMRequest(messages=[UserMessage(content="x")]))
@@ -244,10 +276,8 @@ async def test_a_prompt_too_long_for_the_model_is_a_typed_error(gateway, openai_
     assert not caught.value.retryable and caught.value.status_code == 400
 
 
-async def test_a_hanging_server_is_a_retryable_timeout(openai_server) -> None:
-    gateway = LiteLLMGateway(
-        "openai/test-model", api_base=openai_server.base_url, api_key="x", timeout_s=0.5
-    )
+async def test_a_hanging_server_is_a_retryable_timeout(make: Make, openai_server) -> None:
+    gateway = make("openai/test-model", api_base=openai_server.base_url, api_key="x", timeout_s=0.5)
     openai_server.reply(fault="hang")
     with pytest.raises(ModelTimeoutError) as caught:
         await gateway.complete(LLMRequest(messages=[UserMessage(content="x")]))

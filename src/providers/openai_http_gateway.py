@@ -1,0 +1,476 @@
+"""``ILLMGateway`` for an OpenAI-compatible server, spoken directly over HTTP (httpx).
+
+llama.cpp, vLLM, Ollama's ``/v1``, LM Studio and most proxies speak the chat-completions
+protocol. litellm reaches them too, but importing it takes seconds (about 2.7 s on a 2-core
+machine), longer than the whole first answer of a local server; this gateway imports httpx
+(about 0.1 s) and reads litellm's bundled price table as a file. It is the default for
+``openai/<model>`` with ``AGENT_MODEL_API_BASE`` set (``AGENT_LLM_GATEWAY=litellm`` keeps
+litellm); every other model goes through litellm.
+
+What it owes the kernel is what the litellm gateway owes it: one request per call (the kernel
+retries, with backoff, a deadline and a circuit breaker), every failure a ``ModelError`` with
+the server's status and body, a stream that ends without the server's finish reason (and
+without ``[DONE]``), an empty body, an empty answer or tool-call arguments cut off by the
+token limit a retryable ``ModelIncompleteError``, and ``Retry-After`` passed on.
+
+Each call opens its own HTTP client and closes it when the call ends: a client's pooled
+connections belong to the event loop that opened them, and one gateway serves whatever loop
+calls it (a host's, a sync facade's thread, a test's). A model call lasts seconds; a new
+connection to the server costs a TCP (and TLS) handshake, and the TLS settings are built once.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import ssl
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from httpx_sse import EventSource
+
+from core_agent.contracts.errors import (
+    ModelAuthenticationError,
+    ModelContextWindowError,
+    ModelError,
+    ModelIncompleteError,
+    ModelNotConfiguredError,
+    ModelRateLimitError,
+    ModelTimeoutError,
+)
+from core_agent.contracts.llm_gateway import (
+    ILLMGateway,
+    LLMRequest,
+    LLMResponse,
+    LLMStreamItem,
+    LLMTextDelta,
+    checked_response,
+)
+from core_agent.contracts.settings import (
+    MODEL_CONFIGURATION_HELP,
+    PLACEHOLDER_API_KEY,
+    AgentSettings,
+)
+from providers import litellm_price_table
+from providers.openai_wire import (
+    parse_tool_call,
+    retry_after_seconds,
+    to_openai_message,
+    to_openai_tools,
+)
+from shared.agent_protocol import AssistantMessage, TokenUsage
+
+logger = logging.getLogger(__name__)
+
+PROVIDER_PREFIX = "openai/"
+
+# Phrases servers use when a prompt does not fit (OpenAI, vLLM, llama.cpp, LM Studio...).
+_CONTEXT_WINDOW_PHRASES = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "exceeds the available context",
+    "prompt is too long",
+    "too many tokens",
+)
+
+_tls_lock = threading.Lock()
+_tls: ssl.SSLContext | None = None
+
+
+def _tls_context() -> ssl.SSLContext:
+    """The system's CA bundle as httpx would load it, built once (it costs ~20 ms)."""
+    global _tls
+    with _tls_lock:
+        if _tls is None:
+            import certifi
+
+            _tls = ssl.create_default_context(cafile=certifi.where())
+        return _tls
+
+
+class OpenAIHttpGateway(ILLMGateway):
+    """POSTs ``/chat/completions`` to ``api_base``; maps what comes back to the kernel's types.
+
+    ``model`` is ``openai/<name>`` (the name the server knows after the prefix); ``timeout_s``
+    bounds each connect and each read of one request, as the litellm gateway's does.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+        temperature: float | None = None,
+    ) -> None:
+        self._model = model
+        self._server_model = model.removeprefix(PROVIDER_PREFIX)
+        self._url = api_base.rstrip("/") + "/chat/completions"
+        self._api_key = api_key
+        self._timeout = httpx.Timeout(timeout_s)
+        self._temperature = temperature
+
+    @classmethod
+    def from_settings(cls, settings: AgentSettings) -> OpenAIHttpGateway:
+        """Configured from ``AGENT_MODEL*``.
+
+        Raises:
+            ModelNotConfiguredError: No model, or no ``AGENT_MODEL_API_BASE`` to send it to.
+        """
+        model = settings.resolved_model
+        if not model:
+            raise ModelNotConfiguredError(MODEL_CONFIGURATION_HELP)
+        if not settings.model_api_base:
+            raise ModelNotConfiguredError(
+                "AGENT_LLM_GATEWAY=openai_http needs AGENT_MODEL_API_BASE, the server's URL "
+                "(e.g. http://localhost:8080/v1); other providers go through litellm"
+            )
+        return cls(
+            model,
+            api_base=settings.model_api_base,
+            api_key=settings.model_api_key.get_secret_value() if settings.model_api_key else None,
+            timeout_s=settings.model_timeout_s,
+            temperature=settings.model_temperature,
+        )
+
+    @property
+    def model_name(self) -> str:
+        """The configured model string (``openai/<name>``)."""
+        return self._model
+
+    def context_window(self) -> int | None:
+        """The model's input window in litellm's bundled table; ``None`` for an unlisted model.
+
+        A local model is seldom listed: set ``AGENT_CONTEXT_MAX_TOKENS`` for it.
+        """
+        return litellm_price_table.context_window(self._model)
+
+    def warm_up(self) -> None:
+        """Read the price table and build the TLS settings; never raises, never connects."""
+        try:
+            litellm_price_table.context_window(self._model)
+            if self._url.startswith("https:"):
+                _tls_context()
+        except Exception:
+            logger.debug("warming the OpenAI HTTP gateway failed", exc_info=True)
+
+    def _headers(self) -> dict[str, str]:
+        # Like the openai SDK under litellm: the configured key, else OPENAI_API_KEY, else
+        # the placeholder a local server ignores (sending no key at all fails on some).
+        key = self._api_key or os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
+        return {"Authorization": f"Bearer {key}"}
+
+    def _body(self, request: LLMRequest, *, stream: bool) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self._server_model,
+            "messages": [to_openai_message(m) for m in request.messages],
+        }
+        if request.tools:
+            body["tools"] = to_openai_tools(request.tools)
+        temperature = request.temperature if request.temperature is not None else self._temperature
+        if temperature is not None:
+            body["temperature"] = temperature
+        if request.max_tokens is not None:
+            body["max_tokens"] = request.max_tokens
+        if request.response_format is not None:
+            body["response_format"] = request.response_format
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def _client(self) -> httpx.AsyncClient:
+        verify: ssl.SSLContext | bool = _tls_context() if self._url.startswith("https:") else True
+        return httpx.AsyncClient(timeout=self._timeout, verify=verify, trust_env=True)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """One non-streamed completion."""
+        try:
+            async with self._client() as client:
+                response = await client.post(
+                    self._url, json=self._body(request, stream=False), headers=self._headers()
+                )
+        except httpx.HTTPError as exc:
+            raise transport_error(exc) from exc
+        if response.status_code >= 400:
+            raise status_error(response.status_code, response.text, response.headers)
+        return checked_response(self._to_response(_json_body(response.content)))
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
+        """Streamed completion (server-sent events); the last item is the whole answer.
+
+        A server that answers a streamed request with one JSON body is read as that body.
+        Token counts are the server's usage chunk; a server that sends none reports 0.
+
+        Raises:
+            ModelIncompleteError: The stream ended before the server's finish reason and
+                ``[DONE]`` (a connection cut mid-answer), or its answer is empty or cut.
+        """
+        turn = _StreamedTurn()
+        try:
+            async with (
+                self._client() as client,
+                client.stream(
+                    "POST",
+                    self._url,
+                    json=self._body(request, stream=True),
+                    headers=self._headers(),
+                ) as response,
+            ):
+                if response.status_code >= 400:
+                    await response.aread()
+                    raise status_error(response.status_code, response.text, response.headers)
+                if "text/event-stream" not in response.headers.get("content-type", ""):
+                    whole = self._to_response(_json_body(await response.aread()))
+                    if whole.message.content:
+                        yield LLMTextDelta(whole.message.content)
+                    yield checked_response(whole)
+                    return
+                async for event in EventSource(response).aiter_sse():
+                    if event.data.strip() == "[DONE]":
+                        turn.done = True
+                        break
+                    if not event.data.strip():
+                        continue
+                    text = turn.take(_chunk(event.data))
+                    if text:
+                        yield LLMTextDelta(text)
+        except httpx.HTTPError as exc:
+            raise transport_error(exc) from exc
+        if not turn.chunks:
+            raise ModelIncompleteError("the model's stream ended without any chunk", retryable=True)
+        if turn.finish_reason is None and not turn.done:
+            raise ModelIncompleteError(
+                "the model's stream ended before the server said it was finished (no finish "
+                "reason, no [DONE]): the answer was cut off",
+                retryable=True,
+            )
+        yield checked_response(turn.response(self))
+
+    def _to_response(self, data: dict[str, Any]) -> LLMResponse:
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise ModelError(
+                "the model returned no choices", body=json.dumps(data)[:2000], retryable=True
+            ) from exc
+        calls = tuple(
+            parse_tool_call(
+                call.get("id") or f"call_{n}",
+                (call.get("function") or {}).get("name") or "",
+                (call.get("function") or {}).get("arguments"),
+            )
+            for n, call in enumerate(message.get("tool_calls") or (), start=1)
+        )
+        return self._response(
+            content=message.get("content") or None,
+            calls=calls,
+            usage=data.get("usage"),
+            model=data.get("model"),
+            finish_reason=choice.get("finish_reason"),
+        )
+
+    def _response(
+        self,
+        *,
+        content: str | None,
+        calls: tuple[Any, ...],
+        usage: Any,
+        model: Any,
+        finish_reason: Any,
+    ) -> LLMResponse:
+        usage = usage if isinstance(usage, dict) else {}
+        input_tokens = _count(usage.get("prompt_tokens"))
+        output_tokens = _count(usage.get("completion_tokens"))
+        return LLMResponse(
+            message=AssistantMessage(content=content, tool_calls=calls),
+            usage=TokenUsage(
+                input_tokens=input_tokens,
+                output_tokens=output_tokens,
+                cost_usd=litellm_price_table.cost_usd(self._model, input_tokens, output_tokens),
+            ),
+            # The configured name, as litellm reports it: traces and prices key on it.
+            model=self._model if not model else f"{PROVIDER_PREFIX}{model}",
+            finish_reason=str(finish_reason) if finish_reason else None,
+        )
+
+
+@dataclass
+class _ToolCallParts:
+    id: str | None = None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _StreamedTurn:
+    """A streamed answer as its chunks arrive: text, tool calls by index, usage, the end."""
+
+    chunks: int = 0
+    text: list[str] = field(default_factory=list)
+    calls: dict[int, _ToolCallParts] = field(default_factory=dict)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    model: str | None = None
+    done: bool = False
+
+    def take(self, chunk: dict[str, Any]) -> str:
+        """Fold one chunk in; the text it adds to the answer."""
+        self.chunks += 1
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        if chunk.get("model"):
+            self.model = str(chunk["model"])
+        added: list[str] = []
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                added.append(content)
+            for position, part in enumerate(delta.get("tool_calls") or ()):
+                self._take_call(position, part)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+        text = "".join(added)
+        if text:
+            self.text.append(text)
+        return text
+
+    def _take_call(self, position: int, part: dict[str, Any]) -> None:
+        index = part.get("index")
+        if not isinstance(index, int):
+            # No index (some servers): a new id starts a call, pieces without one continue it.
+            ids = [n for n, c in self.calls.items() if c.id is not None and c.id == part.get("id")]
+            index = ids[0] if ids else (len(self.calls) if part.get("id") else position)
+        call = self.calls.setdefault(index, _ToolCallParts())
+        if part.get("id"):
+            call.id = call.id or str(part["id"])
+        function = part.get("function") or {}
+        if function.get("name") and not call.name:
+            call.name = str(function["name"])
+        if isinstance(function.get("arguments"), str):
+            call.arguments.append(function["arguments"])
+
+    def response(self, gateway: OpenAIHttpGateway) -> LLMResponse:
+        calls = tuple(
+            parse_tool_call(
+                call.id or f"call_{n}",
+                call.name,
+                "".join(call.arguments) if call.arguments else None,
+            )
+            for n, (_, call) in enumerate(sorted(self.calls.items()), start=1)
+        )
+        return gateway._response(
+            content="".join(self.text) or None,
+            calls=calls,
+            usage=self.usage,
+            model=self.model,
+            finish_reason=self.finish_reason,
+        )
+
+
+def _count(value: Any) -> int:
+    try:
+        return max(int(value or 0), 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _json_body(content: bytes) -> dict[str, Any]:
+    if not content.strip():
+        raise ModelIncompleteError("the model server answered with an empty body", retryable=True)
+    try:
+        data = json.loads(content)
+    except ValueError as exc:
+        raise ModelError(
+            "the model server's answer is not JSON",
+            body=content[:2000].decode(errors="replace"),
+            retryable=True,
+        ) from exc
+    if not isinstance(data, dict):
+        raise ModelError("the model server's answer is not a JSON object", retryable=True)
+    if "error" in data and "choices" not in data:
+        raise stream_error(data)
+    return data
+
+
+def _chunk(data: str) -> dict[str, Any]:
+    try:
+        chunk = json.loads(data)
+    except ValueError as exc:
+        raise ModelIncompleteError(
+            f"the model's stream held a chunk that is not JSON: {data[:200]!r}", retryable=True
+        ) from exc
+    if not isinstance(chunk, dict):
+        raise ModelIncompleteError(
+            "the model's stream held a chunk that is not an object", retryable=True
+        )
+    if "error" in chunk and not chunk.get("choices"):
+        raise stream_error(chunk)
+    return chunk
+
+
+def _error_message(text: str) -> str:
+    """The server's own words: ``error.message`` of a JSON error body, else the text."""
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return text.strip()[:4000]
+    if isinstance(payload, dict):
+        error = payload.get("error", payload)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:4000]
+        if isinstance(error, str):
+            return error[:4000]
+    return text.strip()[:4000]
+
+
+def status_error(status: int, text: str, headers: httpx.Headers | None = None) -> ModelError:
+    """The kernel's error for an HTTP error status from the model server."""
+    body = _error_message(text)
+    message = f"model call failed: HTTP {status}: {body}"
+    retry_after = retry_after_seconds(dict(headers) if headers else None)
+    lowered = text.lower()
+    if status in (400, 413, 422) and any(p in lowered for p in _CONTEXT_WINDOW_PHRASES):
+        return ModelContextWindowError(message, status_code=status, body=body)
+    if status == 429:
+        return ModelRateLimitError(
+            message, status_code=status, body=body, retryable=True, retry_after_s=retry_after
+        )
+    if status in (401, 403):
+        return ModelAuthenticationError(message, status_code=status, body=body)
+    if status in (408, 409) or status >= 500:
+        return ModelError(
+            message, status_code=status, body=body, retryable=True, retry_after_s=retry_after
+        )
+    return ModelError(message, status_code=status, body=body)
+
+
+def stream_error(payload: dict[str, Any]) -> ModelError:
+    """An error the server put in a 200 answer or mid-stream (vLLM, proxies): retryable."""
+    error = payload.get("error")
+    detail = error.get("message") if isinstance(error, dict) else error
+    code = error.get("code") if isinstance(error, dict) else None
+    status = code if isinstance(code, int) else None
+    body = str(detail or payload)[:4000]
+    if any(p in body.lower() for p in _CONTEXT_WINDOW_PHRASES):
+        return ModelContextWindowError(f"model call failed: {body}", status_code=status, body=body)
+    return ModelError(f"model call failed: {body}", status_code=status, body=body, retryable=True)
+
+
+def transport_error(exc: httpx.HTTPError) -> ModelError:
+    """The kernel's error for a failure below HTTP: connection refused or cut, a timeout."""
+    message = f"model call failed: {type(exc).__name__}: {exc}"
+    if isinstance(exc, httpx.TimeoutException):
+        return ModelTimeoutError(message, retryable=True)
+    return ModelError(message, retryable=True)

@@ -1,0 +1,177 @@
+"""``OpenAIHttpGateway`` on what other OpenAI-compatible servers send.
+
+The shared behaviour (both gateways) is in ``test_openai_protocol_gateways``; these are the
+shapes of answer that vLLM, llama.cpp, Ollama and proxies produce beyond the loopback server's
+script: a streamed request answered with one JSON body, an error event inside a stream, tool
+calls whose chunks carry no index, keep-alive comments, a ``[DONE]`` with no finish reason.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from core_agent.contracts.errors import ModelError, ModelIncompleteError
+from core_agent.contracts.llm_gateway import LLMRequest, LLMResponse, LLMTextDelta
+from core_agent.contracts.settings import AgentSettings
+from providers import litellm_price_table
+from providers.openai_http_gateway import OpenAIHttpGateway
+from shared.agent_protocol import UserMessage
+
+pytestmark = pytest.mark.anyio
+
+ASK = LLMRequest(messages=[UserMessage(content="hi")])
+
+
+class CannedServer:
+    """Answers every POST with the same status, content type and raw body."""
+
+    def __init__(self) -> None:
+        self.status = 200
+        self.content_type = "text/event-stream"
+        self.body = b""
+        self.requests: list[dict[str, Any]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", 0))
+                server.requests.append(json.loads(self.rfile.read(length)))
+                self.send_response(server.status)
+                self.send_header("Content-Type", server.content_type)
+                self.send_header("Content-Length", str(len(server.body)))
+                self.end_headers()
+                self.wfile.write(server.body)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def events(self, *lines: str) -> None:
+        self.content_type = "text/event-stream"
+        self.body = "".join(f"{line}\n\n" for line in lines).encode()
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+@pytest.fixture
+def canned() -> Iterator[CannedServer]:
+    server = CannedServer()
+    yield server
+    server.close()
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return "data: " + json.dumps({"object": "chat.completion.chunk", "choices": [choice], **extra})
+
+
+async def streamed(gateway: OpenAIHttpGateway) -> tuple[list[str], LLMResponse]:
+    items = [item async for item in gateway.stream(ASK)]
+    final = items[-1]
+    assert isinstance(final, LLMResponse)
+    return [i.text for i in items if isinstance(i, LLMTextDelta)], final
+
+
+async def test_a_streamed_request_answered_with_one_json_body_is_read(canned) -> None:
+    canned.content_type = "application/json"
+    canned.body = json.dumps(
+        {
+            "choices": [{"index": 0, "message": {"content": "whole"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+        }
+    ).encode()
+    deltas, final = await streamed(OpenAIHttpGateway("openai/m", api_base=canned.base_url))
+    assert deltas == ["whole"] and final.message.content == "whole"
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (3, 1)
+    assert canned.requests[0]["stream"] is True
+
+
+async def test_an_error_event_inside_a_stream_is_a_retryable_model_error(canned) -> None:
+    canned.events(
+        chunk({"content": "Par"}),
+        'data: {"error": {"message": "the engine died", "code": 500}}',
+    )
+    gateway = OpenAIHttpGateway("openai/m", api_base=canned.base_url)
+    with pytest.raises(ModelError, match="the engine died") as caught:
+        await streamed(gateway)
+    assert caught.value.retryable and caught.value.status_code == 500
+
+
+async def test_tool_call_chunks_without_an_index_are_reassembled(canned) -> None:
+    canned.events(
+        ": keep-alive",
+        chunk({"tool_calls": [{"id": "c1", "function": {"name": "calc", "arguments": '{"x"'}}]}),
+        chunk({"tool_calls": [{"function": {"arguments": ": 1}"}}]}),
+        chunk({"tool_calls": [{"id": "c2", "function": {"name": "calc", "arguments": "{}"}}]}),
+        chunk({}, "tool_calls"),
+        "data: [DONE]",
+    )
+    _, final = await streamed(OpenAIHttpGateway("openai/m", api_base=canned.base_url))
+    assert [(c.id, c.name, c.arguments) for c in final.message.tool_calls] == [
+        ("c1", "calc", {"x": 1}),
+        ("c2", "calc", {}),
+    ]
+    assert final.finish_reason == "tool_calls"
+
+
+async def test_done_without_a_finish_reason_is_a_whole_answer(canned) -> None:
+    # [DONE] is the protocol's end of stream: the answer is whole though no reason was given.
+    canned.events(chunk({"content": "a"}), chunk({"content": "b"}), "data: [DONE]")
+    deltas, final = await streamed(OpenAIHttpGateway("openai/m", api_base=canned.base_url))
+    assert deltas == ["a", "b"] and final.message.content == "ab"
+
+
+async def test_a_stream_with_neither_finish_reason_nor_done_is_cut(canned) -> None:
+    canned.events(chunk({"content": "The answ"}))
+    with pytest.raises(ModelIncompleteError, match="cut off") as caught:
+        await streamed(OpenAIHttpGateway("openai/m", api_base=canned.base_url))
+    assert caught.value.retryable
+
+
+async def test_a_chunk_that_is_not_json_is_a_retryable_error(canned) -> None:
+    canned.events(chunk({"content": "a"}), "data: {not json")
+    with pytest.raises(ModelIncompleteError, match="not JSON") as caught:
+        await streamed(OpenAIHttpGateway("openai/m", api_base=canned.base_url))
+    assert caught.value.retryable
+
+
+async def test_the_cost_of_a_listed_model_comes_from_litellms_table(canned) -> None:
+    canned.events(
+        chunk({"content": "hi"}, "stop"),
+        'data: {"choices": [], "usage": {"prompt_tokens": 1000, "completion_tokens": 100}}',
+        "data: [DONE]",
+    )
+    _, final = await streamed(OpenAIHttpGateway("openai/gpt-4o-mini", api_base=canned.base_url))
+    expected = litellm_price_table.cost_usd("openai/gpt-4o-mini", 1000, 100)
+    assert expected is not None and expected > 0
+    assert final.usage.cost_usd == pytest.approx(expected)
+    assert canned.requests[0]["model"] == "gpt-4o-mini"  # the server's name, prefix removed
+
+
+def test_the_gateway_follows_the_model_unless_one_is_named(tmp_path) -> None:
+    def name(**values: Any) -> str:
+        return AgentSettings(data_dir=tmp_path, **values).gateway_name
+
+    local = "http://127.0.0.1:8080/v1"
+    assert name(model="openai/qwen", model_api_base=local) == "openai_http"
+    assert name(model="qwen", model_provider="openai", model_api_base=local) == "openai_http"
+    assert name(model="openai/gpt-4o-mini") == "litellm"  # no base URL: OpenAI through litellm
+    assert name(model="ollama/llama3.2", model_api_base=local) == "litellm"
+    assert name(model="openai/qwen", model_api_base=local, llm_gateway="litellm") == "litellm"
+    assert name() == "scripted"
