@@ -293,6 +293,7 @@ def _add_knowledge_commands(commands: Any) -> None:
         "rebuild", help="index the stored chunks again (after changing AGENT_LEXICAL_INDEX)"
     )
     rebuild.add_argument("--namespace", help="knowledge namespace (AGENT_KNOWLEDGE_NAMESPACE)")
+    rebuild.add_argument("--json", action="store_true", help="print the result as JSON")
 
     vectors = commands.add_parser("vectors", help="inspect, migrate, verify, re-embed vectors")
     actions = vectors.add_subparsers(dest="vectors_command", required=True, metavar="ACTION")
@@ -308,6 +309,9 @@ def _add_knowledge_commands(commands: Any) -> None:
     migrate.add_argument(
         "--overwrite", action="store_true", help="copy every record, not only missing ones"
     )
+    migrate.add_argument(
+        "--json", action="store_true", help="print the result as JSON (progress on stderr)"
+    )
 
     verify = actions.add_parser("verify", help="compare two backends and report differences")
     verify.add_argument("--from", dest="source", help="default: AGENT_VECTOR_PROVIDER")
@@ -322,6 +326,9 @@ def _add_knowledge_commands(commands: Any) -> None:
         "reembed", help="rebuild a namespace with the configured embedder (AGENT_EMBEDDER)"
     )
     reembed.add_argument("namespace")
+    reembed.add_argument(
+        "--json", action="store_true", help="print the result as JSON (progress on stderr)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

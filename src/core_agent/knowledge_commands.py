@@ -173,7 +173,12 @@ async def keywords(args: argparse.Namespace) -> int:
         total = await container.ingestion().reindex_keywords(namespace)
     finally:
         await _close(container)
-    print(f"indexed {total} chunks of {namespace!r} with {settings.lexical_index}")
+    if args.json:
+        print(
+            json.dumps({"namespace": namespace, "indexed": total, "index": settings.lexical_index})
+        )
+    else:
+        print(f"indexed {total} chunks of {namespace!r} with {settings.lexical_index}")
     return EXIT_OK
 
 
@@ -226,6 +231,7 @@ async def _migrate(settings: AgentSettings, args: argparse.Namespace) -> int:
         print(
             f"{state.namespace}: {state.already_present + state.copied}/{state.total} "
             f"({state.already_present} already there, {state.copied} copied)",
+            file=sys.stderr if args.json else sys.stdout,
             flush=True,
         )
 
@@ -242,7 +248,23 @@ async def _migrate(settings: AgentSettings, args: argparse.Namespace) -> int:
         await source.close()
         await target.close()
     copied = sum(n.copied for n in done)
-    print(f"migrated {len(done)} namespace(s) from {args.source} to {args.target}: {copied} copied")
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "from": args.source,
+                    "to": args.target,
+                    "copied": copied,
+                    "namespaces": [dataclasses.asdict(n) for n in done],
+                },
+                indent=2,
+            )
+        )
+    else:
+        print(
+            f"migrated {len(done)} namespace(s) from {args.source} to {args.target}: "
+            f"{copied} copied"
+        )
     return EXIT_OK
 
 
@@ -300,7 +322,8 @@ async def _reembed(args: argparse.Namespace) -> int:
     catalog = container.document_catalog()
 
     def report(state: ReembedProgress) -> None:
-        print(f"{state.namespace}: {state.done}/{state.total} embedded", flush=True)
+        out = sys.stderr if args.json else sys.stdout
+        print(f"{state.namespace}: {state.done}/{state.total} embedded", file=out, flush=True)
 
     try:
         total = await reembed_namespace(store, args.namespace, embedder, progress=report)
@@ -309,7 +332,12 @@ async def _reembed(args: argparse.Namespace) -> int:
             await catalog.put(dataclasses.replace(record, embedding_model=embedder.model_id))
     finally:
         await _close(container)
-    print(f"re-embedded {total} vectors of {args.namespace!r} with {embedder.model_id}")
+    if args.json:
+        print(
+            json.dumps({"namespace": args.namespace, "embedded": total, "model": embedder.model_id})
+        )
+    else:
+        print(f"re-embedded {total} vectors of {args.namespace!r} with {embedder.model_id}")
     return EXIT_OK
 
 

@@ -83,8 +83,11 @@ def test_dual_write_then_verify_from_the_command_line(tmp_path: Path, notes: Pat
     assert drift.returncode == 1
     assert "only in sqlite_vec (1)" in drift.stdout and "inconsistent" in drift.stdout
 
-    migrate = run("vectors", "migrate", "--from", "sqlite_vec", "--to", "lancedb", data_dir=data)
-    assert migrate.returncode == 0 and "1 copied" in migrate.stdout
+    migrate = run(
+        "vectors", "migrate", "--from", "sqlite_vec", "--to", "lancedb", "--json", data_dir=data
+    )
+    assert migrate.returncode == 0, migrate.stderr
+    assert json.loads(migrate.stdout)["copied"] == 1  # progress went to stderr
     assert run("vectors", "verify", data_dir=data).returncode == 0
 
 
@@ -96,9 +99,11 @@ def test_reembed_from_the_command_line_keeps_ingestion_idempotent(
     mixed = run("search", "tomatoes", data_dir=data, AGENT_EMBEDDING_DIMENSION="64")
     assert mixed.returncode == 2 and "reembed" in mixed.stderr
 
-    rebuilt = run("vectors", "reembed", "default", data_dir=data, AGENT_EMBEDDING_DIMENSION="64")
+    rebuilt = run(
+        "vectors", "reembed", "default", "--json", data_dir=data, AGENT_EMBEDDING_DIMENSION="64"
+    )
     assert rebuilt.returncode == 0, rebuilt.stderr
-    assert "re-embedded 2 vectors" in rebuilt.stdout
+    assert json.loads(rebuilt.stdout)["embedded"] == 2
     again = run("ingest", str(notes), data_dir=data, AGENT_EMBEDDING_DIMENSION="64")
     assert "2 unchanged" in again.stdout
     found = run("search", "tomatoes", "--json", data_dir=data, AGENT_EMBEDDING_DIMENSION="64")
@@ -121,6 +126,8 @@ def test_switching_the_keyword_index_is_noticed_and_rebuilt(tmp_path: Path, note
     rebuilt = run("keywords", "rebuild", data_dir=data)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert "indexed 2 chunks of 'default' with tantivy" in rebuilt.stdout
+    as_json = run("keywords", "rebuild", "--json", data_dir=data)
+    assert json.loads(as_json.stdout) == {"namespace": "default", "indexed": 2, "index": "tantivy"}
     fixed = run("search", "bread dough", "--json", data_dir=data)
     assert fixed.stderr == ""
     first = json.loads(fixed.stdout)[0]
