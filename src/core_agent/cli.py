@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument(
         "--workspace", metavar="DIR", help="the project it works in (default: this directory)"
     )
+    _add_agent_option(chat)
 
     tasks = commands.add_parser("tasks", help="list recent tasks")
     tasks.add_argument("--limit", type=_positive_int, default=20)
@@ -353,6 +354,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "chat":
             from core_agent.chat.first_paint import paint
 
+            if args.agent:  # a bad file is reported before the screen is drawn
+                from core_agent.agent_files import load_agent_file
+
+                args.agent_definition = load_agent_file(args.agent)
+
             args.painted = paint(args.workspace)  # before the slow imports
         import anyio
 
@@ -405,7 +411,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _chat(args: argparse.Namespace) -> int:
     from core_agent.chat.repl import run_chat
 
-    return await run_chat(args.workspace, debug=args.debug, painted=args.painted)
+    return await run_chat(
+        args.workspace,
+        debug=args.debug,
+        painted=args.painted,
+        agent=getattr(args, "agent_definition", None),
+        trust_agent_file=args.trust_agent_file,
+    )
 
 
 def _knowledge(name: str) -> Any:

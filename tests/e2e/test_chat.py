@@ -32,11 +32,11 @@ LONG = "sleep 600"
 class Chat:
     """A running ``core-agent chat``."""
 
-    def __init__(self, data: Path, workspace: Path, **env: str) -> None:
+    def __init__(self, data: Path, workspace: Path, *args: str, **env: str) -> None:
         base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
         self.child = pexpect.spawn(
             str(CLI),
-            ["chat", "--workspace", str(workspace)],
+            ["chat", "--workspace", str(workspace), *args],
             env={
                 **base,
                 "AGENT_DATA_DIR": str(data),
@@ -281,9 +281,25 @@ def test_a_chat_through_litellm_with_the_local_server(
     ]
     first_session = ran[0]["session_id"]
 
-    again = Chat(data, workspace, **env)
+    # Another chat, as the agent an agent file describes: its model and prompt, the
+    # workspace's instructions still added; /model still switches.
+    agent = tmp_path / "agents" / "pirate.yaml"
+    agent.parent.mkdir()
+    agent.write_text(
+        "name: pirate\nmodel:\n  name: openai/file-model\n"
+        "system_prompt: You are the file's agent.\n"
+    )
+    again = Chat(data, workspace, "--agent", str(agent), **env)
     again.command(f"/resume {first_session[:10]}", "resumed session")
     again.turn("what did I say first?", "You first said: hello")
+    sent = openai_server.requests[-1]
+    assert sent["model"] == "file-model"
+    assert sent["messages"][0]["content"].startswith("You are the file's agent.")
+    assert "Answer like a pirate." in sent["messages"][0]["content"]
+    again.command("/model openai/third-model", "model: openai/third-model from the next turn on")
+    again.turn("what did I say first?", "You first said: hello")
+    assert openai_server.requests[-1]["model"] == "third-model"
+    assert openai_server.requests[-1]["messages"][0]["content"].startswith("You are the file's")
     assert again.quit() == 0
     assert len({t["session_id"] for t in tasks(data, **env)}) == 2
 
@@ -316,6 +332,13 @@ def test_a_bad_setting_ends_the_chat_in_one_line(tmp_path: Path) -> None:
     child.close()
     assert child.exitstatus == 2
     assert "AGENT_MAX_TURNS" in str(child.before) and "Traceback" not in str(child.before)
+
+
+def test_a_bad_agent_file_is_refused_before_the_chat_starts(tmp_path: Path) -> None:
+    (tmp_path / "agent.yaml").write_text("name: x\nstratgy: {}\n")
+    result = run("chat", "--agent", str(tmp_path / "agent.yaml"), data_dir=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "unknown key 'stratgy'" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_a_workspace_that_is_not_a_directory_is_refused(tmp_path: Path) -> None:

@@ -16,16 +16,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from core_agent.chat.project_instructions import (
     ProjectInstructions,
     read_project_instructions,
     system_prompt_with,
 )
-from core_agent.container import KernelContainer
+from core_agent.container import KernelContainer, use_agent_file
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import ToolSpec
 from core_agent.kernel.agent_kernel import AgentKernel
+
+if TYPE_CHECKING:
+    from core_agent.agent_files import AgentDefinition
 
 CODING_ASSISTANT = "coding_assistant"
 
@@ -54,6 +58,10 @@ class ChatKernel:
     instructions: ProjectInstructions | None
     instructions_error: str | None = None
     """Why ``AGENTS.md`` could not be read, when it could not."""
+    source_settings: AgentSettings | None = None
+    """The settings it was built from, before the agent file and the chat's changes."""
+    agent: AgentDefinition | None = None
+    """The agent file (``--agent``) applied over ``source_settings``, if any."""
 
     @property
     def system_prompt(self) -> str:
@@ -78,17 +86,31 @@ def read_settings() -> AgentSettings:
     return AgentSettings()
 
 
-def build_chat_kernel(settings: AgentSettings, workspace: Path) -> ChatKernel:
+def build_chat_kernel(
+    settings: AgentSettings,
+    workspace: Path,
+    agent: AgentDefinition | None = None,
+    *,
+    model: str | None = None,
+) -> ChatKernel:
     """The kernel ``settings`` describe, as a coding assistant in ``workspace`` (blocking).
 
-    Also imports what drawing a turn needs, so the first answer does not wait for it.
+    ``agent`` (``--agent``) is applied over ``settings`` as for ``run``: its model, prompt,
+    tools, policy and limits; the coding assistant and the workspace are the chat's whatever
+    the file says. ``model`` (``/model``) wins over both. Also imports what drawing a turn
+    needs, so the first answer does not wait for it.
 
     Raises:
         CoreAgentError: A provider is not installed, a model is not configured, a prompt
-            file is refused (as ``create_kernel`` raises them).
+            file is refused (as ``create_kernel`` raises them), or the agent file is refused.
     """
-    settings = chat_settings(settings, workspace)
+    source = settings
     container = KernelContainer()
+    container.settings.override(settings)
+    use_agent_file(container, agent)
+    settings = chat_settings(container.settings(), workspace)
+    if model is not None:
+        settings = settings.model_copy(update={"model": model})
     container.settings.override(settings)
     prompts = container.prompts()
     tools = container.tool_registry().specs()
@@ -105,6 +127,8 @@ def build_chat_kernel(settings: AgentSettings, workspace: Path) -> ChatKernel:
             tools=tools,
             base_prompt=prompts.render("system"),
             instructions=None,
+            source_settings=source,
+            agent=agent,
         ),
         workspace,
     )

@@ -21,6 +21,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import aclosing, contextmanager, suppress
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,7 @@ from core_agent.chat.line_editor import HISTORY_FILE, DeferredFileHistory, LineE
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from core_agent.agent_files import AgentDefinition
     from core_agent.chat.approval_prompt import TerminalApprover
     from core_agent.chat.chat_kernel import ChatKernel
     from core_agent.chat.rendering import ToolCallLog, TurnView
@@ -78,8 +80,18 @@ class _TurnControl:
 class ChatRepl:
     """One ``core-agent chat``: its prompt, kernel, session and totals."""
 
-    def __init__(self, workspace: Path, *, debug: bool = False, painted: bool = False) -> None:
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        debug: bool = False,
+        painted: bool = False,
+        agent: AgentDefinition | None = None,
+        trust_agent_file: bool = False,
+    ) -> None:
         self.workspace = workspace
+        self._agent = agent
+        self._trust_agent_file = trust_agent_file
         self._debug = debug
         self._painted = painted
         """Whether the banner and the prompt are on the screen already (``first_paint``)."""
@@ -205,8 +217,10 @@ class ChatRepl:
         from core_agent.chat.chat_kernel import build_chat_kernel
 
         current = await self.ready()
-        settings = current.settings.model_copy(update={"model": model})
-        built = await anyio.to_thread.run_sync(build_chat_kernel, settings, self.workspace)
+        source = current.source_settings or current.settings
+        built = await anyio.to_thread.run_sync(
+            partial(build_chat_kernel, source, self.workspace, current.agent, model=model)
+        )
         await self._enter(built)
         self._chat = built
         await current.kernel.aclose()
@@ -355,6 +369,8 @@ class ChatRepl:
         def build() -> ChatKernel:
             try:
                 settings = read_settings()
+                if self._trust_agent_file:
+                    settings = settings.model_copy(update={"trust_agent_file": True})
                 from core_agent.container import build_redactor
 
                 redact = build_redactor(settings).text
@@ -362,7 +378,7 @@ class ChatRepl:
                 self._history.open(None)
                 raise
             self._history.open(settings.data_dir / HISTORY_FILE, redact)
-            return build_chat_kernel(settings, self.workspace)
+            return build_chat_kernel(settings, self.workspace, self._agent)
 
         try:
             built = await anyio.to_thread.run_sync(build)
@@ -467,11 +483,19 @@ def chat_workspace(given: str | None) -> Path:
     return workspace
 
 
-async def run_chat(workspace: str | None, *, debug: bool = False, painted: bool = False) -> int:
+async def run_chat(
+    workspace: str | None,
+    *,
+    debug: bool = False,
+    painted: bool = False,
+    agent: AgentDefinition | None = None,
+    trust_agent_file: bool = False,
+) -> int:
     """``core-agent chat`` in ``workspace`` (``--workspace``; this directory when ``None``).
 
-    ``painted``: ``first_paint`` drew the banner and the prompt already. Returns the exit
-    status.
+    ``painted``: ``first_paint`` drew the banner and the prompt already. ``agent``: the agent
+    file (``--agent``, loaded and checked by the caller), applied with ``trust_agent_file``
+    as ``run`` applies it. Returns the exit status.
 
     Raises:
         UsageError: The workspace is not a directory, or stdin is not a terminal.
@@ -484,4 +508,6 @@ async def run_chat(workspace: str | None, *, debug: bool = False, painted: bool 
         raise UsageError(
             "core-agent chat needs a terminal (stdin is not one); for scripts use core-agent run"
         )
-    return await ChatRepl(where, debug=debug, painted=painted).run()
+    return await ChatRepl(
+        where, debug=debug, painted=painted, agent=agent, trust_agent_file=trust_agent_file
+    ).run()
