@@ -290,9 +290,10 @@ def test_a_host_that_stops_reading_stdout_holds_the_server_back(tmp_path: Path) 
             writer.join(timeout=8)
             assert writer.is_alive(), "the server kept reading requests it could not answer"
             # Nor do the tasks' notifications pile up (50 MB of llm.delta lines alone): the
-            # runs wait for the host. (Unbounded, the server grew by 120 MB here.)
+            # runs wait for the host. (Unbounded, the server grew by 120 MB here; bounded, by
+            # 10-42 MB, depending on what else the machine runs.)
             held_kib = rss_kib(client.process.pid) - backed_up_kib
-            assert held_kib < 40 * 1024, held_kib
+            assert held_kib < 64 * 1024, held_kib
         finally:
             client.start_reading_stdout()  # else neither side can go on
         writer.join(timeout=60)
