@@ -390,12 +390,7 @@ class AgentSettings(BaseSettings):
     @field_validator("otel_endpoint")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        scheme, _, rest = value.strip().partition("://")
-        if scheme.lower() not in ("http", "https") or not rest.strip("/"):
-            raise ValueError(f"must be an http:// or https:// URL, not {value!r}")
-        return value.strip()
+        return None if value is None else http_url(value)
 
     @field_validator(
         "workspace_roots", "sandbox_read_paths", "sandbox_protected_paths", mode="before"
@@ -476,6 +471,18 @@ class AgentSettings(BaseSettings):
         if model.startswith("openai/") and self.model_api_base:
             return "openai_http"
         return "litellm"
+
+
+def http_url(value: str) -> str:
+    """``value`` stripped, if it is an http:// or https:// URL with a host.
+
+    Raises:
+        ValueError: It is not.
+    """
+    scheme, _, rest = value.strip().partition("://")
+    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise ValueError(f"must be an http:// or https:// URL, not {value!r}")
+    return value.strip()
 
 
 def known_variables() -> list[str]:
