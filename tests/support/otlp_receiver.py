@@ -92,6 +92,7 @@ class OtlpReceiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
+                receiver._arrived(self)
                 receiver._open.wait()
                 receiver._received(self, body)
 
@@ -153,12 +154,14 @@ class OtlpReceiver:
             arrived = self._changed.wait_for(lambda: self.requests >= count, timeout=WAIT_S)
             assert arrived, f"{self.requests} request(s) arrived, not {count}"
 
-    def _received(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
-        content_type = handler.headers.get("Content-Type", "")
+    def _arrived(self, handler: BaseHTTPRequestHandler) -> None:
         with self._changed:
             self.requests += 1
-            self.content_types.append(content_type)
+            self.content_types.append(handler.headers.get("Content-Type", ""))
             self._changed.notify_all()
+
+    def _received(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+        content_type = handler.headers.get("Content-Type", "")
         if self.status != 200:
             self._answer(handler, self.status, b"refused by the test")
             return
