@@ -1,13 +1,16 @@
 """Every stored span also goes to the span exporter, and the exporter never holds a task up."""
 
 import logging
+from datetime import UTC, datetime
 
 import pytest
 from dependency_injector import providers
 
 from core_agent import tool
 from core_agent.container import KernelContainer
+from core_agent.contracts.trace_store import Span
 from core_agent.observability.span_export import ExportingTraceStore, SpanExportQueue
+from core_agent.observability.tracer import new_span_id, new_trace_id
 from core_agent.tooling.registry import ToolRegistry
 from fakes.span_exporters import FakeSpanExporter
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
@@ -115,3 +118,29 @@ async def test_an_unknown_exporter_name_leaves_export_off_with_a_warning(contain
     warning = next(r for r in caplog.records if "spans are not exported" in r.getMessage())
     assert warning.levelno == logging.WARNING
     assert "zipkin_nope" in warning.getMessage()
+
+
+def test_closing_waits_a_bounded_time_for_a_collector_that_does_not_answer(caplog) -> None:
+    exporter = FakeSpanExporter()
+    exporter.block()
+    exports = SpanExportQueue(exporter)
+    exports.submit(finished_span())
+    assert exporter.entered.wait(30)
+    exports.close(timeout_s=0.05)  # returns although the export still waits
+    assert exporter.closed  # which is what makes a real exporter give up its retries
+    assert any("did not finish within" in r.getMessage() for r in caplog.records)
+    exports.submit(finished_span())  # after close: ignored, no thread started again
+    assert exporter.calls == 1
+
+
+def finished_span() -> Span:
+    now = datetime.now(UTC)
+    return Span(
+        span_id=new_span_id(),
+        trace_id=new_trace_id(),
+        task_id="t1",
+        kind="tool",
+        name="lookup",
+        started_at=now,
+        ended_at=now,
+    )

@@ -32,8 +32,9 @@ DEFAULT_MAX_SPANS = 2048
 """Spans held for the exporter before further ones are dropped."""
 MAX_BATCH_SPANS = 512
 """Spans handed to one ``export`` call at most."""
-DEFAULT_CLOSE_TIMEOUT_S = 5.0
-"""How long closing waits for the queued spans to be exported before giving up on them."""
+DEFAULT_CLOSE_TIMEOUT_S = 2.0
+"""How long closing waits for the queued spans to be exported before giving up on them: a
+command that ends waits this long at most for a collector that does not answer."""
 
 _STOP = None
 
@@ -109,6 +110,9 @@ class SpanExportQueue:
                 return
             self._shut = self._closed = True
             thread = self._thread
+        failing = self._failing
+        if failing:
+            timeout_s = 0.0  # the collector fails (and was reported): waiting changes nothing
         deadline = time.monotonic() + timeout_s
         if thread is not None:
             with contextlib.suppress(queue.Full):
@@ -119,7 +123,7 @@ class SpanExportQueue:
             self.exporter.close()
         except Exception:
             log.warning("closing the span exporter failed", exc_info=True)
-        if thread is not None and thread.is_alive():
+        if thread is not None and thread.is_alive() and not failing:
             log.warning(
                 "span export to %s did not finish within %.0f s: the spans still queued were "
                 "not sent (they stay in the local trace)",

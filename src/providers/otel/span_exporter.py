@@ -77,18 +77,24 @@ class _Failures(logging.Filter):
         self._local = threading.local()
 
     def begin(self) -> None:
-        self._local.capturing, self._local.error = True, None
+        self._local.capturing, self._local.error, self._local.retry = True, None, None
 
     def end(self) -> str | None:
+        """Why the export failed: the SDK's last error, with the first retry's cause."""
         self._local.capturing = False
         error: str | None = self._local.error
-        return error
+        retry: str | None = self._local.retry
+        if error and retry:
+            return f"{error} ({retry})"
+        return error or retry
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not getattr(self._local, "capturing", False):
             return True  # another thread's OpenTelemetry (the host's own) logs as usual
         if record.levelno >= logging.ERROR:
             self._local.error = record.getMessage()
+        elif record.levelno >= logging.WARNING and self._local.retry is None:
+            self._local.retry = record.getMessage()  # the first: the cause, not the giving up
         return False
 
 
