@@ -59,12 +59,13 @@ async def test_a_collector_that_does_not_answer_does_not_hold_the_task(container
     exporter.block()
     kernel = kernel_exporting_to(container, exporter)
     async with kernel:
-        result = await kernel.execute_task(TaskRequest(task="Capital of France?"))
-        # The task ended while the first export still waits on the collector.
-        assert result.status is TaskStatus.SUCCEEDED
-        assert exporter.entered.is_set() and not exporter.batches
+        first = await kernel.execute_task(TaskRequest(task="Capital of France?"))
+        assert exporter.entered.wait(30)  # the first batch went out, and is not answered
+        second = await kernel.execute_task(TaskRequest(task="Capital of France?"))
+        assert first.status is second.status is TaskStatus.SUCCEEDED
+        assert not exporter.batches  # still unanswered: the second task did not wait for it
         exporter.unblock()
-        stored = await kernel.task_spans(result.task_id)
+        stored = [*await kernel.task_spans(first.task_id), *await kernel.task_spans(second.task_id)]
     assert len(exporter.spans) == len(stored)
 
 
@@ -90,11 +91,13 @@ async def test_spans_past_the_queue_are_dropped_and_counted(container, caplog) -
     container.settings.override(container.settings().model_copy(update={"span_export_queue": 2}))
     kernel = kernel_exporting_to(container, exporter)
     async with kernel:
+        await kernel.execute_task(TaskRequest(task="Capital of France?"))
+        assert exporter.entered.wait(30)  # the collector holds the first batch...
         result = await kernel.execute_task(TaskRequest(task="Capital of France?"))
         store = container.exporting_trace_store()
         assert isinstance(store, ExportingTraceStore)
         exports: SpanExportQueue = store.exports
-        assert result.status is TaskStatus.SUCCEEDED
+        assert result.status is TaskStatus.SUCCEEDED  # ...and the next task's spans overflow
         assert exports.dropped > 0
         exporter.unblock()
     held = [r for r in caplog.records if "falling behind" in r.getMessage()]

@@ -1,12 +1,13 @@
 """Sending each stored span to a span exporter too, without a task ever waiting for it.
 
 ``ExportingTraceStore`` wraps the trace store: a span is written to the store first (the
-local trace is the record), then put on a bounded queue. One thread per queue takes what is
-queued, as one batch, and hands it to the exporter; while an export is under way new spans
-gather for the next batch. So a task never waits for the network: when the collector is
-slower than the tasks and the queue is full, further spans are dropped for it (and counted in
-a warning), and a collector that fails is reported once, not once per batch. The spans stay
-in the local trace either way; ``core-agent export TASK --otlp`` sends a task again.
+local trace is the record), then put on a bounded queue. One thread per queue gathers the
+spans that arrive within a second of the first as one batch and hands it to the exporter;
+while an export is under way new spans gather for the next batch. So a task never waits for
+the network: when the collector is slower than the tasks and the queue is full, further spans
+are dropped for it (and counted in a warning), and a collector that fails is reported once,
+not once per batch. The spans stay in the local trace either way; ``core-agent export TASK
+--otlp`` sends a task again.
 
 A plain thread and ``queue.Queue`` rather than the event loop: exporters are blocking clients
 (OpenTelemetry's is), and spans come from any loop or thread of the host.
@@ -32,6 +33,9 @@ DEFAULT_MAX_SPANS = 2048
 """Spans held for the exporter before further ones are dropped."""
 MAX_BATCH_SPANS = 512
 """Spans handed to one ``export`` call at most."""
+BATCH_DELAY_S = 1.0
+"""How long the first span of a batch waits for others. A request per step would cost the
+tasks more than the spans: the exporting thread shares the interpreter with them."""
 DEFAULT_CLOSE_TIMEOUT_S = 2.0
 """How long closing waits for the queued spans to be exported before giving up on them: a
 command that ends waits this long at most for a collector that does not answer."""
@@ -146,14 +150,18 @@ class SpanExportQueue:
                 return
 
     def _take(self) -> tuple[list[Span], bool]:
-        """Wait for a span, then take what else is queued: the next batch, and whether to stop."""
+        """Wait for a span, then for more during ``BATCH_DELAY_S``: a batch, and whether to stop.
+
+        Closing (the stop mark) ends the wait at once.
+        """
         first = self._queue.get()
         if first is _STOP:
             return [], True
         batch = [first]
+        deadline = time.monotonic() + BATCH_DELAY_S
         while len(batch) < MAX_BATCH_SPANS:
             try:
-                span = self._queue.get_nowait()
+                span = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 break
             if span is _STOP:
