@@ -38,6 +38,22 @@ def collector(receiver: OtlpReceiver) -> OtlpReceiver:
     return receiver
 
 
+@pytest.fixture(scope="module")
+def data_dir(
+    receiver: OtlpReceiver, site: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, set[str]]:
+    """A task run with export on, and the span ids the collector received from the run."""
+    receiver.clear()
+    data = tmp_path_factory.mktemp("data")
+    ran = cli(
+        "run", "What is 12 * (3 + 4)?", data_dir=data, site=site,
+        AGENT_OTEL_ENDPOINT=receiver.endpoint,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    # The command ends after its spans were handed over (closing waits for the queue).
+    return data, {span.span_id for span in receiver.spans}
+
+
 def cli(*args: str, data_dir: Path, site: Path, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AGENT_", "OTEL_"))}
     path = os.pathsep.join(p for p in (str(site), base.get("PYTHONPATH", "")) if p)
@@ -53,20 +69,12 @@ def cli(*args: str, data_dir: Path, site: Path, **env: str) -> subprocess.Comple
 
 
 def test_a_run_is_exported_and_export_sends_it_again(
-    collector: OtlpReceiver, site: Path, tmp_path: Path
+    data_dir: tuple[Path, set[str]], collector: OtlpReceiver, site: Path
 ) -> None:
-    ran = cli(
-        "run", "What is 12 * (3 + 4)?", data_dir=tmp_path, site=site,
-        AGENT_OTEL_ENDPOINT=collector.endpoint,
-    )  # fmt: skip
-    assert ran.returncode == 0, ran.stderr
+    tmp_path, received = data_dir
     trace = json.loads(cli("trace", "last", "--json", data_dir=tmp_path, site=site).stdout)
     stored = {span["span_id"] for span in trace["spans"]}
-    # The command ends after its spans were handed over (closing waits for the queue).
-    assert {span.span_id for span in collector.spans} == stored
-    assert {span.trace_id for span in collector.spans} == {trace["trace_id"]}
-    chat = [s for s in collector.spans if s.attributes.get("gen_ai.operation.name") == "chat"]
-    assert len(chat) == 2 and all(s.attributes["gen_ai.usage.input_tokens"] > 0 for s in chat)
+    assert received == stored
 
     collector.clear()
     sent = cli(
@@ -82,6 +90,9 @@ def test_a_run_is_exported_and_export_sends_it_again(
     }
     # The same spans again, not a new trace: a collector sees one task once.
     assert {span.span_id for span in collector.spans} == stored
+    assert {span.trace_id for span in collector.spans} == {trace["trace_id"]}
+    chat = [s for s in collector.spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert len(chat) == 2 and all(s.attributes["gen_ai.usage.input_tokens"] > 0 for s in chat)
 
     collector.clear()
     plain = cli(
@@ -93,9 +104,10 @@ def test_a_run_is_exported_and_export_sends_it_again(
     assert len(collector.spans) == len(stored)
 
 
-def test_export_errors_are_one_line(collector: OtlpReceiver, site: Path, tmp_path: Path) -> None:
-    assert cli("run", "2 ** 10", data_dir=tmp_path, site=site).returncode == 0
-
+def test_export_errors_are_one_line(
+    data_dir: tuple[Path, set[str]], collector: OtlpReceiver, site: Path
+) -> None:
+    tmp_path = data_dir[0]
     nowhere = cli("export", "last", "--otlp", data_dir=tmp_path, site=site)
     assert nowhere.returncode == 2
     assert nowhere.stderr.strip().splitlines() == [
