@@ -190,7 +190,24 @@ def _parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="print JSON")
     _add_serve_command(commands)
     _add_knowledge_commands(commands)
+    _add_export_command(commands)
     return parser
+
+
+def _add_export_command(commands: Any) -> None:
+    export = commands.add_parser(
+        "export", help="send a task's spans to an OpenTelemetry collector (--otlp)"
+    )
+    export.add_argument("task_id", help=TASK_REFERENCE)
+    export.add_argument(
+        "--otlp",
+        nargs="?",
+        const="",
+        metavar="ENDPOINT",
+        help="an OTLP/HTTP collector's URL (e.g. http://localhost:4318); AGENT_OTEL_ENDPOINT "
+        "when omitted",
+    )
+    export.add_argument("--json", action="store_true", help="print the outcome as JSON")
 
 
 def _add_agent_option(command: argparse.ArgumentParser) -> None:
@@ -335,14 +352,6 @@ def _add_knowledge_commands(commands: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``core-agent``; returns the exit status (see ``command_errors``)."""
     args = _parser().parse_args(argv)
-    if args.verbose:
-        import logging
-
-        logging.basicConfig(
-            level=logging.INFO if args.verbose == 1 else logging.DEBUG,
-            stream=sys.stderr,
-            format="%(levelname)s %(name)s: %(message)s",
-        )
     try:
         if args.command == "schema":
             return _schema()
@@ -360,6 +369,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.agent_definition = load_agent_file(args.agent)
 
             args.painted = paint(args.workspace)  # before the slow imports
+        _log_to_stderr(args)
         import anyio
 
         handler = {
@@ -383,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "search": _knowledge("search"),
             "keywords": _knowledge("keywords"),
             "vectors": _knowledge("vectors"),
+            "export": _export,
         }[args.command]
         result: int = anyio.run(handler, args)
         return result
@@ -406,6 +417,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         line, status = explain(exc)
         print(f"core-agent: {line}", file=sys.stderr)
         return status
+
+
+def _log_to_stderr(args: argparse.Namespace) -> None:
+    """Warnings (degraded features) and errors by default; -v adds info, -vv debug, -q only errors.
+
+    In ``AGENT_LOG_FORMAT`` (text or json); with settings that do not load, in text (the
+    command then reports what is wrong with them).
+    """
+    import logging
+
+    from core_agent.contracts.settings import AgentSettings
+    from core_agent.observability.log_format import log_to_stderr
+
+    try:
+        log_format = AgentSettings().log_format
+    except Exception:
+        log_format = "text"
+    levels = (logging.WARNING, logging.INFO, logging.DEBUG)
+    level = logging.ERROR if args.quiet else levels[min(args.verbose, 2)]
+    log_to_stderr(level, log_format)
+
+
+async def _export(args: argparse.Namespace) -> int:
+    from core_agent.contracts.errors import UsageError
+
+    if args.otlp is None:
+        raise UsageError("say where to send the task: --otlp [ENDPOINT] (an OTLP/HTTP collector)")
+    from core_agent.otlp_commands import export_otlp
+
+    return await export_otlp(args)
 
 
 async def _chat(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from core_agent.contracts.embedder import IEmbedder
 from core_agent.contracts.errors import (
     ConfigurationError,
     CoreAgentError,
+    ExtraNotInstalledError,
     ProviderNotFoundError,
 )
 from core_agent.contracts.lexical_index import ILexicalIndex
@@ -36,6 +37,7 @@ from core_agent.contracts.policy_engine import IPolicyEngine
 from core_agent.contracts.retriever import IRetriever
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.shell_parser import IShellParser
+from core_agent.contracts.span_exporter import ISpanExporter
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.contracts.tool import ITool
@@ -54,6 +56,7 @@ from core_agent.memory.ingestion import IngestionPipeline
 from core_agent.memory.prompt_window import PromptWindow
 from core_agent.memory.semantic_memory import SemanticMemory
 from core_agent.memory.vector_migration import DualWriteVectorStore
+from core_agent.observability.span_export import ExportingTraceStore, SpanExportQueue
 from core_agent.orchestration.circuit_breaker import BreakerSettings
 from core_agent.orchestration.model_classifier import ModelAssistedClassifier
 from core_agent.orchestration.model_retry import RetryPolicy
@@ -101,11 +104,12 @@ MEMORY_STORES = "core_agent.memory_stores"
 DOCUMENT_CATALOGS = "core_agent.document_catalogs"
 DOCUMENT_LOADERS = "core_agent.document_loaders"
 CAPABILITIES = "core_agent.capabilities"
+SPAN_EXPORTERS = "core_agent.span_exporters"
 SHIPPED_VECTOR_STORES = ("sqlite_vec", "lancedb")
 ENTRY_POINT_GROUPS = (
     LLM_GATEWAYS, TASK_STORES, TRACE_STORES, CHECKPOINT_STORES, TOOL_CALL_LEDGERS, SANDBOXES,
     SHELL_PARSERS, TOOLS, EMBEDDERS, VECTOR_STORES, LEXICAL_INDEXES, TOKEN_COUNTERS,
-    MEMORY_STORES, DOCUMENT_CATALOGS, DOCUMENT_LOADERS, CAPABILITIES,
+    MEMORY_STORES, DOCUMENT_CATALOGS, DOCUMENT_LOADERS, CAPABILITIES, SPAN_EXPORTERS,
 )  # fmt: skip
 """Every entry-point group the container reads (``core-agent plugins`` lists them)."""
 
@@ -446,6 +450,36 @@ def build_redactor(settings: AgentSettings) -> Redactor:
     return Redactor([*keys, *host_secrets(os.environ)], settings.redact_patterns)
 
 
+def load_span_exporter(settings: AgentSettings) -> ISpanExporter | None:
+    """The span exporter the settings name, or ``None`` when spans stay on this machine.
+
+    A name that is not installed, or an exporter whose optional extra is missing, leaves
+    export off with a warning: a task never fails for want of telemetry.
+
+    Raises:
+        ConfigurationError: The exporter's settings are wrong (no endpoint, say).
+    """
+    name = settings.span_exporter_name
+    if name is None:
+        return None
+    try:
+        return load_provider(SPAN_EXPORTERS, name, settings, ISpanExporter)  # type: ignore[type-abstract]
+    except (ProviderNotFoundError, ExtraNotInstalledError) as exc:
+        log.warning("spans are not exported: %s", exc)
+        return None
+
+
+def export_spans(
+    store: ITraceStore, exporter: ISpanExporter | None, settings: AgentSettings
+) -> ITraceStore:
+    """``store``, which also queues each span it writes for ``exporter`` when there is one."""
+    if exporter is None:
+        return store
+    return ExportingTraceStore(
+        store, SpanExportQueue(exporter, max_spans=settings.span_export_queue)
+    )
+
+
 class OpenedStores:
     """The stores a container opened on first use, closed together with the kernel."""
 
@@ -492,7 +526,11 @@ class KernelContainer(containers.DeclarativeContainer):
     redactor = providers.Singleton(build_redactor, settings)
     # What the kernel writes through: every store redacts secrets on the way in.
     redacted_task_store = providers.Singleton(RedactingTaskStore, task_store, redactor)
-    redacted_trace_store = providers.Singleton(RedactingTraceStore, trace_store, redactor)
+    span_exporter = providers.Singleton(load_span_exporter, settings)
+    """Where spans go besides the trace store (``AGENT_OTEL_ENDPOINT``...); ``None``: nowhere."""
+    exporting_trace_store = providers.Singleton(export_spans, trace_store, span_exporter, settings)
+    # The exporter gets the spans as stored: redacted first.
+    redacted_trace_store = providers.Singleton(RedactingTraceStore, exporting_trace_store, redactor)
 
     embedder = providers.Singleton(
         load_provider, EMBEDDERS, settings.provided.embedder, settings, IEmbedder

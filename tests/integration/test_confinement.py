@@ -194,6 +194,19 @@ async def test_without_landlock_commands_are_refused_with_the_way_out(tmp_path: 
     assert not report["would_run"] and "no Landlock" in report["sandbox"]["reason"]
 
 
+async def test_a_machine_that_cannot_confine_is_told_once_as_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    box = LocalToolSandbox(roots=[tmp_path], launcher=NoLandlock())
+    for _ in range(3):
+        with pytest.raises(ConfinementUnavailableError):
+            await box.run_command("ls")
+    assert await box.command_readiness()
+    told = [r for r in caplog.records if "commands are refused" in r.getMessage()]
+    assert len(told) == 1 and told[0].levelno == logging.WARNING
+    assert "no Landlock" in told[0].getMessage()
+
+
 def runs(command: str):
     def model(messages: Sequence[ChatMessage]) -> ScriptedTurn:
         if any(isinstance(m, ToolMessage) for m in messages):

@@ -38,6 +38,7 @@ from core_agent.contracts.planner import IPlanner, Plan, PlanStep
 from core_agent.contracts.policy_engine import IPolicyEngine, PolicyDecision
 from core_agent.contracts.retriever import IRetriever, RetrievalHit
 from core_agent.contracts.session_store import DeletedSession, ISessionStore, SessionHistory
+from core_agent.contracts.span_exporter import ISpanExporter
 from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.token_counter import ITokenCounter
@@ -80,6 +81,7 @@ __all__ = [
     "IPolicyEngine",
     "IRetriever",
     "ISessionStore",
+    "ISpanExporter",
     "IStrategyRouter",
     "ITaskStore",
     "ITokenCounter",

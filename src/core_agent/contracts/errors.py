@@ -6,9 +6,11 @@ fails, and the host may retry)::
 
     CoreAgentError
     ├── ApprovalPendingError            not a failure: the task waits, durably, for a human
+    ├── SpanExportError                 a collector did not take exported spans
     ├── UsageError                      misuse: raised to the caller, never stored as a result
     │   ├── ConfigurationError          bad or missing settings
     │   │   ├── ProviderNotFoundError   no installed provider has that name
+    │   │   ├── ExtraNotInstalledError  a provider needs an optional extra that is missing
     │   │   └── ModelNotConfiguredError no model to call
     │   ├── InvalidTransitionError      a task status change the state machine forbids
     │   ├── TaskNotFoundError           no task with that id
@@ -97,6 +99,18 @@ class ProviderNotFoundError(ConfigurationError):
         super().__init__(
             f"no provider named {name!r} in entry-point group {group!r}; installed: {names}"
         )
+
+
+class ExtraNotInstalledError(ConfigurationError):
+    """A provider needs the packages of an optional extra that is not installed."""
+
+    def __init__(self, what: str, extra: str) -> None:
+        self.extra = extra
+        super().__init__(f"{what} needs: pip install 'core-agent[{extra}]'")
+
+
+class SpanExportError(CoreAgentError):
+    """A collector refused exported spans or could not be reached; the local trace is whole."""
 
 
 class ModelNotConfiguredError(ConfigurationError):

@@ -132,6 +132,25 @@ class AgentSettings(BaseSettings):
     checkpoint_store: str = "sqlite"
     tool_call_ledger: str = "sqlite"
 
+    span_exporter: str | None = None
+    """Entry-point name of the span exporter (``otlp``) that sends every finished span to a
+    collector too. Unset: ``otlp`` when ``otel_endpoint`` is set or ``otel_use_env`` is on;
+    else no span leaves this machine."""
+    otel_endpoint: str | None = None
+    """OTLP/HTTP collector spans are sent to: a base URL (``http://localhost:4318``, to which
+    ``/v1/traces`` is added) or the full URL of its traces path."""
+    otel_use_env: bool = False
+    """Export spans to the collector the standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or
+    ``OTEL_EXPORTER_OTLP_ENDPOINT`` variable names when ``otel_endpoint`` is unset (else to
+    OpenTelemetry's default, ``http://localhost:4318``). Off, those variables never turn
+    export on, so spans do not follow a variable set for another program."""
+    span_export_queue: int = Field(default=2048, ge=1, le=1_000_000)
+    """Finished spans held for the exporter; while the collector is slower than the tasks,
+    further spans are dropped for it (counted in a warning), never waited for."""
+    log_format: Literal["text", "json"] = "text"
+    """How the command line logs to stderr: ``text`` lines, or ``json``, one object a line
+    (time, level, logger, message, and the task, trace and span the record was made in)."""
+
     task_lease_s: float = Field(default=30.0, ge=1.0, le=3600.0)
     """How long a running task stays this kernel's without a renewal (renewed every third of
     it while it runs). A task whose lease ran out is taken over by ``recover``."""
@@ -368,6 +387,11 @@ class AgentSettings(BaseSettings):
             return tuple(name.strip() for name in value.split(",") if name.strip())
         return value
 
+    @field_validator("otel_endpoint")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        return None if value is None else http_url(value)
+
     @field_validator(
         "workspace_roots", "sandbox_read_paths", "sandbox_protected_paths", mode="before"
     )
@@ -420,6 +444,17 @@ class AgentSettings(BaseSettings):
         return self.model
 
     @property
+    def span_exporter_name(self) -> str | None:
+        """The span exporter to load, or ``None`` when spans stay on this machine.
+
+        ``span_exporter`` when set; else ``otlp`` once a collector is configured
+        (``otel_endpoint``, or ``otel_use_env``).
+        """
+        if self.span_exporter:
+            return self.span_exporter
+        return "otlp" if self.otel_endpoint or self.otel_use_env else None
+
+    @property
     def gateway_name(self) -> str:
         """The gateway to load: ``llm_gateway`` when set, else chosen from the model.
 
@@ -436,6 +471,18 @@ class AgentSettings(BaseSettings):
         if model.startswith("openai/") and self.model_api_base:
             return "openai_http"
         return "litellm"
+
+
+def http_url(value: str) -> str:
+    """``value`` stripped, if it is an http:// or https:// URL with a host.
+
+    Raises:
+        ValueError: It is not.
+    """
+    scheme, _, rest = value.strip().partition("://")
+    if scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        raise ValueError(f"must be an http:// or https:// URL, not {value!r}")
+    return value.strip()
 
 
 def known_variables() -> list[str]:

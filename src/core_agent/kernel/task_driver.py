@@ -42,6 +42,7 @@ from core_agent.kernel.human_approvals import AskHuman
 from core_agent.kernel.task_events import now
 from core_agent.kernel.task_lease import LeaseWatch
 from core_agent.kernel.task_lifecycle import TaskLifecycle
+from core_agent.observability.log_context import task_log_context
 from core_agent.observability.tracer import Tracer
 from shared.agent_protocol import (
     ApprovalDecision,
@@ -158,6 +159,7 @@ class TaskDriver:
 
         ``prepare`` runs first, under the same lease watch and cancel as the run (what a
         task does before its executor: recalling memories, fitting its session's history).
+        Log records made meanwhile carry the task's ids (``log_context``).
 
         Raises:
             Exception: A bug in the executor (not a ``RunError``), after the task is recorded
@@ -167,7 +169,11 @@ class TaskDriver:
         task_id = lifecycle.task_id
         run = self._runs.setdefault(task_id, _Run())
         try:
-            return await self._drive(run, lifecycle, executor, context, prepare)
+            with task_log_context(task_id, lifecycle.state.trace_id):
+                log.info("task runs with the %s strategy", executor.strategy)
+                result = await self._drive(run, lifecycle, executor, context, prepare)
+                log.info("task %s", result.status.value)
+                return result
         finally:
             if self._runs.get(task_id) is run:
                 del self._runs[task_id]

@@ -13,6 +13,7 @@ import anyio
 
 from core_agent.contracts.errors import ApprovalPendingError
 from core_agent.contracts.trace_store import ITraceStore, Span, SpanKind
+from core_agent.observability.log_context import span_log_context
 
 
 def new_span_id() -> str:
@@ -60,6 +61,8 @@ class Tracer:
     ) -> AsyncIterator[OpenSpan]:
         """Time the enclosed step; the span is written with status ``error`` if it raises.
 
+        Log records made in the step carry the span's ids (``log_context``).
+
         An exception in ``suspends_on`` (a wait for a human, by default) is not a failure: the
         span is written ``ok`` with a ``suspended`` attribute. ``open_span.error`` may also be
         set by the step to mark a handled failure (a tool error given back to the model, say).
@@ -72,7 +75,8 @@ class Tracer:
             started_at=datetime.now(UTC),
         )
         try:
-            yield open_span
+            with span_log_context(self.task_id, self.trace_id, open_span.span_id):
+                yield open_span
         except suspends_on as exc:
             open_span.attributes["suspended"] = str(exc)
             with anyio.CancelScope(shield=True):

@@ -21,6 +21,8 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from core_agent.observability.log_context import TaskContextFilter
+
 DEFAULT_MAX_RECORDS = 1000
 """Records held for stderr (a few hundred kilobytes at most); more are dropped, counted."""
 
@@ -115,6 +117,8 @@ def logging_off_the_event_loop(max_records: int = DEFAULT_MAX_RECORDS) -> Iterat
     handlers = original or [_stderr_handler()]
     records: queue.Queue[logging.LogRecord | None] = queue.Queue(max_records)
     source = _DroppingQueueHandler(records)
+    # Stamped here, in the thread that made the record: the writing thread has no task.
+    source.addFilter(TaskContextFilter())
     writer = _StderrWriter(records, handlers, source)
     writer.start()
     root.handlers = [source]

@@ -130,6 +130,7 @@ class LocalToolSandbox(IToolSandbox):
         self._max_output = max_output_bytes
         self._command_timeout_s = command_timeout_s
         self._mode: SandboxMode = mode
+        self._told_unconfinable = False
         self._namespaces: NamespaceUse = namespaces
         self._limits = limits or CommandLimits()
         self._read_paths = tuple(str(Path(p).resolve()) for p in read_paths)
@@ -331,6 +332,16 @@ class LocalToolSandbox(IToolSandbox):
         return None
 
     async def _confinement_info(self) -> LauncherInfo:
+        try:
+            return await self._probe_confinement()
+        except ConfinementUnavailableError as exc:
+            if not self._told_unconfinable:
+                # Said once, where the person sees it: every command will be refused.
+                self._told_unconfinable = True
+                log.warning("commands are refused: %s", exc.reason)
+            raise
+
+    async def _probe_confinement(self) -> LauncherInfo:
         if not sys.platform.startswith("linux"):
             raise ConfinementUnavailableError(
                 f"commands run only under operating-system confinement, which core-agent "
