@@ -431,8 +431,7 @@ async def _ui(args: argparse.Namespace) -> int:
             f"the trace viewer needs the `ui` extra ({exc.name} is missing): "
             "pip install 'core-agent[ui]'"
         ) from exc
-    kernel, _ = _kernel(args)
-    await serve_viewer(kernel, port=args.port, open_browser=not args.no_open)
+    await serve_viewer(lambda: _kernel(args)[0], port=args.port, open_browser=not args.no_open)
     return EXIT_OK
 
 

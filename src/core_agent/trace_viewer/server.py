@@ -15,7 +15,7 @@ import signal
 import socket
 import sys
 import webbrowser
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import anyio
 import anyio.abc
@@ -80,8 +80,13 @@ async def _open_browser(url: str) -> None:
     await anyio.to_thread.run_sync(webbrowser.open, url)
 
 
-async def serve_viewer(kernel: AgentKernel, *, port: int = 0, open_browser: bool = True) -> None:
+async def serve_viewer(
+    make_kernel: Callable[[], AgentKernel], *, port: int = 0, open_browser: bool = True
+) -> None:
     """Serve the viewer until Ctrl-C or SIGTERM, printing its URL on stdout; then return.
+
+    ``make_kernel`` is called once the port is held (a port in use is told before the kernel
+    opens its stores); the viewer closes the kernel when it stops.
 
     Raises:
         UsageError: ``port`` cannot be listened on.
@@ -91,7 +96,7 @@ async def serve_viewer(kernel: AgentKernel, *, port: int = 0, open_browser: bool
     bound = sock.getsockname()[1]
     url = f"http://{HOST}:{bound}/?token={token}"
     try:
-        async with kernel, anyio.create_task_group() as group:
+        async with make_kernel() as kernel, anyio.create_task_group() as group:
             app = viewer_app(kernel, ApprovalDesk(kernel, group), token=token, port=bound)
             server = _Server(
                 uvicorn.Config(
