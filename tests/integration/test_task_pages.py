@@ -103,11 +103,13 @@ async def test_filters_by_status_session_and_text(store) -> None:
     await add(store, 4, 'Say "hello"\nand 100% more', output="好的，已经翻译完成")
     await add(store, 5, "under_score")
     await add(store, 6, "underXscore")
+    await add(store, 7, "columns\tsplit by tabs", output="un café crème, déjà vu")
 
     async def ids(**filters: object) -> list[str]:
         return [task_id for page in await every_page(store, **filters) for task_id in page]
 
-    assert await ids(status=TaskStatus.SUCCEEDED) == ["task-0004", "task-0002", "task-0001"]
+    succeeded = await ids(status=TaskStatus.SUCCEEDED)
+    assert succeeded == ["task-0007", "task-0004", "task-0002", "task-0001"]
     assert await ids(session_id="s2") == ["task-0003", "task-0002"]
     assert await ids(session_id="s2", status=TaskStatus.QUEUED) == ["task-0003"]
     # Request text or output, in either case for ASCII letters; Chinese in both.
@@ -120,6 +122,8 @@ async def test_filters_by_status_session_and_text(store) -> None:
     assert await ids(text="100%") == ["task-0004"]
     assert await ids(text="12%") == ["task-0001"]
     assert await ids(text="under_") == ["task-0005"]
+    assert await ids(text="café crème") == ["task-0007"]  # stored as \u00e9 in the output
+    assert await ids(text="columns\tsplit") == ["task-0007"]
     assert await ids(text="nothing like it") == []
 
 

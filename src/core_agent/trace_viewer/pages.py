@@ -43,6 +43,8 @@ REASON_CHARS = 2000
 """The longest reason a decision may carry (it is shown to the model)."""
 REFRESH_S = 2
 """How often the page of a task that is still running reloads itself."""
+COUNTED = 100
+"""Pending requests counted for the menu at most (it shows "100+" past that)."""
 
 _STATUSES = [status.value for status in TaskStatus]
 _ENDED = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELED})
@@ -96,9 +98,11 @@ class _Pages:
         return f"{quote(path)}?{urlencode(query)}"
 
     async def render(self, name: str, *, status_code: int = 200, **context: Any) -> HTMLResponse:
-        pending = await self._kernel.pending_approvals()
+        # Bounded: every page shows the count, and a backlog must not slow them all down.
+        waiting = len(await self._kernel.pending_approvals(limit=COUNTED))
         context = {"refresh": None, "error": None, **context}
-        html = self._templates.get_template(name).render(pending_count=len(pending), **context)
+        count = f"{waiting}+" if waiting >= COUNTED else str(waiting) if waiting else ""
+        html = self._templates.get_template(name).render(pending_count=count, **context)
         return HTMLResponse(html, status_code=status_code)
 
     async def task_list(self, request: Request) -> Response:

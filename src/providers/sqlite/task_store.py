@@ -110,6 +110,27 @@ def _task(row: tuple[Any, ...]) -> TaskState:
     )
 
 
+def _text_filter(text: str) -> tuple[str, list[str]]:
+    """The condition on a task's request text and output for ``page_tasks``, and its values.
+
+    It compares the decoded values, not the stored JSON, whose escapes (quotes, newlines,
+    non-ASCII output) would not match what a person types. Decoding every row is slow, so
+    when the stored JSON must hold the text as typed (no character JSON escapes: the request
+    is written with non-ASCII as it is, the output with it escaped), a plain ``LIKE`` on the
+    JSON first rules out the rows that cannot match.
+    """
+    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    like = "LIKE ? ESCAPE '\\'"
+    in_task = f"json_extract(input_json, '$.task') {like}"
+    in_output = f"json_extract(output_json, '$') {like}"
+    if not any(char in '"\\' or char < " " for char in text):  # escaped in any JSON
+        in_task = f"(input_json {like} AND {in_task})"
+        if all(" " <= char <= "~" for char in text):  # json.dumps escapes the rest
+            in_output = f"(output_json {like} AND {in_output})"
+    clause = f"({in_task} OR {in_output})"
+    return clause, [pattern] * clause.count("?")
+
+
 def _cursor_position(cursor: str) -> tuple[str, int]:
     """The ``created_at`` and rowid a page cursor (``page_tasks``) stands for."""
     created_at, _, rowid = cursor.rpartition("/")
@@ -315,14 +336,9 @@ class SqliteTaskStore(ITaskStore):
             clauses.append("status = ?")
             params.append(status.value)
         if text:
-            pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            # The decoded values, not the stored JSON: escapes (quotes, newlines, non-ASCII
-            # output) would not match what a person types.
-            clauses.append(
-                "(json_extract(input_json, '$.task') LIKE ? ESCAPE '\\'"
-                " OR json_extract(output_json, '$') LIKE ? ESCAPE '\\')"
-            )
-            params += [pattern, pattern]
+            clause, patterns = _text_filter(text)
+            clauses.append(clause)
+            params += patterns
         if cursor is not None:
             clauses.append("(created_at, rowid) < (?, ?)")
             params += _cursor_position(cursor)
