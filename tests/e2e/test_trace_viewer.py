@@ -282,3 +282,6 @@ def test_a_port_in_use_is_a_clear_error(viewer) -> None:
     assert taken.returncode == 2
     assert f"port {viewer.port} on 127.0.0.1 is in use" in taken.stderr
     assert taken.stdout == ""
+    for port, problem in (("70000", "a port is 0 to 65535"), ("http", "not a port number")):
+        wrong = _cli("ui", "--port", port, env=viewer.env)
+        assert wrong.returncode == 2 and problem in wrong.stderr
