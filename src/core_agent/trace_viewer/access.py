@@ -5,7 +5,8 @@ a risky call, so a page elsewhere on the web must neither read it nor act throug
 request must come from loopback, name this viewer's address in ``Host`` (a DNS-rebinding page
 names its own domain), carry the token (``?token=`` or the ``X-Core-Agent-Token`` header),
 and, when a browser says where it comes from (``Origin``, ``Sec-Fetch-Site``), come from this
-viewer's own pages. Writes check the token once more in their form (``form_token_ok``).
+viewer's own pages. A decision (a POST) must carry the token once more, in its form or the
+header (``pages``), which a page on another site cannot read to put there.
 """
 
 from __future__ import annotations
