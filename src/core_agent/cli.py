@@ -191,6 +191,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_serve_command(commands)
     _add_knowledge_commands(commands)
     _add_export_command(commands)
+    _add_ui_command(commands)
     return parser
 
 
@@ -208,6 +209,30 @@ def _add_export_command(commands: Any) -> None:
         "when omitted",
     )
     export.add_argument("--json", action="store_true", help="print the outcome as JSON")
+
+
+def _add_ui_command(commands: Any) -> None:
+    ui = commands.add_parser(
+        "ui",
+        help="the trace viewer in a browser: tasks, span waterfalls, conversations, approvals",
+        description="Serve the trace viewer on 127.0.0.1 at a URL with a random token (printed "
+        "on stdout); approvals answered there resume their tasks in this process.",
+    )
+    ui.add_argument(
+        "--port", type=_port, default=0, help="the port on 127.0.0.1 (default: any free one)"
+    )
+    ui.add_argument("--no-open", action="store_true", help="do not open a browser")
+    _add_agent_option(ui)
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, not {value}")
+    return value
 
 
 def _add_agent_option(command: argparse.ArgumentParser) -> None:
@@ -394,6 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "keywords": _knowledge("keywords"),
             "vectors": _knowledge("vectors"),
             "export": _export,
+            "ui": _ui,
         }[args.command]
         result: int = anyio.run(handler, args)
         return result
@@ -447,6 +473,20 @@ async def _export(args: argparse.Namespace) -> int:
     from core_agent.otlp_commands import export_otlp
 
     return await export_otlp(args)
+
+
+async def _ui(args: argparse.Namespace) -> int:
+    try:
+        from core_agent.trace_viewer.server import serve_viewer
+    except ImportError as exc:
+        from core_agent.contracts.errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"the trace viewer needs the `ui` extra ({exc.name} is missing): "
+            "pip install 'core-agent[ui]'"
+        ) from exc
+    await serve_viewer(lambda: _kernel(args)[0], port=args.port, open_browser=not args.no_open)
+    return EXIT_OK
 
 
 async def _chat(args: argparse.Namespace) -> int:

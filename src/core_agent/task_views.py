@@ -1,5 +1,7 @@
 """How one task is shown in a terminal: its conversation (``show``) and its span tree (``trace``).
 
+The conversation's lines (``conversation_lines``) are also what the trace viewer shows.
+
 Both read only what the stores kept (the task's events and spans), so they show a task that
 ran in another process, or one that is still waiting for a human. Text from models and tools
 passes through ``printable`` (no terminal escapes) and wraps to the terminal instead of being
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from core_agent.safety.terminal_text import printable
@@ -36,25 +39,31 @@ def _clipped(text: str, limit: int = RESULT_CHARS) -> str:
     return f"{text[:limit]}… ({len(text) - limit} more characters)"
 
 
-def print_conversation(console: Console, task: TaskState, events: Sequence[TaskEvent]) -> None:
-    """The task as a conversation.
+@dataclass(frozen=True, slots=True)
+class ConversationLine:
+    """One line of a task's conversation: who speaks, what they say, and its colour.
+
+    ``style`` is a terminal colour (``green`` the user and answers, ``blue`` the model,
+    ``cyan`` calls and plan steps, ``yellow`` humans and waits, ``red`` failures, ``dim``
+    decisions, ``magenta`` the system prompt); the trace viewer uses it as a CSS class.
+    """
+
+    who: str
+    text: str
+    style: str = ""
+
+
+def conversation_lines(events: Sequence[TaskEvent]) -> list[ConversationLine]:
+    """The task as a conversation, one line per thing that happened, in order.
 
     The request, each model turn, each call with its policy decision, approval and result,
-    plan steps, and how it ended.
+    plan steps, and how it ended. The text is as stored (not made printable).
     """
-    from rich.markup import escape
+    lines: list[ConversationLine] = []
 
     def say(who: str, text: str, style: str = "") -> None:
-        # Markup only in the label; the text is shown as it is (escaped), and it wraps.
-        label = f"[bold {style}]{who}[/]" if style else f"[bold]{who}[/]"
-        console.print(f"{label} {escape(printable(text))}")
+        lines.append(ConversationLine(who, text, style))
 
-    console.print(
-        f"task {task.task_id}  {task.status.value}  session {task.session_id}  "
-        f"trace {task.trace_id}",
-        markup=False,
-        style="dim",
-    )
     for event in events:
         data: Any = event
         kind = event.kind
@@ -123,6 +132,23 @@ def print_conversation(console: Console, task: TaskState, events: Sequence[TaskE
             say("failed:", f"{data.error_type}: {data.error}", "red")
         elif kind == "task.canceled":
             say("canceled:", data.reason, "red")
+    return lines
+
+
+def print_conversation(console: Console, task: TaskState, events: Sequence[TaskEvent]) -> None:
+    """The task as a conversation (``conversation_lines``), between its ids and its usage."""
+    from rich.markup import escape
+
+    console.print(
+        f"task {task.task_id}  {task.status.value}  session {task.session_id}  "
+        f"trace {task.trace_id}",
+        markup=False,
+        style="dim",
+    )
+    for line in conversation_lines(events):
+        # Markup only in the label; the text is shown as it is (escaped), and it wraps.
+        label = f"[bold {line.style}]{line.who}[/]" if line.style else f"[bold]{line.who}[/]"
+        console.print(f"{label} {escape(printable(line.text))}")
     usage = task.usage
     cost = "unknown" if usage.cost_usd is None else f"${usage.cost_usd:.6f}"
     console.print(

@@ -18,12 +18,19 @@ from core_agent.contracts.errors import (
     UsageError,
 )
 from core_agent.contracts.memory_store import IMemoryStore, MemoryItem
-from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.task_store import ITaskStore, TaskPage
 from core_agent.contracts.tool_call_ledger import IToolCallLedger, LedgerEntry
 from core_agent.contracts.trace_store import ITraceStore, Span
 from shared.agent_protocol import ChatMessage, TaskState, TaskStatus, TokenUsage
 
 _MESSAGE: TypeAdapter[ChatMessage] = TypeAdapter(ChatMessage)
+
+
+def _position(cursor: str) -> tuple[str, str]:
+    created_at, sep, task_id = cursor.rpartition("/")
+    if not sep:
+        raise UsageError(f"not a page cursor of this task list: {cursor!r}")
+    return created_at, task_id
 
 
 class FakeTaskStore(ITaskStore):
@@ -51,6 +58,26 @@ class FakeTaskStore(ITaskStore):
             and (status is None or t.status == status)
         ]
         return sorted(tasks, key=lambda t: t.created_at, reverse=True)[:limit]
+
+    async def page_tasks(
+        self, *, session_id=None, status=None, text=None, cursor=None, limit=50
+    ) -> TaskPage:
+        # Newest first; the cursor is the position after the last task shown (ids break ties).
+        order = sorted(self.tasks.values(), key=lambda t: (t.created_at, t.task_id), reverse=True)
+        needle = (text or "").lower()
+        tasks = [
+            t
+            for t in order
+            if (session_id is None or t.session_id == session_id)
+            and (status is None or t.status == status)
+            and (needle in t.request.task.lower() or needle in (t.output or "").lower())
+            and (cursor is None or (t.created_at.isoformat(), t.task_id) < _position(cursor))
+        ]
+        page = tasks[: max(1, limit)]
+        more = len(tasks) > len(page)
+        return TaskPage(
+            page, f"{page[-1].created_at.isoformat()}/{page[-1].task_id}" if more else None
+        )
 
     async def match_task_ids(self, reference: str, *, limit: int = 10) -> list[str]:
         ids = sorted(t for t in self.tasks if t.startswith(reference))

@@ -31,6 +31,19 @@ class ApprovalRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskPage:
+    """One page of a task listing, newest first (see ``ITaskStore.page_tasks``).
+
+    Attributes:
+        tasks: The tasks of this page.
+        next_cursor: Pass it as ``cursor`` for the next (older) page; ``None`` on the last.
+    """
+
+    tasks: list[TaskState]
+    next_cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class ApprovalDecided:
     """What ``decide_approval`` recorded.
 
@@ -130,6 +143,28 @@ class ITaskStore(abc.ABC):
         limit: int = 50,
     ) -> list[TaskState]:
         """Tasks, newest first, optionally filtered by session and status."""
+
+    @abc.abstractmethod
+    async def page_tasks(
+        self,
+        *,
+        session_id: str | None = None,
+        status: TaskStatus | None = None,
+        text: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> TaskPage:
+        """One page of tasks, newest first, for browsing many (the trace viewer's list).
+
+        Filtered by session and status when given, and by ``text``: the tasks whose request
+        text or output contains it (ASCII letters in either case). ``cursor`` is the
+        ``next_cursor`` of the page before, an opaque string this store made: the next page
+        starts after the last task of that one (keyset pagination), so a page deep in the list
+        costs what the first does, and tasks added meanwhile do not shift it.
+
+        Raises:
+            UsageError: ``cursor`` is not one this store made.
+        """
 
     @abc.abstractmethod
     async def match_task_ids(self, reference: str, *, limit: int = 10) -> list[str]:

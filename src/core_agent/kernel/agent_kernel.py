@@ -45,7 +45,7 @@ from core_agent.contracts.executor import (
 from core_agent.contracts.memory_store import IMemoryStore
 from core_agent.contracts.session_store import DeletedSession, ISessionStore
 from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
-from core_agent.contracts.task_store import ApprovalDecided, ITaskStore
+from core_agent.contracts.task_store import ApprovalDecided, ITaskStore, TaskPage
 from core_agent.contracts.tool_hook import ToolHook
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox
@@ -669,6 +669,24 @@ class AgentKernel:
     ) -> list[TaskState]:
         """Stored tasks, newest first."""
         return await self._task_store.list_tasks(session_id=session_id, status=status, limit=limit)
+
+    async def page_tasks(
+        self,
+        *,
+        session_id: str | None = None,
+        status: TaskStatus | None = None,
+        text: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> TaskPage:
+        """One page of stored tasks, newest first; see ``ITaskStore.page_tasks``.
+
+        Raises:
+            UsageError: ``cursor`` is not the ``next_cursor`` of a page.
+        """
+        return await self._task_store.page_tasks(
+            session_id=session_id, status=status, text=text, cursor=cursor, limit=limit
+        )
 
     def _session_store(self) -> ISessionStore:
         if self._sessions is None:

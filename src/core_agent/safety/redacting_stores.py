@@ -21,7 +21,7 @@ from typing import Any
 from core_agent.contracts.checkpoint_store import C, Checkpoint, ICheckpointStore
 from core_agent.contracts.memory_store import IMemoryStore, MemoryItem, MemoryScope
 from core_agent.contracts.session_store import DeletedSession, ISessionStore, SessionHistory
-from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore
+from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore, TaskPage
 from core_agent.contracts.tool_call_ledger import IToolCallLedger, LedgerEntry, LedgerStatus
 from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.safety.redaction import Redactor
@@ -72,6 +72,20 @@ class RedactingTaskStore(ITaskStore):
     ) -> list[TaskState]:
         """See ``ITaskStore.list_tasks``."""
         return await self._inner.list_tasks(session_id=session_id, status=status, limit=limit)
+
+    async def page_tasks(
+        self,
+        *,
+        session_id: str | None = None,
+        status: TaskStatus | None = None,
+        text: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> TaskPage:
+        """See ``ITaskStore.page_tasks``."""
+        return await self._inner.page_tasks(
+            session_id=session_id, status=status, text=text, cursor=cursor, limit=limit
+        )
 
     async def match_task_ids(self, reference: str, *, limit: int = 10) -> list[str]:
         """See ``ITaskStore.match_task_ids``."""

@@ -23,9 +23,10 @@ from core_agent.contracts.errors import (
     InvalidTransitionError,
     TaskHeldError,
     TaskNotFoundError,
+    UsageError,
 )
 from core_agent.contracts.settings import AgentSettings
-from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore
+from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore, TaskPage
 from providers.sqlite.database import SqliteDatabase, transaction
 from providers.sqlite.session_store import SqliteSessionStore, check_session_takes_a_task
 from shared.agent_protocol import (
@@ -107,6 +108,39 @@ def _task(row: tuple[Any, ...]) -> TaskState:
         response_schema=json.loads(response_schema_json) if response_schema_json else None,
         response_model=response_model,
     )
+
+
+def _text_filter(text: str) -> tuple[str, list[str]]:
+    """The condition on a task's request text and output for ``page_tasks``, and its values.
+
+    It compares the decoded values, not the stored JSON, whose escapes (quotes, newlines,
+    non-ASCII output) would not match what a person types. Decoding every row is slow, so
+    when the stored JSON must hold the text as typed (no character JSON escapes: the request
+    is written with non-ASCII as it is, the output with it escaped), a plain ``LIKE`` on the
+    JSON first rules out the rows that cannot match.
+    """
+    pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    like = "LIKE ? ESCAPE '\\'"
+    in_task = f"json_extract(input_json, '$.task') {like}"
+    in_output = f"json_extract(output_json, '$') {like}"
+    if not any(char in '"\\' or char < " " for char in text):  # escaped in any JSON
+        in_task = f"(input_json {like} AND {in_task})"
+        if all(" " <= char <= "~" for char in text):  # json.dumps escapes the rest
+            in_output = f"(output_json {like} AND {in_output})"
+    clause = f"({in_task} OR {in_output})"
+    return clause, [pattern] * clause.count("?")
+
+
+def _cursor_position(cursor: str) -> tuple[str, int]:
+    """The ``created_at`` and rowid a page cursor (``page_tasks``) stands for."""
+    created_at, _, rowid = cursor.rpartition("/")
+    try:
+        datetime.fromisoformat(created_at)
+        return created_at, int(rowid)
+    except ValueError:
+        raise UsageError(
+            f"not a page cursor of this task list: {cursor!r} (start again from the first page)"
+        ) from None
 
 
 def _insert_event(conn: sqlite3.Connection, event: TaskEvent) -> None:
@@ -275,6 +309,59 @@ class SqliteTaskStore(ITaskStore):
             ).fetchall()
 
         return [_row_to_task(row) for row in await self._db.run(read)]
+
+    async def page_tasks(
+        self,
+        *,
+        session_id: str | None = None,
+        status: TaskStatus | None = None,
+        text: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> TaskPage:
+        """See ``ITaskStore.page_tasks``: a range on an index by creation time.
+
+        The cursor is the last task's ``created_at`` and rowid; ``(created_at, rowid) < (?, ?)``
+        is a range the index by creation time (by status, by session) answers, whose entries
+        end with the rowid. A text filter reads each row's request text and output, newest
+        first, until the page is full. A row that cannot be read is left out (and logged), so
+        one damaged task does not hide the others.
+        """
+        clauses: list[str] = []
+        params: list[Any] = []
+        if session_id is not None:
+            clauses.append("session_id = ?")
+            params.append(session_id)
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(status.value)
+        if text:
+            clause, patterns = _text_filter(text)
+            clauses.append(clause)
+            params += patterns
+        if cursor is not None:
+            clauses.append("(created_at, rowid) < (?, ?)")
+            params += _cursor_position(cursor)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        size = max(1, limit)
+
+        def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            # One row more than the page says whether another page follows.
+            return conn.execute(
+                f"SELECT rowid, {_TASK_COLUMNS} FROM agent_tasks {where}"
+                " ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                (*params, size + 1),
+            ).fetchall()
+
+        rows = await self._db.run(read)
+        tasks = []
+        for row in rows[:size]:
+            try:
+                tasks.append(_row_to_task(row[1:]))
+            except CorruptStateError as exc:
+                log.warning("%s", exc)
+        last = rows[size - 1] if len(rows) > size else None
+        return TaskPage(tasks, f"{last[10]}/{last[0]}" if last is not None else None)
 
     async def match_task_ids(self, reference: str, *, limit: int = 10) -> list[str]:
         """Ids starting with ``reference`` (a range on the primary key), else by trace id."""

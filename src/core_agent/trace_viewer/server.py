@@ -1,0 +1,130 @@
+"""``core-agent ui``: the viewer served on 127.0.0.1, at a URL with a fresh random token.
+
+The socket is bound here (loopback only, never another address) before uvicorn serves on
+it, so the URL printed names the real port, also for ``--port 0`` (any free one). The kernel
+lives as long as the server: decisions given on the pages resume their tasks in it, and on
+the way out those runs are left for recovery rather than canceled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import secrets
+import signal
+import socket
+import sys
+import webbrowser
+from collections.abc import Callable, Iterator
+
+import anyio
+import anyio.abc
+import anyio.to_thread
+import uvicorn
+
+from core_agent.contracts.errors import UsageError
+from core_agent.kernel.agent_kernel import AgentKernel
+from core_agent.trace_viewer.approval_desk import ApprovalDesk
+from core_agent.trace_viewer.pages import viewer_app
+
+HOST = "127.0.0.1"
+
+
+def listen(port: int) -> socket.socket:
+    """A socket listening on ``HOST``:``port`` (any free port for 0).
+
+    Raises:
+        UsageError: The port is taken, or not one this user may use.
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Inherited by every accepted connection: a response written in two parts (head,
+        # then body) is not held back 40 ms for the first part's acknowledgement.
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((HOST, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        why = "is in use" if exc.errno == errno.EADDRINUSE else f"cannot be used ({exc.strerror})"
+        raise UsageError(
+            f"port {port} on {HOST} {why}: choose another with --port, or --port 0 for any free one"
+        ) from None
+    return sock
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, stopped by ``_stop_on_signals`` rather than its own handlers.
+
+    Its own handlers raise the signal again once it has stopped, which would end the process
+    (SIGTERM) before the kernel closes its stores and leaves its runs for recovery.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """Install nothing: ``_stop_on_signals`` does."""
+        yield
+
+
+async def _stop_on_signals(
+    server: uvicorn.Server, *, task_status: anyio.abc.TaskStatus[None]
+) -> None:
+    """The first Ctrl-C or SIGTERM stops the server gracefully; a second one at once."""
+    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        task_status.started()
+        async for _ in signals:
+            if server.should_exit:
+                server.force_exit = True
+            server.should_exit = True
+
+
+async def _open_browser(url: str) -> None:
+    # In a thread: finding and starting a browser can take a while.
+    await anyio.to_thread.run_sync(webbrowser.open, url)
+
+
+async def serve_viewer(
+    make_kernel: Callable[[], AgentKernel], *, port: int = 0, open_browser: bool = True
+) -> None:
+    """Serve the viewer until Ctrl-C or SIGTERM, printing its URL on stdout; then return.
+
+    ``make_kernel`` is called once the port is held (a port in use is told before the kernel
+    opens its stores); the viewer closes the kernel when it stops.
+
+    Raises:
+        UsageError: ``port`` cannot be listened on.
+    """
+    token = secrets.token_urlsafe(24)
+    sock = listen(port)
+    bound = sock.getsockname()[1]
+    url = f"http://{HOST}:{bound}/?token={token}"
+    try:
+        async with make_kernel() as kernel, anyio.create_task_group() as group:
+            app = viewer_app(kernel, ApprovalDesk(kernel, group), token=token, port=bound)
+            server = _Server(
+                uvicorn.Config(
+                    app,
+                    log_level="warning",
+                    access_log=False,
+                    lifespan="off",
+                    server_header=False,
+                    timeout_graceful_shutdown=5,
+                )
+            )
+            await group.start(_stop_on_signals, server)
+            print(url, flush=True)
+            print(
+                "core-agent ui: the trace viewer is at the URL above (this machine only; the "
+                "token is its key). Ctrl-C stops it.",
+                file=sys.stderr,
+                flush=True,
+            )
+            if open_browser:
+                group.start_soon(_open_browser, url)
+            try:
+                await server.serve(sockets=[sock])
+            finally:
+                kernel.leave_runs()
+                group.cancel_scope.cancel()
+    finally:
+        sock.close()
