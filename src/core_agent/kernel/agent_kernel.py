@@ -622,9 +622,7 @@ class AgentKernel:
             context.run.stats.usage = state.usage
             context.run.resuming = True
             context.humans.approval_decisions = recorded_decisions(persisted)
-            await lifecycle.events(
-                TaskResumed, reason=reason, owner=self.owner
-            )
+            await lifecycle.events(TaskResumed, reason=reason, owner=self.owner)
             return await self._drive(lifecycle, self._executor_of(state), context)
 
     async def recover(self, how: Literal["resume", "fail"] | None = None) -> list[TaskResult]:
