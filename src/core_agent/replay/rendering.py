@@ -156,25 +156,33 @@ def step_text(step: ReplayStep) -> str:
     return _json(data)
 
 
-def _steps_table(steps: Sequence[ReplayStep], *, prefix: str = "") -> Any:
-    from rich.table import Table
+def _steps_text(console: Console, steps: Sequence[ReplayStep], *, prefix: str = "") -> Any:
+    """The steps as lines: number, label, then what happened, wrapped under itself.
+
+    One ``Text`` wrapped step by step (by terminal cells, so Chinese text wraps right): a
+    table would measure every cell of every row, several times slower on a long task.
+    """
     from rich.text import Text
 
-    table = Table.grid(padding=(0, 1))
-    if prefix:
-        table.add_column(no_wrap=True)
-    table.add_column(justify="right", no_wrap=True)
-    table.add_column(no_wrap=True)
-    table.add_column(overflow="fold")
+    number_width = len(str(max((step.number for step in steps), default=0)))
+    label_width = max(len(label) for label in LABELS.values())
+    lead = f"{prefix} " if prefix else ""
+    indent = len(lead) + number_width + 1 + label_width + 1
+    width = max(console.width - indent, 20)
+    out = Text()
     for step in steps:
-        style = STYLES.get(step.kind, "")
-        cells = [
-            Text(str(step.number)),
-            Text(LABELS[step.kind], style=style),
-            Text(printable(step_text(step))),
-        ]
-        table.add_row(*([Text(prefix, style="bold")] if prefix else []), *cells)
-    return table
+        lines = Text(printable(step_text(step))).wrap(console, width)
+        for index, line in enumerate(lines):
+            if index == 0:
+                out.append(lead, style="bold")
+                out.append(f"{step.number:>{number_width}} ")
+                out.append(f"{LABELS[step.kind]:<{label_width}} ", style=STYLES.get(step.kind, ""))
+            else:
+                out.append(" " * indent)
+            out.append_text(line)
+            out.append("\n")
+    out.rstrip()
+    return out
 
 
 def _header(trajectory: Trajectory) -> list[str]:
@@ -199,7 +207,7 @@ def print_trajectory(console: Console, trajectory: Trajectory) -> None:
     """The task's header, its steps numbered in order, and what it cost."""
     for line in _header(trajectory):
         console.print(printable(line), markup=False, highlight=False)
-    console.print(_steps_table(trajectory.steps))
+    console.print(_steps_text(console, trajectory.steps))
     usage = trajectory.task.usage
     cost = "unknown" if usage.cost_usd is None else f"${usage.cost_usd:.6f}"
     console.print(
@@ -239,7 +247,7 @@ def print_difference(
     width = max(len(a_name), len(b_name))
     for name, steps in ((a_name, difference.a), (b_name, difference.b)):
         if steps:
-            console.print(_steps_table(steps, prefix=name.ljust(width)))
+            console.print(_steps_text(console, steps, prefix=name.ljust(width)))
         else:
             console.print(f"{name.ljust(width)} (no step here)", markup=False, style="dim")
     if with_diff:

@@ -1,7 +1,9 @@
 """A data directory's task records: read a task's trajectory, compare, export, import.
 
-Only the task and trace stores are opened (no model, no tools, no sandbox), so reading a
-long task is quick. Writes go through the same redacting stores as the kernel's.
+Only the task and trace stores are opened (no model, no tools, no sandbox), and without
+the container, whose import (every layer of the kernel) would be most of the time a
+command takes to replay a task. Imports are written through the redacting stores, as the
+kernel's writes are.
 """
 
 from __future__ import annotations
@@ -9,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
+from typing import TypeVar
 
-from core_agent.container import KernelContainer
 from core_agent.contracts.errors import TaskNotFoundError, UsageError
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.task_store import ITaskStore
@@ -19,6 +21,27 @@ from core_agent.kernel.task_references import find_task_id
 from core_agent.replay.comparison import TrajectoryComparison, compare_trajectories
 from core_agent.replay.task_export import ExportReader, TaskExport, export_lines
 from core_agent.replay.trajectory import Trajectory, build_trajectory
+
+T = TypeVar("T")
+
+
+def open_store(group: str, name: str, settings: AgentSettings, port: type[T]) -> T:
+    """The store the entry point ``name`` of ``group`` builds from ``settings``.
+
+    Looked up directly, for speed; anything unusual (an unknown name, an entry point that
+    builds something else) goes to the container's loader, which says what is wrong.
+    """
+    from importlib.metadata import entry_points
+
+    found = [entry for entry in entry_points(group=group) if entry.name == name]
+    if len(found) == 1:
+        factory = found[0].load()
+        store = factory if isinstance(factory, port) else factory(settings)
+        if isinstance(store, port):
+            return store
+    from core_agent.container import load_provider
+
+    return load_provider(group, name, settings, port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,24 +56,49 @@ class ImportedTask:
 class TaskRecords:
     """The stored tasks of one data directory (``AGENT_DATA_DIR``), as an async context manager.
 
-    ``container`` is for tests and hosts that wire their own stores; by default one is built
-    from ``settings`` (or the ``AGENT_*`` variables).
+    The configured stores (``AGENT_TASK_STORE``, ``AGENT_TRACE_STORE``) are opened on entry
+    and closed on exit, unless a host passes its own (``task_store``, ``trace_store``), which
+    it closes itself.
     """
 
     def __init__(
-        self, settings: AgentSettings | None = None, *, container: KernelContainer | None = None
+        self,
+        settings: AgentSettings | None = None,
+        *,
+        task_store: ITaskStore | None = None,
+        trace_store: ITraceStore | None = None,
     ) -> None:
-        if container is None:
-            container = KernelContainer()
-            if settings is not None:
-                container.settings.override(settings)
-        self._container = container
+        self._settings = settings
+        self._given = (task_store, trace_store)
         self._tasks: ITaskStore | None = None
         self._traces: ITraceStore | None = None
 
+    @property
+    def settings(self) -> AgentSettings:
+        """The settings the stores come from (``AGENT_*`` when none were given)."""
+        if self._settings is None:
+            self._settings = AgentSettings()
+        return self._settings
+
     async def __aenter__(self) -> TaskRecords:
-        self._tasks = self._container.redacted_task_store()
-        self._traces = self._container.redacted_trace_store()
+        tasks, traces = self._given
+        settings = self.settings
+        try:
+            self._tasks = tasks or open_store(
+                "core_agent.task_stores",
+                settings.task_store,
+                settings,
+                ITaskStore,  # type: ignore[type-abstract]
+            )
+            self._traces = traces or open_store(
+                "core_agent.trace_stores",
+                settings.trace_store,
+                settings,
+                ITraceStore,  # type: ignore[type-abstract]
+            )
+        except BaseException:
+            await self.aclose()
+            raise
         return self
 
     async def __aexit__(
@@ -62,11 +110,11 @@ class TaskRecords:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the stores."""
+        """Close the stores this opened."""
         tasks, traces, self._tasks, self._traces = self._tasks, self._traces, None, None
-        if tasks is not None:
+        if tasks is not None and tasks is not self._given[0]:
             await tasks.close()
-        if traces is not None:
+        if traces is not None and traces is not self._given[1]:
             await traces.close()
 
     def _stores(self) -> tuple[ITaskStore, ITraceStore]:
@@ -135,8 +183,14 @@ class TaskRecords:
                 directory already has the task.
             StorageError: Storing failed; nothing was stored.
         """
-        tasks, traces = self._stores()
+        from core_agent.container import build_redactor
+        from core_agent.safety.redacting_stores import RedactingTaskStore, RedactingTraceStore
+
+        stored_tasks, stored_traces = self._stores()
         export = ExportReader(source).read(lines)
+        redactor = build_redactor(self.settings)
+        tasks = RedactingTaskStore(stored_tasks, redactor)
+        traces = RedactingTraceStore(stored_traces, redactor)
         task = export.task.model_copy(
             update={"owner": None, "lease_expires_at": None, "cancel_requested": None}
         )
