@@ -196,3 +196,55 @@ def test_a_task_that_has_not_ended_is_not_imported() -> None:
     lines = list(export_lines(TaskExport(task(TaskStatus.RUNNING), events(), [])))
     with pytest.raises(UsageError, match="is running: only a task that has ended"):
         ExportReader("x.jsonl").read(lines)
+
+
+def test_calls_of_one_turn_compare_in_the_order_the_model_asked_for_them() -> None:
+    first, second = (
+        ToolCall(id="a", name="search", arguments={"q": "a"}),
+        ToolCall(id="b", name="search", arguments={"q": "b"}),
+    )
+
+    def run(finishing: list[ToolCall]) -> list:
+        made = [
+            (TaskQueued, {"session_id": "s1", "trace_id": "r1", "request": TaskRequest(task="x")}),
+            (
+                LLMCompleted,
+                {
+                    "model": "m",
+                    "message": AssistantMessage(tool_calls=(first, second)),
+                    "usage": TokenUsage(),
+                    "latency_ms": 1.0,
+                },
+            ),
+            (ToolStarted, {"tool_call": first}),
+            (ToolStarted, {"tool_call": second}),
+            *[
+                (
+                    ToolCompleted,
+                    {
+                        "result": ToolResult(call_id=c.id, name=c.name, content=c.id),
+                        "latency_ms": 1,
+                    },
+                )
+                for c in finishing
+            ],
+        ]
+        return [
+            kind(event_id=f"e{n}", task_id="t1", seq=n, occurred_at=at(n), **fields)
+            for n, (kind, fields) in enumerate(made, start=1)
+        ]
+
+    in_order = build_trajectory(task(), run([first, second]))
+    reversed_ = build_trajectory(task(), run([second, first]))
+    assert [s.data.get("content") for s in reversed_.steps if s.kind == "tool_result"] == [
+        "b",
+        "a",
+    ]  # shown as it happened
+    assert compare_steps(in_order.compared, reversed_.compared).first_difference is None
+    assert [(s.kind, s.data.get("call_id")) for s in reversed_.compared] == [
+        ("model", None),
+        ("tool_call", "a"),
+        ("tool_result", "a"),
+        ("tool_call", "b"),
+        ("tool_result", "b"),
+    ]

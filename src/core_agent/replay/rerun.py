@@ -39,7 +39,12 @@ from core_agent.replay.recorded_gateway import RecordedLLMGateway
 from core_agent.replay.recorded_tools import RecordedToolRegistry
 from core_agent.replay.recording import Recording
 from core_agent.replay.replay_container import replay_container
-from core_agent.replay.trajectory import ReplayStep, TrajectoryBuilder, build_trajectory
+from core_agent.replay.trajectory import (
+    ReplayStep,
+    TrajectoryBuilder,
+    build_trajectory,
+    comparison_order,
+)
 from core_agent.safety.approval_gateway import denial
 from shared.agent_protocol import (
     ApprovalDecision,
@@ -74,36 +79,40 @@ class RerunReport(StepsComparison):
 
 
 class RerunMonitor:
-    """Follows the rerun's events and notes the first step that differs from the recording."""
+    """Follows the rerun's events and notes the first step that differs from the recording.
+
+    Checked when the model is next asked (``reason``): by then the turn before has ended,
+    so its calls' steps can be put in the order comparisons use (``comparison_order``).
+    """
 
     def __init__(self, recorded: Sequence[ReplayStep], task_id: str) -> None:
         self._recorded = list(recorded)
         self._task_id = task_id
         self._builder = TrajectoryBuilder()
-        self._compared = 0
+        self._checked = 0
         self.divergence: str | None = None
-
-    def reason(self) -> str | None:
-        """Why the rerun no longer follows the recording; ``None`` while it does."""
-        return self.divergence
 
     def __call__(self, event: BaseModel) -> None:
         """Take one published event (the event bus calls this in the publisher's task)."""
-        if self.divergence is not None or not isinstance(event, TaskEvent):
-            return
-        if event.task_id != self._task_id:
-            return
-        for step in self._builder.add(event):
-            if step.key is None:
-                continue
-            index, self._compared = self._compared, self._compared + 1
+        if isinstance(event, TaskEvent) and event.task_id == self._task_id:
+            self._builder.add(event)
+
+    def reason(self) -> str | None:
+        """Why the rerun no longer follows the recording; ``None`` while it does."""
+        if self.divergence is not None:
+            return self.divergence
+        compared = comparison_order(self._builder.steps)
+        for index in range(self._checked, len(compared)):
+            step = compared[index]
             if index >= len(self._recorded):
                 self.divergence = f"a {step.kind} step the recording does not have"
-                return
+                return self.divergence
             expected = self._recorded[index]
             if not same_step(expected, step):
                 self.divergence = f"step {expected.number} ({expected.kind}) differs"
-                return
+                return self.divergence
+        self._checked = len(compared)
+        return None
 
 
 def _live_approvals(callback: ApprovalCallback | None) -> ApprovalCallback:

@@ -84,8 +84,56 @@ class Trajectory(BaseModel):
 
     @property
     def compared(self) -> list[ReplayStep]:
-        """The steps a comparison checks, in order."""
-        return [step for step in self.steps if step.key is not None]
+        """The steps a comparison checks, in comparison order (``comparison_order``)."""
+        return comparison_order(self.steps)
+
+
+def comparison_order(steps: Sequence[ReplayStep]) -> list[ReplayStep]:
+    """The compared steps, each model turn's calls in the order the model asked for them.
+
+    The calls of one turn run at once, so their steps (the call, its policy decision,
+    approval, result...) interleave in whatever order they happened to finish: two runs that
+    did the same thing may record them in another order. Here the steps of a turn's calls
+    follow the turn's list of calls, each call's steps in their own order; steps of no call
+    keep their place after them.
+    """
+    ordered: list[ReplayStep] = []
+    turn: list[ReplayStep] = []
+    calls: dict[str, int] = {}
+    requests: dict[str, str] = {}
+
+    def close() -> None:
+        position = {id(step): n for n, step in enumerate(turn)}
+
+        def rank(step: ReplayStep) -> tuple[int, int]:
+            call = _call_of(step, requests)
+            index = calls.get(call, len(calls)) if call is not None else len(calls)
+            return index, position[id(step)]
+
+        ordered.extend(sorted(turn, key=rank))
+        turn.clear()
+
+    for step in steps:
+        if step.key is None:
+            continue
+        if step.kind == "model":
+            close()
+            ordered.append(step)
+            calls = {call["id"]: n for n, call in enumerate(step.data["tool_calls"])}
+            continue
+        if step.kind == "approval_request" and step.data["call_id"] is not None:
+            requests[step.data["request_id"]] = step.data["call_id"]
+        turn.append(step)
+    close()
+    return ordered
+
+
+def _call_of(step: ReplayStep, requests: dict[str, str]) -> str | None:
+    """The tool call a step belongs to, if any."""
+    if step.kind == "approval":
+        return requests.get(step.data["request_id"])
+    call: str | None = step.data.get("call_id")
+    return call
 
 
 def _call(call: Any) -> dict[str, Any]:
