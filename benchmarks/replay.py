@@ -14,7 +14,9 @@ Timed, ``--runs`` times each after a warm-up:
   spans, building the trajectory and printing it (to a buffer, as a terminal would get it);
   the figure compared with the target;
 * ``command``: ``core-agent replay TASK`` as a fresh process, from spawn to exit (Python's
-  start and imports included), for scale.
+  start and imports included), for scale; next to it ``core-agent --version`` (the
+  interpreter and the command line's start) and ``core-agent show TASK`` (the conversation
+  view of the same task), run in turn with it.
 
 Every run is checked to have printed all the steps, numbered 1 to 200, ending with the
 answer.
@@ -88,12 +90,12 @@ async def in_process(settings: AgentSettings, task_id: str) -> tuple[float, str]
     return (time.perf_counter() - started) * 1000.0, buffer.getvalue()
 
 
-def command(data_dir: Path, task_id: str) -> tuple[float, str]:
+def command(data_dir: Path, *args: str) -> tuple[float, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
     env.update({"AGENT_DATA_DIR": str(data_dir), "COLUMNS": "120"})
     started = time.perf_counter()
     done = subprocess.run(
-        [CLI, "replay", task_id], env=env, capture_output=True, text=True, check=True, timeout=120
+        [CLI, *args], env=env, capture_output=True, text=True, check=True, timeout=120
     )
     return (time.perf_counter() - started) * 1000.0, done.stdout
 
@@ -120,11 +122,17 @@ def main() -> None:
             if run:  # the first is the warm-up
                 inside.append(elapsed)
         outside: list[float] = []
+        floor: list[float] = []
+        show: list[float] = []
         for run in range(min(args.runs, 10) + 1):
-            elapsed, text = command(data_dir, task_id)
+            elapsed, text = command(data_dir, "replay", task_id)
             check_printed(text, steps)
+            version, _ = command(data_dir, "--version")
+            shown, _ = command(data_dir, "show", task_id)
             if run:
                 outside.append(elapsed)
+                floor.append(version)
+                show.append(shown)
     inner, outer = summary(inside), summary(outside)
     print(f"replay of a {steps}-step task ({args.turns} calculator turns), every step printed")
     print(
@@ -136,6 +144,9 @@ def main() -> None:
         f"  command (fresh process, start and imports included): p50 {outer['p50_ms']:.1f} ms  "
         f"p95 {outer['p95_ms']:.1f} ms (n={len(outside)})"
     )
+    for name, samples in (("core-agent --version", floor), ("core-agent show", show)):
+        print(f"    for scale, {name}: p50 {summary(samples)['p50_ms']:.1f} ms")
+    print(f"  load average: {' '.join(f'{n:.2f}' for n in os.getloadavg())}")
     print(json.dumps({"steps": steps, "in_process": inner, "command": outer}))
 
 

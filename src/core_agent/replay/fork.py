@@ -109,7 +109,7 @@ def _call_id(event: TaskEvent) -> str | None:
     if isinstance(event, ApprovalRequested):
         call = event.request.tool_call
         return call.id if call is not None else None
-    if isinstance(event, PolicyDecided | ToolHookApplied | InjectionSuspected):
+    if isinstance(event, PolicyDecided | ToolHookApplied | InjectionSuspected | TaskTainted):
         return event.call_id
     return None
 
@@ -117,20 +117,23 @@ def _call_id(event: TaskEvent) -> str | None:
 def inherited_events(events: Sequence[TaskEvent], through_seq: int) -> list[TaskEvent]:
     """The events a fork copies: up to ``through_seq``, without calls left unfinished there.
 
-    A call cut at the step (started, perhaps judged, but with no result yet) runs again in
-    the fork from its start, so none of its events are copied: it would be judged twice.
+    A call of the last model turn cut at the step (started, perhaps judged, but with no
+    result yet) runs again in the fork from its start, so none of its events are copied: it
+    would be judged twice. (Earlier turns ended before the next model turn began.)
     """
     kept = [e for e in events if e.seq <= through_seq and e.kind not in _NOT_COPIED]
-    started = {e.tool_call.id for e in kept if isinstance(e, ToolStarted)}
-    unfinished = started - {e.result.call_id for e in kept if isinstance(e, ToolCompleted)}
+    last_turn = max((n for n, e in enumerate(kept) if isinstance(e, LLMCompleted)), default=0)
+    tail = kept[last_turn:]
+    started = {e.tool_call.id for e in tail if isinstance(e, ToolStarted)}
+    unfinished = started - {e.result.call_id for e in tail if isinstance(e, ToolCompleted)}
     dropped = {
         e.request.request_id
-        for e in kept
+        for e in tail
         if isinstance(e, ApprovalRequested) and _call_id(e) in unfinished
     }
-    return [
+    return kept[:last_turn] + [
         e
-        for e in kept
+        for e in tail
         if _call_id(e) not in unfinished
         and not (isinstance(e, ApprovalResolved) and e.decision.request_id in dropped)
     ]
@@ -146,37 +149,37 @@ def rebuild_conversation(system: str, task: str, events: Sequence[TaskEvent]) ->
         UsageError: The events end with the model's answer: there is nothing to carry on.
     """
     conversation = _Conversation([SystemMessage(content=system), UserMessage(content=task)])
-    signals: dict[str, list[str]] = {}
-    results: dict[str, ToolCompleted] = {}
+    # Each model turn with the results of its calls and the injection warnings about them
+    # (by call id within the turn: some servers number calls anew every turn).
+    turns: list[tuple[AssistantMessage, dict[str, ToolCompleted], dict[str, list[str]]]] = []
     for event in events:
-        if isinstance(event, InjectionSuspected):
-            signals[event.call_id] = list(event.signals)
-        elif isinstance(event, ToolCompleted):
-            results[event.result.call_id] = event
-    turn: AssistantMessage | None = None
-    for event in events:
-        if not isinstance(event, LLMCompleted):
-            continue
-        if turn is not None:
-            _add_results(conversation, turn, results, signals)
-        turn = event.message
-        conversation.messages.append(turn)
-        conversation.turns += 1
-    if turn is None:
+        if isinstance(event, LLMCompleted):
+            turns.append((event.message, {}, {}))
+        elif isinstance(event, ToolCompleted) and turns:
+            turns[-1][1][event.result.call_id] = event
+        elif isinstance(event, InjectionSuspected) and turns:
+            turns[-1][2][event.call_id] = list(event.signals)
+    if not turns:
         return conversation
-    if not turn.tool_calls:
+    for message, results, signals in turns[:-1]:
+        conversation.messages.append(message)
+        _add_results(conversation, message, results, signals)
+    last, results, signals = turns[-1]
+    conversation.messages.append(last)
+    conversation.turns = len(turns)
+    if not last.tool_calls:
         raise UsageError("the step is at or after the model's answer: fork at an earlier step")
     finished = {
         index: _shown(call, results[call.id], signals)
-        for index, call in enumerate(turn.tool_calls)
+        for index, call in enumerate(last.tool_calls)
         if call.id in results
     }
-    conversation.tool_calls += len(finished)
-    if len(finished) == len(turn.tool_calls):
-        _add_results(conversation, turn, results, signals, count=False)
+    if len(finished) == len(last.tool_calls):
+        _add_results(conversation, last, results, signals)
     else:
+        conversation.tool_calls += len(finished)
         conversation.phase = "tools"
-        conversation.pending = list(turn.tool_calls)
+        conversation.pending = list(last.tool_calls)
         conversation.finished = finished
     return conversation
 
@@ -195,8 +198,6 @@ def _add_results(
     turn: AssistantMessage,
     results: dict[str, ToolCompleted],
     signals: dict[str, list[str]],
-    *,
-    count: bool = True,
 ) -> None:
     for call in turn.tool_calls:
         done = results.get(call.id)
@@ -208,8 +209,7 @@ def _add_results(
                 tool_call_id=call.id, name=call.name, content=shown.content, is_error=shown.is_error
             )
         )
-        if count:
-            conversation.tool_calls += 1
+        conversation.tool_calls += 1
 
 
 async def fork_task(
