@@ -24,3 +24,4 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.first_token
 "$PY" -m benchmarks.stdio_protocol
 "$PY" -m benchmarks.sync_facade_overhead
+"$PY" -m benchmarks.replay

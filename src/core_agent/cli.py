@@ -190,25 +190,9 @@ def _parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="print JSON")
     _add_serve_command(commands)
     _add_knowledge_commands(commands)
-    _add_export_command(commands)
+    _add_replay_commands(commands)
     _add_ui_command(commands)
     return parser
-
-
-def _add_export_command(commands: Any) -> None:
-    export = commands.add_parser(
-        "export", help="send a task's spans to an OpenTelemetry collector (--otlp)"
-    )
-    export.add_argument("task_id", help=TASK_REFERENCE)
-    export.add_argument(
-        "--otlp",
-        nargs="?",
-        const="",
-        metavar="ENDPOINT",
-        help="an OTLP/HTTP collector's URL (e.g. http://localhost:4318); AGENT_OTEL_ENDPOINT "
-        "when omitted",
-    )
-    export.add_argument("--json", action="store_true", help="print the outcome as JSON")
 
 
 def _add_ui_command(commands: Any) -> None:
@@ -309,6 +293,65 @@ def _add_session_commands(commands: Any) -> None:
         "delete", help="delete a session with its history, tasks, events, traces, checkpoints"
     )
     delete.add_argument("session_id")
+
+
+def _add_replay_commands(commands: Any) -> None:
+    # Handled in replay.commands, imported only when one of these runs.
+    replay = commands.add_parser(
+        "replay",
+        help="a task's steps from its records (route, model turns, tool calls and results, "
+        "decisions, approvals), numbered; --rerun runs it again with the model played back",
+    )
+    replay.add_argument("task_id", help=TASK_REFERENCE)
+    replay.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run the task again through the current kernel with the recorded model answers "
+        "(no model is called) and report the first step where it diverges; exit 1 if it does",
+    )
+    replay.add_argument(
+        "--tools",
+        choices=["recorded", "live"],
+        help="with --rerun: tools give back their recorded results (default), or run for real",
+    )
+    replay.add_argument("--json", action="store_true", help="print JSON")
+    _add_agent_option(replay)
+    fork = commands.add_parser(
+        "fork", help="a new task from a task's conversation at a step, carried on live"
+    )
+    fork.add_argument("task_id", help=TASK_REFERENCE)
+    fork.add_argument(
+        "--at", type=_positive_int, required=True, metavar="STEP", help="a step `replay` shows"
+    )
+    fork.add_argument("--model", help="carry on with this model (a litellm model string)")
+    fork.add_argument("--prompt", metavar="FILE", help="carry on with this system prompt")
+    fork.add_argument("--json", action="store_true", help="print the fork and its result as JSON")
+    _add_agent_option(fork)
+    diff = commands.add_parser("diff", help="compare two tasks step by step; exit 1 if they differ")
+    diff.add_argument("a", help=TASK_REFERENCE)
+    diff.add_argument("b", help=TASK_REFERENCE)
+    diff.add_argument("--json", action="store_true", help="print JSON")
+    export = commands.add_parser(
+        "export",
+        help="a task, its events and spans as JSON lines (for a bug report), or its spans to "
+        "an OpenTelemetry collector (--otlp)",
+    )
+    export.add_argument("task_id", help=TASK_REFERENCE)
+    export.add_argument("-o", "--output", metavar="FILE", help="write here (default: stdout)")
+    export.add_argument(
+        "--otlp",
+        nargs="?",
+        const="",
+        metavar="ENDPOINT",
+        help="send the task's spans to an OpenTelemetry collector instead (OTLP/HTTP, e.g. "
+        "http://localhost:4318; AGENT_OTEL_ENDPOINT when omitted)",
+    )
+    export.add_argument("--json", action="store_true", help="with --otlp: the outcome as JSON")
+    imported = commands.add_parser(
+        "import", help="store a task from an export (its ids kept), to replay it here"
+    )
+    imported.add_argument("file", help="the export's JSON lines, or - for stdin")
+    imported.add_argument("--json", action="store_true", help="print JSON")
 
 
 def _add_knowledge_commands(commands: Any) -> None:
@@ -418,7 +461,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "search": _knowledge("search"),
             "keywords": _knowledge("keywords"),
             "vectors": _knowledge("vectors"),
+            "replay": _replay("replay"),
+            "fork": _replay("fork"),
+            "diff": _replay("diff"),
             "export": _export,
+            "import": _replay("import_"),
             "ui": _ui,
         }[args.command]
         result: int = anyio.run(handler, args)
@@ -466,10 +513,17 @@ def _log_to_stderr(args: argparse.Namespace) -> None:
 
 
 async def _export(args: argparse.Namespace) -> int:
-    from core_agent.contracts.errors import UsageError
-
+    """JSON lines (``replay.commands.export``), or the spans to a collector with ``--otlp``."""
     if args.otlp is None:
-        raise UsageError("say where to send the task: --otlp [ENDPOINT] (an OTLP/HTTP collector)")
+        if args.json:
+            from core_agent.contracts.errors import UsageError
+
+            raise UsageError("--json goes with --otlp; the JSON-lines export is JSON already")
+        return int(await _replay("export")(args))
+    if args.output is not None:
+        from core_agent.contracts.errors import UsageError
+
+        raise UsageError("-o and --otlp cannot go together: --otlp sends the spans to a collector")
     from core_agent.otlp_commands import export_otlp
 
     return await export_otlp(args)
@@ -506,6 +560,18 @@ def _knowledge(name: str) -> Any:
         from core_agent import knowledge_commands
 
         result: int = await getattr(knowledge_commands, name)(args)
+        return result
+
+    return handler
+
+
+def _replay(name: str) -> Any:
+    async def handler(args: argparse.Namespace) -> int:
+        from core_agent.replay import commands
+
+        # A fork carries on live: a person at a terminal is asked about risky calls there.
+        args.ask_human = _ask_in_terminal if sys.stdin is not None and sys.stdin.isatty() else None
+        result: int = await getattr(commands, name)(args)
         return result
 
     return handler

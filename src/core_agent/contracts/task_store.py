@@ -118,6 +118,25 @@ class ITaskStore(abc.ABC):
             StorageError: Nothing was written.
         """
 
+    async def insert_task(self, task: TaskState, events: Sequence[TaskEvent]) -> None:
+        """Insert ``task`` as it is, with its whole event log ``events`` (ids kept).
+
+        For records made elsewhere: a task imported from an export, or the copy a fork starts
+        from. ``events`` are in ``seq`` order and the first is the task's ``task.queued``.
+        Inside a unit of work the writes join it, so they commit with the others (spans, a
+        checkpoint) or not at all.
+
+        Raises:
+            StorageError: Nothing was written (for instance, the task's id, or an event's, is
+                taken).
+
+        This default creates the task with its first event, then appends the others: a
+        failure may leave part of the log. Stores that can do it in one transaction should.
+        """
+        await self.create_task(task, events[0])
+        for event in events[1:]:
+            await self.append_event(event)
+
     def session_store(self) -> ISessionStore | None:
         """The store of this backend's sessions (history, summaries), on the same data.
 

@@ -30,7 +30,6 @@ from core_agent.contracts.errors import (
     InvalidTransitionError,
     StorageError,
     TaskFailedError,
-    TaskNotFoundError,
     UsageError,
 )
 from core_agent.contracts.event_bus import IEventBus
@@ -66,6 +65,7 @@ from core_agent.kernel.task_events import TaskEventLog, now
 from core_agent.kernel.task_lease import lease_until, new_owner
 from core_agent.kernel.task_lifecycle import TaskLifecycle
 from core_agent.kernel.task_recovery import TaskRecovery
+from core_agent.kernel.task_references import find_task_id
 from core_agent.memory.hybrid_memory import recall_message
 from core_agent.memory.ingestion import IngestionPipeline, IngestProgress, IngestResult
 from core_agent.observability.tracer import Tracer, new_trace_id
@@ -549,7 +549,11 @@ class AgentKernel:
         return decided
 
     async def resume(
-        self, task_id: str, *, response_model: type[BaseModel] | None = None
+        self,
+        task_id: str,
+        *,
+        response_model: type[BaseModel] | None = None,
+        reason: str = "taken over after its process stopped",
     ) -> TaskResult:
         """Carry on a task whose process died, from its last checkpoint, to the end.
 
@@ -558,6 +562,7 @@ class AgentKernel:
         that was interrupted runs again only when that is harmless, else a human is asked. A
         task that was queued and never started starts now. A task started with a response
         model answers with it (see ``resolve_approval`` for when to pass it again).
+        ``reason`` is what its ``task.resumed`` event says.
 
         Raises:
             TaskNotFoundError: No such task.
@@ -569,13 +574,13 @@ class AgentKernel:
         if not self._driver.claim(task_id):
             raise UsageError(f"task {task_id} already runs in this kernel")
         try:
-            return await self._resume_claimed(task_id, response_model)
+            return await self._resume_claimed(task_id, response_model, reason)
         finally:
             # A claim that did not lead to a run (refused, or failed before it) is dropped.
             self._driver.unclaim(task_id)
 
     async def _resume_claimed(
-        self, task_id: str, response_model: type[BaseModel] | None
+        self, task_id: str, response_model: type[BaseModel] | None, reason: str
     ) -> TaskResult:
         state = await self._recovery.free_if_owner_died(await self._task_store.get_task(task_id))
         if state.status is TaskStatus.WAITING_APPROVAL:
@@ -617,9 +622,7 @@ class AgentKernel:
             context.run.stats.usage = state.usage
             context.run.resuming = True
             context.humans.approval_decisions = recorded_decisions(persisted)
-            await lifecycle.events(
-                TaskResumed, reason="taken over after its process stopped", owner=self.owner
-            )
+            await lifecycle.events(TaskResumed, reason=reason, owner=self.owner)
             return await self._drive(lifecycle, self._executor_of(state), context)
 
     async def recover(self, how: Literal["resume", "fail"] | None = None) -> list[TaskResult]:
@@ -651,18 +654,7 @@ class AgentKernel:
             TaskNotFoundError: Nothing matches.
             UsageError: A prefix several tasks share (the error lists some of them).
         """
-        if reference == "last":
-            newest = await self._task_store.list_tasks(limit=1)
-            if not newest:
-                raise TaskNotFoundError("last")
-            return newest[0].task_id
-        matches = await self._task_store.match_task_ids(reference, limit=5)
-        if not matches:
-            raise TaskNotFoundError(reference)
-        if len(matches) > 1 and reference not in matches:
-            shown = ", ".join(matches[:4]) + (", ..." if len(matches) > 4 else "")
-            raise UsageError(f"{reference!r} is the start of several task ids: {shown}")
-        return reference if reference in matches else matches[0]
+        return await find_task_id(self._task_store, reference)
 
     async def list_tasks(
         self, *, session_id: str | None = None, status: TaskStatus | None = None, limit: int = 50

@@ -54,6 +54,11 @@ class RedactingTaskStore(ITaskStore):
             self._redactor.model(task), self._redactor.model(queued_event), exclusive=exclusive
         )
 
+    async def insert_task(self, task: TaskState, events: Sequence[TaskEvent]) -> None:
+        """See ``ITaskStore.insert_task``."""
+        redact = self._redactor.model
+        await self._inner.insert_task(redact(task), [redact(event) for event in events])
+
     def session_store(self) -> ISessionStore | None:
         """The inner store's session store, redacting too (see ``RedactingSessionStore``)."""
         inner = self._inner.session_store()

@@ -143,6 +143,39 @@ def _cursor_position(cursor: str) -> tuple[str, int]:
         ) from None
 
 
+def _insert_task(conn: sqlite3.Connection, task: TaskState) -> None:
+    """Insert the task's row, and its session's if new."""
+    created = _iso(task.created_at)
+    conn.execute(
+        "INSERT INTO agent_sessions (id, created_at, updated_at) VALUES (?, ?, ?)"
+        " ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at",
+        (task.session_id, created, created),
+    )
+    conn.execute(
+        f"INSERT INTO agent_tasks ({_TASK_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        (
+            task.task_id,
+            task.session_id,
+            task.trace_id,
+            task.status.value,
+            task.strategy,
+            task.request.model_dump_json(),
+            json.dumps(task.output) if task.output is not None else None,
+            task.error,
+            task.usage.model_dump_json(),
+            created,
+            _iso(task.updated_at),
+            int(task.tainted),
+            json.dumps(task.sandbox) if task.sandbox is not None else None,
+            task.owner,
+            _iso(task.lease_expires_at) if task.lease_expires_at else None,
+            task.cancel_requested,
+            (json.dumps(task.response_schema) if task.response_schema is not None else None),
+            task.response_model,
+        ),
+    )
+
+
 def _insert_event(conn: sqlite3.Connection, event: TaskEvent) -> None:
     conn.execute(
         "INSERT INTO agent_task_events (id, task_id, seq, event_type, payload_json, occurred_at)"
@@ -223,48 +256,25 @@ class SqliteTaskStore(ITaskStore):
         With ``exclusive`` the session's open tasks are checked in that transaction
         (``BEGIN IMMEDIATE`` holds the write lock), so the check cannot race another writer.
         """
-        created = _iso(task.created_at)
 
         def write(conn: sqlite3.Connection) -> None:
             with transaction(conn):
                 if exclusive:
                     check_session_takes_a_task(conn, task.session_id)
-                conn.execute(
-                    "INSERT INTO agent_sessions (id, created_at, updated_at) VALUES (?, ?, ?)"
-                    " ON CONFLICT(id) DO UPDATE SET updated_at = excluded.updated_at",
-                    (task.session_id, created, created),
-                )
-                conn.execute(
-                    f"INSERT INTO agent_tasks ({_TASK_COLUMNS})"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        task.task_id,
-                        task.session_id,
-                        task.trace_id,
-                        task.status.value,
-                        task.strategy,
-                        task.request.model_dump_json(),
-                        json.dumps(task.output) if task.output is not None else None,
-                        task.error,
-                        task.usage.model_dump_json(),
-                        created,
-                        _iso(task.updated_at),
-                        int(task.tainted),
-                        json.dumps(task.sandbox) if task.sandbox is not None else None,
-                        task.owner,
-                        _iso(task.lease_expires_at) if task.lease_expires_at else None,
-                        task.cancel_requested,
-                        (
-                            json.dumps(task.response_schema)
-                            if task.response_schema is not None
-                            else None
-                        ),
-                        task.response_model,
-                    ),
-                )
+                _insert_task(conn, task)
                 _insert_event(conn, queued_event)
 
         await self._db.transact(write)
+
+    async def insert_task(self, task: TaskState, events: Sequence[TaskEvent]) -> None:
+        """See ``ITaskStore.insert_task``: one transaction (the open unit of work's, if any)."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            _insert_task(conn, task)
+            for event in events:
+                _insert_event(conn, event)
+
+        await self._db.write(write)
 
     def session_store(self) -> SqliteSessionStore:
         """See ``ITaskStore.session_store``: sessions in this store's database."""

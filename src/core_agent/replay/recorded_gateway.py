@@ -1,0 +1,93 @@
+"""A model that answers from a recording: call *n* gets the answer the model gave to call *n*.
+
+A rerun puts it in place of the model gateway (through the container), so the current
+kernel runs again on what the model said then, and no model is called. It lives in the
+kernel's own package, not in providers, because the kernel builds it from its own records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+
+from core_agent.contracts.errors import ModelError
+from core_agent.contracts.llm_gateway import (
+    ILLMGateway,
+    LLMRequest,
+    LLMResponse,
+    LLMStreamItem,
+    LLMTextDelta,
+)
+from core_agent.replay.recording import RecordedModelTurn
+from shared.agent_protocol import TokenUsage
+
+
+class ReplayDivergedError(ModelError):
+    """The rerun asked for a model answer the recording cannot give (never retried)."""
+
+
+class RecordedLLMGateway(ILLMGateway):
+    """Answers each call with the next recorded answer, in order, without calling a model.
+
+    ``stop`` is asked before every answer: when it returns a reason (the run has already
+    diverged from the recording), the call fails with ``ReplayDivergedError`` instead of
+    handing the model's old answer to a run it no longer fits. A call beyond the recording
+    fails the same way, and is remembered in ``extra_call``.
+
+    The answers keep their recorded tokens, at no cost: nothing was paid for them again.
+    """
+
+    def __init__(
+        self,
+        turns: Sequence[RecordedModelTurn],
+        *,
+        stop: Callable[[], str | None] = lambda: None,
+    ) -> None:
+        self._turns = list(turns)
+        self._stop = stop
+        self.calls = 0
+        """Answers handed out so far."""
+        self.extra_call: str | None = None
+        """Set when the run asked for more answers than the recording holds."""
+        first = self._turns[0].model if self._turns else "none"
+        self._name = f"recorded/{first}"
+
+    @property
+    def model_name(self) -> str:
+        """``recorded/<the recorded model>``."""
+        return self._name
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """The next recorded answer.
+
+        Raises:
+            ReplayDivergedError: The run already diverged, or the recording has no more
+                answers.
+        """
+        reason = self._stop()
+        if reason is not None:
+            raise ReplayDivergedError(
+                f"replay stopped: the run diverged from the recording ({reason}); "
+                "its recorded model answers no longer apply"
+            )
+        if self.calls >= len(self._turns):
+            self.extra_call = (
+                f"the run asked for model answer {self.calls + 1}; the recording has "
+                f"{len(self._turns)}"
+            )
+            raise ReplayDivergedError(f"replay stopped: {self.extra_call}")
+        turn = self._turns[self.calls]
+        self.calls += 1
+        usage = TokenUsage(
+            input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens, cost_usd=0
+        )
+        finish = "tool_calls" if turn.message.tool_calls else "stop"
+        return LLMResponse(
+            message=turn.message, usage=usage, model=turn.model, finish_reason=finish
+        )
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
+        """The same answer, its text in one piece first."""
+        response = await self.complete(request)
+        if response.message.content:
+            yield LLMTextDelta(response.message.content)
+        yield response

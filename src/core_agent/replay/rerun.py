@@ -1,0 +1,221 @@
+"""Running a recorded task again through the current kernel, with the model played back.
+
+The task's request goes through today's kernel (prompts, router, policy, tool validation,
+the tools themselves with ``live`` tools) as a new task linked to the original by its
+metadata (``replay_of``); the model is replaced by the recorded answers, in order
+(``RecordedLLMGateway``), so no model is called. With ``recorded`` tools (the default) each
+tool gives back the result it gave then, and humans' recorded decisions answer the same
+requests; with ``live`` tools the tools run for real, and nothing a human decided then is
+reused.
+
+The new run is watched step by step against the recording. At the first step that differs
+(another route, call, result, policy decision or approval, or a model answer the recording
+does not have) the model stops answering, so the run ends there instead of carrying on with
+answers written for another run. The report names that step and shows a diff; the rerun
+reproduced the task when every step matched, down to the final answer.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from contextlib import suppress
+from typing import Literal
+
+from dependency_injector import providers
+from pydantic import BaseModel
+
+from core_agent.agent_files import AgentDefinition
+from core_agent.contracts.approval_gateway import ApprovalCallback
+from core_agent.contracts.errors import TaskFailedError, UsageError
+from core_agent.contracts.settings import AgentSettings
+from core_agent.contracts.tool import ITool
+from core_agent.kernel.response_models import response_model_for
+from core_agent.kernel.task_references import find_task_id
+from core_agent.replay.comparison import StepsComparison, compare_steps, same_step
+from core_agent.replay.recorded_approvals import RecordedApprovalGateway
+from core_agent.replay.recorded_gateway import RecordedLLMGateway
+from core_agent.replay.recorded_tools import RecordedToolRegistry
+from core_agent.replay.recording import Recording
+from core_agent.replay.replay_container import replay_container
+from core_agent.replay.trajectory import (
+    ReplayStep,
+    TrajectoryBuilder,
+    build_trajectory,
+    comparison_order,
+)
+from core_agent.safety.approval_gateway import denial
+from shared.agent_protocol import (
+    ApprovalDecision,
+    ApprovalRequest,
+    TaskEvent,
+    TaskStatus,
+)
+
+ToolResults = Literal["recorded", "live"]
+
+
+class RerunReport(StepsComparison):
+    """How a rerun went against the recording.
+
+    ``reproduced``: every compared step matched (the final answer too) and the model was
+    asked nothing the recording lacks. Otherwise ``first_difference`` says where the runs
+    parted (``a`` is the recording's side, ``b`` the rerun's), and ``differences`` lists
+    every difference after aligning the rest.
+    """
+
+    original_task_id: str
+    rerun_task_id: str
+    tool_results: ToolResults
+    reproduced: bool
+    status: TaskStatus
+    output: str | None = None
+    recorded_steps: int
+    rerun_steps: int
+    model_answers_replayed: int
+    model_answers_recorded: int
+    extra_model_call: str | None = None
+
+
+class RerunMonitor:
+    """Follows the rerun's events and notes the first step that differs from the recording.
+
+    Checked when the model is next asked (``reason``): by then the turn before has ended,
+    so its calls' steps can be put in the order comparisons use (``comparison_order``).
+    """
+
+    def __init__(self, recorded: Sequence[ReplayStep], task_id: str) -> None:
+        self._recorded = list(recorded)
+        self._task_id = task_id
+        self._builder = TrajectoryBuilder()
+        self._checked = 0
+        self.divergence: str | None = None
+
+    def __call__(self, event: BaseModel) -> None:
+        """Take one published event (the event bus calls this in the publisher's task)."""
+        if isinstance(event, TaskEvent) and event.task_id == self._task_id:
+            self._builder.add(event)
+
+    def reason(self) -> str | None:
+        """Why the rerun no longer follows the recording; ``None`` while it does."""
+        if self.divergence is not None:
+            return self.divergence
+        compared = comparison_order(self._builder.steps)
+        for index in range(self._checked, len(compared)):
+            step = compared[index]
+            if index >= len(self._recorded):
+                self.divergence = f"a {step.kind} step the recording does not have"
+                return self.divergence
+            expected = self._recorded[index]
+            if not same_step(expected, step):
+                self.divergence = f"step {expected.number} ({expected.kind}) differs"
+                return self.divergence
+        self._checked = len(compared)
+        return None
+
+
+def _live_approvals(callback: ApprovalCallback | None) -> ApprovalCallback:
+    if callback is not None:
+        return callback
+
+    def refuse(request: ApprovalRequest) -> ApprovalDecision:
+        return denial(
+            request,
+            "a rerun with live tools does not reuse a human's recorded approval, and no "
+            "approver was given",
+        )
+
+    return refuse
+
+
+async def rerun_task(
+    reference: str,
+    *,
+    settings: AgentSettings | None = None,
+    tool_results: ToolResults = "recorded",
+    tools: Iterable[ITool] = (),
+    deps: object = None,
+    agent: AgentDefinition | str | os.PathLike[str] | None = None,
+    approval_callback: ApprovalCallback | None = None,
+    response_model: type[BaseModel] | None = None,
+) -> RerunReport:
+    """Run the recorded task ``reference`` again through the current kernel (module docstring).
+
+    ``settings``, ``tools``, ``deps`` and ``agent`` configure the kernel as for
+    ``create_kernel``: pass the tools the task used that the host gave in code. With
+    ``live`` tools, calls that need a human go to ``approval_callback`` (denied when
+    ``None``). A task started with a response model needs it again (``response_model``,
+    unless its module is imported).
+
+    Raises:
+        TaskNotFoundError: ``reference`` names no task.
+        UsageError: The task has not ended yet, or its response model is not known here.
+    """
+    if tool_results not in ("recorded", "live"):
+        raise UsageError(f"tool results are 'recorded' or 'live', not {tool_results!r}")
+    # The router's optional model classifier would take a recorded answer meant for the task.
+    container = replay_container(
+        settings, tools=tools, deps=deps, agent=agent, router_classifier="deterministic"
+    )
+    tasks = container.redacted_task_store()
+    traces = container.redacted_trace_store()
+    try:
+        original = await tasks.get_task(await find_task_id(tasks, reference))
+        if original.status in (TaskStatus.QUEUED, TaskStatus.RUNNING):
+            raise UsageError(
+                f"task {original.task_id} is {original.status.value}: rerun it once it has ended"
+            )
+        output_type = response_model_for(original, given=response_model, known=None)
+        events = list(await tasks.list_events(original.task_id))
+        spans = await traces.list_spans(task_id=original.task_id)
+        recorded = build_trajectory(original, events, spans)
+        recording = Recording.from_events(events)
+        rerun_id = uuid.uuid4().hex
+        monitor = RerunMonitor(recorded.compared, rerun_id)
+        gateway = RecordedLLMGateway(recording.model_turns, stop=monitor.reason)
+        container.model_gateway.override(providers.Object(gateway))
+        if tool_results == "recorded":
+            registry = RecordedToolRegistry(container.tool_registry(), recording)
+            container.tool_registry.override(providers.Object(registry))
+        kernel = container.kernel()
+    except BaseException:
+        await tasks.close()  # the kernel that would close them was not built
+        await traces.close()
+        raise
+    if tool_results == "recorded":
+        kernel.set_approval_gateway(RecordedApprovalGateway(recording))
+    else:
+        kernel.set_approval_callback(_live_approvals(approval_callback))
+    metadata = {**original.request.metadata, "replay_of": original.task_id}
+    metadata["replay_tools"] = tool_results
+    request = original.request.model_copy(update={"session_id": None, "metadata": metadata})
+    subscription = kernel.event_bus.subscribe(None, monitor)
+    async with kernel:
+        try:
+            if output_type is None:
+                await kernel.execute_task(request, task_id=rerun_id)
+            else:
+                with suppress(TaskFailedError):  # the stored task says how it ended
+                    await kernel.execute_task(request, response_model=output_type, task_id=rerun_id)
+        finally:
+            subscription.cancel()
+        rerun = await kernel.get_task(rerun_id)
+        rerun_events = await kernel.task_events(rerun_id)
+        rerun_spans = await kernel.task_spans(rerun_id)
+    replayed = build_trajectory(rerun, rerun_events, rerun_spans)
+    steps = compare_steps(recorded.compared, replayed.compared, a_name="recorded", b_name="rerun")
+    return RerunReport(
+        **dict(steps),
+        original_task_id=original.task_id,
+        rerun_task_id=rerun_id,
+        tool_results=tool_results,
+        reproduced=steps.first_difference is None and gateway.extra_call is None,
+        status=rerun.status,
+        output=rerun.output,
+        recorded_steps=len(recorded.compared),
+        rerun_steps=len(replayed.compared),
+        model_answers_replayed=gateway.calls,
+        model_answers_recorded=len(recording.model_turns),
+        extra_model_call=gateway.extra_call,
+    )
