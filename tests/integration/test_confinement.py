@@ -113,18 +113,18 @@ async def test_only_a_network_permit_opens_tcp_and_never_unix_sockets(
 
 async def test_a_timeout_kills_everything_the_command_started(sandbox: LocalToolSandbox) -> None:
     result = await sandbox.run_command(
-        "setsid sleep 9871 > /dev/null 2>&1 & sleep 9872", timeout_s=1
+        "setsid sleep 5431 > /dev/null 2>&1 & sleep 5432", timeout_s=1
     )
     assert result.timed_out
-    assert leftovers("sleep 987") == []
+    assert leftovers("sleep 543") == []
 
 
 async def test_a_cancelled_call_kills_everything_the_command_started(
     sandbox: LocalToolSandbox,
 ) -> None:
     with anyio.move_on_after(1):
-        await sandbox.run_command("(sleep 9873 &) ; sleep 9874")
-    assert leftovers("sleep 987") == []
+        await sandbox.run_command("(sleep 5433 &) ; sleep 5434")
+    assert leftovers("sleep 543") == []
 
 
 async def test_writes_follow_the_permit_and_never_reach_git_or_the_data_dir(
@@ -310,11 +310,11 @@ async def test_a_deep_chain_of_process_groups_is_killed_whole(
         "for _ in range(600):\n"
         "    os.setpgid(0, 0)\n"
         "    if os.fork(): time.sleep(1000)\n"
-        'os.execvp("sleep", ["sleep", "9876"])\' & sleep 2; echo started'
+        'os.execvp("sleep", ["sleep", "5436"])\' & sleep 2; echo started'
     )
     result = await sandbox.run_command(chain, permit=CallPermit(write=True))
     assert "started" in result.stdout
-    assert leftovers("sleep 9876") == []
+    assert leftovers("sleep 5436") == []
     assert leftovers("import os, time") == []
 
 
@@ -323,7 +323,7 @@ async def test_a_fork_storm_is_killed_whole(sandbox: LocalToolSandbox) -> None:
     # of the process tree is always a step behind them. (They stop on their own after 6 s.)
     storm = (
         "python3 -c 'import os, time\n"
-        'mark = "storm9877"; end = time.time() + 6\n'
+        'mark = "storm5437"; end = time.time() + 6\n'
         "for _ in range(60):\n"
         "    if os.fork() == 0:\n"
         "        os.setsid()\n"
@@ -334,19 +334,19 @@ async def test_a_fork_storm_is_killed_whole(sandbox: LocalToolSandbox) -> None:
     )
     result = await sandbox.run_command(storm, permit=CallPermit(write=True))
     assert "started" in result.stdout, result.stderr
-    assert leftovers("storm9877", wait_s=0.5) == []
+    assert leftovers("storm5437", wait_s=0.5) == []
 
 
 async def test_the_command_cannot_stop_or_kill_its_keeper(sandbox: LocalToolSandbox) -> None:
     for signal_name in ("-9", "-STOP"):
         result = await sandbox.run_command(
-            f"(setsid sleep 9875 > /dev/null 2>&1 &); sleep 0.3; kill {signal_name} $PPID; "
+            f"(setsid sleep 5435 > /dev/null 2>&1 &); sleep 0.3; kill {signal_name} $PPID; "
             "echo sent=$?",
             permit=CallPermit(write=True),
             timeout_s=5,
         )
         assert result.exit_code is not None and not result.timed_out
-        assert leftovers("sleep 987") == []
+        assert leftovers("sleep 543") == []
 
 
 async def test_the_command_inherits_no_socket_of_its_keeper(sandbox: LocalToolSandbox) -> None:
