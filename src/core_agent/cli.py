@@ -189,6 +189,7 @@ def _parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true", help="print JSON")
     _add_serve_command(commands)
     _add_knowledge_commands(commands)
+    _add_stats_command(commands)
     return parser
 
 
@@ -266,6 +267,27 @@ def _add_session_commands(commands: Any) -> None:
         "delete", help="delete a session with its history, tasks, events, traces, checkpoints"
     )
     delete.add_argument("session_id")
+
+
+def _since(text: str) -> Any:
+    from core_agent.stats_commands import since_argument
+
+    return since_argument(text)
+
+
+def _add_stats_command(commands: Any) -> None:
+    # Handled in stats_commands, imported only when it runs.
+    stats = commands.add_parser(
+        "stats", help="tasks, tokens, cost, latencies, tool success and approvals, over tasks"
+    )
+    stats.add_argument(
+        "--since",
+        type=_since,
+        metavar="WHEN",
+        help="only tasks created since WHEN: 30m, 24h, 7d, 2w, or an ISO date or time",
+    )
+    stats.add_argument("--session", metavar="ID", help="only the tasks of this session")
+    stats.add_argument("--json", action="store_true", help="print JSON (see the README)")
 
 
 def _add_knowledge_commands(commands: Any) -> None:
@@ -365,6 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "recover": _recover,
             "serve": _serve,
             "sessions": _sessions,
+            "stats": _stats,
             "plugins": _plugins,
             "ingest": _knowledge("ingest"),
             "search": _knowledge("search"),
@@ -393,6 +416,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         line, status = explain(exc)
         print(f"core-agent: {line}", file=sys.stderr)
         return status
+
+
+async def _stats(args: argparse.Namespace) -> int:
+    from core_agent.stats_commands import stats
+
+    return await stats(args, _kernel()[0])
 
 
 async def _chat(args: argparse.Namespace) -> int:
