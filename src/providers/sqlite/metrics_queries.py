@@ -1,9 +1,9 @@
 """The SQL behind ``task_metrics`` and ``span_metrics``: scopes, percentiles, durations.
 
-Percentiles are computed by SQLite with window functions (a sort per group), so a store of
-100k spans answers without a row of them reaching Python; nearest rank, as
-``core_agent.contracts.metrics.nearest_rank`` defines it: the ⌈p·n/100⌉-th smallest value,
-which in integers is ``(p * n + 99) / 100``.
+Percentiles are computed by SQLite, with a window function (a sort per group) or, over
+every span, from an index in latency order, so a store of 100k spans answers without a row
+of them reaching Python; nearest rank, as ``core_agent.contracts.metrics.nearest_rank``
+defines it: the ⌈p·n/100⌉-th smallest value.
 """
 
 from __future__ import annotations
@@ -60,20 +60,28 @@ def task_id_condition(scope: MetricsScope, column: str) -> tuple[str, list[Any]]
 def grouped_percentiles(source: str, *, extra: str = "") -> str:
     """A query of per-group counts, aggregates and percentiles over ``source``'s rows.
 
-    ``source`` is a ``SELECT`` whose columns include ``g`` (the group) and ``v`` (the value).
-    Each result row is ``g``, the group's row count, the ``extra`` aggregates, then the 50th
-    and 95th percentiles of ``v`` (NULL values left out); ordered by ``g``.
+    ``source`` is a ``SELECT`` whose columns include ``g`` (the group) and ``v`` (the value,
+    never NULL). Each result row is ``g``, the group's row count, the ``extra`` aggregates,
+    then the 50th and 95th percentiles of ``v``; ordered by ``g``.
+
+    One window, ``CUME_DIST``: the share of the group's values at most ``v``. The
+    nearest-rank p-th percentile is the smallest ``v`` whose share reaches p/100 (the
+    ⌈p·n/100⌉-th value is the first with that many at or below it). The share is a double
+    ``c / n``, which equals the literal ``p / 100`` exactly when the fractions are equal, so
+    the comparison is exact. (A ``ROW_NUMBER`` and a ``COUNT`` window took twice as long.)
     """
     return (
         f"SELECT g, COUNT(*){', ' + extra if extra else ''},"
-        " MAX(CASE WHEN rn = (n * 50 + 99) / 100 THEN v END),"
-        " MAX(CASE WHEN rn = (n * 95 + 99) / 100 THEN v END)"
-        " FROM (SELECT *,"
-        " ROW_NUMBER() OVER (PARTITION BY g ORDER BY v IS NULL, v) AS rn,"
-        " COUNT(v) OVER (PARTITION BY g) AS n"
+        " MIN(CASE WHEN share >= 0.5 THEN v END), MIN(CASE WHEN share >= 0.95 THEN v END)"
+        " FROM (SELECT *, CUME_DIST() OVER (PARTITION BY g ORDER BY v) AS share"
         f" FROM ({source}))"
         " GROUP BY g ORDER BY g"
     )
+
+
+def nearest_rank_index(count: int, percent: int) -> int:
+    """The 0-based position of the ``percent``-th percentile among ``count`` sorted values."""
+    return max((percent * count + 99) // 100, 1) - 1
 
 
 def percentiles(count: int, p50: float | None, p95: float | None) -> LatencyPercentiles:
