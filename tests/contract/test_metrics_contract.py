@@ -2,8 +2,8 @@
 
 The same tasks, spans and approval requests, with chosen latencies, tokens and decision
 times, are written through each backend's API; both must give the numbers worked out by
-hand here. On SQLite the unscoped answer (percentiles read from the kind-and-latency index)
-and a scope that selects every task (percentiles by window function) must agree too.
+hand here, with no scope (every span read) and with a scope that selects every task (the
+spans read through their tasks).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The SQL behind ``task_metrics`` and ``span_metrics``: scopes, percentiles, durations.
 
-Percentiles are computed by SQLite, with a window function (a sort per group) or, over
-every span, from an index in latency order, so a store of 100k spans answers without a row
-of them reaching Python; nearest rank, as ``core_agent.contracts.metrics.nearest_rank``
-defines it: the ⌈p·n/100⌉-th smallest value.
+Percentiles are computed by SQLite with a window function (a sort per group), so a store
+of 100k spans answers without a row of them reaching Python; nearest rank, as
+``core_agent.contracts.metrics.nearest_rank`` defines it: the ⌈p·n/100⌉-th smallest value.
 """
 
 from __future__ import annotations
@@ -77,11 +76,6 @@ def grouped_percentiles(source: str, *, extra: str = "") -> str:
         f" FROM ({source}))"
         " GROUP BY g ORDER BY g"
     )
-
-
-def nearest_rank_index(count: int, percent: int) -> int:
-    """The 0-based position of the ``percent``-th percentile among ``count`` sorted values."""
-    return max((percent * count + 99) // 100, 1) - 1
 
 
 def percentiles(count: int, p50: float | None, p95: float | None) -> LatencyPercentiles:

@@ -317,12 +317,6 @@ MIGRATIONS: tuple[Migration, ...] = (
     _tasks_record_their_response_model,
     # 9: sessions as conversations (see ``_sessions_as_conversations``).
     _sessions_as_conversations,
-    # 10: spans by kind in order of latency, so ``core-agent stats`` over every task reads
-    # each kind's count and percentiles from the index instead of sorting every span.
-    # IF NOT EXISTS: it may run again under another number when branches are merged.
-    """
-    CREATE INDEX IF NOT EXISTS agent_traces_by_kind_latency ON agent_traces(kind, latency_ms)
-    """,
 )
 
 

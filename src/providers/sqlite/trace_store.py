@@ -22,7 +22,6 @@ from core_agent.contracts.trace_store import ITraceStore, Span
 from providers.sqlite.database import ReaderPool, SqliteDatabase
 from providers.sqlite.metrics_queries import (
     grouped_percentiles,
-    nearest_rank_index,
     percentiles,
     read_snapshot,
     refused_error_types,
@@ -73,29 +72,6 @@ def _row_to_span(row: tuple[Any, ...]) -> Span:
         error=error,
         attributes=json.loads(payload),
     )
-
-
-def _kind_percentiles_from_index(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-    """``(kind, count, p50, p95)`` of every span, read from ``agent_traces_by_kind_latency``.
-
-    Each kind's spans are in latency order in the index: its count is a scan of the index
-    alone, and a percentile the value at its rank (an ``OFFSET`` into the kind's range), so
-    no span is sorted.
-    """
-    rows = []
-    for kind, count in conn.execute(
-        "SELECT kind, COUNT(*) FROM agent_traces GROUP BY kind ORDER BY kind"
-    ).fetchall():
-        values = [
-            conn.execute(
-                "SELECT latency_ms FROM agent_traces WHERE kind = ?"
-                " ORDER BY latency_ms LIMIT 1 OFFSET ?",
-                (kind, nearest_rank_index(count, percent)),
-            ).fetchone()[0]
-            for percent in (50, 95)
-        ]
-        rows.append((kind, count, *values))
-    return rows
 
 
 class SqliteTraceStore(ITraceStore):
@@ -157,13 +133,14 @@ class SqliteTraceStore(ITraceStore):
     async def span_metrics(self, scope: MetricsScope) -> SpanMetrics:
         """See ``ITraceStore.span_metrics``: four aggregate queries in one read transaction.
 
-        The spans of the tasks in scope are found through ``agent_traces_by_task``; with no
-        scope, the latency of each kind is read from ``agent_traces_by_kind_latency``. The
-        model and tool spans are picked from a scan (or their tasks' spans), not through
-        that index: the unary ``+`` on ``kind`` keeps SQLite from fetching a third of the
-        table row by row, which took three times as long. The payload's JSON is read only
-        where the answer needs it (the model of an ``llm`` span that fell back, the error
-        type of a failed ``tool`` span, whether an ``ok`` one was suspended), and a cheap
+        The spans of the tasks in scope are found through ``agent_traces_by_task`` (the tasks
+        through ``agent_tasks_by_created`` or ``agent_tasks_by_session``); with no scope the
+        table is scanned. Percentiles sort each group's latencies in SQLite. An index in
+        latency order would spare that sort, but every span written would then touch a page
+        at a random place in it: a quarter more time per span recorded, on the path every
+        step takes, for a report read now and then. The payload's JSON is read only where
+        the answer needs it (the model of an ``llm`` span that fell back, the error type of
+        a failed ``tool`` span, whether an ``ok`` one was suspended), and a cheap
         text search comes before parsing.
         """
         condition, params = task_id_condition(scope, "task_id")
@@ -174,22 +151,18 @@ class SqliteTraceStore(ITraceStore):
                 f" FROM agent_traces WHERE kind NOT IN ('task', 'llm_attempt') AND {condition}",
                 params,
             ).fetchone()
-            kinds = (
-                _kind_percentiles_from_index(conn)
-                if not params
-                else conn.execute(
-                    grouped_percentiles(
-                        f"SELECT kind AS g, latency_ms AS v FROM agent_traces WHERE {condition}"
-                    ),
-                    params,
-                ).fetchall()
-            )
+            kinds = conn.execute(
+                grouped_percentiles(
+                    f"SELECT kind AS g, latency_ms AS v FROM agent_traces WHERE {condition}"
+                ),
+                params,
+            ).fetchall()
             models = conn.execute(
                 grouped_percentiles(
                     "SELECT CASE WHEN instr(payload_json, '\"fallback_model\"') THEN"
                     " COALESCE(json_extract(payload_json, '$.fallback_model'), span)"
                     " ELSE span END AS g, latency_ms AS v, status, token_in, token_out, cost_usd"
-                    f" FROM agent_traces WHERE +kind = 'llm' AND {condition}",
+                    f" FROM agent_traces WHERE kind = 'llm' AND {condition}",
                     extra="SUM(status = 'error'), COALESCE(SUM(token_in), 0),"
                     " COALESCE(SUM(token_out), 0), SUM(cost_usd)",
                 ),
@@ -200,7 +173,7 @@ class SqliteTraceStore(ITraceStore):
                 grouped_percentiles(
                     "SELECT span AS g, latency_ms AS v, status, CASE WHEN status = 'error'"
                     " THEN json_extract(payload_json, '$.error_type') END AS error_type"
-                    f" FROM agent_traces WHERE +kind = 'tool' AND {condition}"
+                    f" FROM agent_traces WHERE kind = 'tool' AND {condition}"
                     " AND NOT (status = 'ok' AND instr(payload_json, '\"suspended\"')"
                     " AND json_extract(payload_json, '$.suspended') IS NOT NULL)",
                     extra=f"SUM(status = 'error' AND COALESCE(error_type NOT IN ({refused}), 1)),"
