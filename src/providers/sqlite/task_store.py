@@ -64,8 +64,8 @@ _TASK_COLUMNS = (
 )
 _ACTIVE = ("queued", "running")
 _HELD = ("queued", "running", "waiting_approval")
-_ENDED = ("succeeded", "failed", "canceled")
 """Statuses in which a task keeps its owner (a host asking its approver holds its task)."""
+_ENDED = ("succeeded", "failed", "canceled")
 
 log = logging.getLogger(__name__)
 

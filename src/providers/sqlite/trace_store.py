@@ -137,11 +137,11 @@ class SqliteTraceStore(ITraceStore):
         through ``agent_tasks_by_created`` or ``agent_tasks_by_session``); with no scope the
         table is scanned. Percentiles sort each group's latencies in SQLite. An index in
         latency order would spare that sort, but every span written would then touch a page
-        at a random place in it: a quarter more time per span recorded, on the path every
-        step takes, for a report read now and then. The payload's JSON is read only where
-        the answer needs it (the model of an ``llm`` span that fell back, the error type of
-        a failed ``tool`` span, whether an ``ok`` one was suspended), and a cheap
-        text search comes before parsing.
+        at a random place in it (15–35 % more time per span recorded on its own, measured
+        at 100k spans), on the path every step takes, for a report read now and then. The
+        payload's JSON is read only where the answer needs it (the model of an ``llm`` span
+        that fell back, the error type of a failed ``tool`` span, whether an ``ok`` one was
+        suspended), and a cheap text search comes before parsing.
         """
         condition, params = task_id_condition(scope, "task_id")
 
