@@ -18,6 +18,7 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.tasks_in_flight
 "$PY" -m benchmarks.resume_latency
 "$PY" -m benchmarks.list_tasks_scaling
+"$PY" -m benchmarks.stats_query
 "$PY" -m benchmarks.wal_growth
 "$PY" -m benchmarks.crash_recovery
 "$PY" -m benchmarks.first_token
