@@ -117,21 +117,29 @@ def print_metrics(console: Console, metrics: AgentMetrics) -> None:
     approvals = metrics.approvals
     if approvals.requested:
         table = Table(
-            *_numbers(
-                "requested", "approved", "denied", "expired", "pending", "wait p50", "wait p95"
-            ),
+            "approvals",
+            *_numbers("requests", "share"),
             title="Approvals",
             title_justify="left",
         )
-        table.add_row(
-            f"{approvals.requested:,}",
-            f"{approvals.approved:,} ({_rate(approvals.approved_rate)})",
-            f"{approvals.denied:,} ({_rate(approvals.denied_rate)})",
-            f"{approvals.expired:,} ({_rate(approvals.expired_rate)})",
-            f"{approvals.pending:,}",
-            *_percentiles(approvals.wait),
-        )
+        for outcome, count in (
+            ("approved", approvals.approved),
+            ("denied", approvals.denied),
+            ("expired", approvals.expired),
+            ("pending", approvals.pending),
+        ):
+            table.add_row(
+                outcome,
+                f"{count:,}",
+                _rate(count / approvals.requested),
+                end_section=outcome == "pending",
+            )
+        table.add_row("requested", f"{approvals.requested:,}", "")
         console.print(table)
+        p50, p95 = _percentiles(approvals.wait)
+        console.print(
+            Text(f"Wait for a decision: p50 {p50}, p95 {p95} ({approvals.wait.count:,} decided)")
+        )
 
 
 def _numbers(*headers: str) -> list[Column]:

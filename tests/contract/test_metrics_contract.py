@@ -311,3 +311,10 @@ def test_nearest_rank_picks_a_measured_value() -> None:
     assert [nearest_rank([1.0, 2.0, 3.0, 4.0], p) for p in (50, 95)] == [2.0, 4.0]
     twenty = [float(n) for n in range(1, 21)]
     assert [nearest_rank(twenty, p) for p in (50, 95)] == [10.0, 19.0]
+
+
+def test_the_refusals_counted_are_the_ones_the_react_loop_writes() -> None:
+    from core_agent.contracts.metrics import REFUSED_ERROR_TYPES
+    from core_agent.orchestration.react_loop import KERNEL_REFUSALS
+
+    assert REFUSED_ERROR_TYPES == KERNEL_REFUSALS

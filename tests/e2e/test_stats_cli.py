@@ -82,13 +82,11 @@ def test_tables_show_each_part(stats) -> None:  # type: ignore[no-untyped-def]
     assert by_name["scripted/stats"][:5] == ["12", "1", "1,100", "110", "$0.0110"]
     assert by_name["flaky"][:4] == ["1", "1", "0", "0.0%"]
     assert by_name["launch"][:4] == ["3", "0", "2", "100.0%"]
-    assert next(row[:5] for row in rows if row and row[0] == "4") == [
-        "4",
-        "1 (25.0%)",
-        "1 (25.0%)",
-        "2 (50.0%)",
-        "0",
-    ]
+    assert by_name["approved"] == ["1", "25.0%"] and by_name["denied"] == ["1", "25.0%"]
+    assert by_name["expired"] == ["2", "50.0%"] and by_name["pending"] == ["0", "0.0%"]
+    assert by_name["requested"] == ["4", ""]
+    (wait,) = [line for line in lines if line.startswith("Wait for a decision: p50 ")]
+    assert wait.endswith(" ms (3 decided)")
     assert all(row[-1].endswith(" ms") for row in rows if row[0] in ("llm", "tool", "task"))
 
 
