@@ -19,6 +19,7 @@ PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.resume_latency
 "$PY" -m benchmarks.list_tasks_scaling
 "$PY" -m benchmarks.ui_task_list
+"$PY" -m benchmarks.stats_query
 "$PY" -m benchmarks.wal_growth
 "$PY" -m benchmarks.crash_recovery
 "$PY" -m benchmarks.first_token

@@ -192,6 +192,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_knowledge_commands(commands)
     _add_replay_commands(commands)
     _add_ui_command(commands)
+    _add_stats_command(commands)
     return parser
 
 
@@ -354,6 +355,27 @@ def _add_replay_commands(commands: Any) -> None:
     imported.add_argument("--json", action="store_true", help="print JSON")
 
 
+def _since(text: str) -> Any:
+    from core_agent.stats_commands import since_argument
+
+    return since_argument(text)
+
+
+def _add_stats_command(commands: Any) -> None:
+    # Handled in stats_commands, imported only when it runs.
+    stats = commands.add_parser(
+        "stats", help="tasks, tokens, cost, latencies, tool success and approvals, over tasks"
+    )
+    stats.add_argument(
+        "--since",
+        type=_since,
+        metavar="WHEN",
+        help="only tasks created since WHEN: 30m, 24h, 7d, 2w, or an ISO date or time",
+    )
+    stats.add_argument("--session", metavar="ID", help="only the tasks of this session")
+    stats.add_argument("--json", action="store_true", help="print JSON (see the README)")
+
+
 def _add_knowledge_commands(commands: Any) -> None:
     # Handled in knowledge_commands, imported only when one of these runs.
     ingest = commands.add_parser("ingest", help="add files or folders to the knowledge base")
@@ -456,6 +478,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "recover": _recover,
             "serve": _serve,
             "sessions": _sessions,
+            "stats": _stats,
             "plugins": _plugins,
             "ingest": _knowledge("ingest"),
             "search": _knowledge("search"),
@@ -541,6 +564,12 @@ async def _ui(args: argparse.Namespace) -> int:
         ) from exc
     await serve_viewer(lambda: _kernel(args)[0], port=args.port, open_browser=not args.no_open)
     return EXIT_OK
+
+
+async def _stats(args: argparse.Namespace) -> int:
+    from core_agent.stats_commands import stats
+
+    return await stats(args, _kernel()[0])
 
 
 async def _chat(args: argparse.Namespace) -> int:

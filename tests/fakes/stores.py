@@ -18,12 +18,42 @@ from core_agent.contracts.errors import (
     UsageError,
 )
 from core_agent.contracts.memory_store import IMemoryStore, MemoryItem
+from core_agent.contracts.metrics import (
+    KERNEL_DECIDER,
+    REFUSED_ERROR_TYPES,
+    ApprovalMetrics,
+    KindLatency,
+    LatencyPercentiles,
+    MetricsScope,
+    ModelMetrics,
+    SpanMetrics,
+    TaskCounts,
+    TaskMetrics,
+    TokenTotals,
+    ToolMetrics,
+    nearest_rank,
+)
 from core_agent.contracts.task_store import ITaskStore, TaskPage
 from core_agent.contracts.tool_call_ledger import IToolCallLedger, LedgerEntry
 from core_agent.contracts.trace_store import ITraceStore, Span
-from shared.agent_protocol import ChatMessage, TaskState, TaskStatus, TokenUsage
+from shared.agent_protocol import (
+    ApprovalRequested,
+    ApprovalResolved,
+    ChatMessage,
+    TaskState,
+    TaskStatus,
+    TokenUsage,
+)
 
 _MESSAGE: TypeAdapter[ChatMessage] = TypeAdapter(ChatMessage)
+_ENDED = (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELED)
+
+
+def _latency(values: list[float]) -> LatencyPercentiles:
+    ordered = sorted(values)
+    return LatencyPercentiles(
+        count=len(ordered), p50_ms=nearest_rank(ordered, 50), p95_ms=nearest_rank(ordered, 95)
+    )
 
 
 def _position(cursor: str) -> tuple[str, str]:
@@ -164,14 +194,60 @@ class FakeTaskStore(ITaskStore):
             if i in self.tasks and self.tasks[i].cancel_requested is not None
         }
 
+    def in_scope(self, scope: MetricsScope) -> list[TaskState]:
+        return [
+            t
+            for t in self.tasks.values()
+            if (scope.since is None or t.created_at >= scope.since)
+            and (scope.session_id is None or t.session_id == scope.session_id)
+        ]
+
+    async def task_metrics(self, scope: MetricsScope) -> TaskMetrics:
+        by_status = dict.fromkeys(TaskStatus, 0)
+        approvals = {"approved": 0, "denied": 0, "expired": 0, "pending": 0}
+        waits: list[float] = []
+        for task in self.in_scope(scope):
+            by_status[task.status] += 1
+            requests = {}
+            decisions = {}
+            for event in self.events.get(task.task_id, []):
+                if isinstance(event, ApprovalRequested):
+                    requests.setdefault(event.request.request_id, event.request)
+                elif isinstance(event, ApprovalResolved):
+                    decisions.setdefault(event.decision.request_id, event)
+            for request_id, request in requests.items():
+                resolved = decisions.get(request_id)
+                if resolved is None:
+                    approvals["expired" if task.status in _ENDED else "pending"] += 1
+                    continue
+                waits.append((resolved.occurred_at - request.created_at).total_seconds() * 1000)
+                if resolved.decision.approved:
+                    approvals["approved"] += 1
+                elif resolved.decision.decided_by == KERNEL_DECIDER:
+                    approvals["expired"] += 1
+                else:
+                    approvals["denied"] += 1
+        return TaskMetrics(
+            tasks=TaskCounts(by_status=by_status),
+            approvals=ApprovalMetrics(
+                requested=sum(approvals.values()), wait=_latency(waits), **approvals
+            ),
+        )
+
     async def close(self) -> None:
         self.closed = True
 
 
 class FakeTraceStore(ITraceStore):
-    def __init__(self, *, fail_on_kind: str | None = None) -> None:
+    """Spans in a list. ``span_metrics`` with a scope needs ``tasks``, the task store whose
+    tasks the scope selects (a real store reads them from its database)."""
+
+    def __init__(
+        self, *, fail_on_kind: str | None = None, tasks: FakeTaskStore | None = None
+    ) -> None:
         self.spans: list[Span] = []
         self.fail_on_kind = fail_on_kind
+        self.tasks = tasks
         self.closed = False
 
     async def record(self, span: Span) -> None:
@@ -190,6 +266,80 @@ class FakeTraceStore(ITraceStore):
                 and (trace_id is None or s.trace_id == trace_id)
             ),
             key=lambda s: s.started_at,
+        )
+
+    async def span_metrics(self, scope: MetricsScope) -> SpanMetrics:
+        spans = self.spans
+        if scope.since is not None or scope.session_id is not None:
+            if self.tasks is None:
+                raise UsageError("this FakeTraceStore was given no task store to scope by")
+            ids = {t.task_id for t in self.tasks.in_scope(scope)}
+            spans = [s for s in spans if s.task_id in ids]
+        spent = [s for s in spans if s.kind not in ("task", "llm_attempt")]
+        costs = [s.cost_usd for s in spent if s.cost_usd is not None]
+        by_kind: dict[str, list[float]] = {}
+        for span in spans:
+            by_kind.setdefault(span.kind, []).append(span.latency_ms)
+        by_model: dict[str, list[Span]] = {}
+        for span in spans:
+            if span.kind == "llm":
+                by_model.setdefault(span.attributes.get("fallback_model") or span.name, []).append(
+                    span
+                )
+        by_tool: dict[str, list[Span]] = {}
+        for span in spans:
+            if span.kind == "tool" and not (
+                span.status == "ok" and span.attributes.get("suspended") is not None
+            ):
+                by_tool.setdefault(span.name, []).append(span)
+
+        def refused(span: Span) -> bool:
+            return span.status == "error" and span.attributes.get("error_type") in (
+                REFUSED_ERROR_TYPES
+            )
+
+        def model_cost(calls: list[Span]) -> float | None:
+            known = [s.cost_usd for s in calls if s.cost_usd is not None]
+            return sum(known) if known else None
+
+        return SpanMetrics(
+            tokens=TokenTotals(
+                input=sum(s.tokens_in or 0 for s in spent),
+                output=sum(s.tokens_out or 0 for s in spent),
+                cost_usd=sum(costs) if costs else None,
+            ),
+            latency_by_kind=[
+                KindLatency(kind=kind, latency=_latency(values))
+                for kind, values in sorted(by_kind.items())
+            ],
+            models=sorted(
+                (
+                    ModelMetrics(
+                        model=model,
+                        calls=len(calls),
+                        errors=sum(s.status == "error" for s in calls),
+                        input_tokens=sum(s.tokens_in or 0 for s in calls),
+                        output_tokens=sum(s.tokens_out or 0 for s in calls),
+                        cost_usd=model_cost(calls),
+                        latency=_latency([s.latency_ms for s in calls]),
+                    )
+                    for model, calls in by_model.items()
+                ),
+                key=lambda m: (-m.calls, m.model),
+            ),
+            tools=sorted(
+                (
+                    ToolMetrics(
+                        tool=tool,
+                        calls=len(calls),
+                        errors=sum(s.status == "error" and not refused(s) for s in calls),
+                        refused=sum(refused(s) for s in calls),
+                        latency=_latency([s.latency_ms for s in calls]),
+                    )
+                    for tool, calls in by_tool.items()
+                ),
+                key=lambda t: (-t.calls, t.tool),
+            ),
         )
 
     async def close(self) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from core_agent.contracts.errors import CorruptStateError, InvalidTransitionError, TaskHeldError
+from core_agent.contracts.metrics import MetricsScope, TaskMetrics
 from core_agent.contracts.session_store import ISessionStore
 from shared.agent_protocol import (
     ApprovalDecision,
@@ -385,6 +386,25 @@ class ITaskStore(abc.ABC):
                         known.request, event.decision
                     )
         return list(records.values())
+
+    @abc.abstractmethod
+    async def task_metrics(self, scope: MetricsScope) -> TaskMetrics:
+        """The tasks in ``scope`` by status, and what became of their approval requests.
+
+        ``approvals`` classifies every request of those tasks as ``ApprovalMetrics`` says:
+        approved or denied by a person; expired when the kernel denied it itself (its
+        decision's ``decided_by`` is ``core-agent``: the approver timed out, failed or could
+        not be asked) or when it has no decision and its task has ended; pending otherwise.
+        ``wait`` is the time from each decided request's ``created_at`` to the event that
+        recorded its decision, as nearest-rank percentiles.
+
+        A store should compute this with aggregates over its indexes (tasks by creation time
+        and by session), not by reading every task into the process; it may take a while
+        on a large store, and must not block the event loop meanwhile.
+
+        Raises:
+            StorageError: The tasks cannot be read.
+        """
 
     @abc.abstractmethod
     async def close(self) -> None:

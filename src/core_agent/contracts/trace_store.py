@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from core_agent.contracts.metrics import MetricsScope, SpanMetrics
+
 SpanKind = Literal[
     "task",
     "planning",
@@ -72,6 +74,32 @@ class ITraceStore(abc.ABC):
 
         Raises:
             UsageError: Neither ``task_id`` nor ``trace_id`` was given.
+        """
+
+    @abc.abstractmethod
+    async def span_metrics(self, scope: MetricsScope) -> SpanMetrics:
+        """Tokens, cost, latencies, models and tools of the spans of the tasks in ``scope``.
+
+        The tasks are those of the task store this store keeps spans for (a store in the
+        same database reads its tasks table), selected as ``MetricsScope`` says. Counted:
+
+        - ``tokens``: the sum over every span but ``task`` (a task's root span repeats the
+          sum of its model calls) and ``llm_attempt`` (its ``llm`` span carries the usage).
+        - ``latency_by_kind``: the latency percentiles of the spans of each kind.
+        - ``models``: ``llm`` spans by the model that answered (the ``fallback_model``
+          attribute, else the span's name): calls, errors, tokens, cost, latency.
+        - ``tools``: ``tool`` spans by name, leaving out those written when the call was
+          suspended for a human (``suspended`` attribute; the call writes another span when
+          it is resumed); ``refused`` when the ``error_type`` attribute is in
+          ``REFUSED_ERROR_TYPES``, else ``errors`` when the span's status is ``error``.
+
+        Percentiles are nearest-rank (see ``core_agent.contracts.metrics``). A store should
+        compute this where the spans are (SQL aggregates over indexes), not by reading every
+        span into the process; it may take a while on a large store, and must not block the
+        event loop meanwhile.
+
+        Raises:
+            StorageError: The spans cannot be read.
         """
 
     @abc.abstractmethod

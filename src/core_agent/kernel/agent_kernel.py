@@ -42,6 +42,7 @@ from core_agent.contracts.executor import (
     TaskIdentity,
 )
 from core_agent.contracts.memory_store import IMemoryStore
+from core_agent.contracts.metrics import AgentMetrics, MetricsScope
 from core_agent.contracts.session_store import DeletedSession, ISessionStore
 from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
 from core_agent.contracts.task_store import ApprovalDecided, ITaskStore, TaskPage
@@ -68,6 +69,7 @@ from core_agent.kernel.task_recovery import TaskRecovery
 from core_agent.kernel.task_references import find_task_id
 from core_agent.memory.hybrid_memory import recall_message
 from core_agent.memory.ingestion import IngestionPipeline, IngestProgress, IngestResult
+from core_agent.observability.metrics import collect_metrics
 from core_agent.observability.tracer import Tracer, new_trace_id
 from core_agent.prompts import PromptSet, default_prompts
 from core_agent.safety.approval_gateway import CallbackApprovalGateway
@@ -821,6 +823,27 @@ class AgentKernel:
     async def task_spans(self, task_id: str) -> list[Span]:
         """The spans of a task, in start order."""
         return await self._trace_store.list_spans(task_id=task_id)
+
+    async def metrics(
+        self, *, since: datetime | None = None, session_id: str | None = None
+    ) -> AgentMetrics:
+        """Tasks by status, tokens and cost, latencies, models, tools and approvals.
+
+        Over every task, or those created at or after ``since`` (timezone-aware), or those
+        of ``session_id``, or both; computed by the stores (see
+        ``core_agent.contracts.metrics`` for what each number counts).
+
+        Raises:
+            UsageError: ``since`` has no time zone.
+            SessionNotFoundError: There is no session ``session_id``.
+            StorageError: A store could not be read.
+        """
+        if since is not None and since.tzinfo is None:
+            raise UsageError("metrics: `since` needs a time zone (datetime.now(UTC) - ...)")
+        if session_id is not None and self._sessions is not None:
+            await self._sessions.store.get_session(session_id)
+        scope = MetricsScope(since=since, session_id=session_id)
+        return await collect_metrics(self._task_store, self._trace_store, scope)
 
     async def pending_approvals(self, limit: int = 1000) -> list[ApprovalRequest]:
         """Questions that tasks wait on, oldest first (they survive restarts).

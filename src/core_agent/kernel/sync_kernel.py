@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
+from datetime import datetime
 from functools import partial
 from queue import SimpleQueue
 from types import TracebackType
@@ -48,6 +49,7 @@ from core_agent.contracts.errors import (
     UsageError,
 )
 from core_agent.contracts.event_bus import Subscription
+from core_agent.contracts.metrics import AgentMetrics
 from core_agent.contracts.trace_store import Span
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.safety.approval_gateway import denial
@@ -384,6 +386,12 @@ class SyncKernel:
     def task_spans(self, task_id: str) -> list[Span]:
         """The spans of a task, in start order."""
         return self.call(self._kernel.task_spans, task_id)
+
+    def metrics(
+        self, *, since: datetime | None = None, session_id: str | None = None
+    ) -> AgentMetrics:
+        """See ``AgentKernel.metrics``."""
+        return self.call(self._kernel.metrics, since=since, session_id=session_id)
 
     # -- any coroutine -----------------------------------------------------------------------
 

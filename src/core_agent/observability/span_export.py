@@ -24,6 +24,7 @@ from collections.abc import Sequence
 
 import anyio
 
+from core_agent.contracts.metrics import MetricsScope, SpanMetrics
 from core_agent.contracts.span_exporter import ISpanExporter
 from core_agent.contracts.trace_store import ITraceStore, Span
 
@@ -215,6 +216,10 @@ class ExportingTraceStore(ITraceStore):
     ) -> list[Span]:
         """See ``ITraceStore.list_spans``."""
         return await self._inner.list_spans(task_id=task_id, trace_id=trace_id)
+
+    async def span_metrics(self, scope: MetricsScope) -> SpanMetrics:
+        """See ``ITraceStore.span_metrics``."""
+        return await self._inner.span_metrics(scope)
 
     async def close(self) -> None:
         """Close the store, then export what is queued (waiting ``close_timeout_s`` at most)."""

@@ -9,6 +9,7 @@ import anyio
 import anyio.to_thread
 
 from core_agent.contracts.approval_gateway import ApprovalCallback, IApprovalGateway
+from core_agent.contracts.metrics import KERNEL_DECIDER
 from shared.agent_protocol import ApprovalDecision, ApprovalRequest
 
 log = logging.getLogger(__name__)
@@ -17,7 +18,7 @@ log = logging.getLogger(__name__)
 def denial(request: ApprovalRequest, reason: str) -> ApprovalDecision:
     """A denial of ``request`` made by the kernel itself."""
     return ApprovalDecision(
-        request_id=request.request_id, approved=False, reason=reason, decided_by="core-agent"
+        request_id=request.request_id, approved=False, reason=reason, decided_by=KERNEL_DECIDER
     )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from core_agent.contracts.checkpoint_store import C, Checkpoint, ICheckpointStore
 from core_agent.contracts.memory_store import IMemoryStore, MemoryItem, MemoryScope
+from core_agent.contracts.metrics import MetricsScope, SpanMetrics, TaskMetrics
 from core_agent.contracts.session_store import DeletedSession, ISessionStore, SessionHistory
 from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore, TaskPage
 from core_agent.contracts.tool_call_ledger import IToolCallLedger, LedgerEntry, LedgerStatus
@@ -195,6 +196,10 @@ class RedactingTaskStore(ITaskStore):
             error=self._redactor.text(error) if error is not None else None,
         )
 
+    async def task_metrics(self, scope: MetricsScope) -> TaskMetrics:
+        """See ``ITaskStore.task_metrics``."""
+        return await self._inner.task_metrics(scope)
+
     async def close(self) -> None:
         """See ``ITaskStore.close``."""
         await self._inner.close()
@@ -224,6 +229,10 @@ class RedactingTraceStore(ITraceStore):
     ) -> list[Span]:
         """See ``ITraceStore.list_spans``."""
         return await self._inner.list_spans(task_id=task_id, trace_id=trace_id)
+
+    async def span_metrics(self, scope: MetricsScope) -> SpanMetrics:
+        """See ``ITraceStore.span_metrics``."""
+        return await self._inner.span_metrics(scope)
 
     async def close(self) -> None:
         """See ``ITraceStore.close``."""

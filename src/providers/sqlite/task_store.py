@@ -25,9 +25,23 @@ from core_agent.contracts.errors import (
     TaskNotFoundError,
     UsageError,
 )
+from core_agent.contracts.metrics import (
+    KERNEL_DECIDER,
+    ApprovalMetrics,
+    MetricsScope,
+    TaskCounts,
+    TaskMetrics,
+)
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore, TaskPage
-from providers.sqlite.database import SqliteDatabase, transaction
+from providers.sqlite.database import ReaderPool, SqliteDatabase, transaction
+from providers.sqlite.metrics_queries import (
+    grouped_percentiles,
+    milliseconds_between,
+    percentiles,
+    read_snapshot,
+    task_condition,
+)
 from providers.sqlite.session_store import SqliteSessionStore, check_session_takes_a_task
 from shared.agent_protocol import (
     AgentEvent,
@@ -52,6 +66,7 @@ _TASK_COLUMNS = (
 _ACTIVE = ("queued", "running")
 _HELD = ("queued", "running", "waiting_approval")
 """Statuses in which a task keeps its owner (a host asking its approver holds its task)."""
+_ENDED = ("succeeded", "failed", "canceled")
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +243,7 @@ class SqliteTaskStore(ITaskStore):
 
     def __init__(self, path: Path | str) -> None:
         self._db = SqliteDatabase.open(path)
+        self._readers = ReaderPool(path)  # connects on first use: only stats read here
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> SqliteTaskStore:
@@ -686,6 +702,60 @@ class SqliteTaskStore(ITaskStore):
 
         return await self._db.run(write)
 
+    async def task_metrics(self, scope: MetricsScope) -> TaskMetrics:
+        """See ``ITaskStore.task_metrics``: three aggregate queries in one read transaction.
+
+        Tasks are counted through ``agent_tasks_by_status`` (or the creation and session
+        indexes with a scope), approval requests through ``agent_approvals_by_task``.
+        """
+        tasks_in_scope, params = task_condition(scope)
+        of_tasks, task_params = task_condition(scope, alias="t")
+        ended = ", ".join(f"'{status}'" for status in _ENDED)
+        by_kernel = (
+            f"COALESCE(json_extract(a.decision_json, '$.decided_by') = '{KERNEL_DECIDER}', 0)"
+        )
+        joined = (
+            f"FROM agent_approvals AS a JOIN agent_tasks AS t ON t.id = a.task_id WHERE {of_tasks}"
+        )
+
+        def read(conn: sqlite3.Connection) -> TaskMetrics:
+            statuses = conn.execute(
+                f"SELECT status, COUNT(*) FROM agent_tasks WHERE {tasks_in_scope} GROUP BY status",
+                params,
+            ).fetchall()
+            requested, approved, denied, expired, pending = conn.execute(
+                "SELECT COUNT(*), COALESCE(SUM(a.status = 'approved'), 0),"
+                f" COALESCE(SUM(a.status = 'denied' AND NOT {by_kernel}), 0),"
+                f" COALESCE(SUM((a.status = 'denied' AND {by_kernel})"
+                f" OR (a.status = 'pending' AND t.status IN ({ended}))), 0),"
+                f" COALESCE(SUM(a.status = 'pending' AND t.status NOT IN ({ended})), 0) {joined}",
+                task_params,
+            ).fetchone()
+            waits = conn.execute(
+                grouped_percentiles(
+                    f"SELECT 1 AS g, {milliseconds_between('a.created_at', 'a.decided_at')} AS v"
+                    f" {joined} AND a.decided_at IS NOT NULL"
+                ),
+                task_params,
+            ).fetchall()
+            by_status = dict.fromkeys(TaskStatus, 0)
+            for status, count in statuses:
+                by_status[TaskStatus(status)] = count
+            return TaskMetrics(
+                tasks=TaskCounts(by_status=by_status),
+                approvals=ApprovalMetrics(
+                    requested=requested,
+                    approved=approved,
+                    denied=denied,
+                    expired=expired,
+                    pending=pending,
+                    wait=percentiles(*waits[0][1:]) if waits else percentiles(0, None, None),
+                ),
+            )
+
+        return await read_snapshot(self._db, self._readers, read)
+
     async def close(self) -> None:
-        """Close the database connection."""
+        """Close the database connection (and the one stats were read on)."""
         await self._db.close()
+        self._readers.close()
