@@ -36,7 +36,7 @@ import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import anyio
 from pydantic import BaseModel, Field
@@ -631,13 +631,19 @@ def _escalation(context: ExecutionContext, failures: list[str]) -> Escalation:
     )
 
 
+_N = TypeVar("_N", int, float)
+
+
 def _larger_usage(current: TokenUsage, saved: TokenUsage) -> TokenUsage:
     """The usage that counts more, field by field (both only ever grow during a task)."""
     return TokenUsage(
         input_tokens=max(current.input_tokens, saved.input_tokens),
         output_tokens=max(current.output_tokens, saved.output_tokens),
-        cost_usd=max(
-            (cost for cost in (current.cost_usd, saved.cost_usd) if cost is not None),
-            default=None,
-        ),
+        cost_usd=_larger(current.cost_usd, saved.cost_usd),
+        cache_read_tokens=_larger(current.cache_read_tokens, saved.cache_read_tokens),
+        reasoning_tokens=_larger(current.reasoning_tokens, saved.reasoning_tokens),
     )
+
+
+def _larger(current: _N | None, saved: _N | None) -> _N | None:
+    return max((value for value in (current, saved) if value is not None), default=None)
