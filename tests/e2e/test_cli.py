@@ -341,7 +341,7 @@ def test_recover_resume_and_cancel_on_the_command_line(tmp_path) -> None:
     tests_dir = Path(__file__).parents[1]
     host = subprocess.run(
         [sys.executable, "-m", "support.crash_host", json.dumps(config)],
-        env={**os.environ, "PYTHONPATH": str(tests_dir)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir), *sys.path])},
         cwd=tests_dir,
         timeout=120,
         check=False,
