@@ -42,7 +42,7 @@ from core_agent.contracts.tool import ITool
 from core_agent.contracts.tool_call_ledger import IToolCallLedger
 from core_agent.contracts.tool_hook import ToolHook
 from core_agent.contracts.tool_sandbox import IToolSandbox
-from core_agent.contracts.trace_store import ITraceStore
+from core_agent.contracts.trace_store import ITraceStore, TraceRecording
 from core_agent.contracts.vector_store import IVectorStore
 from core_agent.kernel.agent_kernel import AgentKernel, Closable
 from core_agent.kernel.event_bus import InProcessEventBus
@@ -54,6 +54,7 @@ from core_agent.memory.ingestion import IngestionPipeline
 from core_agent.memory.prompt_window import PromptWindow
 from core_agent.memory.semantic_memory import SemanticMemory
 from core_agent.memory.vector_migration import DualWriteVectorStore
+from core_agent.observability.recording_store import RecordingTraceStore
 from core_agent.orchestration.circuit_breaker import BreakerSettings
 from core_agent.orchestration.model_classifier import ModelAssistedClassifier
 from core_agent.orchestration.model_retry import RetryPolicy
@@ -492,7 +493,18 @@ class KernelContainer(containers.DeclarativeContainer):
     redactor = providers.Singleton(build_redactor, settings)
     # What the kernel writes through: every store redacts secrets on the way in.
     redacted_task_store = providers.Singleton(RedactingTaskStore, task_store, redactor)
-    redacted_trace_store = providers.Singleton(RedactingTraceStore, trace_store, redactor)
+    trace_recording = providers.Factory(
+        TraceRecording,
+        spans=settings.provided.tracing,
+        content=settings.provided.trace_content,
+        content_max_chars=settings.provided.trace_content_max_chars,
+    )
+    # Redacted first, then cut to the cap (a cut never leaves part of a secret), or dropped.
+    redacted_trace_store = providers.Singleton(
+        RedactingTraceStore,
+        providers.Singleton(RecordingTraceStore, trace_store, trace_recording),
+        redactor,
+    )
 
     embedder = providers.Singleton(
         load_provider, EMBEDDERS, settings.provided.embedder, settings, IEmbedder

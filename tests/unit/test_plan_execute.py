@@ -106,8 +106,8 @@ async def test_independent_steps_overlap_and_the_dependent_one_waits(kernel_with
     a, b, c = steps["a"], steps["b"], steps["c"]
     assert a.started_at < b.ended_at and b.started_at < a.ended_at  # a and b overlap
     assert c.started_at >= max(a.ended_at, b.ended_at)  # c starts after both end
-    root = spans_named(traces, "task")["task"]
-    assert {a.parent_span_id, b.parent_span_id, c.parent_span_id} == {root.span_id}
+    run = spans_named(traces, "run")["run"]
+    assert {a.parent_span_id, b.parent_span_id, c.parent_span_id} == {run.span_id}
     tool_spans = [s for s in traces.spans if s.kind == "tool"]
     assert {s.parent_span_id for s in tool_spans} == {a.span_id, b.span_id}
 

@@ -119,7 +119,7 @@ class SessionConversations:
         through = summary.through_seq if summary is not None else 0
         tainted = summary.tainted if summary is not None else False
         turns = turns_of(history.entries)
-        tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
+        tracer = Tracer.of(self._trace_store, state)
         async with tracer.span("memory", "memory.session") as span:
             plan = compactor.plan(budget, text, turns)
             keep, omitted = plan.keep, 0

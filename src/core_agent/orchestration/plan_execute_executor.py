@@ -198,9 +198,7 @@ class PlanExecuteExecutor(IExecutor):
             CorruptStateError: A resumed run's checkpoint cannot be read.
             UsageLimitExceededError: Going on would pass one of the task's usage limits.
         """
-        tracer = Tracer(
-            self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
-        )
+        tracer = Tracer.of(self._trace_store, context.task)
         # Every loop here keeps a journal, so a risky call can wait durably for a human.
         context.humans.can_suspend = True
         allowed = self._allowed(context)
@@ -569,9 +567,7 @@ class PlanExecuteExecutor(IExecutor):
         await context.emit(
             StrategyFallback, from_strategy="plan_execute", to_strategy="react", reason=reason
         )
-        tracer = Tracer(
-            self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
-        )
+        tracer = Tracer.of(self._trace_store, context.task)
         messages = list(context.run.messages)
         done = run.prior or "\n".join(f"- {k}: {v}" for k, v in run.results.items())
         if done:

@@ -237,9 +237,7 @@ class ReActLoop:
             ModelError: A model call failed.
             CorruptStateError: The ledger of a resumed loop cannot be read.
         """
-        tracer = Tracer(
-            self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
-        )
+        tracer = Tracer.of(self._trace_store, context.task)
         definitions = [
             ToolDefinition(spec.name, spec.description, spec.parameters)
             for spec in self._tools.specs(allowed)

@@ -23,7 +23,7 @@ from core_agent.contracts.memory_store import IMemoryStore, MemoryItem, MemorySc
 from core_agent.contracts.session_store import DeletedSession, ISessionStore, SessionHistory
 from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore
 from core_agent.contracts.tool_call_ledger import IToolCallLedger, LedgerEntry, LedgerStatus
-from core_agent.contracts.trace_store import ITraceStore, Span
+from core_agent.contracts.trace_store import ITraceStore, Span, TraceRecording
 from core_agent.safety.redaction import Redactor
 from shared.agent_protocol import (
     ApprovalRequest,
@@ -187,6 +187,11 @@ class RedactingTraceStore(ITraceStore):
     def __init__(self, inner: ITraceStore, redactor: Redactor) -> None:
         self._inner = inner
         self._redactor = redactor
+
+    @property
+    def recording(self) -> TraceRecording:
+        """The inner store's (see ``ITraceStore.recording``)."""
+        return self._inner.recording
 
     async def record(self, span: Span) -> None:
         """See ``ITraceStore.record``."""
