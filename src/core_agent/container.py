@@ -55,6 +55,7 @@ from core_agent.memory.prompt_window import PromptWindow
 from core_agent.memory.semantic_memory import SemanticMemory
 from core_agent.memory.vector_migration import DualWriteVectorStore
 from core_agent.observability.recording_store import RecordingTraceStore
+from core_agent.observability.traced_retrieval import TracedRetriever
 from core_agent.orchestration.circuit_breaker import BreakerSettings
 from core_agent.orchestration.model_classifier import ModelAssistedClassifier
 from core_agent.orchestration.model_retry import RetryPolicy
@@ -587,7 +588,10 @@ class KernelContainer(containers.DeclarativeContainer):
             load_tools,
             settings,
             providers.Callable(
-                build_kernel_tools, settings, memory_store.provider, retriever.provider
+                build_kernel_tools,
+                settings,
+                memory_store.provider,
+                providers.Singleton(TracedRetriever, retriever).provider,
             ),
             host_tools,
         ),
