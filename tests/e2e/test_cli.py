@@ -49,9 +49,10 @@ def test_tasks_and_trace_show_what_ran(tmp_path) -> None:
 
     trace = json.loads(run("trace", task_id, "--json", data_dir=tmp_path).stdout)
     assert [s["kind"] for s in trace["spans"]] == [
+        "task",
         "planning",
         "memory",
-        "task",
+        "run",
         "llm",
         "tool",
         "policy",

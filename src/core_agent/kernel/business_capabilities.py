@@ -79,6 +79,8 @@ class BusinessCapabilities:
                 async with tracer.span("retrieval", f"{source}.context") as span:
                     text = await capability.context(state.request)
                     span.attributes["chars"] = len(text or "")
+                    if text and tracer.content:
+                        span.attributes["context"] = tracer.text(text)
             except Exception:
                 log.exception("task %s: the context of %s failed", state.task_id, source)
                 continue

@@ -372,7 +372,8 @@ def _count_run(span: OpenSpan, before: TokenUsage, after: TokenUsage) -> None:
     if after.cost_usd is not None:
         span.cost_usd = after.cost_usd - (before.cost_usd or 0.0)
     for name, count in usage_attributes(after).items():
-        span.attributes[name] = count - (getattr(before, name) or 0)
+        if used := count - (getattr(before, name) or 0):
+            span.attributes[name] = used
 
 
 async def _run_within_time(executor: IExecutor, context: ExecutionContext) -> ExecutionOutcome:

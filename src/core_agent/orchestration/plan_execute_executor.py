@@ -372,8 +372,8 @@ class PlanExecuteExecutor(IExecutor):
             "planning", "plan", parent_span_id=context.task.parent_span_id
         ) as span:
             span.attributes["revision"] = revision
-            if feedback:
-                span.attributes["feedback"] = feedback[:2000]
+            if feedback and tracer.content:
+                span.attributes["feedback"] = tracer.text(feedback)
             # The planner's model calls nest under this span; stats and events stay shared.
             planning_context = context.under(span.span_id)
             try:
@@ -381,7 +381,11 @@ class PlanExecuteExecutor(IExecutor):
             except PlanningError as exc:
                 span.attributes["refusals"] = exc.attempts
                 raise
-            span.attributes["steps"] = [step.model_dump() for step in plan.steps]
+            # The goals are the model's words: content, like its answers.
+            span.attributes["steps"] = [
+                step.model_dump() if tracer.content else step.model_dump(exclude={"goal"})
+                for step in plan.steps
+            ]
         await context.emit(
             PlanCreated, revision=revision, steps=[step.model_dump() for step in plan.steps]
         )
@@ -480,7 +484,9 @@ class PlanExecuteExecutor(IExecutor):
             parent_span_id=context.task.parent_span_id,
             suspends_on=(TurnSuspended,),
         ) as span:
-            span.attributes.update(goal=step.goal, depends_on=step.depends_on)
+            span.attributes["depends_on"] = step.depends_on
+            if tracer.content:
+                span.attributes["goal"] = tracer.text(step.goal)
             messages: list[ChatMessage] = [
                 SystemMessage(content=f"{self._step_system}\n\n{UNTRUSTED_NOTICE}"),
                 UserMessage(
