@@ -500,7 +500,7 @@ class KernelContainer(containers.DeclarativeContainer):
         content=settings.provided.trace_content,
         content_max_chars=settings.provided.trace_content_max_chars,
     )
-    # Redacted first, then cut to the cap (a cut never leaves part of a secret), or dropped.
+    # Redacted, then cut to the cap (a cut never leaves part of a secret); none with tracing off.
     redacted_trace_store = providers.Singleton(
         RedactingTraceStore,
         providers.Singleton(RecordingTraceStore, trace_store, trace_recording),

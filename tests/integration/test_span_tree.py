@@ -22,8 +22,7 @@ import pytest
 
 from core_agent import ToolHook, create_kernel, tool
 from core_agent.contracts.settings import AgentSettings
-from core_agent.contracts.trace_store import CONTENT_ATTRIBUTES, Span
-from core_agent.observability.recording_store import CUT_MARK
+from core_agent.contracts.trace_store import CONTENT_ATTRIBUTES, CUT_MARK, Span
 from shared.agent_protocol import ApprovalDecision, TaskRequest, TaskStatus
 from support.crash_harness import config_in, start_host
 from support.openai_server import OpenAIServer

@@ -103,3 +103,35 @@ async def test_with_tracing_off_nothing_is_kept_and_content_is_not_built(
     async with tracer.span("llm", "model"):
         pass
     assert traces.spans == []
+
+
+async def test_redacting_a_span_keeps_every_field_it_does_not_redact(container, tmp_path) -> None:
+    import dataclasses
+    from datetime import UTC, datetime
+
+    from core_agent.contracts.trace_store import Span
+
+    container.settings.override(AgentSettings(data_dir=tmp_path / "data"))
+    traces = FakeTraceStore()
+    container.trace_store.override(traces)
+    span = Span(
+        span_id="1" * 16,
+        trace_id="2" * 32,
+        task_id="task",
+        kind="llm",
+        name="model",
+        started_at=datetime(2026, 1, 1, tzinfo=UTC),
+        ended_at=datetime(2026, 1, 2, tzinfo=UTC),
+        status="error",
+        parent_span_id="3" * 16,
+        tokens_in=1,
+        tokens_out=2,
+        cost_usd=0.5,
+        error="boom",
+        attributes={"a": 1},
+    )
+    await container.redacted_trace_store().record(span)
+    (kept,) = traces.spans
+    assert {f.name: getattr(kept, f.name) for f in dataclasses.fields(Span)} == {
+        f.name: getattr(span, f.name) for f in dataclasses.fields(Span)
+    }

@@ -30,6 +30,15 @@ model has several. ``hook``: one host tool hook before or after a call (a child 
 SpanStatus = Literal["ok", "error"]
 
 DEFAULT_CONTENT_MAX_CHARS = 4000
+CUT_MARK = "… [{count} more characters not recorded]"
+
+
+def cut_text(text: str, max_chars: int) -> str:
+    """How a span keeps a text longer than its cap: the head, then how much was left out."""
+    if len(text) <= max_chars:
+        return text
+    return text[:max_chars] + CUT_MARK.format(count=len(text) - max_chars)
+
 
 CONTENT_ATTRIBUTES = frozenset(
     {

@@ -17,10 +17,10 @@ steps' content (messages, answers, arguments, results) only when content recordi
 from __future__ import annotations
 
 import hashlib
+import random
 import secrets
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from contextvars import ContextVar
+from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -38,8 +38,12 @@ margin is longer than any secret the redaction knows, and bounds its work on hug
 
 
 def new_span_id() -> str:
-    """A 64-bit random id in hex, as OpenTelemetry spells span ids."""
-    return secrets.token_hex(8)
+    """A 64-bit random id in hex, as OpenTelemetry spells span ids.
+
+    Unique, not secret: drawn from ``random`` (as OpenTelemetry's SDK does), without the
+    system call ``secrets`` makes for every id.
+    """
+    return f"{random.getrandbits(64):016x}"
 
 
 def new_trace_id() -> str:
@@ -104,6 +108,45 @@ def usage_attributes(usage: TokenUsage) -> dict[str, int]:
     return found
 
 
+class _Timed:
+    """The block a span times (``Tracer.span``).
+
+    A class rather than a generator-based context manager: it runs at every step, and costs
+    less this way.
+    """
+
+    __slots__ = ("_span", "_suspends_on", "_token", "_tracer")
+
+    def __init__(
+        self, tracer: Tracer, span: OpenSpan, suspends_on: tuple[type[BaseException], ...]
+    ) -> None:
+        self._tracer = tracer
+        self._span = span
+        self._suspends_on = suspends_on
+        self._token: Token[tuple[Tracer, str] | None] | None = None
+
+    async def __aenter__(self) -> OpenSpan:
+        self._token = _current.set((self._tracer, self._span.span_id))
+        return self._span
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, trace: object
+    ) -> None:
+        if self._token is not None:
+            _current.reset(self._token)
+        span = self._span
+        if exc is None:
+            await self._tracer._write(span)
+            return
+        if isinstance(exc, self._suspends_on):
+            span.attributes["suspended"] = str(exc)
+        else:
+            span.error = span.error or f"{type(exc).__name__}: {exc}"
+        # Shielded: a step interrupted by cancellation still leaves its span behind.
+        with anyio.CancelScope(shield=True):
+            await self._tracer._write(span)
+
+
 class Tracer:
     """Writes the spans of one task, each when its step ends (see the module).
 
@@ -139,15 +182,14 @@ class Tracer:
         """``value`` as content to record: very long text is cut (see ``REDACTION_MARGIN``)."""
         return value if len(value) <= self._content_bound else value[: self._content_bound]
 
-    @asynccontextmanager
-    async def span(
+    def span(
         self,
         kind: SpanKind,
         name: str,
         *,
         parent_span_id: str | None = None,
         suspends_on: tuple[type[BaseException], ...] = (ApprovalPendingError,),
-    ) -> AsyncIterator[OpenSpan]:
+    ) -> AbstractAsyncContextManager[OpenSpan]:
         """Time the enclosed step; the span is written with status ``error`` if it raises.
 
         Without ``parent_span_id`` the span hangs under the task's root. An exception in
@@ -162,23 +204,7 @@ class Tracer:
             parent_span_id=parent_span_id or self.root_span_id,
             started_at=datetime.now(UTC),
         )
-        token = _current.set((self, open_span.span_id))
-        try:
-            yield open_span
-        except suspends_on as exc:
-            open_span.attributes["suspended"] = str(exc)
-            with anyio.CancelScope(shield=True):
-                await self._write(open_span)
-            raise
-        except BaseException as exc:
-            open_span.error = open_span.error or f"{type(exc).__name__}: {exc}"
-            # Shielded: a step interrupted by cancellation still leaves its span behind.
-            with anyio.CancelScope(shield=True):
-                await self._write(open_span)
-            raise
-        finally:
-            _current.reset(token)
-        await self._write(open_span)
+        return _Timed(self, open_span, suspends_on)
 
     async def record(
         self,
