@@ -217,7 +217,7 @@ async def test_repeated_failure_waits_for_a_human_then_resumes(kernel_with) -> N
 
 
 async def test_a_denied_question_fails_the_task(kernel_with) -> None:
-    kernel, tasks, _, _ = kernel_with(*failing_everywhere())
+    kernel, tasks, traces, _ = kernel_with(*failing_everywhere())
     result = await kernel.execute_task(TaskRequest(task=TASK, force_mode="plan_execute"))
     denied = await kernel.resolve_approval(
         result.pending_approval,
@@ -226,6 +226,12 @@ async def test_a_denied_question_fails_the_task(kernel_with) -> None:
     assert denied.status is TaskStatus.FAILED
     assert "not worth it" in denied.error
     assert tasks.tasks[result.task_id].status is TaskStatus.FAILED
+    # The trace ends too: the human's answer, and the root with the failure.
+    (root,) = [s for s in traces.spans if s.parent_span_id is None]
+    assert root.kind == "task" and root.status == "error" and "not worth it" in root.error
+    (answer,) = [s for s in traces.spans if s.kind == "approval"]
+    assert answer.name == "question" and answer.attributes["approved"] is False
+    assert answer.parent_span_id == root.span_id
 
 
 @pytest.mark.parametrize(

@@ -450,6 +450,7 @@ class AgentKernel:
         )
         await self._decide(lifecycle, decision, then=then, error=error)
         async with self._until_driven(lifecycle):
+            await self._trace_decision(state, request, decision)
             return await self._after_answer(lifecycle, request, decision, output_type, error)
 
     async def _after_answer(
@@ -1237,6 +1238,28 @@ class AgentKernel:
             )
         return state, record.request
 
+    async def _trace_decision(
+        self, state: TaskState, request: ApprovalRequest, decision: ApprovalDecision
+    ) -> None:
+        """The ``approval`` span of a human's decision, from the request to now.
+
+        Recorded once the decision is: of two racing resolvers only one writes it.
+        """
+        await Tracer.of(self._trace_store, state).record(
+            "approval",
+            request.tool_call.name if request.tool_call else "question",
+            started_at=request.created_at,
+            ended_at=now(),
+            attributes={
+                "request_id": request.request_id,
+                "call_hash": request.call_hash,
+                "approved": decision.approved,
+                "scope": decision.scope,
+                "decided_by": decision.decided_by,
+                "reason": decision.reason,
+            },
+        )
+
     async def _resume_tool_call(
         self,
         state: TaskState,
@@ -1250,21 +1273,7 @@ class AgentKernel:
         )
         decided = await self._decide(lifecycle, decision, then=TaskStatus.RUNNING)
         async with self._until_driven(lifecycle):
-            # Recorded once the decision is: of two racing resolvers only one writes a span.
-            await Tracer.of(self._trace_store, state).record(
-                "approval",
-                request.tool_call.name if request.tool_call else "question",
-                started_at=request.created_at,
-                ended_at=now(),
-                attributes={
-                    "request_id": request.request_id,
-                    "call_hash": request.call_hash,
-                    "approved": decision.approved,
-                    "scope": decision.scope,
-                    "decided_by": decision.decided_by,
-                    "reason": decision.reason,
-                },
-            )
+            await self._trace_decision(state, request, decision)
             persisted = await self._task_store.list_events(state.task_id)
             stats = RunStats(usage=state.usage)
             if decided.still_open:
