@@ -4,6 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 "$PY" -m benchmarks.react_step_overhead
+"$PY" -m benchmarks.tracing_overhead
 "$PY" -m benchmarks.react_window_scaling
 "$PY" -m benchmarks.plan_step_overhead
 "$PY" -m benchmarks.router_eval

@@ -44,7 +44,7 @@ from core_agent.contracts.tool import ITool
 from core_agent.contracts.tool_call_ledger import IToolCallLedger
 from core_agent.contracts.tool_hook import ToolHook
 from core_agent.contracts.tool_sandbox import IToolSandbox
-from core_agent.contracts.trace_store import ITraceStore
+from core_agent.contracts.trace_store import ITraceStore, TraceRecording
 from core_agent.contracts.vector_store import IVectorStore
 from core_agent.kernel.agent_kernel import AgentKernel, Closable
 from core_agent.kernel.event_bus import InProcessEventBus
@@ -56,7 +56,9 @@ from core_agent.memory.ingestion import IngestionPipeline
 from core_agent.memory.prompt_window import PromptWindow
 from core_agent.memory.semantic_memory import SemanticMemory
 from core_agent.memory.vector_migration import DualWriteVectorStore
+from core_agent.observability.recording_store import RecordingTraceStore
 from core_agent.observability.span_export import ExportingTraceStore, SpanExportQueue
+from core_agent.observability.traced_retrieval import TracedRetriever
 from core_agent.orchestration.circuit_breaker import BreakerSettings
 from core_agent.orchestration.model_classifier import ModelAssistedClassifier
 from core_agent.orchestration.model_retry import RetryPolicy
@@ -529,8 +531,19 @@ class KernelContainer(containers.DeclarativeContainer):
     span_exporter = providers.Singleton(load_span_exporter, settings)
     """Where spans go besides the trace store (``AGENT_OTEL_ENDPOINT``...); ``None``: nowhere."""
     exporting_trace_store = providers.Singleton(export_spans, trace_store, span_exporter, settings)
-    # The exporter gets the spans as stored: redacted first.
-    redacted_trace_store = providers.Singleton(RedactingTraceStore, exporting_trace_store, redactor)
+    trace_recording = providers.Factory(
+        TraceRecording,
+        spans=settings.provided.tracing,
+        content=settings.provided.trace_content,
+        content_max_chars=settings.provided.trace_content_max_chars,
+    )
+    # Redacted, then cut to the cap (a cut never leaves part of a secret); none with tracing
+    # off. The exporter gets the spans as stored.
+    redacted_trace_store = providers.Singleton(
+        RedactingTraceStore,
+        providers.Singleton(RecordingTraceStore, exporting_trace_store, trace_recording),
+        redactor,
+    )
 
     embedder = providers.Singleton(
         load_provider, EMBEDDERS, settings.provided.embedder, settings, IEmbedder
@@ -613,7 +626,10 @@ class KernelContainer(containers.DeclarativeContainer):
             load_tools,
             settings,
             providers.Callable(
-                build_kernel_tools, settings, memory_store.provider, retriever.provider
+                build_kernel_tools,
+                settings,
+                memory_store.provider,
+                providers.Singleton(TracedRetriever, retriever).provider,
             ),
             host_tools,
         ),

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from core_agent.contracts.trace_store import CONTENT_ATTRIBUTES
 from core_agent.safety.terminal_text import printable
 
 if TYPE_CHECKING:
@@ -167,24 +168,43 @@ def _span_line(span: Span) -> str:
     if span.cost_usd is not None:
         parts.append(f"${span.cost_usd:.6f}")
     line = "  ·  ".join(parts)
-    detail = span.error or (
-        json.dumps(span.attributes, default=str, ensure_ascii=False) if span.attributes else ""
-    )
+    # The content (prompts, answers, arguments, results) is only named here: `--json` has it.
+    shown = {
+        key: value
+        for key, value in span.attributes.items()
+        if key not in CONTENT_ATTRIBUTES and key != "session_id"
+    }
+    content = [key for key in span.attributes if key in CONTENT_ATTRIBUTES]
+    if content:
+        shown["content"] = content
+    detail = span.error or (json.dumps(shown, default=str, ensure_ascii=False) if shown else "")
     return f"{line}\n{printable(detail)}" if detail else line
 
 
 def print_span_tree(console: Console, task: TaskState, spans: Sequence[Span]) -> None:
-    """The spans as a tree (children under their parent, in start order) with durations."""
+    """The spans as a tree (children under their parent, in start order) with durations.
+
+    A span whose parent is not stored (the task's root before the task ends, or after a
+    crash) hangs under the title.
+    """
     from rich.text import Text
     from rich.tree import Tree
 
-    title = Text(f"trace {task.trace_id} (task {task.task_id}, {task.status.value})")
+    title = Text(
+        f"trace {task.trace_id} (task {task.task_id}, {task.status.value}, "
+        f"session {task.session_id})"
+    )
     tree = Tree(title)
-    nodes: dict[str, Any] = {}
     known = {span.span_id for span in spans}
+    children: dict[str | None, list[Span]] = {}
     for span in sorted(spans, key=lambda s: s.started_at):
-        parent = nodes.get(span.parent_span_id or "") if span.parent_span_id in known else None
+        parent = span.parent_span_id if span.parent_span_id in known else None
+        children.setdefault(parent, []).append(span)
+    # Parents first, whatever their start: a child may start before its parent's span does.
+    pending: list[tuple[Any, Span]] = [(tree, span) for span in reversed(children.get(None, []))]
+    while pending:
+        node, span = pending.pop()
         style = "red" if span.status == "error" else ""
-        node = (parent or tree).add(Text(_span_line(span), style=style))
-        nodes[span.span_id] = node
+        added = node.add(Text(_span_line(span), style=style))
+        pending.extend((added, child) for child in reversed(children.get(span.span_id, [])))
     console.print(tree)

@@ -277,6 +277,10 @@ class LiteLLMGateway(ILLMGateway):
                 input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                 output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
                 cost_usd=self._cost(litellm, response),
+                cache_read_tokens=_usage_detail(usage, "prompt_tokens_details", "cached_tokens"),
+                reasoning_tokens=_usage_detail(
+                    usage, "completion_tokens_details", "reasoning_tokens"
+                ),
             ),
             model=str(getattr(response, "model", None) or self._model),
             finish_reason=getattr(choice, "finish_reason", None),
@@ -288,6 +292,20 @@ class LiteLLMGateway(ILLMGateway):
         except Exception:
             return None  # litellm has no price for this model (a local server, say)
         return float(cost) if cost is not None else None
+
+
+def _usage_detail(usage: Any, part: str, name: str) -> int | None:
+    """A count from a part of litellm's usage (``prompt_tokens_details.cached_tokens``).
+
+    ``None`` when the provider did not report it: litellm fills the parts with ``None`` then
+    (or leaves them out), and may give them as objects or as dictionaries.
+    """
+    details = getattr(usage, part, None)
+    value = details.get(name) if isinstance(details, dict) else getattr(details, name, None)
+    try:
+        return max(int(value), 0) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def provider_finish_reason(stream: Any, chunks: list[Any]) -> str | None:

@@ -60,17 +60,27 @@ def model_entry(model: str) -> dict[str, Any] | None:
     return None
 
 
-def cost_usd(model: str, input_tokens: int, output_tokens: int) -> float | None:
-    """A call's cost at the table's per-token prices; ``None`` for a model it has no price."""
+def cost_usd(
+    model: str, input_tokens: int, output_tokens: int, *, cache_read_tokens: int = 0
+) -> float | None:
+    """A call's cost at the table's per-token prices; ``None`` for a model it has no price.
+
+    ``cache_read_tokens`` of the input were read from the provider's prompt cache: they cost
+    the model's cache-read price where the table has one (as litellm counts them).
+    """
     entry = model_entry(model)
     if entry is None:
         return None
     try:
         input_price = float(entry["input_cost_per_token"])
         output_price = float(entry["output_cost_per_token"])
+        cached_price = float(entry.get("cache_read_input_token_cost") or input_price)
     except (KeyError, TypeError, ValueError):
         return None
-    return input_tokens * input_price + output_tokens * output_price
+    cached = min(max(cache_read_tokens, 0), input_tokens)
+    return (
+        (input_tokens - cached) * input_price + cached * cached_price + output_tokens * output_price
+    )
 
 
 def context_window(model: str) -> int | None:

@@ -290,12 +290,17 @@ class OpenAIHttpGateway(ILLMGateway):
         usage = usage if isinstance(usage, dict) else {}
         input_tokens = _count(usage.get("prompt_tokens"))
         output_tokens = _count(usage.get("completion_tokens"))
+        cached = _detail(usage, "prompt_tokens_details", "cached_tokens")
         return LLMResponse(
             message=AssistantMessage(content=content, tool_calls=calls),
             usage=TokenUsage(
                 input_tokens=input_tokens,
                 output_tokens=output_tokens,
-                cost_usd=litellm_price_table.cost_usd(self._model, input_tokens, output_tokens),
+                cost_usd=litellm_price_table.cost_usd(
+                    self._model, input_tokens, output_tokens, cache_read_tokens=cached or 0
+                ),
+                cache_read_tokens=cached,
+                reasoning_tokens=_detail(usage, "completion_tokens_details", "reasoning_tokens"),
             ),
             # The configured name, as litellm reports it: traces and prices key on it.
             model=self._model if not model else f"{PROVIDER_PREFIX}{model}",
@@ -384,6 +389,13 @@ def _count(value: Any) -> int:
         return max(int(value or 0), 0)
     except (TypeError, ValueError):
         return 0
+
+
+def _detail(usage: dict[str, Any], part: str, name: str) -> int | None:
+    """A count from a part of the usage (``prompt_tokens_details.cached_tokens``), if sent."""
+    details = usage.get(part)
+    value = details.get(name) if isinstance(details, dict) else None
+    return _count(value) if value is not None else None
 
 
 def _json_body(content: bytes) -> dict[str, Any]:

@@ -134,8 +134,9 @@ async def fill(tasks: ITaskStore, traces: ITraceStore) -> None:
     await task("t2", "s2", T0 + timedelta(hours=1), TaskStatus.WAITING_APPROVAL)
     await task("t3", "s2", T0 + timedelta(hours=2), TaskStatus.CANCELED)
 
-    # The root span repeats its task's usage and an attempt's its call's: neither is counted.
+    # The root span and a run's repeat their calls' usage, an attempt's its call's: none counted.
     await span("t1", "task", "task", 1000, tokens_in=300, tokens_out=30, cost_usd=0.3)
+    await span("t1", "run", "react", 900, tokens_in=300, tokens_out=30, cost_usd=0.3)
     await span("t1", "llm", "model-a", 100, tokens_in=100, tokens_out=10, cost_usd=0.1)
     await span("t1", "llm", "model-a", 200, tokens_in=100, tokens_out=10, cost_usd=0.1)
     await span(
@@ -190,6 +191,7 @@ EVERYTHING = {
         {"kind": "llm", "latency": latency(4, 200.0, 400.0)},
         {"kind": "llm_attempt", "latency": latency(1, 50.0, 50.0)},
         {"kind": "memory", "latency": latency(1, 60.0, 60.0)},
+        {"kind": "run", "latency": latency(1, 900.0, 900.0)},
         {"kind": "task", "latency": latency(1, 1000.0, 1000.0)},
         # 1, 5, 10, 20, 30, 101..121: the 13th of 26 and the 25th.
         {"kind": "tool", "latency": latency(26, 108.0, 120.0)},

@@ -49,9 +49,10 @@ def test_tasks_and_trace_show_what_ran(tmp_path) -> None:
 
     trace = json.loads(run("trace", task_id, "--json", data_dir=tmp_path).stdout)
     assert [s["kind"] for s in trace["spans"]] == [
+        "task",
         "planning",
         "memory",
-        "task",
+        "run",
         "llm",
         "tool",
         "policy",
@@ -341,7 +342,7 @@ def test_recover_resume_and_cancel_on_the_command_line(tmp_path) -> None:
     tests_dir = Path(__file__).parents[1]
     host = subprocess.run(
         [sys.executable, "-m", "support.crash_host", json.dumps(config)],
-        env={**os.environ, "PYTHONPATH": str(tests_dir)},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(tests_dir), *sys.path])},
         cwd=tests_dir,
         timeout=120,
         check=False,

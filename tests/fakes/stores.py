@@ -275,7 +275,7 @@ class FakeTraceStore(ITraceStore):
                 raise UsageError("this FakeTraceStore was given no task store to scope by")
             ids = {t.task_id for t in self.tasks.in_scope(scope)}
             spans = [s for s in spans if s.task_id in ids]
-        spent = [s for s in spans if s.kind not in ("task", "llm_attempt")]
+        spent = [s for s in spans if s.kind not in ("task", "run", "llm_attempt")]
         costs = [s.cost_usd for s in spent if s.cost_usd is not None]
         by_kind: dict[str, list[float]] = {}
         for span in spans:

@@ -66,7 +66,8 @@ async def test_a_pending_approval_survives_kill_9_and_resolves_once(tmp_path) ->
         "AGENT_DATA_DIR": str(tmp_path / "data"),
         "AGENT_WORKSPACE_ROOTS": str(workspace),
         "AGENT_SCRIPTED_MODEL_SCRIPT": str(script),
-        "PYTHONPATH": str(Path(__file__).parents[1]),
+        # This checkout's code in the children too (tests first, then the test's own path).
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path]),
     }
     request_id = crash_while_waiting(env)
 

@@ -42,7 +42,8 @@ def two_secret_reads(tmp_path: Path, name: str) -> tuple[AgentSettings, dict[str
         "AGENT_DATA_DIR": str(data),
         "AGENT_WORKSPACE_ROOTS": str(workspace),
         "AGENT_SCRIPTED_MODEL_SCRIPT": str(script),
-        "PYTHONPATH": str(Path(__file__).parents[1]),
+        # This checkout's code in the children too (tests first, then the test's own path).
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path]),
     }
     return settings, env
 

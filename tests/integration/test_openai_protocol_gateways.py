@@ -73,6 +73,38 @@ async def test_plain_completion_reports_text_and_tokens(gateway, openai_server) 
     assert openai_server.requests[0]["messages"] == [{"role": "user", "content": "Capital?"}]
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+async def test_cache_and_reasoning_tokens_come_through_where_the_server_reports_them(
+    make, litellm_settings, openai_server, streamed
+) -> None:
+    gateway = make(
+        "openai/gpt-4o-mini",
+        api_base=litellm_settings.model_api_base,
+        api_key="sk-test",
+        timeout_s=litellm_settings.model_timeout_s,
+    )
+
+    async def answer() -> LLMResponse:
+        request = LLMRequest(messages=[UserMessage(content="Capital?")])
+        if not streamed:
+            return await gateway.complete(request)
+        items = [item async for item in gateway.stream(request)]
+        assert isinstance(items[-1], LLMResponse)
+        return items[-1]
+
+    openai_server.reply("Paris.", cached_tokens=3, reasoning_tokens=2)
+    openai_server.reply("Paris.")
+    reported, silent = await answer(), await answer()
+    assert (reported.usage.cache_read_tokens, reported.usage.reasoning_tokens) == (3, 2)
+    assert silent.usage.cache_read_tokens is None
+    # litellm's stream assembly counts reasoning tokens itself (0 when there were none).
+    assert silent.usage.reasoning_tokens in (None, 0)
+    # The same tokens, but three of them read from the cache at its lower price.
+    assert reported.usage.input_tokens == silent.usage.input_tokens
+    assert silent.usage.cost_usd is not None and reported.usage.cost_usd is not None
+    assert reported.usage.cost_usd < silent.usage.cost_usd
+
+
 async def test_streamed_tool_calls_are_reassembled(gateway, openai_server) -> None:
     openai_server.reply(
         "Let me compute.",

@@ -257,6 +257,32 @@ async def test_spans_round_trip_in_start_order(tmp_path) -> None:
     assert await store.list_spans(trace_id="tr") == spans
 
 
+async def test_a_stored_tasks_spans_are_found_by_its_trace_id(tmp_path) -> None:
+    tasks, traces = SqliteTaskStore(tmp_path / "k.db"), SqliteTraceStore(tmp_path / "k.db")
+    for task_id in ("t1", "t2"):
+        state, queued = _task(task_id)
+        await tasks.create_task(state.model_copy(update={"trace_id": f"tr-{task_id}"}), queued)
+        moment = datetime(2026, 1, 1, tzinfo=UTC)
+        for name in ("a", "b"):
+            await traces.record(
+                Span(
+                    span_id=f"{task_id}{name}",
+                    trace_id=f"tr-{task_id}",
+                    task_id=task_id,
+                    kind="llm",
+                    name=name,
+                    started_at=moment,
+                    ended_at=moment,
+                )
+            )
+    by_trace = await traces.list_spans(trace_id="tr-t2")
+    assert [s.span_id for s in by_trace] == ["t2a", "t2b"]
+    assert by_trace == await traces.list_spans(task_id="t2")
+    assert await traces.list_spans(trace_id="tr-unknown") == []
+    await tasks.close()
+    await traces.close()
+
+
 async def test_a_closed_store_raises_a_storage_error(tmp_path) -> None:
     store = SqliteTaskStore(tmp_path / "k.db")
     await store.close()

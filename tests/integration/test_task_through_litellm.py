@@ -63,8 +63,10 @@ async def test_a_task_with_a_tool_call_succeeds_and_is_fully_recorded(
     (tool_span,) = by_kind["tool"]
     assert tool_span.name == "calculator" and tool_span.status == "ok"
     (root,) = by_kind["task"]
-    assert all(s.parent_span_id == root.span_id for s in by_kind["llm"] + by_kind["tool"])
-    assert root.tokens_in == sum(s.tokens_in for s in by_kind["llm"])
+    (run,) = by_kind["run"]
+    assert run.parent_span_id == root.span_id and root.parent_span_id is None
+    assert all(s.parent_span_id == run.span_id for s in by_kind["llm"] + by_kind["tool"])
+    assert root.tokens_in == run.tokens_in == sum(s.tokens_in for s in by_kind["llm"])
     assert state.usage.input_tokens == root.tokens_in
 
 

@@ -52,6 +52,10 @@ class Reply:
     fault: Fault | None = None
     retry_after: str | None = None
     """``Retry-After`` header of an error reply (seconds or an HTTP date)."""
+    cached_tokens: int | None = None
+    """Reported as ``usage.prompt_tokens_details.cached_tokens`` (as OpenAI does) when set."""
+    reasoning_tokens: int | None = None
+    """Reported as ``usage.completion_tokens_details.reasoning_tokens`` when set."""
 
 
 def _tokens(text: str) -> int:
@@ -203,9 +207,20 @@ class OpenAIServer:
         error_message: str = "",
         fault: Fault | None = None,
         retry_after: str | None = None,
+        cached_tokens: int | None = None,
+        reasoning_tokens: int | None = None,
     ) -> None:
         self.replies.append(
-            Reply(content, tool_calls or [], status, error_message, fault, retry_after)
+            Reply(
+                content,
+                tool_calls or [],
+                status,
+                error_message,
+                fault,
+                retry_after,
+                cached_tokens,
+                reasoning_tokens,
+            )
         )
 
     @staticmethod
@@ -253,7 +268,7 @@ class OpenAIServer:
         arguments = call.get("arguments", {})
         return arguments if isinstance(arguments, str) else json.dumps(arguments)
 
-    def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, int]:
+    def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         prompt = _tokens(json.dumps(body.get("messages", [])))
         completion = (
             _tokens(
@@ -262,11 +277,16 @@ class OpenAIServer:
             if (reply.content or reply.tool_calls)
             else 0
         )
-        return {
+        usage: dict[str, Any] = {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
         }
+        if reply.cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+        if reply.reasoning_tokens is not None:
+            usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
+        return usage
 
     def _tool_calls(self, reply: Reply) -> list[dict[str, Any]]:
         calls = []

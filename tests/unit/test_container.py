@@ -91,7 +91,15 @@ async def test_adapters_are_swapped_through_the_container(settings) -> None:
     assert memory.searches == ["2 + 2"]
     assert result.output == "2 + 2 = 4"
     assert tasks.tasks[result.task_id].status.value == "succeeded"
-    assert {s.kind for s in traces.spans} == {"planning", "memory", "task", "llm", "tool", "policy"}
+    assert {s.kind for s in traces.spans} == {
+        "planning",
+        "memory",
+        "task",
+        "run",
+        "llm",
+        "tool",
+        "policy",
+    }
     assert not (settings.data_dir / "core_agent.db").exists()
 
 

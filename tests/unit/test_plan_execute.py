@@ -106,8 +106,8 @@ async def test_independent_steps_overlap_and_the_dependent_one_waits(kernel_with
     a, b, c = steps["a"], steps["b"], steps["c"]
     assert a.started_at < b.ended_at and b.started_at < a.ended_at  # a and b overlap
     assert c.started_at >= max(a.ended_at, b.ended_at)  # c starts after both end
-    root = spans_named(traces, "task")["task"]
-    assert {a.parent_span_id, b.parent_span_id, c.parent_span_id} == {root.span_id}
+    run = spans_named(traces, "run")["run"]
+    assert {a.parent_span_id, b.parent_span_id, c.parent_span_id} == {run.span_id}
     tool_spans = [s for s in traces.spans if s.kind == "tool"]
     assert {s.parent_span_id for s in tool_spans} == {a.span_id, b.span_id}
 
@@ -217,7 +217,7 @@ async def test_repeated_failure_waits_for_a_human_then_resumes(kernel_with) -> N
 
 
 async def test_a_denied_question_fails_the_task(kernel_with) -> None:
-    kernel, tasks, _, _ = kernel_with(*failing_everywhere())
+    kernel, tasks, traces, _ = kernel_with(*failing_everywhere())
     result = await kernel.execute_task(TaskRequest(task=TASK, force_mode="plan_execute"))
     denied = await kernel.resolve_approval(
         result.pending_approval,
@@ -226,6 +226,12 @@ async def test_a_denied_question_fails_the_task(kernel_with) -> None:
     assert denied.status is TaskStatus.FAILED
     assert "not worth it" in denied.error
     assert tasks.tasks[result.task_id].status is TaskStatus.FAILED
+    # The trace ends too: the human's answer, and the root with the failure.
+    (root,) = [s for s in traces.spans if s.parent_span_id is None]
+    assert root.kind == "task" and root.status == "error" and "not worth it" in root.error
+    (answer,) = [s for s in traces.spans if s.kind == "approval"]
+    assert answer.name == "question" and answer.attributes["approved"] is False
+    assert answer.parent_span_id == root.span_id
 
 
 @pytest.mark.parametrize(

@@ -219,5 +219,5 @@ async def test_a_suspension_is_traced_as_a_wait_not_a_failure(kernel_for) -> Non
     kernel, _, traces = kernel_for(calls(("launch", {"target": "x"})), ScriptedTurn(content="k"))
     await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
     suspended = [s for s in traces.spans if "suspended" in s.attributes]
-    assert {s.kind for s in suspended} == {"task", "tool"}
+    assert {s.kind for s in suspended} == {"run", "tool"}
     assert all(s.status == "ok" for s in suspended)

@@ -103,9 +103,9 @@ async def test_input_tokens_stop_the_task_before_a_call_would_pass_them(build) -
     assert kinds(tasks, result).count("llm.completed") == 2
     assert result.usage.input_tokens == 200
     assert "200 used" in (result.error or "") and "about 100" in (result.error or "")
-    root = next(s for s in traces.spans if s.kind == "task")
-    assert root.attributes["usage_limit"] == "task:input_tokens"
-    assert root.attributes["limits"] == {"input_tokens": 250}
+    run = next(s for s in traces.spans if s.kind == "run")
+    assert run.attributes["usage_limit"] == "task:input_tokens"
+    assert run.attributes["limits"] == {"input_tokens": 250}
 
 
 async def test_output_tokens_reached_stop_the_task_before_the_next_call(build) -> None:

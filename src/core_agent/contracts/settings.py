@@ -28,6 +28,7 @@ from pydantic_settings import (
 )
 
 from core_agent.contracts.errors import ConfigurationError
+from core_agent.contracts.trace_store import DEFAULT_CONTENT_MAX_CHARS
 from shared.agent_protocol import RiskLevel, UsageLimits
 
 MODEL_CONFIGURATION_HELP = """No model is configured.
@@ -129,6 +130,15 @@ class AgentSettings(BaseSettings):
 
     task_store: str = "sqlite"
     trace_store: str = "sqlite"
+    tracing: bool = True
+    """Whether the steps of tasks are written as spans (``core-agent trace``); off, the trace
+    store keeps nothing new."""
+    trace_content: bool = True
+    """Whether spans hold what the steps saw and said: the messages sent to the model and its
+    answers, tool arguments and results, retrieval queries and passages (redacted like
+    everything stored, and kept only in the local trace store)."""
+    trace_content_max_chars: int = Field(default=DEFAULT_CONTENT_MAX_CHARS, ge=100)
+    """The longest text a span keeps; longer text keeps its head and says how much was cut."""
     checkpoint_store: str = "sqlite"
     tool_call_ledger: str = "sqlite"
 

@@ -11,19 +11,75 @@ from core_agent.contracts.metrics import MetricsScope, SpanMetrics
 
 SpanKind = Literal[
     "task",
+    "run",
     "planning",
     "step",
     "llm",
     "llm_attempt",
     "tool",
+    "hook",
     "policy",
     "approval",
     "memory",
     "retrieval",
 ]
-"""``llm_attempt``: one request of a model call (a child of its ``llm`` span); a call that
-was retried or fell back to another model has several."""
+"""What a span times. ``task``: the root of a task's tree, from its creation to its end
+(written when it ends). ``run``: one run of the task's executor in one process; a task that
+waited for a human, or was resumed after a crash, has several. ``llm_attempt``: one request
+of a model call (a child of its ``llm`` span); a call that was retried or fell back to another
+model has several. ``hook``: one host tool hook before or after a call (a child of the call's
+``tool`` span)."""
 SpanStatus = Literal["ok", "error"]
+
+DEFAULT_CONTENT_MAX_CHARS = 4000
+CUT_MARK = "… [{count} more characters not recorded]"
+
+
+def cut_text(text: str, max_chars: int) -> str:
+    """How a span keeps a text longer than its cap: the head, then how much was left out."""
+    if len(text) <= max_chars:
+        return text
+    return text[:max_chars] + CUT_MARK.format(count=len(text) - max_chars)
+
+
+CONTENT_ATTRIBUTES = frozenset(
+    {
+        "input_messages",
+        "output_message",
+        "arguments",
+        "rewritten_arguments",
+        "result",
+        "query",
+        "passages",
+        "memories",
+        "context",
+        "summary",
+    }
+)
+"""Span attributes that hold what a step saw or said (written only with content recording):
+``llm``: ``input_messages`` (the messages added to the conversation since the previous model
+call of the same conversation; ``input_messages_from`` says where they start) and
+``output_message``; ``tool``: ``arguments`` and ``result``; ``hook``: ``arguments`` (a
+rewrite); ``retrieval``: ``query`` and ``passages``, or ``context`` (a capability's);
+``memory``: ``query`` and ``memories`` (recall), ``summary`` (compaction)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRecording:
+    """What the kernel's tracers write to a trace store.
+
+    Attributes:
+        spans: Whether spans are written at all (``AGENT_TRACING``).
+        content: Whether spans hold the content of the steps: the messages sent to a model
+            and its answer, a tool call's arguments and result, a retrieval's query and
+            passages (``AGENT_TRACE_CONTENT``).
+        content_max_chars: The longest text a span keeps (``AGENT_TRACE_CONTENT_MAX_CHARS``);
+            longer text keeps its head and says how much was left out.
+    """
+
+    spans: bool = True
+    content: bool = True
+    content_max_chars: int = DEFAULT_CONTENT_MAX_CHARS
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +114,14 @@ class ITraceStore(abc.ABC):
     ``StorageError``; a failed write leaves no partial span.
     """
 
+    @property
+    def recording(self) -> TraceRecording:
+        """What tracers should write here; a store that keeps everything need not override it.
+
+        Read once per task step by the tracers: must not block.
+        """
+        return TraceRecording()
+
     @abc.abstractmethod
     async def record(self, span: Span) -> None:
         """Persist one finished span.
@@ -83,8 +147,9 @@ class ITraceStore(abc.ABC):
         The tasks are those of the task store this store keeps spans for (a store in the
         same database reads its tasks table), selected as ``MetricsScope`` says. Counted:
 
-        - ``tokens``: the sum over every span but ``task`` (a task's root span repeats the
-          sum of its model calls) and ``llm_attempt`` (its ``llm`` span carries the usage).
+        - ``tokens``: the sum over every span but ``task`` and ``run`` (a task's root span
+          and each run's repeat the sum of their model calls) and ``llm_attempt`` (its
+          ``llm`` span carries the usage).
         - ``latency_by_kind``: the latency percentiles of the spans of each kind.
         - ``models``: ``llm`` spans by the model that answered (the ``fallback_model``
           attribute, else the span's name): calls, errors, tokens, cost, latency.

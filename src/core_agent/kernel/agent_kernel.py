@@ -64,7 +64,7 @@ from core_agent.kernel.state_machine import check_transition
 from core_agent.kernel.task_driver import TaskDriver
 from core_agent.kernel.task_events import TaskEventLog, now
 from core_agent.kernel.task_lease import lease_until, new_owner
-from core_agent.kernel.task_lifecycle import TaskLifecycle
+from core_agent.kernel.task_lifecycle import TaskLifecycle, task_span
 from core_agent.kernel.task_recovery import TaskRecovery
 from core_agent.kernel.task_references import find_task_id
 from core_agent.memory.hybrid_memory import recall_message
@@ -213,6 +213,7 @@ class AgentKernel:
             owner=self.owner,
             lease_s=lease_s,
             resume=self.resume,
+            trace_store=trace_store,
         )
         self._background: anyio.abc.TaskGroup | None = None
         self._background_host: int | None = None
@@ -451,6 +452,7 @@ class AgentKernel:
         )
         await self._decide(lifecycle, decision, then=then, error=error)
         async with self._until_driven(lifecycle):
+            await self._trace_decision(state, request, decision)
             return await self._after_answer(lifecycle, request, decision, output_type, error)
 
     async def _after_answer(
@@ -756,8 +758,7 @@ class AgentKernel:
         await store.get_session(session_id)
 
         async def tracer_of(task_id: str) -> Tracer:
-            task = await self._task_store.get_task(task_id)
-            return Tracer(self._trace_store, trace_id=task.trace_id, task_id=task_id)
+            return Tracer.of(self._trace_store, await self._task_store.get_task(task_id))
 
         assert self._sessions is not None  # _session_store checked it
         return await self._sessions.compact(session_id, tracer_of)
@@ -895,6 +896,7 @@ class AgentKernel:
             if (await self._task_store.get_task(task_id)).status is TaskStatus.CANCELED:
                 return
             raise
+        await task_span(self._trace_store, state, TaskStatus.CANCELED, state.usage, error=reason)
         await self._event_bus.publish(event)
 
     async def _stream(
@@ -1012,16 +1014,18 @@ class AgentKernel:
             state=state,
             owner=self.owner,
             lease_s=self._lease_s,
+            trace_store=self._trace_store,
         )
 
     async def _execute(
         self, request: TaskRequest, task_id: str, response_model: type[BaseModel] | None
     ) -> TaskResult:
+        # Created before it is routed: the route is the first span under the task's root.
+        created = now()
         routing = await self._routing(request)
         sandbox = self._sandbox
         if sandbox is not None and request.workspace_roots:
             sandbox = sandbox.with_roots(request.workspace_roots)
-        created = now()
         state = TaskState(
             task_id=task_id,
             session_id=request.session_id or uuid.uuid4().hex,
@@ -1086,7 +1090,7 @@ class AgentKernel:
         state = lifecycle.state
         decision, executor, routed_at, routed_until = routing or await self._routing(state.request)
         await lifecycle.start(executor.strategy)
-        tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
+        tracer = Tracer.of(self._trace_store, state)
         async with self._task_store.unit_of_work():
             await tracer.record(
                 "planning",
@@ -1156,14 +1160,20 @@ class AgentKernel:
         """Put the long-term memories relevant to the task after the system prompt."""
         if self._long_term_memory is None or self._recall_k < 1:
             return
-        tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
+        tracer = Tracer.of(self._trace_store, state)
         try:
             async with tracer.span("memory", "memory.recall") as span:
+                query = state.request.task
                 items = await self._long_term_memory().search(
-                    "long_term", self._memory_namespace, state.request.task, self._recall_k
+                    "long_term", self._memory_namespace, query, self._recall_k
                 )
                 span.attributes["recalled"] = [item.key for item in items]
                 span.attributes["tainted"] = [item.key for item in items if item.tainted]
+                if tracer.content:
+                    span.attributes["query"] = tracer.text(query)
+                    span.attributes["memories"] = [
+                        {"key": item.key, "value": tracer.text(item.value)} for item in items
+                    ]
         except CoreAgentError as exc:
             # Memory helps a task; it is not worth failing one for.
             log.warning("task %s: long-term recall failed: %s", state.task_id, exc)
@@ -1261,6 +1271,28 @@ class AgentKernel:
             )
         return state, record.request
 
+    async def _trace_decision(
+        self, state: TaskState, request: ApprovalRequest, decision: ApprovalDecision
+    ) -> None:
+        """The ``approval`` span of a human's decision, from the request to now.
+
+        Recorded once the decision is: of two racing resolvers only one writes it.
+        """
+        await Tracer.of(self._trace_store, state).record(
+            "approval",
+            request.tool_call.name if request.tool_call else "question",
+            started_at=request.created_at,
+            ended_at=now(),
+            attributes={
+                "request_id": request.request_id,
+                "call_hash": request.call_hash,
+                "approved": decision.approved,
+                "scope": decision.scope,
+                "decided_by": decision.decided_by,
+                "reason": decision.reason,
+            },
+        )
+
     async def _resume_tool_call(
         self,
         state: TaskState,
@@ -1274,21 +1306,7 @@ class AgentKernel:
         )
         decided = await self._decide(lifecycle, decision, then=TaskStatus.RUNNING)
         async with self._until_driven(lifecycle):
-            # Recorded once the decision is: of two racing resolvers only one writes a span.
-            await Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id).record(
-                "approval",
-                request.tool_call.name if request.tool_call else "question",
-                started_at=request.created_at,
-                ended_at=now(),
-                attributes={
-                    "request_id": request.request_id,
-                    "call_hash": request.call_hash,
-                    "approved": decision.approved,
-                    "scope": decision.scope,
-                    "decided_by": decision.decided_by,
-                    "reason": decision.reason,
-                },
-            )
+            await self._trace_decision(state, request, decision)
             persisted = await self._task_store.list_events(state.task_id)
             stats = RunStats(usage=state.usage)
             if decided.still_open:

@@ -71,7 +71,7 @@ class BusinessCapabilities:
         A capability that fails is traced and left out: its context helps the task, it is
         not worth failing it for.
         """
-        tracer = Tracer(trace_store, trace_id=state.trace_id, task_id=state.task_id)
+        tracer = Tracer.of(trace_store, state)
         for capability in self._capabilities:
             source = f"capability:{capability.name}"
             text: str | None = None
@@ -79,6 +79,8 @@ class BusinessCapabilities:
                 async with tracer.span("retrieval", f"{source}.context") as span:
                     text = await capability.context(state.request)
                     span.attributes["chars"] = len(text or "")
+                    if text and tracer.content:
+                        span.attributes["context"] = tracer.text(text)
             except Exception:
                 log.exception("task %s: the context of %s failed", state.task_id, source)
                 continue

@@ -40,7 +40,7 @@ from core_agent.memory.session_history import (
     turn_messages,
     turns_of,
 )
-from core_agent.observability.tracer import Tracer
+from core_agent.observability.tracer import Tracer, usage_attributes
 from core_agent.prompts import PromptSet
 from shared.agent_protocol import ChatMessage, SessionSummary, TaskResult, TaskState
 
@@ -119,7 +119,7 @@ class SessionConversations:
         through = summary.through_seq if summary is not None else 0
         tainted = summary.tainted if summary is not None else False
         turns = turns_of(history.entries)
-        tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
+        tracer = Tracer.of(self._trace_store, state)
         async with tracer.span("memory", "memory.session") as span:
             plan = compactor.plan(budget, text, turns)
             keep, omitted = plan.keep, 0
@@ -235,6 +235,9 @@ class SessionConversations:
             span.attributes.update(
                 calls=made.calls, summary_tokens=self.compactor.counter.count_text(made.text)
             )
+            span.attributes.update(usage_attributes(made.usage))
+            if tracer.content:
+                span.attributes["summary"] = tracer.text(made.text)
             return summary
 
     def _fit(

@@ -2,10 +2,10 @@
 
 While a task runs here it is registered (so ``cancel`` reaches it), its lease is kept by a
 ``LeaseWatch`` (which also carries out cancel requests from other processes), and its run
-hangs under the task's root span. What the executor returns or raises becomes one move of
-the task's ``TaskLifecycle``: an answer succeeds, a question for a human or calls waiting for
-approval suspend it, a run error fails it, a cancel cancels it, a lost lease leaves it to
-the kernel that took it over.
+is a ``run`` span under the task's root span, with the tokens and cost of this run. What the
+executor returns or raises becomes one move of the task's ``TaskLifecycle``: an answer
+succeeds, a question for a human or calls waiting for approval suspend it, a run error fails
+it, a cancel cancels it, a lost lease leaves it to the kernel that took it over.
 
 The run is also held to the task's usage limits here: its wall time (a deadline around the
 run, ``failed`` when it passes, not ``canceled``), and for the session's limits, the usage the
@@ -43,7 +43,7 @@ from core_agent.kernel.task_events import now
 from core_agent.kernel.task_lease import LeaseWatch
 from core_agent.kernel.task_lifecycle import TaskLifecycle
 from core_agent.observability.log_context import task_log_context
-from core_agent.observability.tracer import Tracer
+from core_agent.observability.tracer import OpenSpan, Tracer, usage_attributes
 from shared.agent_protocol import (
     ApprovalDecision,
     ApprovalRequest,
@@ -192,7 +192,7 @@ class TaskDriver:
         prepare: Callable[[], Awaitable[None]] | None,
     ) -> TaskResult:
         state, stats = lifecycle.state, context.run.stats
-        tracer = Tracer(self._trace_store, trace_id=state.trace_id, task_id=state.task_id)
+        tracer = Tracer.of(self._trace_store, state)
         watch = self._watch(state.task_id)
         try:
             if context.task.session_limits.bounded:
@@ -207,22 +207,23 @@ class TaskDriver:
                     try:
                         if prepare is not None:
                             await prepare()
-                        async with tracer.span("task", "task") as root:
-                            root.attributes["strategy"] = executor.strategy
+                        before = stats.usage
+                        async with tracer.span("run", "run") as span:
+                            span.attributes["strategy"] = executor.strategy
+                            if context.run.resuming:
+                                span.attributes["resumed"] = True
                             if context.task.limits.bounded:
-                                root.attributes["limits"] = context.task.limits.model_dump(
+                                span.attributes["limits"] = context.task.limits.model_dump(
                                     exclude_none=True
                                 )
-                            context.task = replace(context.task, parent_span_id=root.span_id)
+                            context.task = replace(context.task, parent_span_id=span.span_id)
                             try:
                                 outcome = await _run_within_time(executor, context)
                             except UsageLimitExceededError as exc:
-                                root.attributes["usage_limit"] = f"{exc.scope}:{exc.limit}"
+                                span.attributes["usage_limit"] = f"{exc.scope}:{exc.limit}"
                                 raise
                             finally:
-                                root.tokens_in = stats.usage.input_tokens
-                                root.tokens_out = stats.usage.output_tokens
-                                root.cost_usd = stats.usage.cost_usd
+                                _count_run(span, before, stats.usage)
                     except Exception as exc:
                         # Raised past the group it would arrive wrapped in an ExceptionGroup.
                         failure = exc
@@ -368,6 +369,17 @@ class TaskDriver:
         with anyio.CancelScope(shield=True):
             await lifecycle.release()
         return result
+
+
+def _count_run(span: OpenSpan, before: TokenUsage, after: TokenUsage) -> None:
+    """Put on ``span`` what this run used: ``after`` less the usage the task came with."""
+    span.tokens_in = after.input_tokens - before.input_tokens
+    span.tokens_out = after.output_tokens - before.output_tokens
+    if after.cost_usd is not None:
+        span.cost_usd = after.cost_usd - (before.cost_usd or 0.0)
+    for name, count in usage_attributes(after).items():
+        if used := count - (getattr(before, name) or 0):
+            span.attributes[name] = used
 
 
 async def _run_within_time(executor: IExecutor, context: ExecutionContext) -> ExecutionOutcome:

@@ -6,19 +6,26 @@ state machine, written by the task store together with its event (and the task's
 output or error), and published once stored. A move the store refuses because someone else
 moved the task first (a cancel from another process, a kernel that took it over) is not an
 error for the host: the task's stored ending is reported instead.
+
+The move that ends a task also writes the root span of its trace (``task_span``): from the
+task's creation to its end, with its status and usage. It is written after the move, so
+only the kernel whose move was stored writes it.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
-from core_agent.contracts.errors import InvalidTransitionError
+from core_agent.contracts.errors import CoreAgentError, InvalidTransitionError
 from core_agent.contracts.executor import ExecutionOutcome, RunStats
 from core_agent.contracts.task_store import ApprovalDecided, ITaskStore
+from core_agent.contracts.trace_store import ITraceStore
 from core_agent.kernel.state_machine import check_transition
 from core_agent.kernel.task_events import TaskEventLog
 from core_agent.kernel.task_lease import lease_until
+from core_agent.observability.tracer import Tracer
 from shared.agent_protocol import (
     ApprovalDecision,
     ApprovalRequest,
@@ -33,7 +40,36 @@ from shared.agent_protocol import (
     TaskStatus,
     TaskSucceeded,
     TaskWaitingApproval,
+    TokenUsage,
 )
+
+log = logging.getLogger(__name__)
+
+
+async def task_span(
+    trace_store: ITraceStore,
+    state: TaskState,
+    status: TaskStatus,
+    usage: TokenUsage,
+    *,
+    strategy: str | None = None,
+    error: str | None = None,
+) -> None:
+    """Write the root span of ``state``'s trace, now that the task ended ``status``.
+
+    A failed write is logged, not raised: the task has ended, and its ending stands.
+    """
+    try:
+        await Tracer.of(trace_store, state).end_task(
+            started_at=state.created_at,
+            status=status.value,
+            usage=usage,
+            strategy=strategy or state.strategy,
+            error=error,
+            failed=status is TaskStatus.FAILED,
+        )
+    except CoreAgentError as exc:
+        log.warning("task %s ended, but its root span was not written: %s", state.task_id, exc)
 
 
 class TaskLifecycle:
@@ -47,13 +83,16 @@ class TaskLifecycle:
         state: TaskState,
         owner: str,
         lease_s: float,
+        trace_store: ITraceStore | None = None,
     ) -> None:
         self._task_store = task_store
+        self._trace_store = trace_store
         self.events = events
         self.state = state
         """The task as it was when this kernel took it (identity, request, strategy)."""
         self.owner = owner
         self._lease_s = lease_s
+        self._strategy: str | None = state.strategy
 
     @property
     def task_id(self) -> str:
@@ -73,12 +112,28 @@ class TaskLifecycle:
         await self._task_store.transition(
             self.task_id, from_status=current, to_status=target, event=event, **fields
         )
+        if target.is_terminal:
+            await self._ended(target, fields.get("usage"), fields.get("error"))
         await self.events.publish(event)
 
     async def start(self, strategy: str) -> None:
         """``queued`` to ``running`` with the strategy the task runs with."""
         await self.move(
             TaskStatus.QUEUED, TaskStatus.RUNNING, self.events.make(TaskStarted), strategy=strategy
+        )
+        self._strategy = strategy
+
+    async def _ended(self, status: TaskStatus, usage: Any, error: Any) -> None:
+        """Write the task's root span (see the module)."""
+        if self._trace_store is None:
+            return
+        await task_span(
+            self._trace_store,
+            self.state,
+            status,
+            usage if isinstance(usage, TokenUsage) else self.state.usage,
+            strategy=self._strategy,
+            error=error if isinstance(error, str) else None,
         )
 
     async def succeed(self, outcome: ExecutionOutcome, stats: RunStats) -> TaskResult:
@@ -176,6 +231,8 @@ class TaskLifecycle:
         )
         if decided is not None:
             self.events.follow(decided.event)
+            if then.is_terminal and decided.still_open == 0:
+                await self._ended(then, self.state.usage, error)
             await self.events.publish(decided.event)
         return decided
 

@@ -23,6 +23,7 @@ from core_agent.contracts.errors import (
 from core_agent.contracts.event_bus import IEventBus
 from core_agent.contracts.executor import RunStats
 from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.trace_store import ITraceStore
 from core_agent.kernel.task_driver import TaskDriver
 from core_agent.kernel.task_events import TaskEventLog, now
 from core_agent.kernel.task_lease import lease_until, owner_is_dead
@@ -48,8 +49,10 @@ class TaskRecovery:
         owner: str,
         lease_s: float,
         resume: Callable[[str], Awaitable[TaskResult]],
+        trace_store: ITraceStore | None = None,
     ) -> None:
         self._task_store = task_store
+        self._trace_store = trace_store
         self._event_bus = event_bus
         self._driver = driver
         self._owner = owner
@@ -146,6 +149,7 @@ class TaskRecovery:
                 state=state,
                 owner=self._owner,
                 lease_s=self._lease_s,
+                trace_store=self._trace_store,
             )
             error = "the process running this task stopped before it ended (AGENT_RECOVERY=fail)"
             stats = RunStats(usage=state.usage)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from core_agent.contracts.errors import ModelError
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest, LLMResponse, LLMTextDelta
-from core_agent.observability.tracer import Tracer
+from core_agent.observability.span_content import message_record, messages_record
+from core_agent.observability.tracer import Tracer, usage_attributes
 from core_agent.orchestration.model_attempts import ModelAttempt, observe_attempts
 from core_agent.orchestration.usage_limits import check_after_model_call, check_before_model_call
-from shared.agent_protocol import LLMCompleted, LLMDelta
+from shared.agent_protocol import ChatMessage, LLMCompleted, LLMDelta
 
 
 class _AttemptSpans:
@@ -64,6 +66,8 @@ async def traced_model_call(
     parent_span_id: str | None,
     stream: bool,
     attributes: dict[str, Any],
+    new_messages: Sequence[ChatMessage] | None = None,
+    new_from: int = 0,
 ) -> LLMResponse:
     """Call the model inside an ``llm`` span; count usage; publish deltas and completion.
 
@@ -72,6 +76,12 @@ async def traced_model_call(
     ``attempts`` attribute and names the ``fallback_model`` when another model than the
     primary answered; when there was more than one, each is an ``llm_attempt`` child span with
     its error, status code and the wait that followed.
+
+    With content recording on, the span holds the answer (``output_message``) and the
+    prompt's messages (``input_messages``): all of them, or, for a conversation whose earlier
+    calls recorded theirs, only ``new_messages``, the ones added since (from position
+    ``new_from`` of the conversation), so a long conversation is not written again at every
+    call.
 
     The task's usage limits are checked before the call and once its usage is counted
     (``usage_limits``).
@@ -85,6 +95,11 @@ async def traced_model_call(
     started = time.perf_counter()
     async with tracer.span("llm", llm.model_name, parent_span_id=parent_span_id) as span:
         span.attributes.update(attributes)
+        span.attributes["messages_sent"] = len(request.messages)
+        if tracer.content:
+            recorded = request.messages if new_messages is None else new_messages
+            span.attributes["input_messages"] = messages_record(tracer, recorded)
+            span.attributes["input_messages_from"] = 0 if new_messages is None else new_from
         tries = _AttemptSpans(tracer, span.span_id)
         response: LLMResponse | None = None
         try:
@@ -105,8 +120,11 @@ async def traced_model_call(
         span.tokens_in = response.usage.input_tokens
         span.tokens_out = response.usage.output_tokens
         span.cost_usd = response.usage.cost_usd
+        span.attributes.update(usage_attributes(response.usage))
         span.attributes["finish_reason"] = response.finish_reason
         span.attributes["tool_calls"] = [call.name for call in response.message.tool_calls]
+        if tracer.content:
+            span.attributes["output_message"] = message_record(tracer, response.message)
         answered = tries.attempts[-1].model if tries.attempts else llm.model_name
         if answered != llm.model_name:
             span.attributes["fallback_model"] = answered

@@ -36,7 +36,7 @@ import math
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 import anyio
 from pydantic import BaseModel, Field
@@ -198,9 +198,7 @@ class PlanExecuteExecutor(IExecutor):
             CorruptStateError: A resumed run's checkpoint cannot be read.
             UsageLimitExceededError: Going on would pass one of the task's usage limits.
         """
-        tracer = Tracer(
-            self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
-        )
+        tracer = Tracer.of(self._trace_store, context.task)
         # Every loop here keeps a journal, so a risky call can wait durably for a human.
         context.humans.can_suspend = True
         allowed = self._allowed(context)
@@ -374,8 +372,8 @@ class PlanExecuteExecutor(IExecutor):
             "planning", "plan", parent_span_id=context.task.parent_span_id
         ) as span:
             span.attributes["revision"] = revision
-            if feedback:
-                span.attributes["feedback"] = feedback[:2000]
+            if feedback and tracer.content:
+                span.attributes["feedback"] = tracer.text(feedback)
             # The planner's model calls nest under this span; stats and events stay shared.
             planning_context = context.under(span.span_id)
             try:
@@ -383,7 +381,11 @@ class PlanExecuteExecutor(IExecutor):
             except PlanningError as exc:
                 span.attributes["refusals"] = exc.attempts
                 raise
-            span.attributes["steps"] = [step.model_dump() for step in plan.steps]
+            # The goals are the model's words: content, like its answers.
+            span.attributes["steps"] = [
+                step.model_dump() if tracer.content else step.model_dump(exclude={"goal"})
+                for step in plan.steps
+            ]
         await context.emit(
             PlanCreated, revision=revision, steps=[step.model_dump() for step in plan.steps]
         )
@@ -482,7 +484,9 @@ class PlanExecuteExecutor(IExecutor):
             parent_span_id=context.task.parent_span_id,
             suspends_on=(TurnSuspended,),
         ) as span:
-            span.attributes.update(goal=step.goal, depends_on=step.depends_on)
+            span.attributes["depends_on"] = step.depends_on
+            if tracer.content:
+                span.attributes["goal"] = tracer.text(step.goal)
             messages: list[ChatMessage] = [
                 SystemMessage(content=f"{self._step_system}\n\n{UNTRUSTED_NOTICE}"),
                 UserMessage(
@@ -569,9 +573,7 @@ class PlanExecuteExecutor(IExecutor):
         await context.emit(
             StrategyFallback, from_strategy="plan_execute", to_strategy="react", reason=reason
         )
-        tracer = Tracer(
-            self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
-        )
+        tracer = Tracer.of(self._trace_store, context.task)
         messages = list(context.run.messages)
         done = run.prior or "\n".join(f"- {k}: {v}" for k, v in run.results.items())
         if done:
@@ -631,13 +633,19 @@ def _escalation(context: ExecutionContext, failures: list[str]) -> Escalation:
     )
 
 
+_N = TypeVar("_N", int, float)
+
+
 def _larger_usage(current: TokenUsage, saved: TokenUsage) -> TokenUsage:
     """The usage that counts more, field by field (both only ever grow during a task)."""
     return TokenUsage(
         input_tokens=max(current.input_tokens, saved.input_tokens),
         output_tokens=max(current.output_tokens, saved.output_tokens),
-        cost_usd=max(
-            (cost for cost in (current.cost_usd, saved.cost_usd) if cost is not None),
-            default=None,
-        ),
+        cost_usd=_larger(current.cost_usd, saved.cost_usd),
+        cache_read_tokens=_larger(current.cache_read_tokens, saved.cache_read_tokens),
+        reasoning_tokens=_larger(current.reasoning_tokens, saved.reasoning_tokens),
     )
+
+
+def _larger(current: _N | None, saved: _N | None) -> _N | None:
+    return max((value for value in (current, saved) if value is not None), default=None)

@@ -94,9 +94,7 @@ class LLMPlanner(IPlanner):
             SystemMessage(content=self._system_prompt),
             UserMessage(content=prompt),
         ]
-        tracer = Tracer(
-            self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
-        )
+        tracer = Tracer.of(self._trace_store, context.task)
         tool_names = {t.name for t in available_tools}
         refusals: list[str] = []
         for attempt in range(1, self._max_attempts + 1):

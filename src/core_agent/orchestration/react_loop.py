@@ -67,6 +67,7 @@ from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.contracts.untrusted import wrap_untrusted
 from core_agent.memory.prompt_window import PromptWindow, newest_turns, turns_sent
+from core_agent.observability.span_content import call_arguments
 from core_agent.observability.tracer import Tracer
 from core_agent.orchestration.call_ledger import LedgeredCalls
 from core_agent.orchestration.loop_journal import LoopCheckpoint, LoopJournal
@@ -153,6 +154,9 @@ class _LoopState:
     ledger: LedgeredCalls | None = None
     max_sent_turns: int | None = None
     """Set when the provider refused a prompt as too long: the turns sent at most since."""
+    traced_messages: int | None = None
+    """How many messages of the conversation the ``llm`` spans of this run recorded (the
+    answers included); ``None`` before its first model call."""
 
 
 def truncate_observation(text: str, limit: int) -> str:
@@ -237,9 +241,7 @@ class ReActLoop:
             ModelError: A model call failed.
             CorruptStateError: The ledger of a resumed loop cannot be read.
         """
-        tracer = Tracer(
-            self._trace_store, trace_id=context.task.trace_id, task_id=context.task.task_id
-        )
+        tracer = Tracer.of(self._trace_store, context.task)
         definitions = [
             ToolDefinition(spec.name, spec.description, spec.parameters)
             for spec in self._tools.specs(allowed)
@@ -294,6 +296,7 @@ class ReActLoop:
                     context, tracer, messages, definitions, parent_span_id, state
                 )
                 messages.append(response.message)
+                state.traced_messages = len(messages)  # the answer is in the span
                 calls = list(response.message.tool_calls)
                 answer = self._answer(
                     calls, response.message.content or "", output_type, state, messages
@@ -447,6 +450,7 @@ class ReActLoop:
             request = LLMRequest(
                 messages=tuple(sent), tools=definitions, temperature=self._temperature
             )
+            recorded = state.traced_messages
             try:
                 return await traced_model_call(
                     self._llm,
@@ -456,6 +460,8 @@ class ReActLoop:
                     parent_span_id=parent_span_id,
                     stream=True,
                     attributes=attributes,
+                    new_messages=messages[recorded:] if recorded is not None else None,
+                    new_from=recorded or 0,
                 )
             except ModelContextWindowError:
                 turns = turns_sent(sent, omitted, task)
@@ -589,9 +595,8 @@ class ReActLoop:
         sandbox = context.task.sandbox or self._sandbox
         async with tracer.span("tool", call.name, parent_span_id=parent_span_id) as span:
             span.attributes["call_id"] = call.id
-            span.attributes["arguments"] = (
-                json.dumps(call.arguments) if call.arguments is not None else call.raw_arguments
-            )
+            if tracer.content:
+                span.attributes["arguments"] = tracer.text(call_arguments(call))
             if sandbox is not None:
                 span.attributes["confinement"] = sandbox.confinement
             gate = self._gate
@@ -640,10 +645,10 @@ class ReActLoop:
             async def before(
                 effective: ToolCall, tool: ITool, validated: Mapping[str, Any]
             ) -> tuple[ToolCall, Mapping[str, Any]]:
-                return await run_before_hooks(context, span, effective, tool, validated)
+                return await run_before_hooks(context, tracer, span, effective, tool, validated)
 
             async def observe(effective: ToolCall, result: ToolResult, reused: bool) -> None:
-                await run_after_hooks(context, span, effective, result, reused=reused)
+                await run_after_hooks(context, tracer, span, effective, result, reused=reused)
 
             result = await self._runner.run(
                 call,
@@ -700,6 +705,8 @@ class ReActLoop:
             if result.is_error:
                 span.error = result.content
                 span.attributes["error_type"] = result.error_type
+            if tracer.content:
+                span.attributes["result"] = tracer.text(output.content)
         context.run.stats.tool_calls += 1
         release_tool_call(context)  # its reserved place, now counted
         await context.emit(
@@ -763,6 +770,8 @@ class ReActLoop:
         await context.emit(ToolStarted, tool_call=call)
         async with tracer.span("tool", call.name, parent_span_id=parent_span_id) as span:
             span.attributes.update(call_id=call.id, skipped=True, error_type="LoopDetected")
+            if tracer.content:
+                span.attributes["arguments"] = tracer.text(call_arguments(call))
             span.error = result.content
         await context.emit(ToolCompleted, result=result, latency_ms=0.0)
         return result

@@ -1,7 +1,10 @@
 """Running the host's tool hooks (``contracts.tool_hook``) around one call, and recording them.
 
-Every block, rewrite and failure of a hook is a ``tool.hook_applied`` event and an attribute
-of the call's ``tool`` span (``hook_blocked``, ``hook_rewrites``, ``hook_errors``).
+Each hook's turn is a ``hook`` span under the call's ``tool`` span (``phase`` before or after,
+``action`` allow, block, rewrite or failed, the ``reason``, and with content recording the
+rewritten ``arguments``). Every block, rewrite and failure of a hook is also a
+``tool.hook_applied`` event and an attribute of the ``tool`` span (``hook_blocked``,
+``hook_rewrites``, ``hook_errors``).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from core_agent.contracts.errors import ToolArgumentsError, ToolHookBlockedError
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.tool import ITool
 from core_agent.contracts.tool_hook import HookVerdict, ToolHookContext
-from core_agent.observability.tracer import OpenSpan
+from core_agent.observability.tracer import OpenSpan, Tracer
 from shared.agent_protocol import ToolCall, ToolHookApplied, ToolResult
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,7 @@ def _hook_context(context: ExecutionContext, call: ToolCall, *, reused: bool) ->
 
 async def run_before_hooks(
     context: ExecutionContext,
+    tracer: Tracer,
     span: OpenSpan,
     call: ToolCall,
     tool: ITool,
@@ -47,63 +51,86 @@ async def run_before_hooks(
     """
     for hook in context.tool_hooks:
         name = hook.hook_name()
-        try:
-            # A copy: a hook that edits the call in place instead of returning a rewrite
-            # must not change what the policy grades and the human sees while the tool runs
-            # the arguments validated before.
-            verdict = await _maybe_await(
-                hook.before_call(
-                    call.model_copy(deep=True), _hook_context(context, call, reused=False)
+        stop: ToolHookBlockedError | None = None
+        async with tracer.span("hook", name, parent_span_id=span.span_id) as traced:
+            traced.attributes.update(phase="before", call_id=call.id, action="allow")
+            try:
+                # A copy: a hook that edits the call in place instead of returning a rewrite
+                # must not change what the policy grades and the human sees while the tool
+                # runs the arguments validated before.
+                verdict = await _maybe_await(
+                    hook.before_call(
+                        call.model_copy(deep=True), _hook_context(context, call, reused=False)
+                    )
                 )
-            )
-            if verdict is not None and (
-                not isinstance(verdict, HookVerdict)
-                or verdict.action not in ("allow", "block", "rewrite")
-            ):
-                raise TypeError(f"before_call must return a HookVerdict or None, not {verdict!r}")
-        except Exception as exc:
-            log.warning("tool hook %s failed before %s", name, call.name, exc_info=True)
-            reason = f"{type(exc).__name__}: {exc}"
-            await _record(context, span, call, name, "failed", reason)
-            raise ToolHookBlockedError(
-                f"tool hook {name!r} failed before the call ({reason}), so the call was not run",
-                tool_name=call.name,
-                hook=name,
-            ) from exc
-        if verdict is None or verdict.action == "allow":
-            continue
-        if verdict.action == "block":
-            await _record(context, span, call, name, "blocked", verdict.reason)
-            raise ToolHookBlockedError(
-                f"blocked by tool hook {name!r}: {verdict.reason or 'no reason given'}",
-                tool_name=call.name,
-                hook=name,
-            )
-        call, validated = await _rewrite(context, span, call, tool, name, verdict)
+                if verdict is not None and (
+                    not isinstance(verdict, HookVerdict)
+                    or verdict.action not in ("allow", "block", "rewrite")
+                ):
+                    raise TypeError(
+                        f"before_call must return a HookVerdict or None, not {verdict!r}"
+                    )
+            except Exception as exc:
+                log.warning("tool hook %s failed before %s", name, call.name, exc_info=True)
+                reason = f"{type(exc).__name__}: {exc}"
+                await _record(context, tracer, span, traced, call, name, "failed", reason)
+                stop = ToolHookBlockedError(
+                    f"tool hook {name!r} failed before the call ({reason}), so the call was "
+                    "not run",
+                    tool_name=call.name,
+                    hook=name,
+                )
+                stop.__cause__ = exc
+            else:
+                if verdict is not None and verdict.action == "block":
+                    await _record(
+                        context, tracer, span, traced, call, name, "blocked", verdict.reason
+                    )
+                    stop = ToolHookBlockedError(
+                        f"blocked by tool hook {name!r}: {verdict.reason or 'no reason given'}",
+                        tool_name=call.name,
+                        hook=name,
+                    )
+                elif verdict is not None and verdict.action == "rewrite":
+                    rewritten = await _rewrite(
+                        context, tracer, span, traced, call, tool, name, verdict
+                    )
+                    if isinstance(rewritten, ToolHookBlockedError):
+                        stop = rewritten
+                    else:
+                        call, validated = rewritten
+        # Raised once the hook's span is written: a block is the hook's answer, not its error.
+        if stop is not None:
+            raise stop
     return call, validated
 
 
 async def _rewrite(
     context: ExecutionContext,
+    tracer: Tracer,
     span: OpenSpan,
+    traced: OpenSpan,
     call: ToolCall,
     tool: ITool,
     name: str,
     verdict: HookVerdict,
-) -> tuple[ToolCall, Mapping[str, Any]]:
+) -> tuple[ToolCall, Mapping[str, Any]] | ToolHookBlockedError:
+    """The rewritten call and its validated arguments, or why it cannot run."""
     arguments = dict(verdict.arguments or {})
     try:
         validated = tool.validate_arguments(arguments)
     except ToolArgumentsError as exc:
         reason = f"its rewritten arguments fail the tool's schema: {exc}"
-        await _record(context, span, call, name, "failed", reason, arguments)
-        raise ToolHookBlockedError(
+        await _record(context, tracer, span, traced, call, name, "failed", reason, arguments)
+        blocked = ToolHookBlockedError(
             f"tool hook {name!r} rewrote the call into arguments that fail the tool's schema "
             f"({exc}), so the call was not run",
             tool_name=call.name,
             hook=name,
-        ) from exc
-    await _record(context, span, call, name, "rewrote", verdict.reason, arguments)
+        )
+        blocked.__cause__ = exc
+        return blocked
+    await _record(context, tracer, span, traced, call, name, "rewrote", verdict.reason, arguments)
     rewritten = call.model_copy(
         update={"arguments": arguments, "raw_arguments": json.dumps(arguments, default=str)}
     )
@@ -112,6 +139,7 @@ async def _rewrite(
 
 async def run_after_hooks(
     context: ExecutionContext,
+    tracer: Tracer,
     span: OpenSpan,
     call: ToolCall,
     result: ToolResult,
@@ -121,15 +149,16 @@ async def run_after_hooks(
     """Give ``result`` to every hook; one that raises is logged and recorded, never raised."""
     for hook in context.tool_hooks:
         name = hook.hook_name()
-        try:
-            await _maybe_await(
-                hook.after_call(call, result, _hook_context(context, call, reused=reused))
-            )
-        except Exception as exc:
-            log.warning("tool hook %s failed after %s", name, call.name, exc_info=True)
-            await _record(
-                context, span, call, name, "failed", f"after the call: {type(exc).__name__}: {exc}"
-            )
+        async with tracer.span("hook", name, parent_span_id=span.span_id) as traced:
+            traced.attributes.update(phase="after", call_id=call.id, action="observed")
+            try:
+                await _maybe_await(
+                    hook.after_call(call, result, _hook_context(context, call, reused=reused))
+                )
+            except Exception as exc:
+                log.warning("tool hook %s failed after %s", name, call.name, exc_info=True)
+                reason = f"after the call: {type(exc).__name__}: {exc}"
+                await _record(context, tracer, span, traced, call, name, "failed", reason)
 
 
 async def _maybe_await(value: Any) -> Any:
@@ -138,19 +167,27 @@ async def _maybe_await(value: Any) -> Any:
 
 async def _record(
     context: ExecutionContext,
+    tracer: Tracer,
     span: OpenSpan,
+    traced: OpenSpan,
     call: ToolCall,
     hook: str,
     action: str,
     reason: str,
     arguments: dict[str, Any] | None = None,
 ) -> None:
+    traced.attributes["action"] = action
+    if reason:
+        traced.attributes["reason"] = reason
     if action == "blocked":
         span.attributes["hook_blocked"] = hook
     elif action == "rewrote":
         span.attributes.setdefault("hook_rewrites", []).append(hook)
-        span.attributes["rewritten_arguments"] = json.dumps(arguments, default=str)
+        if tracer.content:
+            rewritten = tracer.text(json.dumps(arguments, default=str))
+            span.attributes["rewritten_arguments"] = traced.attributes["arguments"] = rewritten
     else:
+        traced.error = reason
         span.attributes.setdefault("hook_errors", []).append(f"{hook}: {reason}"[:500])
     await context.emit(
         ToolHookApplied,

@@ -24,7 +24,7 @@ from core_agent.contracts.metrics import MetricsScope, SpanMetrics, TaskMetrics
 from core_agent.contracts.session_store import DeletedSession, ISessionStore, SessionHistory
 from core_agent.contracts.task_store import ApprovalDecided, ApprovalRecord, ITaskStore, TaskPage
 from core_agent.contracts.tool_call_ledger import IToolCallLedger, LedgerEntry, LedgerStatus
-from core_agent.contracts.trace_store import ITraceStore, Span
+from core_agent.contracts.trace_store import ITraceStore, Span, TraceRecording, cut_text
 from core_agent.safety.redaction import Redactor
 from shared.agent_protocol import (
     ApprovalRequest,
@@ -206,21 +206,45 @@ class RedactingTaskStore(ITaskStore):
 
 
 class RedactingTraceStore(ITraceStore):
-    """Redacts span names, errors and attributes before they are stored."""
+    """Redacts span names, errors and attribute values before they are stored.
+
+    The attributes' names are the kernel's own (what a step holds goes in their values), so
+    they are not searched: a span is written at every step. Then every text of the span is
+    cut to the inner store's ``recording.content_max_chars``: here, since a cut made before
+    the redaction could leave the head of a secret behind.
+    """
 
     def __init__(self, inner: ITraceStore, redactor: Redactor) -> None:
         self._inner = inner
         self._redactor = redactor
 
+    @property
+    def recording(self) -> TraceRecording:
+        """The inner store's (see ``ITraceStore.recording``)."""
+        return self._inner.recording
+
     async def record(self, span: Span) -> None:
         """See ``ITraceStore.record``."""
         redact = self._redactor
+        limit = self._inner.recording.content_max_chars
+        error = span.error
+        # Built whole rather than with dataclasses.replace, which costs more (every step).
         await self._inner.record(
-            dataclasses.replace(
-                span,
+            Span(
+                span_id=span.span_id,
+                trace_id=span.trace_id,
+                task_id=span.task_id,
+                kind=span.kind,
                 name=redact.text(span.name),
-                error=redact.text(span.error) if span.error is not None else None,
-                attributes=redact.data(span.attributes),
+                started_at=span.started_at,
+                ended_at=span.ended_at,
+                status=span.status,
+                parent_span_id=span.parent_span_id,
+                tokens_in=span.tokens_in,
+                tokens_out=span.tokens_out,
+                cost_usd=span.cost_usd,
+                error=cut_text(redact.text(error), limit) if error is not None else None,
+                attributes=redact.data(span.attributes, max_chars=limit, keys=False),
             )
         )
 

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from core_agent.contracts.errors import ConfigurationError
+from core_agent.contracts.trace_store import cut_text
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -41,6 +42,8 @@ KEY_FORMATS = (
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
 )
 """Credential formats redacted wherever they appear."""
+SHORTEST_KEY_FORMAT = 15
+"""No text shorter than this matches one of ``KEY_FORMATS`` (``xox?-`` and ten characters)."""
 
 _CREDENTIAL_NAME = re.compile(
     r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|PRIVATE|SESSION|PAT)",
@@ -69,6 +72,7 @@ class Redactor:
             {s for s in secrets if s and len(s) >= MIN_SECRET_CHARS}, key=len, reverse=True
         )
         parts = [re.escape(secret) for secret in literals]
+        patterns = tuple(patterns)
         for pattern in (*KEY_FORMATS, *patterns):
             try:
                 re.compile(pattern)
@@ -78,26 +82,66 @@ class Redactor:
                 ) from exc
             parts.append(f"(?:{pattern})")
         self._regex = re.compile("|".join(parts)) if parts else None
+        # A text shorter than anything the pattern matches holds no secret: most texts
+        # redacted are names and ids, so they are let through without running it. The
+        # user's patterns may match anything, however short.
+        self._shortest = 0 if patterns else min([*map(len, literals), SHORTEST_KEY_FORMAT])
 
     def text(self, value: str) -> str:
         """``value`` with every secret replaced by ``[REDACTED]``."""
-        if self._regex is None or not value:
+        if self._regex is None or len(value) < self._shortest or not value:
             return value
         return self._regex.sub(MARK, value)
 
     def contains_secret(self, value: str) -> bool:
         """Whether ``value`` holds something ``text`` would replace."""
-        return self._regex is not None and self._regex.search(value) is not None
+        if self._regex is None or len(value) < self._shortest:
+            return False
+        return self._regex.search(value) is not None
 
-    def data(self, value: Any) -> Any:
-        """JSON-like data with every string (keys included) redacted."""
+    def data(self, value: Any, *, max_chars: int | None = None, keys: bool = True) -> Any:
+        """JSON-like data with every string (keys included) redacted.
+
+        With ``max_chars``, each string value is then cut to that length (``cut_text``): a
+        cut made after the redaction never leaves part of a secret behind. Without ``keys``,
+        the keys of the dictionaries are left as they are (names the caller chose).
+        """
         if isinstance(value, str):
-            return self.text(value)
-        if isinstance(value, dict):
-            return {self.data(k): self.data(v) for k, v in value.items()}
-        if isinstance(value, list | tuple):
-            return [self.data(item) for item in value]
+            return self._string(value, max_chars)
+        if isinstance(value, dict | list | tuple):
+            return self._walk(value, max_chars, keys)
         return value
+
+    def _string(self, value: str, max_chars: int | None) -> str:
+        if self._regex is not None and len(value) >= self._shortest:
+            value = self._regex.sub(MARK, value)
+        if max_chars is None or len(value) <= max_chars:
+            return value
+        return cut_text(value, max_chars)
+
+    def _walk(self, value: Any, max_chars: int | None, keys: bool) -> Any:
+        # Strings and numbers are handled here rather than by a call each: spans go through
+        # this at every step of every task, and most of what they hold is short strings.
+        string, walk = self._string, self._walk
+        if isinstance(value, dict):
+            cleaned = {}
+            for key, item in value.items():
+                if keys and isinstance(key, str):
+                    key = string(key, None)
+                if isinstance(item, str):
+                    item = string(item, max_chars)
+                elif isinstance(item, dict | list | tuple):
+                    item = walk(item, max_chars, keys)
+                cleaned[key] = item
+            return cleaned
+        return [
+            string(item, max_chars)
+            if isinstance(item, str)
+            else walk(item, max_chars, keys)
+            if isinstance(item, dict | list | tuple)
+            else item
+            for item in value
+        ]
 
     def model(self, model: M) -> M:
         """A protocol model with its strings redacted (the same object when nothing is)."""

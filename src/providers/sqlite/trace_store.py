@@ -8,6 +8,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic_core import to_json
+
 from core_agent.contracts.errors import UsageError
 from core_agent.contracts.metrics import (
     KindLatency,
@@ -35,7 +37,9 @@ _COLUMNS = (
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="microseconds")
+    if moment.tzinfo is not UTC:  # the kernel's moments are in UTC already
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(timespec="microseconds")
 
 
 def _row_to_span(row: tuple[Any, ...]) -> Span:
@@ -103,7 +107,9 @@ class SqliteTraceStore(ITraceStore):
             span.tokens_out,
             span.cost_usd,
             span.error,
-            json.dumps(span.attributes, ensure_ascii=False, default=str),
+            # pydantic-core's encoder: a span is written at every step, and it is a few times
+            # faster than the standard library's (same JSON, without spaces).
+            to_json(span.attributes, fallback=str).decode(),
         )
 
         def write(conn: sqlite3.Connection) -> None:
@@ -119,14 +125,19 @@ class SqliteTraceStore(ITraceStore):
         """Spans by task or trace, in start order."""
         if task_id is None and trace_id is None:
             raise UsageError("list_spans needs task_id or trace_id")
-        column, value = ("task_id", task_id) if task_id is not None else ("trace_id", trace_id)
 
         def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            return conn.execute(
-                f"SELECT {_COLUMNS} FROM agent_traces WHERE {column} = ?"
-                " ORDER BY started_at, rowid",
-                (value,),
-            ).fetchall()
+            order = " ORDER BY started_at, rowid"
+            if task_id is not None:
+                query = f"SELECT {_COLUMNS} FROM agent_traces WHERE task_id = ?{order}"
+                return conn.execute(query, (task_id,)).fetchall()
+            # Spans are indexed by task only (migration 10): a trace is found through its
+            # task, or by reading them all when no stored task has it.
+            found = conn.execute("SELECT id FROM agent_tasks WHERE trace_id = ?", (trace_id,))
+            tasks = [row[0] for row in found]
+            where = " OR ".join(["task_id = ?"] * len(tasks)) or "1"
+            query = f"SELECT {_COLUMNS} FROM agent_traces WHERE ({where}) AND trace_id = ?{order}"
+            return conn.execute(query, (*tasks, trace_id)).fetchall()
 
         return [_row_to_span(row) for row in await self._db.run(read)]
 
@@ -148,7 +159,7 @@ class SqliteTraceStore(ITraceStore):
         def read(conn: sqlite3.Connection) -> SpanMetrics:
             tokens = conn.execute(
                 "SELECT COALESCE(SUM(token_in), 0), COALESCE(SUM(token_out), 0), SUM(cost_usd)"
-                f" FROM agent_traces WHERE kind NOT IN ('task', 'llm_attempt') AND {condition}",
+                f" FROM agent_traces WHERE kind NOT IN ('task', 'run', 'llm_attempt') AND {condition}",
                 params,
             ).fetchone()
             kinds = conn.execute(

@@ -163,7 +163,10 @@ class TraceSpan(_Model):
 
     span_id: str
     parent_span_id: str | None = None
-    kind: str = Field(description="task, planning, step, llm, llm_attempt, tool, policy...")
+    kind: str = Field(
+        description="task (the root), run, planning, step, llm, llm_attempt, tool, hook, policy, "
+        "approval, memory, retrieval"
+    )
     name: str
     status: Literal["ok", "error"]
     started_at: datetime

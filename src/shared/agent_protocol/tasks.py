@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -98,10 +98,15 @@ class TaskRequest(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+_N = TypeVar("_N", int, float)
+
+
 class TokenUsage(BaseModel):
     """Tokens and cost of one or more model calls.
 
-    ``cost_usd`` is ``None`` when the price of the model is unknown (a local server, say).
+    ``cost_usd`` is ``None`` when the price of the model is unknown (a local server, say);
+    ``cache_read_tokens`` and ``reasoning_tokens`` are ``None`` when the provider did not
+    report them.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -109,17 +114,34 @@ class TokenUsage(BaseModel):
     input_tokens: int = Field(default=0, ge=0)
     output_tokens: int = Field(default=0, ge=0)
     cost_usd: float | None = Field(default=None, ge=0)
+    cache_read_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="Input tokens read from the provider's prompt cache (part of input_tokens).",
+    )
+    reasoning_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="Output tokens the model spent reasoning (part of output_tokens).",
+    )
 
     def __add__(self, other: TokenUsage) -> TokenUsage:
-        if self.cost_usd is None and other.cost_usd is None:
-            cost = None
-        else:
-            cost = (self.cost_usd or 0.0) + (other.cost_usd or 0.0)
         return TokenUsage(
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
-            cost_usd=cost,
+            cost_usd=_sum(self.cost_usd, other.cost_usd),
+            cache_read_tokens=_sum(self.cache_read_tokens, other.cache_read_tokens),
+            reasoning_tokens=_sum(self.reasoning_tokens, other.reasoning_tokens),
         )
+
+
+def _sum(first: _N | None, second: _N | None) -> _N | None:
+    """The sum of two counts of which either may be unknown; unknown only when both are."""
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return first + second
 
 
 class TaskState(BaseModel):

@@ -3,7 +3,13 @@
 import pytest
 
 from core_agent.contracts.errors import ConfigurationError
-from core_agent.safety.redaction import MARK, Redactor, host_secrets
+from core_agent.safety.redaction import (
+    KEY_FORMATS,
+    MARK,
+    SHORTEST_KEY_FORMAT,
+    Redactor,
+    host_secrets,
+)
 from shared.agent_protocol import ToolCall, ToolStarted
 
 KEYS = [
@@ -65,3 +71,18 @@ def test_models_are_redacted_deeply_and_left_alone_when_clean() -> None:
 def test_a_broken_pattern_is_a_configuration_error() -> None:
     with pytest.raises(ConfigurationError, match="AGENT_REDACT_PATTERNS"):
         Redactor(patterns=["(unclosed"])
+
+
+def test_texts_too_short_for_any_secret_are_let_through_but_none_is_missed() -> None:
+    import re._parser as parser  # the width of a pattern: the standard parser's own
+
+    # Every shipped format needs at least SHORTEST_KEY_FORMAT characters...
+    assert min(parser.parse(f).getwidth()[0] for f in KEY_FORMATS) == SHORTEST_KEY_FORMAT
+    # ... so a short text is not searched, but the shortest secret is still found,
+    shortest = "xoxb-" + "1" * 10
+    assert len(shortest) == SHORTEST_KEY_FORMAT
+    assert Redactor().text(shortest) == MARK
+    # as are a literal secret of the least length, and what a short user pattern matches.
+    assert Redactor(["hunter22"]).text("pw hunter22") == f"pw {MARK}"
+    assert Redactor(patterns=[r"\bPIN\d{2}\b"]).text("PIN42") == MARK
+    assert Redactor(patterns=iter([r"\d{3}"])).text("a 123") == f"a {MARK}"

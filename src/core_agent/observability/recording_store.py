@@ -1,0 +1,47 @@
+"""Whether spans are kept, and what the tracers are told to put in them.
+
+The container puts ``RecordingTraceStore`` under the redacting wrapper, around the configured
+store: the tracers read its ``recording`` (through the wrapper) to know whether to time
+spans and build their content at all, the redacting wrapper cuts texts to its cap once the
+secrets in them are replaced, and with tracing off this store drops whatever still reaches it.
+"""
+
+from __future__ import annotations
+
+from core_agent.contracts.metrics import MetricsScope, SpanMetrics
+from core_agent.contracts.trace_store import ITraceStore, Span, TraceRecording
+
+
+class RecordingTraceStore(ITraceStore):
+    """``inner``, with the ``recording`` the settings ask for; no span kept with tracing off.
+
+    Reads pass through, so spans written before tracing was turned off stay readable.
+    """
+
+    def __init__(self, inner: ITraceStore, recording: TraceRecording) -> None:
+        self._inner = inner
+        self._recording = recording
+
+    @property
+    def recording(self) -> TraceRecording:
+        """What the tracers write here (``AGENT_TRACING``, ``AGENT_TRACE_CONTENT*``)."""
+        return self._recording
+
+    async def record(self, span: Span) -> None:
+        """See ``ITraceStore.record``; dropped when tracing is off."""
+        if self._recording.spans:
+            await self._inner.record(span)
+
+    async def list_spans(
+        self, *, task_id: str | None = None, trace_id: str | None = None
+    ) -> list[Span]:
+        """See ``ITraceStore.list_spans``."""
+        return await self._inner.list_spans(task_id=task_id, trace_id=trace_id)
+
+    async def span_metrics(self, scope: MetricsScope) -> SpanMetrics:
+        """See ``ITraceStore.span_metrics``."""
+        return await self._inner.span_metrics(scope)
+
+    async def close(self) -> None:
+        """See ``ITraceStore.close``."""
+        await self._inner.close()

@@ -1,0 +1,45 @@
+"""The content of steps as span attributes: messages, answers, tool calls.
+
+Built by hand from the protocol models (no ``model_dump``: this runs at every model call),
+as plain JSON data that the store serialises once. Texts go through ``Tracer.text``; the
+store redacts them and cuts them to its cap (``recording_store``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from core_agent.observability.tracer import Tracer
+from shared.agent_protocol import AssistantMessage, ChatMessage, ToolCall, ToolMessage
+
+
+def call_arguments(call: ToolCall) -> str:
+    """A call's arguments as the model sent them (JSON text, or what it sent instead)."""
+    if call.raw_arguments is not None:
+        return call.raw_arguments
+    return json.dumps(call.arguments, ensure_ascii=False, default=str)
+
+
+def message_record(tracer: Tracer, message: ChatMessage) -> dict[str, Any]:
+    """``message`` as it is recorded: its role, text, tool calls or the call it answers."""
+    entry: dict[str, Any] = {"role": message.kind}
+    if message.content is not None:
+        entry["content"] = tracer.text(message.content)
+    if isinstance(message, AssistantMessage) and message.tool_calls:
+        entry["tool_calls"] = [
+            {"id": call.id, "name": call.name, "arguments": tracer.text(call_arguments(call))}
+            for call in message.tool_calls
+        ]
+    elif isinstance(message, ToolMessage):
+        entry["tool_call_id"] = message.tool_call_id
+        entry["name"] = message.name
+        if message.is_error:
+            entry["is_error"] = True
+    return entry
+
+
+def messages_record(tracer: Tracer, messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+    """Each of ``messages`` as ``message_record`` gives it."""
+    return [message_record(tracer, message) for message in messages]
