@@ -159,7 +159,8 @@ class SqliteTraceStore(ITraceStore):
         def read(conn: sqlite3.Connection) -> SpanMetrics:
             tokens = conn.execute(
                 "SELECT COALESCE(SUM(token_in), 0), COALESCE(SUM(token_out), 0), SUM(cost_usd)"
-                f" FROM agent_traces WHERE kind NOT IN ('task', 'run', 'llm_attempt') AND {condition}",
+                " FROM agent_traces WHERE kind NOT IN ('task', 'run', 'llm_attempt')"
+                f" AND {condition}",
                 params,
             ).fetchone()
             kinds = conn.execute(
