@@ -93,6 +93,8 @@ async def test_a_task_arrives_as_one_trace_with_genai_attributes(
         assert got.parent_span_id == span.parent_span_id
         assert got.attributes["core_agent.task.id"] == task_id
         assert got.attributes["core_agent.span.kind"] == span.kind
+        # Every span of a session's turn names the session as the conversation.
+        assert got.attributes["gen_ai.conversation.id"] == span.attributes["session_id"]
         assert got.end_ns - got.start_ns == pytest.approx(span.latency_ms * 1e6, abs=1000)
     assert {s.resource.get("service.name") for s in received.values()} == {"core-agent"}
     assert {s.scope for s in received.values()} == {"core_agent"}

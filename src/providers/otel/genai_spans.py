@@ -149,6 +149,9 @@ def _describe(span: Span) -> tuple[str, SpanKind, dict[str, AttributeValue]]:
     }
     if span.cost_usd is not None:
         attributes["core_agent.cost_usd"] = span.cost_usd
+    if isinstance(session := own.pop("session_id", None), str) and session:
+        # A session is a conversation: every turn's spans share it, as the conventions ask.
+        attributes[gen_ai.GEN_AI_CONVERSATION_ID] = session
     if span.status == "error":
         attributes[ERROR_TYPE] = _error_type(span.error)
     name, kind = span.name, SpanKind.INTERNAL
