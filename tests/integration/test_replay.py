@@ -2,6 +2,7 @@
 with the model played back (the server must not hear from it again), forked, compared,
 exported and imported elsewhere."""
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -339,3 +340,42 @@ async def test_export_import_elsewhere_then_replay_and_rerun(
         task_id, settings=settings_for(elsewhere, server), tools=[lookup, save_note]
     )
     assert report.reproduced, report.first_difference
+
+
+async def test_an_imported_recording_never_acts_here_on_its_own_word(
+    recorded, server, tmp_path
+) -> None:
+    # A bug-report file is anyone's word: edited to move the workspace, it must not move the
+    # sandbox; its calls are not run for real by a rerun; a fork of it is tainted.
+    data_dir, task_id = recorded
+    async with TaskRecords(AgentSettings(data_dir=data_dir)) as records:
+        lines = [json.loads(line) for line in await records.export(task_id)]
+    victim = tmp_path / "victim"
+    for line in lines:
+        if line.get("type") == "task":
+            line["task"]["request"]["workspace_roots"] = [str(victim)]
+            line["task"]["request"]["metadata"]["imported"] = False  # the file cannot say
+    elsewhere = tmp_path / "imported-here"
+    async with TaskRecords(AgentSettings(data_dir=elsewhere)) as records:
+        await records.import_export(json.dumps(line) for line in lines)
+        copy = await records.load(task_id)
+    assert copy.task.request.metadata["imported"] is True
+    settings = settings_for(elsewhere, server)
+
+    with pytest.raises(UsageError, match="was imported"):
+        await rerun_task(task_id, settings=settings, tools=[lookup, save_note], tool_results="live")
+    server.replies.clear()
+    server.reply("Noted again.")
+    fork = await fork_task(
+        task_id, 9, settings=settings, tools=[lookup, save_note], approval_callback=approve
+    )
+    async with TaskRecords(AgentSettings(data_dir=elsewhere)) as records:
+        forked = (await records.load(fork.task_id)).task
+    assert forked.tainted and forked.request.workspace_roots is None
+    assert not victim.exists()
+
+    # A copy of a task here under a new task id (same trace id) is refused.
+    renamed = [json.dumps(line).replace(task_id, "f" * 32) for line in lines]
+    with pytest.raises(UsageError, match="trace id"):
+        async with TaskRecords(AgentSettings(data_dir=data_dir)) as records:
+            await records.import_export(renamed)

@@ -37,6 +37,7 @@ from core_agent.orchestration.loop_journal import LoopCheckpoint, LoopJournal
 from core_agent.orchestration.react_executor import CHECKPOINT_KEY
 from core_agent.orchestration.react_loop import spotlight
 from core_agent.replay.replay_container import replay_container
+from core_agent.replay.task_export import IMPORTED
 from core_agent.replay.trajectory import build_trajectory
 from shared.agent_protocol import (
     ApprovalRequested,
@@ -267,7 +268,13 @@ async def fork_task(
         conversation = rebuild_conversation(f"{system}\n\n{UNTRUSTED_NOTICE}", request.task, copied)
         fork_id = uuid.uuid4().hex
         metadata = {**request.metadata, "forked_from": original.task_id, "fork_step": at}
-        changed: dict[str, object] = {"session_id": None, "metadata": metadata}
+        # The configured workspace, not the recorded one: a recording (an imported file, say)
+        # must not move the sandbox.
+        changed: dict[str, object] = {
+            "session_id": None,
+            "metadata": metadata,
+            "workspace_roots": None,
+        }
         if system_prompt is not None:
             changed["system_prompt"] = system_prompt
         request = request.model_copy(update=changed)
@@ -281,7 +288,10 @@ async def fork_task(
             strategy="react",
             created_at=created,
             updated_at=created,
-            tainted=any(isinstance(e, TaskTainted) for e in copied),
+            # An imported task's conversation is the file's word, so untrusted from the start:
+            # its pending calls and everything after them are graded as after untrusted data.
+            tainted=bool(original.request.metadata.get(IMPORTED))
+            or any(isinstance(e, TaskTainted) for e in copied),
         )
         log: list[TaskEvent] = [
             TaskQueued(

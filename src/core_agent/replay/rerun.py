@@ -39,6 +39,7 @@ from core_agent.replay.recorded_gateway import RecordedLLMGateway
 from core_agent.replay.recorded_tools import RecordedToolRegistry
 from core_agent.replay.recording import Recording
 from core_agent.replay.replay_container import replay_container
+from core_agent.replay.task_export import IMPORTED
 from core_agent.replay.trajectory import (
     ReplayStep,
     TrajectoryBuilder,
@@ -154,6 +155,7 @@ async def rerun_task(
     """
     if tool_results not in ("recorded", "live"):
         raise UsageError(f"tool results are 'recorded' or 'live', not {tool_results!r}")
+
     # The router's optional model classifier would take a recorded answer meant for the task.
     container = replay_container(
         settings, tools=tools, deps=deps, agent=agent, router_classifier="deterministic"
@@ -165,6 +167,14 @@ async def rerun_task(
         if original.status in (TaskStatus.QUEUED, TaskStatus.RUNNING):
             raise UsageError(
                 f"task {original.task_id} is {original.status.value}: rerun it once it has ended"
+            )
+        if tool_results == "live" and original.request.metadata.get(IMPORTED):
+            # Its calls and answers are the file's word: with live tools they would act here,
+            # judged as if this machine's model had asked for them.
+            raise UsageError(
+                f"task {original.task_id} was imported: its recorded calls are not run for "
+                "real; rerun it with recorded tools, or fork it (a fork of it is tainted, so "
+                "risky calls are asked about)"
             )
         output_type = response_model_for(original, given=response_model, known=None)
         events = list(await tasks.list_events(original.task_id))
@@ -189,7 +199,11 @@ async def rerun_task(
         kernel.set_approval_callback(_live_approvals(approval_callback))
     metadata = {**original.request.metadata, "replay_of": original.task_id}
     metadata["replay_tools"] = tool_results
-    request = original.request.model_copy(update={"session_id": None, "metadata": metadata})
+    # The configured workspace, not the recorded one: a recording (an imported file, say)
+    # must not move the sandbox.
+    request = original.request.model_copy(
+        update={"session_id": None, "metadata": metadata, "workspace_roots": None}
+    )
     subscription = kernel.event_bus.subscribe(None, monitor)
     async with kernel:
         try:

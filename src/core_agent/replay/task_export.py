@@ -36,6 +36,10 @@ from shared.agent_protocol import (
 
 EXPORT_FORMAT = "core-agent-task"
 EXPORT_VERSION = 1
+IMPORTED = "imported"
+"""Request metadata key ``import`` sets on every task it stores (``True``): what such a task
+recorded (tool calls, their arguments, the workspace) came from a file, and is not run for
+real as it stands: ``replay --rerun --tools live`` refuses it, a fork of it is tainted."""
 """The version this code writes and the newest it reads."""
 
 _EVENT: TypeAdapter[AgentEvent] = TypeAdapter(AgentEvent)

@@ -19,7 +19,7 @@ from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.kernel.task_references import find_task_id
 from core_agent.replay.comparison import TrajectoryComparison, compare_trajectories
-from core_agent.replay.task_export import ExportReader, TaskExport, export_lines
+from core_agent.replay.task_export import IMPORTED, ExportReader, TaskExport, export_lines
 from core_agent.replay.trajectory import Trajectory, build_trajectory
 
 T = TypeVar("T")
@@ -191,8 +191,17 @@ class TaskRecords:
         redactor = build_redactor(self.settings)
         tasks = RedactingTaskStore(stored_tasks, redactor)
         traces = RedactingTraceStore(stored_traces, redactor)
+        # Marked here, whatever the file says: what it recorded is another machine's (or
+        # anyone's) word, never run for real as it stands (see rerun and fork).
+        request = export.task.request
+        request = request.model_copy(update={"metadata": {**request.metadata, IMPORTED: True}})
         task = export.task.model_copy(
-            update={"owner": None, "lease_expires_at": None, "cancel_requested": None}
+            update={
+                "owner": None,
+                "lease_expires_at": None,
+                "cancel_requested": None,
+                "request": request,
+            }
         )
         try:
             await tasks.get_task(task.task_id)
@@ -201,6 +210,11 @@ class TaskRecords:
         else:
             raise UsageError(
                 f"task {task.task_id} is already in this data directory (imported before?)"
+            )
+        if await tasks.match_task_ids(task.trace_id, limit=1):
+            raise UsageError(
+                f"trace id {task.trace_id} is already another task's in this data directory: "
+                "the file is a copy of a task here, edited"
             )
         async with tasks.unit_of_work():
             await tasks.insert_task(task, export.events)
