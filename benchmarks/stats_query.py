@@ -29,6 +29,7 @@ from typing import Any
 
 import anyio
 
+from benchmarks.list_tasks_scaling import status_of  # the same mix of outcomes
 from benchmarks.stats import summary
 from core_agent.contracts.metrics import AgentMetrics, MetricsScope
 from core_agent.observability.metrics import collect_metrics
@@ -47,17 +48,6 @@ TOOLS = ("calculator", "read_file", "run_command")
 
 def iso(moment: datetime) -> str:
     return moment.isoformat(timespec="microseconds")
-
-
-def status_of(number: int) -> str:
-    slot = number % 100
-    if slot < 85:
-        return "succeeded"
-    if slot < 92:
-        return "failed"
-    if slot < 95:
-        return "canceled"
-    return "waiting_approval"
 
 
 def task_rows(number: int, rng: random.Random, pad: str) -> dict[str, list[tuple[Any, ...]]]:
