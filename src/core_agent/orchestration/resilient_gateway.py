@@ -157,7 +157,21 @@ class ResilientGateway(ILLMGateway):
         *,
         stream: bool,
     ) -> AsyncIterator[LLMStreamItem]:
-        """The tries of one model; raises the error of the last when none answered."""
+        """The tries of one model; raises the error of the last when none answered.
+
+        The first try runs on its own: most calls are answered by it, and tenacity's
+        bookkeeping costs tens of microseconds a call. Only when it fails with a retryable
+        error do the tries go through tenacity, whose first attempt hands back that error
+        (no request is sent again for it), so the waits and the stop rule count it as usual.
+        """
+        try:
+            async for item in self._try(model, breaker, request, call, stream=stream):
+                yield item
+            return
+        except ModelError as exc:
+            if not is_retryable(exc):
+                raise
+            first: ModelError | None = exc
 
         def stop(state: RetryCallState) -> bool:
             if state.attempt_number > self.policy.max_retries or breaker.state == "open":
@@ -185,29 +199,45 @@ class ResilientGateway(ILLMGateway):
         # else (cancellation, the consumer closing the stream) goes straight through.
         async for attempt in retrying:
             with attempt:
-                breaker.acquire()
-                call.tries += 1
-                call.started_at = datetime.now(UTC)
-                try:
-                    response: LLMResponse | None = None
-                    async for item in self._one_try(model, request, call, stream=stream):
-                        if isinstance(item, LLMResponse):
-                            response = item
-                        else:
-                            yield item
-                    checked = _checked(response)
-                except ModelError as exc:
-                    if exc.retryable or isinstance(exc, ModelDeadlineError):
-                        breaker.record_failure()
-                    else:
-                        breaker.release()
-                    raise
-                except BaseException:
-                    breaker.release()
-                    raise
-                breaker.record_success()
-                await self._report(call, model, "ok", None)
-                yield checked
+                if first is not None:
+                    error, first = first, None
+                    raise error
+                async for item in self._try(model, breaker, request, call, stream=stream):
+                    yield item
+
+    async def _try(
+        self,
+        model: ILLMGateway,
+        breaker: CircuitBreaker,
+        request: LLMRequest,
+        call: _Call,
+        *,
+        stream: bool,
+    ) -> AsyncIterator[LLMStreamItem]:
+        """One try through ``breaker``: the stream's items, then the checked response."""
+        breaker.acquire()
+        call.tries += 1
+        call.started_at = datetime.now(UTC)
+        try:
+            response: LLMResponse | None = None
+            async for item in self._one_try(model, request, call, stream=stream):
+                if isinstance(item, LLMResponse):
+                    response = item
+                else:
+                    yield item
+            checked = _checked(response)
+        except ModelError as exc:
+            if exc.retryable or isinstance(exc, ModelDeadlineError):
+                breaker.record_failure()
+            else:
+                breaker.release()
+            raise
+        except BaseException:
+            breaker.release()
+            raise
+        breaker.record_success()
+        await self._report(call, model, "ok", None)
+        yield checked
 
     async def _one_try(
         self, model: ILLMGateway, request: LLMRequest, call: _Call, *, stream: bool
