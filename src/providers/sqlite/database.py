@@ -154,7 +154,10 @@ class _Group:
         self.calls: list[Callable[[sqlite3.Connection], Any]] = []
         self.results: list[Any] = []
         self.errors: list[BaseException | None] = []
-        self.done = anyio.Event()
+        self.applied = False
+        self.done: anyio.Event | None = None
+        """Made by the first caller that has to wait: a group of one (the usual case with a
+        single task) never needs it."""
 
 
 class _LoopState:
@@ -323,8 +326,10 @@ class SqliteDatabase:
             if leader:
                 await anyio.lowlevel.checkpoint()  # the tasks ready now add theirs
                 state.group = None
-                await self._apply_group(group)
-            else:
+                await self._apply_group(group, state)
+            elif not group.applied:
+                if group.done is None:
+                    group.done = anyio.Event()
                 await group.done.wait()
         await anyio.lowlevel.checkpoint_if_cancelled()
         error = group.errors[slot]
@@ -332,7 +337,7 @@ class SqliteDatabase:
             raise error
         return cast(T, group.results[slot])
 
-    async def _apply_group(self, group: _Group) -> None:
+    async def _apply_group(self, group: _Group, state: _LoopState) -> None:
         calls = group.calls
         results: list[Any] = [None] * len(calls)
         errors: list[BaseException | None] = [None] * len(calls)
@@ -359,7 +364,8 @@ class SqliteDatabase:
                     conn.execute("RELEASE grouped")
 
         try:
-            await self.run(apply)
+            # The leader yielded before this (to gather the group): no second yield after.
+            await self._run(apply, state, yield_after=False)
         except Exception as exc:
             # Nothing was committed: every caller hears why, each through its own error.
             errors[:] = [exc] if len(calls) == 1 else [_shared_error(exc) for _ in calls]
@@ -368,7 +374,9 @@ class SqliteDatabase:
             raise
         finally:
             group.results, group.errors = results, errors
-            group.done.set()
+            group.applied = True
+            if group.done is not None:
+                group.done.set()
 
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """Queue ``callback`` for after the open unit of work commits.
@@ -483,7 +491,13 @@ class SqliteDatabase:
         (``BEGIN IMMEDIATE`` or the single statement fails first), so the retry cannot apply
         a change twice.
         """
-        gate = self._loop_state().gate
+        return await self._run(fn, self._loop_state(), yield_after=True)
+
+    async def _run(
+        self, fn: Callable[[sqlite3.Connection], T], state: _LoopState, *, yield_after: bool
+    ) -> T:
+        """``run``; without ``yield_after``, a call that ran inline returns without yielding."""
+        gate = state.gate
         if self._truncate_due:
             await self._truncate_wal(gate)
         if not gate.locked():
@@ -491,7 +505,8 @@ class SqliteDatabase:
             if done:
                 # Yield only after letting go: a task that ran while we held the connection
                 # across the yield would find it in use and have to queue.
-                await anyio.lowlevel.checkpoint()
+                if yield_after:
+                    await anyio.lowlevel.checkpoint()
                 return result
         async with gate:
             done, result = self._run_inline(fn)
