@@ -8,6 +8,8 @@ SQLite with extension loading enabled.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 import os
 import queue
@@ -23,7 +25,6 @@ from typing import Any, ClassVar, TypeVar, cast
 
 import anyio.lowlevel
 import anyio.to_thread
-import sqlite_vec
 
 from core_agent.contracts.errors import ConfigurationError, StorageError
 
@@ -49,6 +50,25 @@ def _is_busy(exc: BaseException) -> bool:
     if code is not None:
         return int(code) & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
     return "locked" in str(exc) or "busy" in str(exc)
+
+
+@functools.cache
+def sqlite_vec_path() -> str:
+    """The sqlite-vec extension's file (without its suffix, as ``load_extension`` takes it).
+
+    Found where the ``sqlite_vec`` package lies rather than by importing it: its
+    ``__init__`` imports NumPy for helpers the kernel does not use, which was a tenth to a
+    quarter of a second of every command's start. A layout this does not recognise falls
+    back to the package's own ``loadable_path``.
+    """
+    spec = importlib.util.find_spec("sqlite_vec")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        candidate = Path(folder) / "vec0"
+        if any(candidate.with_suffix(suffix).is_file() for suffix in (".so", ".dylib", ".dll")):
+            return str(candidate)
+    import sqlite_vec
+
+    return str(sqlite_vec.loadable_path())
 
 
 def sqlite_driver() -> ModuleType:
@@ -96,7 +116,7 @@ def connect(path: Path | str) -> sqlite3.Connection:
         conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
         conn.enable_load_extension(True)
         try:
-            sqlite_vec.load(conn)
+            conn.load_extension(sqlite_vec_path())
         finally:
             conn.enable_load_extension(False)
     except driver.Error as exc:
