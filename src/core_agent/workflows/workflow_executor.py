@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import graphlib
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -253,6 +255,11 @@ class WorkflowExecutor(IExecutor):
             await anyio.sleep(self._child_poll_s)
 
 
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
+
+
 def _result_of(state: TaskState) -> TaskResult:
     return TaskResult(
         task_id=state.task_id,
@@ -360,6 +367,24 @@ class _WorkflowRun:
                 node=layer[0],
                 layer=number,
             )
+        # A layer of functions only is one unit of work: its events, spans and checkpoint
+        # commit once. A layer with child tasks commits around them instead, so a child's
+        # own writes (and a human it waits for) are never held back by the layer's unit.
+        quick = all(workflow.spec(name).kind == "function" for name in layer)
+        async with context.unit_of_work() if quick else _nothing():
+            return await self._layer_in_unit(position, plan, sorter, layer, resolved, chosen)
+
+    async def _layer_in_unit(
+        self,
+        position: WorkflowCheckpoint,
+        plan: Pass,
+        sorter: graphlib.TopologicalSorter[str],
+        layer: list[str],
+        resolved: set[str],
+        chosen: set[str],
+    ) -> tuple[WorkflowCheckpoint, bool]:
+        workflow, context = self._workflow, self._context
+        number = position.layers
         async with context.unit_of_work():
             for name in layer:
                 await context.emit(WorkflowNodeStarted, node=name, layer=number)
