@@ -87,6 +87,7 @@ from core_agent.safety.redaction import Redactor, host_secrets
 from core_agent.tooling.memory_tools import knowledge_search_tool, memory_tools
 from core_agent.tooling.registry import ToolRegistry
 from core_agent.tooling.tool_origins import check_deps, defined_at, host_tools, registry_of
+from core_agent.workflows.workflow_runs import build_workflow_executor, kernel_with_workflows
 
 log = logging.getLogger(__name__)
 
@@ -744,14 +745,22 @@ class KernelContainer(containers.DeclarativeContainer):
     """Sessions as conversations (history, compaction); ``None`` when the task store keeps no
     session history."""
 
+    workflow_executor = providers.Singleton(
+        build_workflow_executor, redacted_checkpoint_store, redacted_trace_store
+    )
     kernel = providers.Singleton(
-        AgentKernel,
+        kernel_with_workflows,
+        workflow_executor,
         task_store=redacted_task_store,
         trace_store=redacted_trace_store,
         event_bus=event_bus,
         router=router,
         tools=tool_registry,
-        executors=providers.Dict(react=react_executor, plan_execute=plan_execute_executor),
+        executors=providers.Dict(
+            react=react_executor,
+            plan_execute=plan_execute_executor,
+            workflow=workflow_executor,
+        ),
         max_turns=settings.provided.max_turns,
         prompts=prompts,
         closables=providers.List(redacted_checkpoint_store, redacted_tool_call_ledger, opened),

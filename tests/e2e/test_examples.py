@@ -67,6 +67,12 @@ EXPECTED: dict[str, list[str]] = {
         "\n(1234 + 4321) * 2 = 11110\n",  # the streamed text, on a line of its own
         "task.succeeded input_tokens=",
     ],
+    "workflow.py": [
+        "succeeded after 4 layers: total='17 * 23 = 391'",  # the agent node's answer
+        "notes=['price checked: 17 * 23 = 391', 'in stock']",  # parallel notes, merged
+        "status='ordered (small order: no review)'",  # the Next jump with its data
+        "span node order",
+    ],
     "knowledge_base.py": [
         "ingested: returns.md (1 chunks)",
         "ingested: 保修.txt (1 chunks)",

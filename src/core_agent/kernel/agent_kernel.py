@@ -337,6 +337,10 @@ class AgentKernel:
         if self._sandbox is not None:
             await self._sandbox.close()
 
+    def executor(self, strategy: str) -> IExecutor | None:
+        """The executor this kernel runs ``strategy`` with, if it has one."""
+        return self._executors.get(strategy)
+
     async def route(self, request: TaskRequest) -> RoutingDecision:
         """The strategy the kernel would use for ``request``, without running it."""
         return await self._router.route(request, self._specs(request))
@@ -574,6 +578,7 @@ class AgentKernel:
                 waits for a human (use ``resolve_approval``), or it already ended.
             ResponseModelError: Its response model is not known here, or ``response_model``
                 has another JSON Schema.
+            DefinitionNotLoadedError: It runs a definition (a workflow) this process lacks.
         """
         if not self._driver.claim(task_id):
             raise UsageError(f"task {task_id} already runs in this kernel")
@@ -595,6 +600,7 @@ class AgentKernel:
             raise UsageError(f"task {task_id} already ended ({state.status.value})")
         # Before the lease is taken: a task this kernel cannot finish is left to one that can.
         output_type = self._response_model_for(state, response_model)
+        self._executor_of(state).check_resumable(state.request)
         held_here = (
             state.owner == self.owner
             and state.lease_expires_at is not None

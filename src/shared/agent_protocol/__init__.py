@@ -28,6 +28,8 @@ from shared.agent_protocol.events import (
     ToolCompleted,
     ToolHookApplied,
     ToolStarted,
+    WorkflowNodeFinished,
+    WorkflowNodeStarted,
 )
 from shared.agent_protocol.messages import (
     AssistantMessage,
@@ -129,5 +131,7 @@ __all__ = [
     "TraceSpan",
     "UsageLimits",
     "UserMessage",
+    "WorkflowNodeFinished",
+    "WorkflowNodeStarted",
     "protocol_json_schema",
 ]

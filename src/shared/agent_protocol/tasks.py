@@ -28,7 +28,8 @@ class TaskStatus(StrEnum):
         return self in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELED)
 
 
-StrategyMode = Literal["react", "plan_execute"]
+StrategyMode = Literal["react", "plan_execute", "workflow"]
+"""How a task runs; ``workflow`` tasks are started by ``core_agent.workflows.run_workflow``."""
 
 
 class UsageLimits(BaseModel):
