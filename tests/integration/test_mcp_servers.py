@@ -235,4 +235,3 @@ async def test_a_call_past_its_time_limit_is_a_tool_error_and_the_server_stays(
     assert outcomes[0][0] and "did not answer the call to 'slow' within 0.5s" in outcomes[0][1]
     assert outcomes[1] == (False, "still here")
     assert result.status is TaskStatus.SUCCEEDED
-
