@@ -56,6 +56,8 @@ class McpServers:
         Blocks until each has answered or timed out; must not be called on the servers'
         own loop.
         """
+        if not self._settings:
+            return {}  # no thread for nothing
 
         async def listing() -> dict[str, list[Tool] | McpServerError]:
             names = list(self._settings)
