@@ -123,16 +123,19 @@ class McpServerConnection:
             if self._given_up is not None:
                 raise McpServerError(self._given_up)
             self._starts += 1
+            stdio = self.settings.transport == "stdio"
             if self._starts > 1:
-                log.warning("restarting MCP server %r (restart %d of 1)", self.name, 1)
+                verb = "restarting" if stdio else "reconnecting to"
+                log.warning("%s MCP server %r (once, after it stopped)", verb, self.name)
             try:
                 with anyio.fail_after(self.settings.startup_timeout_s):
                     self._client = await self._start()
             except Exception as exc:
                 await self._stop_session()
-                detail = "timed out" if isinstance(exc, TimeoutError) else str(exc) or repr(exc)
+                detail = "timed out" if isinstance(exc, TimeoutError) else _describe(exc)
                 self._given_up = (
-                    f"MCP server {self.name!r} could not be started: {detail}{self._stderr_tail()}"
+                    f"MCP server {self.name!r} could not be "
+                    f"{'started' if stdio else 'reached'}: {detail}{self._stderr_tail()}"
                 )
                 log.warning("%s", self._given_up)
                 raise McpServerError(self._given_up) from None
@@ -191,7 +194,8 @@ class McpServerConnection:
             self._given_up = f"{reason}; it crashed again after its restart, so it stays stopped"
             reason = self._given_up
         else:
-            reason += "; it will be restarted on its next call"
+            again = "restarted" if self.settings.transport == "stdio" else "reconnected"
+            reason += f"; it will be {again} on its next call"
         log.warning("%s", reason)
         return reason
 
@@ -215,3 +219,10 @@ class McpServerConnection:
         except (OSError, ValueError):
             return ""
         return f" (its stderr ends: {text})" if text else ""
+
+
+def _describe(exc: BaseException) -> str:
+    """The first underlying error of ``exc`` (the SDK's task groups wrap them in groups)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
