@@ -172,11 +172,13 @@ async def test_an_sdk_server_over_streamable_http_needs_approval_when_undeclared
 async def test_a_server_that_crashes_mid_call_gives_a_tool_error_and_is_restarted_once(
     litellm_settings, openai_server, caplog
 ) -> None:
+    mark = f"MCP_TEST_{uuid.uuid4().hex}"
     settings = with_servers(
         litellm_settings,
         notes={
             "command": sys.executable,
             "args": [str(NOTES_SERVER)],
+            "env": {mark: "1"},
             "capabilities": ["read"],
             "call_timeout_s": 5,
         },
@@ -200,6 +202,7 @@ async def test_a_server_that_crashes_mid_call_gives_a_tool_error_and_is_restarte
     async with create_kernel(settings) as kernel:
         result = await kernel.execute_task(TaskRequest(task="Keep a note, then crash."))
         events = await kernel.task_events(result.task_id)
+    assert processes_marked(mark) == []  # both runs of the server are gone
 
     assert result.status is TaskStatus.SUCCEEDED, result.error
     outcomes = [(e.result.is_error, e.result.content) for e in events if e.kind == "tool.completed"]
