@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from support.capability_entry_points import capability_site
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 FOUND = sorted(EXAMPLES.glob("*.py"))  # top level only: see the module docstring
@@ -79,12 +81,21 @@ EXPECTED: dict[str, list[str]] = {
         "knowledge_search found:\n  #1 保修.txt {'lexical': ",  # the Chinese passage first
         "succeeded: 电器产品享受两年免费保修",
     ],
+    "mcp_agent.py": [
+        "→ time__convert_time({'source_timezone': 'Asia/Tokyo', 'time': '09:00', ",
+        "  policy: low risk (default:capabilities(read))",
+        "← Asia/Kolkata 05:30 (untrusted data for the model)",  # mcp-server-time's answer
+        "succeeded: A 09:00 meeting in Tokyo is at 05:30 in Kolkata.",
+        "the server was stopped with the kernel",
+    ],
 }
 
 
 def environment(work: Path) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    path = [str(REPO / "src"), base.get("PYTHONPATH", "")]
+    # The capabilities of pyproject.toml (mcp...), even where the installed metadata predates them.
+    site = capability_site(work / "entry-points")
+    path = [str(REPO / "src"), str(site), base.get("PYTHONPATH", "")]
     return {
         **base,
         "AGENT_DATA_DIR": str(work / "data"),

@@ -186,6 +186,8 @@ class AgentKernel:
         self._warm_up = warm_up
         """Loads the model's libraries (``ILLMGateway.warm_up``); started by the first run."""
         self._capabilities = BusinessCapabilities(capabilities)
+        self._tools_listed = False
+        """Whether the tools were listed once (tools found by asking servers, MCP, join then)."""
         self._ingestion = ingestion
         self._knowledge_namespace = knowledge_namespace
         if recovery not in ("resume", "fail", "off"):
@@ -343,7 +345,14 @@ class AgentKernel:
 
     async def route(self, request: TaskRequest) -> RoutingDecision:
         """The strategy the kernel would use for ``request``, without running it."""
+        await self._list_tools_once()
         return await self._router.route(request, self._specs(request))
+
+    async def _list_tools_once(self) -> None:
+        """List the tools the first time off the event loop: MCP servers start then."""
+        if not self._tools_listed:
+            await anyio.to_thread.run_sync(self._tools.names)
+            self._tools_listed = True
 
     @overload
     async def execute_task(
@@ -1063,6 +1072,7 @@ class AgentKernel:
         Raises:
             ConfigurationError: The strategy it names is not installed.
         """
+        await self._list_tools_once()
         routed_at = now()
         decision = await self._router.route(request, self._specs(request))
         routed_until = now()
