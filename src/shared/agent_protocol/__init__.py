@@ -55,6 +55,7 @@ from shared.agent_protocol.schema import PROTOCOL_ADAPTER, ProtocolMessage, prot
 from shared.agent_protocol.sessions import (
     SessionEntry,
     SessionInfo,
+    SessionOrigin,
     SessionSummary,
     SessionTranscript,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "RpcMethod",
     "SessionEntry",
     "SessionInfo",
+    "SessionOrigin",
     "SessionSummary",
     "SessionTranscript",
     "StrategyFallback",
