@@ -271,7 +271,9 @@ def _add_serve_command(commands: Any) -> None:
 
 def _add_session_commands(commands: Any) -> None:
     sessions = commands.add_parser(
-        "sessions", help="conversations: start, list, show, close, delete (run --session continues)"
+        "sessions",
+        help="conversations: start, list, show, fork, retry, close, delete "
+        "(run --session continues)",
     )
     actions = sessions.add_subparsers(dest="sessions_command", required=True, metavar="ACTION")
     new = actions.add_parser("new", help="start a session and print its id")
@@ -294,6 +296,22 @@ def _add_session_commands(commands: Any) -> None:
         "delete", help="delete a session with its history, tasks, events, traces, checkpoints"
     )
     delete.add_argument("session_id")
+    fork = actions.add_parser(
+        "fork", help="a new session holding this one's conversation up to a turn; print its id"
+    )
+    fork.add_argument("session_id")
+    fork.add_argument(
+        "--at", type=_positive_int, metavar="N", help="the last turn it holds (default: the latest)"
+    )
+    fork.add_argument("--id", dest="new_id", help="the new session's id (a random one if absent)")
+    fork.add_argument("--json", action="store_true", help="print JSON")
+    retry = actions.add_parser(
+        "retry", help="run a turn again: it and the turns after it are kept, marked superseded"
+    )
+    retry.add_argument("session_id")
+    retry.add_argument("--from", dest="turn", type=_positive_int, required=True, metavar="N")
+    retry.add_argument("--task", help="what to ask instead (the turn's own task when absent)")
+    retry.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def _add_replay_commands(commands: Any) -> None:
@@ -1233,6 +1251,14 @@ async def _sessions(args: argparse.Namespace) -> int:
 
     kernel, _ = _kernel()
     action = args.sessions_command
+    if action in ("fork", "retry"):
+        from core_agent import session_commands
+
+        if action == "fork":
+            return await session_commands.fork(args, kernel)
+        if sys.stdin is not None and sys.stdin.isatty():
+            kernel.set_approval_callback(_ask_in_terminal)
+        return _print_result(await session_commands.retry(args, kernel), as_json=args.json)
     async with kernel:
         if action == "new":
             metadata: dict[str, str] = {}
@@ -1268,7 +1294,9 @@ async def _sessions(args: argparse.Namespace) -> int:
             if args.json:
                 print(transcript.model_dump_json(indent=2))
                 return EXIT_OK
-            _print_transcript(Console(highlight=False), transcript)
+            from core_agent.session_commands import print_transcript
+
+            print_transcript(Console(highlight=False), transcript)
             return EXIT_OK
         if action == "close":
             closed = await kernel.close_session(args.session_id)
@@ -1280,39 +1308,6 @@ async def _sessions(args: argparse.Namespace) -> int:
             f"{deleted.entries} history entries, {deleted.summaries} summaries"
         )
         return EXIT_OK
-
-
-def _print_transcript(console: Console, transcript: Any) -> None:
-    from core_agent.safety.terminal_text import printable
-
-    session = transcript.session
-    state = "closed" if session.closed_at else "open"
-    console.print(
-        f"session {session.session_id}  user: {session.user_id or '-'}  "
-        f"tasks: {session.task_count}  {state}",
-        markup=False,
-    )
-    summarized = {s.through_seq: s for s in transcript.summaries}
-    for entry in transcript.entries:
-        message = entry.message
-        if message.kind == "assistant" and message.tool_calls:
-            calls = ", ".join(
-                f"{c.name}({json.dumps(c.arguments) if c.arguments is not None else ''})"
-                for c in message.tool_calls
-            )
-            text = f"→ {calls}"
-        elif message.kind == "tool":
-            text = f"← {message.content[:300]}"
-        else:
-            text = message.content or ""
-        console.print(f"[{entry.seq}] {message.kind}: {printable(text)}", markup=False)
-        summary = summarized.get(entry.seq)
-        if summary is not None:
-            console.print(
-                f"── summary of 1..{entry.seq} (used by later tasks): {printable(summary.content)}",
-                style="dim",
-                markup=False,
-            )
 
 
 if __name__ == "__main__":

@@ -39,3 +39,42 @@ def test_a_session_is_started_continued_shown_closed_and_deleted(tmp_path) -> No
     assert json.loads(run("tasks", "--json", data_dir=tmp_path).stdout) == []
     missing = run("sessions", "show", session, data_dir=tmp_path)
     assert missing.returncode == 2 and "no session" in missing.stderr
+
+
+def test_a_session_is_forked_at_a_turn_and_retried_from_one(tmp_path) -> None:
+    session = run("sessions", "new", data_dir=tmp_path).stdout.strip()
+    for task in ("What is 2 + 3?", "What is 4 * 5?", "What is 9 - 1?"):
+        assert run("run", "--session", session, task, data_dir=tmp_path).returncode == 0
+
+    forked = run("sessions", "fork", session, "--at", "2", "--json", data_dir=tmp_path)
+    assert forked.returncode == 0, forked.stderr
+    fork = json.loads(forked.stdout)
+    assert fork["forked_from"] == {"session_id": session, "turn": 2}
+    shown = json.loads(
+        run("sessions", "show", fork["session_id"], "--json", data_dir=tmp_path).stdout
+    )
+    assert {e["turn"] for e in shown["entries"]} == {1, 2}
+
+    retried = run(
+        "sessions", "retry", session, "--from", "2", "--task", "What is 6 * 7?", data_dir=tmp_path
+    )
+    assert retried.returncode == 0, retried.stderr
+    assert "6 * 7 = 42" in retried.stdout and "status: succeeded" in retried.stderr
+    text = run("sessions", "show", session, data_dir=tmp_path).stdout
+    assert "── turn 2 · superseded by turn 4 (a retry)" in text
+    assert "── turn 3 · superseded by turn 4 (a retry)" in text
+    assert "── turn 4 · retry of turn 2" in text
+    assert "(superseded) user: What is 4 * 5?" in text and "user: What is 6 * 7?" in text
+    shown = json.loads(run("sessions", "show", session, "--json", data_dir=tmp_path).stdout)
+    live = [e["message"].get("content") for e in shown["entries"] if not e["superseded_by"]]
+    assert "What is 4 * 5?" not in live and live[-1] == "6 * 7 = 42"
+
+    for args, said in (
+        (("retry", session, "--from", "9"), "has turns 1 to 4, not 9"),
+        (("retry", session, "--from", "3"), "was superseded"),
+        (("fork", "no-such-session"), "no session"),
+        (("retry", session, "--from", "0"), "--from"),
+    ):
+        refused = run("sessions", *args, data_dir=tmp_path)
+        assert refused.returncode == 2, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1 and said in refused.stderr

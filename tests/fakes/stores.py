@@ -70,8 +70,15 @@ class FakeTaskStore(ITaskStore):
         self.closed = False
 
     async def create_task(
-        self, task: TaskState, queued_event: BaseModel, *, exclusive: bool = False
+        self,
+        task: TaskState,
+        queued_event: BaseModel,
+        *,
+        exclusive: bool = False,
+        supersede_turn: int | None = None,
     ) -> None:
+        if supersede_turn is not None:
+            raise UsageError("this fake keeps no session history: no turn to supersede")
         self.tasks[task.task_id] = task
         self.events[task.task_id] = [queued_event]
 

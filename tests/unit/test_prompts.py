@@ -187,6 +187,7 @@ async def test_compaction_summarizes_with_the_configured_summary_prompt(
     entry = SessionEntry(
         session_id="s",
         seq=1,
+        turn=1,
         task_id="t1",
         message=UserMessage(content="hi"),
         created_at=datetime.now(UTC),

@@ -204,7 +204,8 @@ class ChatRepl:
             f"resumed session {session.session_id[:12]} ({session.task_count} turns so far)",
             style="green",
         )
-        for line in transcript_lines(transcript.entries, last=6):
+        live = [entry for entry in transcript.entries if entry.superseded_by is None]
+        for line in transcript_lines(live, last=6):
             self.console.print(f"  {line}", style="dim", markup=False, highlight=False)
         await self._count_session()
 

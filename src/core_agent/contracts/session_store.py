@@ -14,8 +14,9 @@ from shared.agent_protocol import ChatMessage, SessionEntry, SessionInfo, Sessio
 class SessionHistory:
     """What a new task of a session starts from: the latest summary and the entries after it.
 
-    ``entries`` are every entry whose ``seq`` is above ``summary.through_seq`` (all of them
-    when there is no summary yet), in order.
+    ``summary`` is the latest one not superseded by a retry; ``entries`` are every entry not
+    superseded whose ``seq`` is above ``summary.through_seq`` (all of them when there is no
+    summary yet), in order.
     """
 
     summary: SessionSummary | None = None
@@ -81,6 +82,24 @@ class ISessionStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    async def fork_session(
+        self, session_id: str, *, at_turn: int, new_session: SessionInfo
+    ) -> SessionInfo:
+        """Store ``new_session`` holding a copy of ``session_id``'s history up to ``at_turn``.
+
+        One transaction: the new session gets the origin's live (not superseded) entries of
+        turns 1 to ``at_turn``, renumbered from 1 (``seq`` and ``turn``; ``task_id`` and
+        ``created_at`` kept), the live summaries that cover only those, and
+        ``forked_from``. The origin is not changed. Returns the new session as stored.
+
+        Raises:
+            SessionNotFoundError: No session ``session_id``.
+            SessionBusyError: One of its tasks has not ended (nothing is written).
+            UsageError: It has no turn ``at_turn``, that turn was superseded, or a session
+                with the new id exists already (nothing is written).
+        """
+
+    @abc.abstractmethod
     async def append_turn(
         self,
         session_id: str,
@@ -92,8 +111,8 @@ class ISessionStore(abc.ABC):
     ) -> list[SessionEntry]:
         """Append a finished task's turn to the session's history, after every entry so far.
 
-        Idempotent per task: when ``task_id`` already has entries, nothing is added and the
-        existing ones are returned.
+        The entries get the session's next turn number. Idempotent per task: when
+        ``task_id`` already has entries, nothing is added and the existing ones are returned.
         """
 
     @abc.abstractmethod
@@ -102,11 +121,14 @@ class ISessionStore(abc.ABC):
 
     @abc.abstractmethod
     async def entries(self, session_id: str) -> list[SessionEntry]:
-        """Every entry of the session's history, in order (summaries do not remove any)."""
+        """Every entry of the session's history, in order (summaries do not remove any).
+
+        Superseded entries are included, with ``superseded_by`` set.
+        """
 
     @abc.abstractmethod
     async def summaries(self, session_id: str) -> list[SessionSummary]:
-        """The session's summaries, oldest first."""
+        """The session's summaries, oldest first (superseded ones too, marked)."""
 
     @abc.abstractmethod
     async def save_summary(self, summary: SessionSummary) -> None:

@@ -104,7 +104,12 @@ class ITaskStore(abc.ABC):
 
     @abc.abstractmethod
     async def create_task(
-        self, task: TaskState, queued_event: TaskEvent, *, exclusive: bool = False
+        self,
+        task: TaskState,
+        queued_event: TaskEvent,
+        *,
+        exclusive: bool = False,
+        supersede_turn: int | None = None,
     ) -> None:
         """Insert a new task (and its session if new) together with its first event.
 
@@ -112,10 +117,16 @@ class ITaskStore(abc.ABC):
         are one atomic step, so of two kernels submitting to one session at once only one
         gets in.
 
+        With ``supersede_turn`` (a retry; use with ``exclusive``), that turn of the task's
+        session and every live turn after it, with the summaries covering them, are marked
+        superseded by the task in the same atomic step: no later task's history holds them.
+
         Raises:
             SessionBusyError: With ``exclusive``, another task of the session is queued,
                 running or waiting for a human (nothing was written).
             SessionClosedError: With ``exclusive``, the session was closed.
+            UsageError: With ``supersede_turn``, the session has no such live turn, or the
+                store keeps no session history (nothing was written).
             StorageError: Nothing was written.
         """
 

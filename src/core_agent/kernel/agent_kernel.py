@@ -28,8 +28,10 @@ from core_agent.contracts.errors import (
     ConfigurationError,
     CoreAgentError,
     InvalidTransitionError,
+    SessionBusyError,
     StorageError,
     TaskFailedError,
+    TaskNotFoundError,
     UsageError,
 )
 from core_agent.contracts.event_bus import IEventBus
@@ -59,6 +61,7 @@ from core_agent.kernel.human_approvals import (
     recorded_decisions,
 )
 from core_agent.kernel.response_models import model_name, model_schema, response_model_for
+from core_agent.kernel.session_controls import retry_request, turn_entries
 from core_agent.kernel.session_conversations import SessionConversations
 from core_agent.kernel.state_machine import check_transition
 from core_agent.kernel.task_driver import TaskDriver
@@ -778,6 +781,78 @@ class AgentKernel:
         assert self._sessions is not None  # _session_store checked it
         return await self._sessions.compact(session_id, tracer_of)
 
+    async def fork_session(
+        self,
+        session_id: str,
+        *,
+        at_turn: int | None = None,
+        new_session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionInfo:
+        """A new session holding ``session_id``'s conversation up to and including ``at_turn``.
+
+        Turns are numbered from 1 as the transcript shows them (``SessionEntry.turn``);
+        ``None`` forks at the latest one. The fork gets copies of the live turns 1 to
+        ``at_turn`` and of the summaries of them, the origin's user and (unless given)
+        metadata, and ``forked_from``; its later tasks see only that history. The origin is
+        not changed. All of it is one transaction (see ``session_controls``).
+
+        Raises:
+            SessionNotFoundError: No such session.
+            SessionBusyError: A task of the session has not ended (nothing is written).
+            UsageError: No such turn, or it was superseded by a retry; or a session with
+                ``new_session_id`` exists.
+        """
+        store = self._session_store()
+        origin = await store.get_session(session_id)
+        entries = await store.entries(session_id)
+        turn = turn_entries(session_id, entries, at_turn, "fork")[0].turn
+        created = now()
+        fork = SessionInfo(
+            session_id=new_session_id or uuid.uuid4().hex,
+            user_id=origin.user_id,
+            metadata=dict(metadata if metadata is not None else origin.metadata),
+            created_at=created,
+            updated_at=created,
+        )
+        return await store.fork_session(session_id, at_turn=turn, new_session=fork)
+
+    async def retry_from_turn(
+        self,
+        session_id: str,
+        turn: int,
+        *,
+        task: str | None = None,
+        task_id: str | None = None,
+    ) -> TaskResult:
+        """Run turn ``turn`` of the session again, as a new task; returns its result.
+
+        Turn ``turn`` and every live turn after it are superseded: they stay in the
+        transcript (``SessionEntry.superseded_by``) but no prompt holds them again. The new
+        task runs with the original task's request (``task`` in place of its text when
+        given) from the history before ``turn``, and its turn takes the next number. The
+        supersession and the task's creation are one transaction. ``task_id`` names the
+        new task, as in ``execute_task``.
+
+        Raises:
+            SessionNotFoundError: No such session.
+            SessionBusyError: A task of the session has not ended (nothing is changed).
+            SessionClosedError: The session is closed.
+            UsageError: No such turn, it was superseded, or ``task`` is blank.
+        """
+        store = self._session_store()
+        await store.get_session(session_id)
+        for held in await self._task_store.list_tasks(session_id=session_id, limit=1):
+            if not held.status.is_terminal:
+                raise SessionBusyError(session_id, held.task_id, held.status.value, "retry")
+        entries = turn_entries(session_id, await store.entries(session_id), turn, "retry")
+        try:
+            original: TaskState | None = await self._task_store.get_task(entries[0].task_id)
+        except TaskNotFoundError:
+            original = None
+        request = retry_request(session_id, turn, entries, original, task)
+        return await self._execute(request, task_id or uuid.uuid4().hex, None, supersede=turn)
+
     async def close_session(self, session_id: str) -> SessionInfo:
         """Close the session: its history stays readable, it takes no more tasks.
 
@@ -1033,7 +1108,12 @@ class AgentKernel:
         )
 
     async def _execute(
-        self, request: TaskRequest, task_id: str, response_model: type[BaseModel] | None
+        self,
+        request: TaskRequest,
+        task_id: str,
+        response_model: type[BaseModel] | None,
+        *,
+        supersede: int | None = None,
     ) -> TaskResult:
         # Created before it is routed: the route is the first span under the task's root.
         created = now()
@@ -1060,7 +1140,8 @@ class AgentKernel:
             TaskQueued, session_id=state.session_id, trace_id=state.trace_id, request=request
         )
         # One task at a time per session: a conversation's next turn needs the last one's end.
-        await self._task_store.create_task(state, queued, exclusive=True)
+        # A retry supersedes the turns it replaces in the same transaction.
+        await self._task_store.create_task(state, queued, exclusive=True, supersede_turn=supersede)
         await lifecycle.events.publish(queued)
         return await self._start(lifecycle, response_model, sandbox=sandbox, routing=routing)
 

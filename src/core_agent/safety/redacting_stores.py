@@ -48,11 +48,19 @@ class RedactingTaskStore(ITaskStore):
         self._redactor = redactor
 
     async def create_task(
-        self, task: TaskState, queued_event: TaskEvent, *, exclusive: bool = False
+        self,
+        task: TaskState,
+        queued_event: TaskEvent,
+        *,
+        exclusive: bool = False,
+        supersede_turn: int | None = None,
     ) -> None:
         """See ``ITaskStore.create_task``."""
         await self._inner.create_task(
-            self._redactor.model(task), self._redactor.model(queued_event), exclusive=exclusive
+            self._redactor.model(task),
+            self._redactor.model(queued_event),
+            exclusive=exclusive,
+            supersede_turn=supersede_turn,
         )
 
     async def insert_task(self, task: TaskState, events: Sequence[TaskEvent]) -> None:
@@ -409,6 +417,14 @@ class RedactingSessionStore(ISessionStore):
     async def delete_session(self, session_id: str) -> DeletedSession:
         """See ``ISessionStore.delete_session``."""
         return await self._inner.delete_session(session_id)
+
+    async def fork_session(
+        self, session_id: str, *, at_turn: int, new_session: SessionInfo
+    ) -> SessionInfo:
+        """See ``ISessionStore.fork_session``."""
+        return await self._inner.fork_session(
+            session_id, at_turn=at_turn, new_session=self._redactor.model(new_session)
+        )
 
     async def append_turn(
         self,

@@ -96,6 +96,45 @@ def _sessions_as_conversations(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _sessions_fork_and_retry(conn: sqlite3.Connection) -> None:
+    """Session turns are numbered and can be superseded; a session records its fork origin.
+
+    ``agent_session_entries.turn`` numbers each task's part of a history from 1 (the turns
+    already there are numbered in the order they were added); ``superseded_by`` on entries
+    and summaries names the task that retried them. It runs again harmlessly over its own
+    result (a database whose version was set back, a merge that renumbers it).
+    """
+    added = {
+        "agent_session_entries": (
+            ("turn", "INTEGER NOT NULL DEFAULT 0"),
+            ("superseded_by", "TEXT"),
+        ),
+        "agent_session_summaries": (("superseded_by", "TEXT"),),
+        "agent_sessions": (("forked_from", "TEXT"), ("forked_at_turn", "INTEGER")),
+    }
+    for table, columns in added.items():
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        for name, declaration in columns:
+            if name not in present:
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {declaration}")
+    conn.execute(
+        """
+        WITH firsts AS (
+            SELECT session_id, task_id, MIN(seq) AS first_seq FROM agent_session_entries
+            GROUP BY session_id, task_id),
+        numbered AS (
+            SELECT session_id, task_id,
+                   ROW_NUMBER() OVER (PARTITION BY session_id ORDER BY first_seq) AS turn
+            FROM firsts)
+        UPDATE agent_session_entries SET turn = (
+            SELECT n.turn FROM numbered AS n
+            WHERE n.session_id = agent_session_entries.session_id
+              AND n.task_id = agent_session_entries.task_id)
+        WHERE turn = 0
+        """
+    )
+
+
 Migration = str | Callable[[sqlite3.Connection], None]
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -326,6 +365,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     CREATE INDEX agent_traces_by_task ON agent_traces(task_id);
     CREATE INDEX IF NOT EXISTS agent_tasks_by_trace ON agent_tasks(trace_id)
     """,
+    # 11: session forks and retries (see ``_sessions_fork_and_retry``).
+    _sessions_fork_and_retry,
 )
 
 

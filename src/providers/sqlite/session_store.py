@@ -1,7 +1,10 @@
 """``ISessionStore`` on SQLite: sessions, their history and summaries, in the kernel's database.
 
-The history is ``agent_session_entries`` (one row per message, numbered per session) and the
-summaries ``agent_session_summaries`` (keyed by the last entry they cover). Deleting a session
+The history is ``agent_session_entries`` (one row per message, numbered per session, with the
+number of the turn it belongs to) and the summaries ``agent_session_summaries`` (keyed by the
+last entry they cover). A retry marks the entries and summaries it supersedes
+(``supersede_turns``, in the transaction that creates the retrying task); a fork copies a
+history's live turns into a new session in one transaction. Deleting a session
 also deletes its tasks and what the other stores recorded about them (events, spans,
 checkpoints, conversation logs, the tool-call ledger, approvals): they share this database,
 so it is one transaction.
@@ -30,6 +33,7 @@ from shared.agent_protocol import (
     ChatMessage,
     SessionEntry,
     SessionInfo,
+    SessionOrigin,
     SessionSummary,
     TokenUsage,
 )
@@ -47,7 +51,8 @@ _TASK_TABLES = (
 """Tables keyed by ``task_id`` whose rows go with a deleted session's tasks."""
 _SESSION_COLUMNS = (
     "s.id, s.user_id, s.metadata_json, s.created_at, s.updated_at, s.closed_at,"
-    " (SELECT COUNT(*) FROM agent_tasks AS t WHERE t.session_id = s.id)"
+    " (SELECT COUNT(*) FROM agent_tasks AS t WHERE t.session_id = s.id),"
+    " s.forked_from, s.forked_at_turn"
 )
 
 
@@ -82,8 +87,67 @@ def check_session_takes_a_task(conn: sqlite3.Connection, session_id: str) -> Non
         raise SessionBusyError(session_id, held[0], held[1], "submit the next task")
 
 
+def _live_turn(conn: sqlite3.Connection, session_id: str, turn: int) -> int:
+    """The first ``seq`` of the session's ``turn``, which must be live (not superseded).
+
+    Raises:
+        UsageError: The session has no such turn, or it was superseded.
+    """
+    row = conn.execute(
+        "SELECT MIN(seq), MAX(superseded_by) FROM agent_session_entries"
+        " WHERE session_id = ? AND turn = ?",
+        (session_id, turn),
+    ).fetchone()
+    if row[0] is None:
+        (last,) = conn.execute(
+            "SELECT MAX(turn) FROM agent_session_entries WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        held = f"turns 1 to {last}" if last else "no turns yet"
+        raise UsageError(f"session {session_id!r} has {held}, not turn {turn}")
+    if row[1] is not None:
+        raise UsageError(
+            f"turn {turn} of session {session_id!r} was superseded by task {row[1]}'s retry"
+        )
+    first: int = row[0]
+    return first
+
+
+def supersede_turns(conn: sqlite3.Connection, session_id: str, turn: int, task_id: str) -> None:
+    """Mark ``turn`` and every live turn after it, and the summaries of them, superseded.
+
+    Call inside the transaction that inserts ``task_id``, the task that retries the turn
+    (``SqliteTaskStore.create_task``): the turns are superseded if and only if it exists.
+
+    Raises:
+        UsageError: The session has no such turn, or it was superseded already.
+    """
+    first = _live_turn(conn, session_id, turn)
+    conn.execute(
+        "UPDATE agent_session_entries SET superseded_by = ?"
+        " WHERE session_id = ? AND seq >= ? AND superseded_by IS NULL",
+        (task_id, session_id, first),
+    )
+    # A live summary covers every live entry up to its ``through_seq``: one reaching the
+    # retried turn holds what is discarded now.
+    conn.execute(
+        "UPDATE agent_session_summaries SET superseded_by = ?"
+        " WHERE session_id = ? AND through_seq >= ? AND superseded_by IS NULL",
+        (task_id, session_id, first),
+    )
+
+
 def _session(row: tuple[Any, ...]) -> SessionInfo:
-    session_id, user_id, metadata_json, created_at, updated_at, closed_at, tasks = row
+    (
+        session_id,
+        user_id,
+        metadata_json,
+        created_at,
+        updated_at,
+        closed_at,
+        tasks,
+        forked_from,
+        forked_at_turn,
+    ) = row
     return SessionInfo(
         session_id=session_id,
         user_id=user_id,
@@ -92,23 +156,30 @@ def _session(row: tuple[Any, ...]) -> SessionInfo:
         updated_at=datetime.fromisoformat(updated_at),
         closed_at=datetime.fromisoformat(closed_at) if closed_at else None,
         task_count=tasks,
+        forked_from=(
+            SessionOrigin(session_id=forked_from, turn=forked_at_turn)
+            if forked_from is not None
+            else None
+        ),
     )
 
 
 def _entry(session_id: str, row: tuple[Any, ...]) -> SessionEntry:
-    seq, task_id, message_json, tainted, created_at = row
+    seq, turn, task_id, message_json, tainted, superseded_by, created_at = row
     return SessionEntry(
         session_id=session_id,
         seq=seq,
+        turn=turn,
         task_id=task_id,
         message=_MESSAGE.validate_json(message_json),
         tainted=bool(tainted),
+        superseded_by=superseded_by,
         created_at=datetime.fromisoformat(created_at),
     )
 
 
 def _summary(session_id: str, row: tuple[Any, ...]) -> SessionSummary:
-    through_seq, content, task_id, tainted, usage_json, created_at = row
+    through_seq, content, task_id, tainted, usage_json, superseded_by, created_at = row
     return SessionSummary(
         session_id=session_id,
         through_seq=through_seq,
@@ -116,12 +187,13 @@ def _summary(session_id: str, row: tuple[Any, ...]) -> SessionSummary:
         task_id=task_id,
         tainted=bool(tainted),
         usage=TokenUsage.model_validate_json(usage_json),
+        superseded_by=superseded_by,
         created_at=datetime.fromisoformat(created_at),
     )
 
 
-_ENTRY_COLUMNS = "seq, task_id, message_json, tainted, created_at"
-_SUMMARY_COLUMNS = "through_seq, content, task_id, tainted, usage_json, created_at"
+_ENTRY_COLUMNS = "seq, turn, task_id, message_json, tainted, superseded_by, created_at"
+_SUMMARY_COLUMNS = "through_seq, content, task_id, tainted, usage_json, superseded_by, created_at"
 
 
 class SqliteSessionStore(ISessionStore):
@@ -229,6 +301,91 @@ class SqliteSessionStore(ISessionStore):
 
         return await self._db.transact(write)
 
+    async def fork_session(
+        self, session_id: str, *, at_turn: int, new_session: SessionInfo
+    ) -> SessionInfo:
+        """See ``ISessionStore.fork_session``."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            with transaction(conn):
+                if (
+                    conn.execute(
+                        "SELECT 1 FROM agent_sessions WHERE id = ?", (session_id,)
+                    ).fetchone()
+                    is None
+                ):
+                    raise SessionNotFoundError(session_id)
+                held = _open_task(conn, session_id)
+                if held is not None:
+                    raise SessionBusyError(session_id, held[0], held[1], "fork the session")
+                _live_turn(conn, session_id, at_turn)
+                (through,) = conn.execute(
+                    "SELECT MAX(seq) FROM agent_session_entries WHERE session_id = ? AND turn = ?",
+                    (session_id, at_turn),
+                ).fetchone()
+                cursor = conn.execute(
+                    "INSERT OR IGNORE INTO agent_sessions (id, user_id, created_at, updated_at,"
+                    " metadata_json, forked_from, forked_at_turn) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        new_session.session_id,
+                        new_session.user_id,
+                        _iso(new_session.created_at),
+                        _iso(new_session.updated_at),
+                        json.dumps(new_session.metadata, ensure_ascii=False),
+                        session_id,
+                        at_turn,
+                    ),
+                )
+                if cursor.rowcount == 0:
+                    raise UsageError(f"a session with id {new_session.session_id!r} exists already")
+                live = conn.execute(
+                    f"SELECT {_ENTRY_COLUMNS} FROM agent_session_entries WHERE session_id = ?"
+                    " AND seq <= ? AND superseded_by IS NULL ORDER BY seq",
+                    (session_id, through),
+                ).fetchall()
+                # Renumbered from 1: the fork's history has no gaps where superseded turns were.
+                seqs: dict[int, int] = {}
+                turns: dict[int, int] = {}
+                copied = []
+                for seq, turn, task_id, message_json, tainted, _, created_at in live:
+                    seqs[seq] = len(seqs) + 1
+                    turns.setdefault(turn, len(turns) + 1)
+                    copied.append(
+                        (
+                            new_session.session_id,
+                            seqs[seq],
+                            turns[turn],
+                            task_id,
+                            message_json,
+                            tainted,
+                            None,
+                            created_at,
+                        )
+                    )
+                conn.executemany(
+                    f"INSERT INTO agent_session_entries (session_id, {_ENTRY_COLUMNS})"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    copied,
+                )
+                # Live summaries cover live entries only, so each ends on a copied one.
+                summaries = conn.execute(
+                    f"SELECT {_SUMMARY_COLUMNS} FROM agent_session_summaries"
+                    " WHERE session_id = ? AND through_seq <= ? AND superseded_by IS NULL",
+                    (session_id, through),
+                ).fetchall()
+                conn.executemany(
+                    f"INSERT INTO agent_session_summaries (session_id, {_SUMMARY_COLUMNS})"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [
+                        (new_session.session_id, seqs[row[0]], *row[1:])
+                        for row in summaries
+                        if row[0] in seqs
+                    ],
+                )
+
+        await self._db.transact(write)
+        return await self.get_session(new_session.session_id)
+
     async def append_turn(
         self,
         session_id: str,
@@ -250,18 +407,26 @@ class SqliteSessionStore(ISessionStore):
                 ).fetchall()
                 if existing:
                     return existing
-                (last,) = conn.execute(
-                    "SELECT COALESCE(MAX(seq), 0) FROM agent_session_entries WHERE session_id = ?",
+                last, turns = conn.execute(
+                    "SELECT COALESCE(MAX(seq), 0), COALESCE(MAX(turn), 0)"
+                    " FROM agent_session_entries WHERE session_id = ?",
                     (session_id,),
                 ).fetchone()
                 rows = [
-                    (last + offset, task_id, message.model_dump_json(), int(tainted), created)
+                    (
+                        last + offset,
+                        turns + 1,
+                        task_id,
+                        message.model_dump_json(),
+                        int(tainted),
+                        None,
+                        created,
+                    )
                     for offset, message in enumerate(messages, start=1)
                 ]
                 conn.executemany(
-                    "INSERT INTO agent_session_entries"
-                    " (session_id, seq, task_id, message_json, tainted, created_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO agent_session_entries (session_id, {_ENTRY_COLUMNS})"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     [(session_id, *row) for row in rows],
                 )
                 conn.execute(
@@ -278,14 +443,15 @@ class SqliteSessionStore(ISessionStore):
             conn: sqlite3.Connection,
         ) -> tuple[tuple[Any, ...] | None, list[tuple[Any, ...]]]:
             summary = conn.execute(
-                f"SELECT {_SUMMARY_COLUMNS} FROM agent_session_summaries WHERE session_id = ?"
+                f"SELECT {_SUMMARY_COLUMNS} FROM agent_session_summaries"
+                " WHERE session_id = ? AND superseded_by IS NULL"
                 " ORDER BY through_seq DESC LIMIT 1",
                 (session_id,),
             ).fetchone()
             after = summary[0] if summary is not None else 0
             entries = conn.execute(
                 f"SELECT {_ENTRY_COLUMNS} FROM agent_session_entries"
-                " WHERE session_id = ? AND seq > ? ORDER BY seq",
+                " WHERE session_id = ? AND seq > ? AND superseded_by IS NULL ORDER BY seq",
                 (session_id, after),
             ).fetchall()
             return summary, entries

@@ -42,7 +42,11 @@ from providers.sqlite.metrics_queries import (
     read_snapshot,
     task_condition,
 )
-from providers.sqlite.session_store import SqliteSessionStore, check_session_takes_a_task
+from providers.sqlite.session_store import (
+    SqliteSessionStore,
+    check_session_takes_a_task,
+    supersede_turns,
+)
 from shared.agent_protocol import (
     AgentEvent,
     ApprovalDecision,
@@ -265,18 +269,26 @@ class SqliteTaskStore(ITaskStore):
         return self._db.after_commit(callback)
 
     async def create_task(
-        self, task: TaskState, queued_event: TaskEvent, *, exclusive: bool = False
+        self,
+        task: TaskState,
+        queued_event: TaskEvent,
+        *,
+        exclusive: bool = False,
+        supersede_turn: int | None = None,
     ) -> None:
         """Insert the session if new, the task, and its first event, in one transaction.
 
         With ``exclusive`` the session's open tasks are checked in that transaction
-        (``BEGIN IMMEDIATE`` holds the write lock), so the check cannot race another writer.
+        (``BEGIN IMMEDIATE`` holds the write lock), so the check cannot race another writer;
+        a retry's superseded turns are marked in it too (``supersede_turns``).
         """
 
         def write(conn: sqlite3.Connection) -> None:
             with transaction(conn):
                 if exclusive:
                     check_session_takes_a_task(conn, task.session_id)
+                if supersede_turn is not None:
+                    supersede_turns(conn, task.session_id, supersede_turn, task.task_id)
                 _insert_task(conn, task)
                 _insert_event(conn, queued_event)
 

@@ -57,6 +57,7 @@ from shared.agent_protocol.schema import PROTOCOL_ADAPTER, ProtocolMessage, prot
 from shared.agent_protocol.sessions import (
     SessionEntry,
     SessionInfo,
+    SessionOrigin,
     SessionSummary,
     SessionTranscript,
 )
@@ -100,6 +101,7 @@ __all__ = [
     "RpcMethod",
     "SessionEntry",
     "SessionInfo",
+    "SessionOrigin",
     "SessionSummary",
     "SessionTranscript",
     "StrategyFallback",

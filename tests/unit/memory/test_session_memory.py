@@ -50,6 +50,7 @@ def entries(*turns: list[ChatMessage]) -> list[SessionEntry]:
                 SessionEntry(
                     session_id="s",
                     seq=len(out) + 1,
+                    turn=number,
                     task_id=f"t{number}",
                     message=message,
                     created_at=NOW,

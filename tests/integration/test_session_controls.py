@@ -1,0 +1,274 @@
+"""Forking a session at a turn and retrying it from a turn: real SQLite, the scripted model.
+
+What a host sees: the sessions and transcripts, the errors, and, through a recording
+gateway, what the model was sent by the tasks that come after.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+
+import anyio
+import pytest
+
+from core_agent.contracts.errors import (
+    SessionBusyError,
+    SessionClosedError,
+    SessionNotFoundError,
+    StorageError,
+    UsageError,
+)
+from core_agent.contracts.settings import AgentSettings
+from core_agent.memory.session_history import SUMMARY_HEADER
+from fakes.gateways import FakeRecordingGateway
+from integration.test_sessions import HeldGateway, answer, answer_and_summarize, kernel_on, request
+from providers.scripted_gateway import ScriptedLLMGateway
+from providers.sqlite.database import sqlite_driver
+from providers.sqlite.migrations import MIGRATIONS, _sessions_fork_and_retry, _statements
+from shared.agent_protocol import ChatMessage, SessionOrigin, TaskStatus
+
+pytestmark = pytest.mark.anyio
+
+
+def said(messages: Sequence[ChatMessage]) -> list[str]:
+    return [m.content or "" for m in messages if m.kind in ("user", "assistant")]
+
+
+async def three_turns(kernel) -> str:  # type: ignore[no-untyped-def]
+    session = await kernel.create_session(user_id="ada", metadata={"book": "Emma"})
+    for text in ("first", "second", "third"):
+        result = await kernel.execute_task(request(text, session.session_id))
+        assert result.status is TaskStatus.SUCCEEDED
+    return str(session.session_id)
+
+
+async def test_a_fork_holds_the_history_up_to_its_turn_and_its_tasks_see_only_that(
+    settings,
+) -> None:
+    gateway = FakeRecordingGateway(ScriptedLLMGateway(policy=answer))
+    async with kernel_on(settings, gateway) as kernel:
+        origin = await three_turns(kernel)
+        before = await kernel.session_transcript(origin)
+
+        fork = await kernel.fork_session(origin, at_turn=2)
+        assert fork.forked_from == SessionOrigin(session_id=origin, turn=2)
+        assert (fork.user_id, fork.metadata, fork.task_count) == ("ada", {"book": "Emma"}, 0)
+        copied = (await kernel.session_transcript(fork.session_id)).entries
+        assert [(e.seq, e.turn, e.message.content) for e in copied] == [
+            (1, 1, "first"),
+            (2, 1, "answered: first"),
+            (3, 2, "second"),
+            (4, 2, "answered: second"),
+        ]
+        assert [e.task_id for e in copied] == [e.task_id for e in before.entries[:4]]
+
+        await kernel.execute_task(request("in the fork", fork.session_id))
+        sent_in_fork = said(gateway.requests[-1].messages)
+        await kernel.execute_task(request("in the origin", origin))
+        sent_in_origin = said(gateway.requests[-1].messages)
+        latest = await kernel.fork_session(origin)  # at its latest turn
+        after = await kernel.session_transcript(origin)
+
+    assert sent_in_fork == ["first", "answered: first", "second", "answered: second", "in the fork"]
+    assert "third" in sent_in_origin and "in the fork" not in sent_in_origin
+    # The origin is untouched by the fork and by the fork's task.
+    assert after.entries[:6] == before.entries and len(after.entries) == 8
+    assert latest.forked_from == SessionOrigin(session_id=origin, turn=4)
+
+
+async def test_a_retry_supersedes_the_turn_and_those_after_it_and_replaces_them(
+    settings,
+) -> None:
+    gateway = FakeRecordingGateway(ScriptedLLMGateway(policy=answer))
+    async with kernel_on(settings, gateway) as kernel:
+        session = await three_turns(kernel)
+        retried = await kernel.retry_from_turn(session, 2, task="second, said better")
+        sent_by_retry = said(gateway.requests[-1].messages)
+        transcript = await kernel.session_transcript(session)
+        retry_task = await kernel.get_task(retried.task_id)
+        await kernel.execute_task(request("next", session))
+        sent_next = said(gateway.requests[-1].messages)
+        again = await kernel.retry_from_turn(session, 4)  # its own text this time
+        sent_again = said(gateway.requests[-1].messages)
+
+    assert retried.status is TaskStatus.SUCCEEDED
+    assert retried.output == "answered: second, said better"
+    assert sent_by_retry == ["first", "answered: first", "second, said better"]
+    assert retry_task.session_id == session and retry_task.request.metadata["retry_of_turn"] == 2
+    assert [(e.turn, e.message.content, e.superseded_by) for e in transcript.entries] == [
+        (1, "first", None),
+        (1, "answered: first", None),
+        (2, "second", retried.task_id),
+        (2, "answered: second", retried.task_id),
+        (3, "third", retried.task_id),
+        (3, "answered: third", retried.task_id),
+        (4, "second, said better", None),
+        (4, "answered: second, said better", None),
+    ]
+    assert sent_next == [
+        "first",
+        "answered: first",
+        "second, said better",
+        "answered: second, said better",
+        "next",
+    ]
+    # Retrying turn 4 supersedes it and turn 5 ("next"), and runs its text again.
+    assert sent_again == ["first", "answered: first", "second, said better"]
+    assert again.output == "answered: second, said better"
+
+
+async def test_a_summary_of_superseded_turns_is_superseded_and_a_fork_keeps_its_summary(
+    settings,
+) -> None:
+    gateway = FakeRecordingGateway(ScriptedLLMGateway(policy=answer_and_summarize))
+    async with kernel_on(settings, gateway) as kernel:
+        session = await kernel.create_session()
+        await kernel.execute_task(request("hello", session.session_id))
+        await kernel.execute_task(request("what about cats?", session.session_id))
+        summary = await kernel.compact_session(session.session_id)
+        assert summary is not None and summary.through_seq == 4
+
+        fork = await kernel.fork_session(session.session_id, at_turn=2)
+        await kernel.execute_task(request("and dogs?", fork.session_id))
+        sent_in_fork = [m.content or "" for m in gateway.requests[-1].messages]
+
+        await kernel.retry_from_turn(session.session_id, 2)
+        sent_by_retry = [m.content or "" for m in gateway.requests[-1].messages]
+        transcript = await kernel.session_transcript(session.session_id)
+
+    assert any(SUMMARY_HEADER in text for text in sent_in_fork)
+    assert "hello" not in sent_in_fork  # the fork starts from the copied summary
+    (stored,) = transcript.summaries
+    assert stored.superseded_by is not None  # it covered turn 2, retried now
+    assert not any(SUMMARY_HEADER in text for text in sent_by_retry)
+    assert "hello" in sent_by_retry and "answered: what about cats?" not in sent_by_retry
+
+
+async def test_bad_requests_are_refused_with_a_clear_error_and_change_nothing(
+    settings,
+) -> None:
+    async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
+        session = await three_turns(kernel)
+        await kernel.retry_from_turn(session, 3)
+        before = await kernel.session_transcript(session)
+        sessions = len(await kernel.list_sessions())
+
+        with pytest.raises(SessionNotFoundError):
+            await kernel.fork_session("no-such-session")
+        with pytest.raises(SessionNotFoundError):
+            await kernel.retry_from_turn("no-such-session", 1)
+        with pytest.raises(UsageError, match="has turns 1 to 4, not 9"):
+            await kernel.fork_session(session, at_turn=9)
+        with pytest.raises(UsageError, match="has turns 1 to 4, not 9"):
+            await kernel.retry_from_turn(session, 9)
+        with pytest.raises(UsageError, match=r"superseded .* its live turns are 1-2, 4"):
+            await kernel.retry_from_turn(session, 3)
+        with pytest.raises(UsageError, match="superseded"):
+            await kernel.fork_session(session, at_turn=3)
+        with pytest.raises(UsageError, match="empty"):
+            await kernel.retry_from_turn(session, 1, task="  ")
+        with pytest.raises(UsageError, match="exists already"):
+            await kernel.fork_session(session, new_session_id=session)
+        empty = await kernel.create_session()
+        with pytest.raises(UsageError, match="no turns yet: nothing to fork"):
+            await kernel.fork_session(empty.session_id)
+        await kernel.close_session(session)
+        with pytest.raises(SessionClosedError):
+            await kernel.retry_from_turn(session, 1)
+
+        assert await kernel.session_transcript(session) == before.model_copy(
+            update={"session": (await kernel.get_session(session))}
+        )
+        assert len(await kernel.list_sessions()) == sessions + 1  # only `empty`
+
+
+async def test_a_session_with_a_task_not_ended_is_neither_forked_nor_retried(settings) -> None:
+    held = HeldGateway()
+    async with kernel_on(settings, held) as kernel:
+        session = await kernel.create_session()
+        held.release.set()
+        await kernel.execute_task(request("first", session.session_id))
+        held.release, held.entered = anyio.Event(), anyio.Event()
+        async with anyio.create_task_group() as group:
+            group.start_soon(kernel.execute_task, request("slow", session.session_id))
+            await held.entered.wait()
+            with pytest.raises(SessionBusyError, match="fork the session once"):
+                await kernel.fork_session(session.session_id, at_turn=1)
+            with pytest.raises(SessionBusyError, match="retry once"):
+                await kernel.retry_from_turn(session.session_id, 1)
+            held.release.set()
+        transcript = await kernel.session_transcript(session.session_id)
+        assert [s.session_id for s in await kernel.list_sessions()] == [session.session_id]
+    assert [e.superseded_by for e in transcript.entries] == [None] * 4
+
+
+def fail_inserts_into(settings: AgentSettings, table: str, when: str) -> None:
+    """A trigger that fails an insert half-way through a transaction, like a dying disk.
+
+    Through the kernel's own SQLite library: another one's connection closing on the open
+    database takes the write-ahead log away from under it.
+    """
+    conn = sqlite_driver().connect(str(settings.database_path))
+    conn.execute("DROP TRIGGER IF EXISTS doomed")
+    conn.execute(
+        f"CREATE TRIGGER doomed BEFORE INSERT ON {table} WHEN {when}"
+        " BEGIN SELECT RAISE(ABORT, 'the disk went away'); END"
+    )
+    conn.commit()
+    conn.close()
+
+
+async def test_a_fork_or_retry_that_fails_half_way_leaves_nothing_half_made(settings) -> None:
+    gateway = ScriptedLLMGateway(policy=answer_and_summarize)
+    async with kernel_on(settings, gateway) as kernel:
+        session = await three_turns(kernel)
+        await kernel.compact_session(session)
+        before = await kernel.session_transcript(session)
+        # The fork's session row and entries are written before its summaries fail.
+        fail_inserts_into(settings, "agent_session_summaries", "NEW.session_id = 'doomed'")
+        with pytest.raises(StorageError, match="the disk went away"):
+            await kernel.fork_session(session, new_session_id="doomed")
+        # The retry's turns are superseded before its task row fails.
+        fail_inserts_into(settings, "agent_tasks", "NEW.input_json LIKE '%retry_of_turn%'")
+        with pytest.raises(StorageError, match="the disk went away"):
+            await kernel.retry_from_turn(session, 2)
+        assert await kernel.session_transcript(session) == before
+        assert [s.session_id for s in await kernel.list_sessions()] == [session]
+    conn = sqlite3.connect(settings.database_path)
+    count = conn.execute("SELECT COUNT(*) FROM agent_session_entries WHERE session_id = 'doomed'")
+    assert count.fetchone() == (0,)
+    conn.close()
+
+
+async def test_turns_of_an_existing_history_are_numbered_by_the_migration(settings) -> None:
+    settings.database_path.parent.mkdir(parents=True)
+    conn = sqlite_driver().connect(str(settings.database_path))
+    before = MIGRATIONS.index(_sessions_fork_and_retry)
+    for number, script in enumerate(MIGRATIONS[:before], start=1):
+        if callable(script):
+            script(conn)
+        else:
+            for statement in _statements(script):
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {number}")
+    at = "2025-01-01T00:00:00+00:00"
+    conn.execute(
+        "INSERT INTO agent_sessions (id, created_at, updated_at) VALUES ('old', ?, ?)", (at, at)
+    )
+    for seq, (task, text) in enumerate([("a", "one"), ("a", "1"), ("b", "two"), ("b", "2")], 1):
+        conn.execute(
+            "INSERT INTO agent_session_entries (session_id, seq, task_id, message_json, created_at)"
+            " VALUES ('old', ?, ?, ?, ?)",
+            (seq, task, f'{{"kind": "user", "content": "{text}"}}', at),
+        )
+    conn.commit()
+    conn.close()
+    async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
+        entries = (await kernel.session_transcript("old")).entries
+        assert [e.turn for e in entries] == [1, 1, 2, 2]
+        fork = await kernel.fork_session("old", at_turn=1)
+        result = await kernel.execute_task(request("three", "old"))
+        assert result.status is TaskStatus.SUCCEEDED
+        assert [e.turn for e in (await kernel.session_transcript("old")).entries][-1] == 3
+        assert len((await kernel.session_transcript(fork.session_id)).entries) == 2
