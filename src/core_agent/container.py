@@ -753,6 +753,7 @@ class KernelContainer(containers.DeclarativeContainer):
         tools=tool_registry,
         executors=providers.Dict(react=react_executor, plan_execute=plan_execute_executor),
         max_turns=settings.provided.max_turns,
+        max_agent_depth=settings.provided.max_agent_depth,
         prompts=prompts,
         closables=providers.List(redacted_checkpoint_store, redacted_tool_call_ledger, opened),
         long_term_memory=memory_store.provider,
