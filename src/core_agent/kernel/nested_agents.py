@@ -72,11 +72,14 @@ class Agent:
 
     ``tools`` names the tools its tasks may use (all the kernel's when ``None``, agents
     included, down to the depth limit); the other fields are those of ``TaskRequest``.
+    ``task_template`` phrases a sub-task handed to it (``{task}`` stands for the sub-task):
+    "Check this for security holes: {task}" frames a team's shared task for one member.
     ``timeout_s`` bounds one call of it as a tool (none by default: its own ``limits`` and
     ``max_turns`` bound it).
 
     Raises:
-        UsageError: The name is not a valid tool name, or the description is empty.
+        UsageError: The name is not a valid tool name, the description is empty, or the
+            template lacks ``{task}``.
     """
 
     name: str
@@ -87,19 +90,22 @@ class Agent:
     limits: UsageLimits | None = None
     force_mode: StrategyMode | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    task_template: str = "{task}"
     timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         check_name(self.name, "an agent")
         if not self.description.strip():
             raise UsageError(f"agent {self.name!r} needs a description (the model reads it)")
+        if "{task}" not in self.task_template:
+            raise UsageError(f"agent {self.name!r}: task_template must contain {{task}}")
         if self.tools is not None and isinstance(self.tools, str):
             raise UsageError(f"agent {self.name!r}: tools is a tuple of names, not a string")
 
     def request(self, task: str, *, parent: ParentTask | None = None) -> TaskRequest:
         """The request of a task of this agent working on ``task``."""
         return TaskRequest(
-            task=task,
+            task=self.task_template.replace("{task}", task),
             system_prompt=self.system_prompt,
             tools=self.tools,
             max_turns=self.max_turns,
