@@ -1238,10 +1238,15 @@ class AgentKernel:
         context = self._context(lifecycle, response_model, sandbox=sandbox)
         sessions = self._sessions
 
+        # A nested agent's task neither recalls nor takes a conversation's history: its
+        # sub-task was written by its parent, which did both (see ``nested_agents``).
+        nested = state.request.parent is not None
+
         async def prepare() -> None:
-            await self._recall(state, context)
+            if not nested:
+                await self._recall(state, context)
             await self._capabilities.add_context(state, context, self._trace_store)
-            if sessions is not None:
+            if sessions is not None and not nested:
                 await sessions.prepare(state, context, self._specs(state.request))
 
         return await self._drive(lifecycle, executor, context, prepare=prepare)
@@ -1273,7 +1278,7 @@ class AgentKernel:
             # leaves its entry behind (one class reference per such task).
             if result is None or result.status is not TaskStatus.WAITING_APPROVAL:
                 self._response_models.pop(task_id, None)
-        if self._sessions is not None:
+        if self._sessions is not None and lifecycle.state.request.parent is None:
             await self._sessions.record(lifecycle.state, context, result)
         return result
 

@@ -251,7 +251,10 @@ class NestedAgents:
         children.add(child_id)
         try:
             with self._task_store.independent_work():
-                result = await self._run_or_find(request, child_id)
+                if parent.run.resuming and key is not None:
+                    result = await self._run_or_find(request, child_id)
+                else:  # a fresh run's keys are new: its children are too
+                    result = await self._execute(request, child_id)
                 if result.status is TaskStatus.WAITING_APPROVAL:
                     # The child waits for a human (durably: nobody to ask now); so does the
                     # parent, running, until whoever answers carries the child to its end.
