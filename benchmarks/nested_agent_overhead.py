@@ -81,8 +81,9 @@ async def check_nested(kernel: Any, task_id: str, steps: int) -> None:
     for n, handoff in enumerate(handoffs, start=1):
         child = await kernel.get_task(handoff.child_task_id)
         assert child.status is TaskStatus.SUCCEEDED, child.error
-        assert child.request.parent is not None and child.request.parent.task_id == task_id
-        assert child.request.parent.depth == 1 and child.output == f"echoed {n}"
+        link = child.request.parent
+        assert link is not None, child.task_id
+        assert (link.task_id, link.depth, child.output) == (task_id, 1, f"echoed {n}")
 
 
 async def measure(rounds: int, steps: int, data_dir: Path) -> dict[str, list[float]]:
