@@ -24,7 +24,7 @@ from providers.scripted_gateway import (
     ScriptedToolCall,
     ScriptedTurn,
 )
-from shared.agent_protocol import AgentHandoff, TaskStatus
+from shared.agent_protocol import AgentHandoff, TaskRequest, TaskStatus
 
 pytestmark = pytest.mark.anyio
 
@@ -187,3 +187,36 @@ async def test_a_supervisor_delegates_to_two_specialists_and_every_handoff_is_re
         }
         completed: list[Any] = [e for e in events if e.kind == "tool.completed"]
         assert [e.result.content for e in completed] == list(answers.values())
+
+
+async def test_a_team_called_as_a_tool_runs_one_level_down_its_members_two(
+    tmp_path: Path,
+) -> None:
+    pair = [
+        Agent(n, f"Member {n}.", tools=(), task_template=f"As {n}: {{task}}") for n in MEMBERS[:2]
+    ]
+    team = Team(
+        "pair", "Two opinions.", pair, aggregate=lambda task, results: f"{len(results)} opinions"
+    )
+    kernel = kernel_on(
+        tmp_path,
+        [
+            ScriptedConversation(
+                match="^Ask the pair",
+                turns=[call("pair", task="Is it ready?"), ScriptedTurn(content="They answered.")],
+            ),
+            *(
+                ScriptedConversation(match=f"^As {n}:", turns=[ScriptedTurn(content="yes")])
+                for n in MEMBERS[:2]
+            ),
+        ],
+    )
+    async with kernel:
+        tool = kernel.agent_as_tool(team)
+        assert tool.spec.name == "pair" and not tool.spec.idempotent
+        events = [
+            e async for e in kernel.stream_task(TaskRequest(task="Ask the pair", tools=("pair",)))
+        ]
+        assert events[-1].kind == "task.succeeded" and events[-1].depth == 0
+        ends = [(e.depth, getattr(e, "output", None)) for e in events if e.kind == "task.succeeded"]
+        assert ends == [(2, "yes"), (2, "yes"), (1, "2 opinions"), (0, "They answered.")]
