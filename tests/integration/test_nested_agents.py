@@ -296,3 +296,26 @@ async def first_tasks(data_dir: Path) -> list[Any]:
     kernel = kernel_on(data_dir, [deploy, block], [])
     async with kernel:
         return await kernel.list_tasks()
+
+
+async def test_cancel_of_the_root_reaches_a_grandchild_waiting_for_a_human(tmp_path: Path) -> None:
+    kernel = kernel_on(tmp_path, [deploy, block], script("deploy"))
+    async with kernel:
+        waiting = anyio.Event()
+        kernel.event_bus.subscribe(TaskWaitingApproval, lambda _: waiting.set())
+        results = []
+
+        async def run() -> None:
+            request = TaskRequest(task="Ship it", tools=("planner",))
+            results.append(await kernel.execute_task(request, task_id="root"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await waiting.wait()
+            await kernel.cancel_task("root", "not today")
+        (result,) = results
+        assert result.status is TaskStatus.CANCELED
+        tasks = await kernel.list_tasks()
+        assert len(tasks) == 3
+        assert {t.status for t in tasks} == {TaskStatus.CANCELED}
+        assert await kernel.pending_approvals() == []
