@@ -426,7 +426,7 @@ class AgentKernel:
 
         Raises:
             UsageError: The agent names a tool this kernel does not have.
-            ConfigurationError: A tool of that name is already registered.
+            ToolRegistrationError: A tool of that name is already registered.
         """
         if isinstance(agent, Team):
             self.add_team(agent)
