@@ -464,6 +464,10 @@ class AgentKernel:
     def add_team(self, team: Team) -> None:
         """Know ``team`` by its name: its ``team`` tasks run here (also when resumed).
 
+        Add teams (and agent tools, ``agent_as_tool``) before entering the kernel: the
+        recovery it starts then carries on their tasks left by a dead process (a ``team``
+        task whose team is unknown fails with the reason).
+
         Raises:
             UsageError: Another team of that name is known.
         """
