@@ -87,6 +87,7 @@ from core_agent.safety.redaction import Redactor, host_secrets
 from core_agent.tooling.memory_tools import knowledge_search_tool, memory_tools
 from core_agent.tooling.registry import ToolRegistry
 from core_agent.tooling.tool_origins import check_deps, defined_at, host_tools, registry_of
+from core_agent.workflows.workflow_runs import build_workflow_executor, kernel_with_workflows
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,8 @@ DOCUMENT_LOADERS = "core_agent.document_loaders"
 CAPABILITIES = "core_agent.capabilities"
 SPAN_EXPORTERS = "core_agent.span_exporters"
 SHIPPED_VECTOR_STORES = ("sqlite_vec", "lancedb")
+MCP_CAPABILITY = "mcp"
+"""The capability that serves the tools of declared MCP servers (``providers.mcp``)."""
 ENTRY_POINT_GROUPS = (
     LLM_GATEWAYS, TASK_STORES, TRACE_STORES, CHECKPOINT_STORES, TOOL_CALL_LEDGERS, SANDBOXES,
     SHELL_PARSERS, TOOLS, EMBEDDERS, VECTOR_STORES, LEXICAL_INDEXES, TOKEN_COUNTERS,
@@ -209,12 +212,17 @@ def load_tools(
 def load_capabilities(settings: AgentSettings) -> list[IBusinessCapabilityProvider]:
     """The business capabilities ``AGENT_CAPABILITIES`` names, in its order.
 
+    Then ``mcp`` when MCP servers are declared (``AGENT_MCP_SERVERS``, ``AGENT_MCP_FILE``).
+
     Raises:
         ProviderNotFoundError: A name is not installed; the error lists the installed ones.
     """
+    names = list(settings.capabilities)
+    if (settings.mcp_servers or settings.mcp_file) and MCP_CAPABILITY not in names:
+        names.append(MCP_CAPABILITY)  # declaring MCP servers is enough to use them
     return [
         load_provider(CAPABILITIES, name, settings, IBusinessCapabilityProvider)  # type: ignore[type-abstract]
-        for name in settings.capabilities
+        for name in names
     ]
 
 
@@ -224,6 +232,8 @@ def add_capability_tools(
     capabilities: Sequence[IBusinessCapabilityProvider],
 ) -> ToolRegistry:
     """``registry`` with each capability's own tools and the installed tools it names.
+
+    The tools a capability discovers (``discovered_tools``) join when tools are first listed.
 
     Raises:
         ProviderNotFoundError: A capability names a tool that is not installed.
@@ -235,6 +245,7 @@ def add_capability_tools(
                 registry.register(load_provider(TOOLS, name, settings, ITool))  # type: ignore[type-abstract]
         for tool in capability.tools():
             registry.register(tool)
+        registry.defer(capability.discovered_tools)
     return registry
 
 
@@ -744,14 +755,22 @@ class KernelContainer(containers.DeclarativeContainer):
     """Sessions as conversations (history, compaction); ``None`` when the task store keeps no
     session history."""
 
+    workflow_executor = providers.Singleton(
+        build_workflow_executor, redacted_checkpoint_store, redacted_trace_store
+    )
     kernel = providers.Singleton(
-        AgentKernel,
+        kernel_with_workflows,
+        workflow_executor,
         task_store=redacted_task_store,
         trace_store=redacted_trace_store,
         event_bus=event_bus,
         router=router,
         tools=tool_registry,
-        executors=providers.Dict(react=react_executor, plan_execute=plan_execute_executor),
+        executors=providers.Dict(
+            react=react_executor,
+            plan_execute=plan_execute_executor,
+            workflow=workflow_executor,
+        ),
         max_turns=settings.provided.max_turns,
         max_agent_depth=settings.provided.max_agent_depth,
         prompts=prompts,

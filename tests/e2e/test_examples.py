@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from support.capability_entry_points import capability_site
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 FOUND = sorted(EXAMPLES.glob("*.py"))  # top level only: see the module docstring
@@ -67,6 +69,12 @@ EXPECTED: dict[str, list[str]] = {
         "\n(1234 + 4321) * 2 = 11110\n",  # the streamed text, on a line of its own
         "task.succeeded input_tokens=",
     ],
+    "workflow.py": [
+        "succeeded after 4 layers: total='17 * 23 = 391'",  # the agent node's answer
+        "notes=['price checked: 17 * 23 = 391', 'in stock']",  # parallel notes, merged
+        "status='ordered (small order: no review)'",  # the Next jump with its data
+        "span node order",
+    ],
     "knowledge_base.py": [
         "ingested: returns.md (1 chunks)",
         "ingested: 保修.txt (1 chunks)",
@@ -92,12 +100,21 @@ EXPECTED: dict[str, list[str]] = {
         "handoff to budget: 'Cost of 3 nights in Lisbon?' -> About 450 EUR",
         "succeeded: Go in May: sunny, 22°C; about 450 EUR for 3 nights.",
     ],
+    "mcp_agent.py": [
+        "→ time__convert_time({'source_timezone': 'Asia/Tokyo', 'time': '09:00', ",
+        "  policy: low risk (default:capabilities(read))",
+        "← Asia/Kolkata 05:30 (untrusted data for the model)",  # mcp-server-time's answer
+        "succeeded: A 09:00 meeting in Tokyo is at 05:30 in Kolkata.",
+        "the server was stopped with the kernel",
+    ],
 }
 
 
 def environment(work: Path) -> dict[str, str]:
     base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    path = [str(REPO / "src"), base.get("PYTHONPATH", "")]
+    # The capabilities of pyproject.toml (mcp...), even where the installed metadata predates them.
+    site = capability_site(work / "entry-points")
+    path = [str(REPO / "src"), str(site), base.get("PYTHONPATH", "")]
     return {
         **base,
         "AGENT_DATA_DIR": str(work / "data"),

@@ -229,3 +229,30 @@ async def test_a_flush_that_fails_keeps_the_held_writes_for_the_units_end(
             await db.commit_with(broken)
     assert _rows(db) == [1]
     await db.close()
+
+
+def test_opening_a_database_loads_sqlite_vec_without_importing_numpy(tmp_path: Path) -> None:
+    # Every command opens the database: sqlite-vec's package imports NumPy (a tenth of a
+    # second or more), which the extension itself does not need. A fresh interpreter: this
+    # one has imported NumPy long ago.
+    import os
+    import subprocess
+    import sys
+
+    src = Path(__file__).resolve().parents[2] / "src"
+    code = (
+        "import sys\n"
+        "from providers.sqlite.database import connect\n"
+        f"conn = connect({str(tmp_path / 'a.db')!r})\n"
+        "print(conn.execute('select vec_version()').fetchone()[0])\n"
+        "assert 'numpy' not in sys.modules, 'numpy was imported'\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("v")

@@ -9,7 +9,7 @@ enabled by name with ``AGENT_CAPABILITIES=reader,coding_assistant``.
 What the kernel does with each part (README, "Business capabilities"):
 
 * ``tools`` and ``installed_tools`` join the tool registry (also when ``AGENT_TOOLS`` would
-  leave the named ones out);
+  leave the named ones out), and ``discovered_tools`` join it when tools are first listed;
 * ``system_instructions`` follow the task's system prompt;
 * ``context`` is asked once per task, before its first model call; its text reaches the model
   inside an untrusted-data block and marks the task tainted, like any outside content;
@@ -62,6 +62,15 @@ class IBusinessCapabilityProvider(abc.ABC):
 
         Their names must not clash with installed tools or the kernel's own
         (``ToolRegistrationError`` at start otherwise). The default is none.
+        """
+        return []
+
+    def discovered_tools(self) -> list[ITool]:
+        """Tools found by asking something outside the process (MCP servers); may block.
+
+        Called at most once per kernel, the first time the kernel lists its tools (a task's
+        first step), not when the kernel is built, so what it starts is started only when
+        needed. A tool whose name is taken is left out with a warning. The default is none.
         """
         return []
 

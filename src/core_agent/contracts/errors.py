@@ -205,6 +205,14 @@ class ResponseModelError(UsageError):
         super().__init__(message)
 
 
+class DefinitionNotLoadedError(UsageError):
+    """A task runs code this process has not loaded (a workflow registered by name).
+
+    The task is left as it is, for a process that has the definition (``recover`` logs it and
+    moves on). Nothing was recorded.
+    """
+
+
 class EmbeddingMismatchError(UsageError):
     """A vector collection was used with another embedding model or dimension than its own."""
 

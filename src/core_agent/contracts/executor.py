@@ -203,6 +203,16 @@ class IExecutor(abc.ABC):
     def strategy(self) -> StrategyMode:
         """The strategy this executor implements."""
 
+    def check_resumable(self, request: TaskRequest) -> None:
+        """Raise if this process cannot carry on a task of ``request`` (nothing by default).
+
+        Called before a kernel takes over a task, so one it cannot run is left to another.
+
+        Raises:
+            DefinitionNotLoadedError: The task needs code this process has not loaded.
+        """
+        return
+
     @abc.abstractmethod
     async def run(self, context: ExecutionContext) -> ExecutionOutcome:
         """Run the task to an answer, or to a question for a human (``escalation``).

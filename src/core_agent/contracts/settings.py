@@ -178,6 +178,14 @@ class AgentSettings(BaseSettings):
     comma-separated, e.g. ``reader,coding_assistant``): their tools, context, policy rules
     and instructions join every task (see the README, "Business capabilities")."""
 
+    mcp_file: Path | None = None
+    """A file declaring MCP tool servers: TOML with ``[mcp_servers.<name>]`` tables, or
+    JSON with an ``mcpServers`` object (Claude Desktop's format). See the README, "MCP tool
+    servers"."""
+    mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """MCP tool servers by name (JSON), declared like the tables of ``mcp_file``; a name
+    in both is taken from here."""
+
     strategy_mode: Literal["adaptive", "react", "plan_execute"] = "adaptive"
     max_turns: int = Field(default=12, ge=1, le=1000)
     max_agent_depth: int = Field(default=3, ge=1, le=20)

@@ -191,6 +191,8 @@ class AgentKernel:
         self._warm_up = warm_up
         """Loads the model's libraries (``ILLMGateway.warm_up``); started by the first run."""
         self._capabilities = BusinessCapabilities(capabilities)
+        self._tools_listed = False
+        """Whether the tools were listed once (tools found by asking servers, MCP, join then)."""
         self._ingestion = ingestion
         self._knowledge_namespace = knowledge_namespace
         if recovery not in ("resume", "fail", "off"):
@@ -353,9 +355,20 @@ class AgentKernel:
         if self._sandbox is not None:
             await self._sandbox.close()
 
+    def executor(self, strategy: str) -> IExecutor | None:
+        """The executor this kernel runs ``strategy`` with, if it has one."""
+        return self._executors.get(strategy)
+
     async def route(self, request: TaskRequest) -> RoutingDecision:
         """The strategy the kernel would use for ``request``, without running it."""
+        await self._list_tools_once()
         return await self._router.route(request, self._specs(request))
+
+    async def _list_tools_once(self) -> None:
+        """List the tools the first time off the event loop: MCP servers start then."""
+        if not self._tools_listed:
+            await anyio.to_thread.run_sync(self._tools.names)
+            self._tools_listed = True
 
     @overload
     async def execute_task(
@@ -693,6 +706,7 @@ class AgentKernel:
                 waits for a human (use ``resolve_approval``), or it already ended.
             ResponseModelError: Its response model is not known here, or ``response_model``
                 has another JSON Schema.
+            DefinitionNotLoadedError: It runs a definition (a workflow) this process lacks.
         """
         if not self._driver.claim(task_id):
             raise UsageError(f"task {task_id} already runs in this kernel")
@@ -714,6 +728,7 @@ class AgentKernel:
             raise UsageError(f"task {task_id} already ended ({state.status.value})")
         # Before the lease is taken: a task this kernel cannot finish is left to one that can.
         output_type = self._response_model_for(state, response_model)
+        self._executor_of(state).check_resumable(state.request)
         held_here = (
             state.owner == self.owner
             and state.lease_expires_at is not None
@@ -1186,6 +1201,7 @@ class AgentKernel:
         Raises:
             ConfigurationError: The strategy it names is not installed.
         """
+        await self._list_tools_once()
         routed_at = now()
         decision = await self._router.route(request, self._specs(request))
         routed_until = now()

@@ -16,6 +16,7 @@ import anyio
 
 from core_agent.contracts.errors import (
     CorruptStateError,
+    DefinitionNotLoadedError,
     InvalidTransitionError,
     ResponseModelError,
     UsageError,
@@ -81,8 +82,9 @@ class TaskRecovery:
                         result = await self._fail_orphan(state)
                     else:
                         result = await self._resume(state.task_id)
-                except ResponseModelError as exc:
-                    # Left running for a host that has the model (``resume(response_model=)``).
+                except (ResponseModelError, DefinitionNotLoadedError) as exc:
+                    # Left running for a host that has the model (``resume(response_model=)``)
+                    # or the definition (a workflow registered by name).
                     log.warning("task %s is not recovered here: %s", state.task_id, exc)
                     return
                 except UsageError:

@@ -521,27 +521,30 @@ class ReActLoop:
 
         # The turn's calls start only if they all fit in the task's tool-call limit.
         reserve_tool_calls(context, len(to_run))
-        limiter = anyio.CapacityLimiter(self._limits.max_parallel_tools)
 
         async def run_one(index: int) -> None:
-            async with limiter:
-                try:
-                    results[index] = await self._call_tool(
-                        context, tracer, calls[index], allowed, parent_span_id, state.ledger
-                    )
-                except ApprovalPendingError as exc:
-                    pending[index] = exc.requests
-                    release_tool_call(context)
-            if len(to_run) > 1:
-                # Its result is durable now, not once the slowest call of the turn ends.
-                await context.flush()
+            try:
+                results[index] = await self._call_tool(
+                    context, tracer, calls[index], allowed, parent_span_id, state.ledger
+                )
+            except ApprovalPendingError as exc:
+                pending[index] = exc.requests
+                release_tool_call(context)
 
         if len(to_run) == 1:
             await run_one(to_run[0])
-        else:
+        elif to_run:
+            limiter = anyio.CapacityLimiter(self._limits.max_parallel_tools)
+
+            async def run_limited(index: int) -> None:
+                async with limiter:
+                    await run_one(index)
+                # Its result is durable now, not once the slowest call of the turn ends.
+                await context.flush()
+
             async with anyio.create_task_group() as group:
                 for index in to_run:
-                    group.start_soon(run_one, index)
+                    group.start_soon(run_limited, index)
 
         if pending:
             finished = {i: r for i, r in enumerate(results) if r is not None}

@@ -28,8 +28,7 @@ already been yielded (``traced_model_call`` numbers them by try so a host can di
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -157,7 +156,21 @@ class ResilientGateway(ILLMGateway):
         *,
         stream: bool,
     ) -> AsyncIterator[LLMStreamItem]:
-        """The tries of one model; raises the error of the last when none answered."""
+        """The tries of one model; raises the error of the last when none answered.
+
+        The first try runs on its own: most calls are answered by it, and tenacity's
+        bookkeeping costs tens of microseconds a call. Only when it fails with a retryable
+        error do the tries go through tenacity, whose first attempt hands back that error
+        (no request is sent again for it), so the waits and the stop rule count it as usual.
+        """
+        try:
+            async for item in self._try(model, breaker, request, call, stream=stream):
+                yield item
+            return
+        except ModelError as exc:
+            if not is_retryable(exc):
+                raise
+            first: ModelError | None = exc
 
         def stop(state: RetryCallState) -> bool:
             if state.attempt_number > self.policy.max_retries or breaker.state == "open":
@@ -185,48 +198,70 @@ class ResilientGateway(ILLMGateway):
         # else (cancellation, the consumer closing the stream) goes straight through.
         async for attempt in retrying:
             with attempt:
-                breaker.acquire()
-                call.tries += 1
-                call.started_at = datetime.now(UTC)
-                try:
-                    response: LLMResponse | None = None
-                    async for item in self._one_try(model, request, call, stream=stream):
-                        if isinstance(item, LLMResponse):
-                            response = item
-                        else:
-                            yield item
-                    checked = _checked(response)
-                except ModelError as exc:
-                    if exc.retryable or isinstance(exc, ModelDeadlineError):
-                        breaker.record_failure()
-                    else:
-                        breaker.release()
-                    raise
-                except BaseException:
-                    breaker.release()
-                    raise
-                breaker.record_success()
-                await self._report(call, model, "ok", None)
-                yield checked
+                if first is not None:
+                    error, first = first, None
+                    raise error
+                async for item in self._try(model, breaker, request, call, stream=stream):
+                    yield item
+
+    async def _try(
+        self,
+        model: ILLMGateway,
+        breaker: CircuitBreaker,
+        request: LLMRequest,
+        call: _Call,
+        *,
+        stream: bool,
+    ) -> AsyncIterator[LLMStreamItem]:
+        """One try through ``breaker``: the stream's items, then the checked response."""
+        breaker.acquire()
+        call.tries += 1
+        call.started_at = datetime.now(UTC)
+        try:
+            response: LLMResponse | None = None
+            async for item in self._one_try(model, request, call, stream=stream):
+                if isinstance(item, LLMResponse):
+                    response = item
+                else:
+                    yield item
+            checked = _checked(response)
+        except ModelError as exc:
+            if exc.retryable or isinstance(exc, ModelDeadlineError):
+                breaker.record_failure()
+            else:
+                breaker.release()
+            raise
+        except BaseException:
+            breaker.release()
+            raise
+        breaker.record_success()
+        await self._report(call, model, "ok", None)
+        yield checked
 
     async def _one_try(
         self, model: ILLMGateway, request: LLMRequest, call: _Call, *, stream: bool
     ) -> AsyncIterator[LLMStreamItem]:
         """One request, cut off at the deadline."""
         if not stream:
-            with self._within_deadline(call, model):
+            with self._deadline_scope(call, model) as scope:
                 response = await model.complete(request)
+            if scope.cancelled_caught:
+                raise self._late(model)
             yield response
             return
         items = model.stream(request)
         try:
             while True:
-                with self._within_deadline(call, model):
+                # A scope per item: a scope must not span a yield (the consumer's code would
+                # run inside it). ``move_on_after`` rather than ``fail_after``, a generator
+                # wrapped around it: this runs for every item of every stream.
+                with self._deadline_scope(call, model) as scope:
                     try:
                         item = await anext(items)
                     except StopAsyncIteration:
                         return
-                # Yielded outside the deadline's cancel scope: a scope must not span a yield.
+                if scope.cancelled_caught:
+                    raise self._late(model)
                 yield item
         finally:
             close = getattr(items, "aclose", None)
@@ -234,20 +269,15 @@ class ResilientGateway(ILLMGateway):
                 with anyio.CancelScope(shield=True):
                     await close()
 
-    @contextmanager
-    def _within_deadline(self, call: _Call, model: ILLMGateway) -> Iterator[None]:
-        """``anyio.fail_after`` for what is left of the call, raising ``ModelDeadlineError``."""
+    def _deadline_scope(self, call: _Call, model: ILLMGateway) -> anyio.CancelScope:
+        """A scope cancelled when the call's deadline passes; ``ModelDeadlineError`` if it has."""
         left = call.deadline - self._clock()
         if left <= 0:
             raise self._late(model)
-        try:
-            with anyio.fail_after(left):
-                yield
-        except TimeoutError as exc:
-            raise self._late(model) from exc
+        return anyio.move_on_after(left)
 
     def _late(self, model: ILLMGateway) -> ModelDeadlineError:
-        # Built only when needed: _within_deadline wraps every item of every stream.
+        # Built only when needed: a deadline scope wraps every item of every stream.
         return ModelDeadlineError(
             f"model {model.model_name!r} was still answering when the call's "
             f"{self.policy.call_deadline_s:g} s deadline ran out"

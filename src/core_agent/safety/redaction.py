@@ -42,6 +42,30 @@ KEY_FORMATS = (
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
 )
 """Credential formats redacted wherever they appear."""
+KEY_FORMAT_ANCHORS = (
+    "sk-",
+    "sk_",
+    "rk_",
+    "pk_",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "AKIA",
+    "ASIA",
+    "AIza",
+    "xox",
+    "hf_",
+    "eyJ",
+    "-----BEGIN",
+)
+"""Every match of a case-sensitive ``KEY_FORMATS`` pattern holds one of these (the bearer
+format is looked for in lower case). Finding none with ``in`` is about thirty times faster
+than the patterns' search, which is then skipped: events, spans and checkpoints of every step
+are redacted, and almost none holds a key."""
 SHORTEST_KEY_FORMAT = 15
 """No text shorter than this matches one of ``KEY_FORMATS`` (``xox?-`` and ten characters)."""
 
@@ -82,6 +106,8 @@ class Redactor:
                 ) from exc
             parts.append(f"(?:{pattern})")
         self._regex = re.compile("|".join(parts)) if parts else None
+        # Without user patterns, a text with none of these holds no secret (KEY_FORMAT_ANCHORS).
+        self._anchors = None if patterns else (*KEY_FORMAT_ANCHORS, *literals)
         # A text shorter than anything the pattern matches holds no secret: most texts
         # redacted are names and ids, so they are let through without running it. The
         # user's patterns may match anything, however short.
@@ -89,15 +115,27 @@ class Redactor:
 
     def text(self, value: str) -> str:
         """``value`` with every secret replaced by ``[REDACTED]``."""
-        if self._regex is None or len(value) < self._shortest or not value:
+        if self._regex is None or not self._may_hold_secret(value):
             return value
         return self._regex.sub(MARK, value)
 
     def contains_secret(self, value: str) -> bool:
         """Whether ``value`` holds something ``text`` would replace."""
-        if self._regex is None or len(value) < self._shortest:
+        if self._regex is None or not self._may_hold_secret(value):
             return False
         return self._regex.search(value) is not None
+
+    def _may_hold_secret(self, value: str) -> bool:
+        """``False`` when ``value`` cannot hold a secret, without running the patterns."""
+        if len(value) < self._shortest or not value:
+            return False
+        anchors = self._anchors
+        if anchors is None:
+            return True
+        for anchor in anchors:
+            if anchor in value:
+                return True
+        return "bearer" in value.lower()
 
     def data(self, value: Any, *, max_chars: int | None = None, keys: bool = True) -> Any:
         """JSON-like data with every string (keys included) redacted.
@@ -113,7 +151,7 @@ class Redactor:
         return value
 
     def _string(self, value: str, max_chars: int | None) -> str:
-        if self._regex is not None and len(value) >= self._shortest:
+        if self._regex is not None and self._may_hold_secret(value):
             value = self._regex.sub(MARK, value)
         if max_chars is None or len(value) <= max_chars:
             return value

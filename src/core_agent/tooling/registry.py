@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+import threading
+from collections.abc import Callable, Iterable
 
 from core_agent.contracts.errors import ToolNotFoundError, ToolRegistrationError
 from core_agent.contracts.tool import TOOL_NAME_PATTERN, ITool, ToolSpec
 from core_agent.contracts.tool_registry import IToolRegistry
+
+log = logging.getLogger(__name__)
 
 
 class ToolRegistry(IToolRegistry):
@@ -14,8 +18,30 @@ class ToolRegistry(IToolRegistry):
 
     def __init__(self, tools: Iterable[ITool] = ()) -> None:
         self._tools: dict[str, ITool] = {}
+        self._deferred: list[Callable[[], Iterable[ITool]]] = []
+        self._discovering = threading.Lock()
         for item in tools:
             self.register(item)
+
+    def defer(self, discover: Callable[[], Iterable[ITool]]) -> None:
+        """Add the tools ``discover`` returns when tools are first looked up, not now.
+
+        For tools found by asking a server (``discovered_tools`` of a capability): it runs
+        once, on the first ``get``, ``specs`` or ``names``, and may block that call. A tool
+        it returns whose name is invalid or taken is left out with a warning.
+        """
+        self._deferred.append(discover)
+
+    def _discover(self) -> None:
+        if not self._deferred:
+            return
+        with self._discovering:
+            while self._deferred:
+                for item in self._deferred.pop(0)():
+                    try:
+                        self.register(item)
+                    except ToolRegistrationError as exc:
+                        log.warning("a discovered tool is left out: %s", exc)
 
     def register(self, tool: ITool) -> None:
         """Add ``tool``; its name must be valid and free."""
@@ -35,6 +61,8 @@ class ToolRegistry(IToolRegistry):
 
     def get(self, name: str) -> ITool:
         """The tool called ``name``, or ``ToolNotFoundError`` listing the known names."""
+        if name not in self._tools:
+            self._discover()
         try:
             return self._tools[name]
         except KeyError:
@@ -50,4 +78,5 @@ class ToolRegistry(IToolRegistry):
 
     def names(self) -> list[str]:
         """Registered names, sorted."""
+        self._discover()
         return sorted(self._tools)

@@ -8,6 +8,8 @@ SQLite with extension loading enabled.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
 import os
 import queue
@@ -23,7 +25,6 @@ from typing import Any, ClassVar, TypeVar, cast
 
 import anyio.lowlevel
 import anyio.to_thread
-import sqlite_vec
 
 from core_agent.contracts.errors import ConfigurationError, StorageError
 
@@ -49,6 +50,25 @@ def _is_busy(exc: BaseException) -> bool:
     if code is not None:
         return int(code) & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
     return "locked" in str(exc) or "busy" in str(exc)
+
+
+@functools.cache
+def sqlite_vec_path() -> str:
+    """The sqlite-vec extension's file (without its suffix, as ``load_extension`` takes it).
+
+    Found where the ``sqlite_vec`` package lies rather than by importing it: its
+    ``__init__`` imports NumPy for helpers the kernel does not use, which was a tenth to a
+    quarter of a second of every command's start. A layout this does not recognise falls
+    back to the package's own ``loadable_path``.
+    """
+    spec = importlib.util.find_spec("sqlite_vec")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        candidate = Path(folder) / "vec0"
+        if any(candidate.with_suffix(suffix).is_file() for suffix in (".so", ".dylib", ".dll")):
+            return str(candidate)
+    import sqlite_vec
+
+    return str(sqlite_vec.loadable_path())
 
 
 def sqlite_driver() -> ModuleType:
@@ -96,7 +116,7 @@ def connect(path: Path | str) -> sqlite3.Connection:
         conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
         conn.enable_load_extension(True)
         try:
-            sqlite_vec.load(conn)
+            conn.load_extension(sqlite_vec_path())
         finally:
             conn.enable_load_extension(False)
     except driver.Error as exc:
@@ -154,7 +174,10 @@ class _Group:
         self.calls: list[Callable[[sqlite3.Connection], Any]] = []
         self.results: list[Any] = []
         self.errors: list[BaseException | None] = []
-        self.done = anyio.Event()
+        self.applied = False
+        self.done: anyio.Event | None = None
+        """Made by the first caller that has to wait: a group of one (the usual case with a
+        single task) never needs it."""
 
 
 class _LoopState:
@@ -323,8 +346,10 @@ class SqliteDatabase:
             if leader:
                 await anyio.lowlevel.checkpoint()  # the tasks ready now add theirs
                 state.group = None
-                await self._apply_group(group)
-            else:
+                await self._apply_group(group, state)
+            elif not group.applied:
+                if group.done is None:
+                    group.done = anyio.Event()
                 await group.done.wait()
         await anyio.lowlevel.checkpoint_if_cancelled()
         error = group.errors[slot]
@@ -332,7 +357,7 @@ class SqliteDatabase:
             raise error
         return cast(T, group.results[slot])
 
-    async def _apply_group(self, group: _Group) -> None:
+    async def _apply_group(self, group: _Group, state: _LoopState) -> None:
         calls = group.calls
         results: list[Any] = [None] * len(calls)
         errors: list[BaseException | None] = [None] * len(calls)
@@ -359,7 +384,8 @@ class SqliteDatabase:
                     conn.execute("RELEASE grouped")
 
         try:
-            await self.run(apply)
+            # The leader yielded before this (to gather the group): no second yield after.
+            await self._run(apply, state, yield_after=False)
         except Exception as exc:
             # Nothing was committed: every caller hears why, each through its own error.
             errors[:] = [exc] if len(calls) == 1 else [_shared_error(exc) for _ in calls]
@@ -368,7 +394,9 @@ class SqliteDatabase:
             raise
         finally:
             group.results, group.errors = results, errors
-            group.done.set()
+            group.applied = True
+            if group.done is not None:
+                group.done.set()
 
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """Queue ``callback`` for after the open unit of work commits.
@@ -495,7 +523,13 @@ class SqliteDatabase:
         (``BEGIN IMMEDIATE`` or the single statement fails first), so the retry cannot apply
         a change twice.
         """
-        gate = self._loop_state().gate
+        return await self._run(fn, self._loop_state(), yield_after=True)
+
+    async def _run(
+        self, fn: Callable[[sqlite3.Connection], T], state: _LoopState, *, yield_after: bool
+    ) -> T:
+        """``run``; without ``yield_after``, a call that ran inline returns without yielding."""
+        gate = state.gate
         if self._truncate_due:
             await self._truncate_wal(gate)
         if not gate.locked():
@@ -503,7 +537,8 @@ class SqliteDatabase:
             if done:
                 # Yield only after letting go: a task that ran while we held the connection
                 # across the yield would find it in use and have to queue.
-                await anyio.lowlevel.checkpoint()
+                if yield_after:
+                    await anyio.lowlevel.checkpoint()
                 return result
         async with gate:
             done, result = self._run_inline(fn)

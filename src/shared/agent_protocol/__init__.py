@@ -29,6 +29,8 @@ from shared.agent_protocol.events import (
     ToolCompleted,
     ToolHookApplied,
     ToolStarted,
+    WorkflowNodeFinished,
+    WorkflowNodeStarted,
 )
 from shared.agent_protocol.messages import (
     AssistantMessage,
@@ -133,5 +135,7 @@ __all__ = [
     "TraceSpan",
     "UsageLimits",
     "UserMessage",
+    "WorkflowNodeFinished",
+    "WorkflowNodeStarted",
     "protocol_json_schema",
 ]

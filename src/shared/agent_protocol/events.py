@@ -99,6 +99,29 @@ class PlanStepCompleted(TaskEvent):
     error: str = ""
 
 
+class WorkflowNodeStarted(TaskEvent):
+    """A node of a workflow task began; the nodes of one layer run concurrently."""
+
+    kind: Literal["workflow.node_started"] = "workflow.node_started"
+    node: str
+    layer: int = Field(ge=0, description="The layer's number in the run, from 0.")
+
+
+class WorkflowNodeFinished(TaskEvent):
+    """A workflow node ended: its state updates merged, or it failed with ``error``.
+
+    ``jump`` names the node it jumped to (a ``Next``), ``None`` when it did not jump.
+    """
+
+    kind: Literal["workflow.node_finished"] = "workflow.node_finished"
+    node: str
+    layer: int = Field(ge=0)
+    succeeded: bool
+    updated: list[str] = Field(default_factory=list, description="The state fields it wrote.")
+    jump: str | None = None
+    error: str = ""
+
+
 class TaskWaitingApproval(TaskEvent):
     """The task is suspended until a human answers an approval request."""
 
@@ -281,6 +304,8 @@ AgentEvent = Annotated[
     | PlanCreated
     | PlanStepStarted
     | PlanStepCompleted
+    | WorkflowNodeStarted
+    | WorkflowNodeFinished
     | TaskWaitingApproval
     | TaskResumed
     | TaskSucceeded

@@ -28,9 +28,10 @@ class TaskStatus(StrEnum):
         return self in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELED)
 
 
-StrategyMode = Literal["react", "plan_execute", "team"]
-"""How a task runs: a model's reason-act loop, a plan, or a team of agents (``team``: the
-members of a team the kernel knows by name run as child tasks, see ``AgentKernel.run_team``)."""
+StrategyMode = Literal["react", "plan_execute", "workflow", "team"]
+"""How a task runs: a model's reason-act loop, a plan, a workflow (started by
+``core_agent.workflows.run_workflow``), or a team of agents (``team``: the members of a team
+the kernel knows by name run as child tasks, see ``AgentKernel.run_team``)."""
 
 
 class UsageLimits(BaseModel):

@@ -1,0 +1,544 @@
+"""A workflow's graph: named nodes over a typed state, the edges between them, and its checks.
+
+A node is an async function of the state, an agent (a ``TaskRequest`` run as a child task) or
+another workflow (run as a child task too). An edge may be conditional (``when``), and a route
+chooses the next node(s) from the state; a node may also return ``Next("name", data)`` to jump
+to a node it declared in ``jumps``. ``build`` checks the graph (unknown names, unreachable
+nodes, cycles with no way out are errors; an unconditional fan-out is a warning) and registers
+the workflow by name, which is how a task of it is found again after a restart.
+
+How a built workflow runs (``workflow_executor``): from a start node, the graph's edges minus
+the ones closing a cycle form a DAG (``Pass``); ``graphlib.TopologicalSorter`` gives the nodes
+whose predecessors are all done, and those that a finished predecessor chose run together as
+one layer. A node no predecessor chose is skipped. A ``Next``, or a conditional edge back to an
+earlier node (a loop), ends the pass: the run goes on with a new pass from that node.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel
+
+from core_agent.contracts.errors import UsageError
+from core_agent.workflows.errors import WorkflowDefinitionError, WorkflowNodeError, WorkflowWarning
+from core_agent.workflows.reducers import Reducer, field_reducers
+from shared.agent_protocol import TaskRequest, TaskResult
+
+S = TypeVar("S", bound=BaseModel)
+
+NodeUpdate = Mapping[str, Any] | None
+"""What a node returns: the fields it sets (``None``: the changes it made to its copy)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """Returned by a node: go to ``node`` (declared in the node's ``jumps``) with ``data``.
+
+    ``data`` is given to the target as its second argument (it must be JSON data: it is
+    checkpointed); ``update`` is the state update of the jumping node, as a dict return is.
+    """
+
+    node: str
+    data: Any = None
+    update: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionNode:
+    """An async function ``(state)`` or ``(state, data)`` returning an update or a ``Next``."""
+
+    call: Callable[..., Awaitable[Any]]
+    takes_data: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AgentNode:
+    """A child task of the workflow task: ``request(state)``, its result mapped by ``output``."""
+
+    request: Callable[[Any], TaskRequest]
+    output: Callable[[Any, TaskResult], NodeUpdate]
+
+
+@dataclass(frozen=True, slots=True)
+class SubworkflowNode:
+    """Another workflow, run as a child task from ``input(state)``; ``output`` maps its end."""
+
+    workflow: Workflow[Any]
+    input: Callable[[Any], BaseModel]
+    output: Callable[[Any, Any], NodeUpdate]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One node of a workflow."""
+
+    name: str
+    kind: Literal["function", "agent", "workflow"]
+    body: FunctionNode | AgentNode | SubworkflowNode
+    jumps: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """``source`` -> ``target``, taken when ``when(state)`` is true (always without one)."""
+
+    source: str
+    target: str
+    when: Callable[[Any], bool] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """After ``source``, ``choose(state)`` names the next node(s), among ``targets``."""
+
+    source: str
+    choose: Callable[[Any], str | Sequence[str] | None]
+    targets: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Pass:
+    """The part of the graph a run goes through from ``start``, without the cycles' back edges.
+
+    ``predecessors`` is the DAG for ``graphlib.TopologicalSorter``; an edge of ``back_edges``
+    taken at run time is a jump (a new pass from its target).
+    """
+
+    start: str
+    predecessors: dict[str, set[str]]
+    back_edges: frozenset[tuple[str, str]]
+
+
+@dataclass(slots=True)
+class _Graph:
+    nodes: dict[str, NodeSpec] = field(default_factory=dict)
+    edges: list[Edge] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+
+
+class Workflow(Generic[S]):
+    """A graph of nodes over the state ``state`` (a pydantic model); see the module.
+
+    ``name`` and ``version`` identify it in its tasks' checkpoints: a task resumes only with
+    the same name and version. ``max_concurrency`` bounds the nodes of a layer running at once;
+    ``max_layers`` stops a run that loops without end. ``allow_fan_out`` says that a node with
+    several unconditional edges is meant to start them all in parallel (else a warning).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        state: type[S],
+        *,
+        version: int = 1,
+        max_concurrency: int = 8,
+        max_layers: int = 10_000,
+        allow_fan_out: bool = False,
+    ) -> None:
+        if not name.strip():
+            raise UsageError("a workflow needs a name")
+        if max_concurrency < 1 or max_layers < 1:
+            raise UsageError("max_concurrency and max_layers must be at least 1")
+        self.name = name
+        self.state_type = state
+        self.version = version
+        self.max_concurrency = max_concurrency
+        self.max_layers = max_layers
+        self.allow_fan_out = allow_fan_out
+        self.reducers: dict[str, Reducer] = field_reducers(state)
+        self._graph = _Graph()
+        self._entry: str | None = None
+        self._built = False
+        self._passes: dict[str, Pass] = {}
+        self._out_edges: dict[str, list[Edge]] = {}
+        self._out_routes: dict[str, list[Route]] = {}
+
+    # -- building ---------------------------------------------------------------------------
+
+    def node(
+        self, name: str, call: Callable[..., Awaitable[Any]], *, jumps: Iterable[str] = ()
+    ) -> Workflow[S]:
+        """Add an async function node: ``call(state)`` or ``call(state, data)``.
+
+        It gets its own copy of the state. It returns a dict of field updates, ``None`` (the
+        fields it changed on its copy are its updates), or ``Next(...)`` to one of ``jumps``.
+        """
+        if not inspect.iscoroutinefunction(call):
+            raise UsageError(f"workflow {self.name!r}: node {name!r} must be an async function")
+        takes_data = len(inspect.signature(call).parameters) >= 2
+        return self._add(NodeSpec(name, "function", FunctionNode(call, takes_data), tuple(jumps)))
+
+    def agent(
+        self,
+        name: str,
+        request: TaskRequest | Callable[[S], TaskRequest],
+        *,
+        output: str | Callable[[S, TaskResult], NodeUpdate],
+        jumps: Iterable[str] = (),
+    ) -> Workflow[S]:
+        """Add an agent node: ``request`` (or ``request(state)``) runs as a child kernel task.
+
+        ``output`` is the state field that gets the child's answer, or a function of the state
+        and the child's ``TaskResult`` returning an update. The child runs in a session of its
+        own, under the kernel's approver and policy; canceling the workflow cancels it.
+        """
+        build = request if callable(request) else (lambda _state, fixed=request: fixed)
+        mapped = output if callable(output) else _answer_into(output)
+        return self._add(NodeSpec(name, "agent", AgentNode(build, mapped), tuple(jumps)))
+
+    def subworkflow(
+        self,
+        name: str,
+        workflow: Workflow[Any],
+        *,
+        output: Callable[[S, Any], NodeUpdate],
+        input: Callable[[S], BaseModel] | None = None,
+        jumps: Iterable[str] = (),
+    ) -> Workflow[S]:
+        """Add a node running ``workflow`` as a child task, from ``input(state)``.
+
+        Without ``input`` the child starts from a copy of this state (the two workflows must
+        share the state type). ``output(state, child_final_state)`` returns this node's update.
+        """
+        if input is None:
+            if workflow.state_type is not self.state_type:
+                raise UsageError(
+                    f"workflow {self.name!r}: node {name!r} runs {workflow.name!r} over "
+                    f"{workflow.state_type.__name__}, not {self.state_type.__name__}: "
+                    "pass input=... to build its state"
+                )
+            input = _same_state
+        body = SubworkflowNode(workflow, input, output)
+        return self._add(NodeSpec(name, "workflow", body, tuple(jumps)))
+
+    def edge(
+        self, source: str, target: str, *, when: Callable[[S], bool] | None = None
+    ) -> Workflow[S]:
+        """After ``source``, run ``target`` (only when ``when(state)`` is true, if given)."""
+        self._check_open()
+        self._graph.edges.append(Edge(source, target, when))
+        return self
+
+    def route(
+        self,
+        source: str,
+        choose: Callable[[S], str | Sequence[str] | None],
+        targets: Iterable[str],
+    ) -> Workflow[S]:
+        """After ``source``, run the node(s) ``choose(state)`` names, each one of ``targets``."""
+        self._check_open()
+        self._graph.routes.append(Route(source, choose, tuple(targets)))
+        return self
+
+    def start(self, name: str) -> Workflow[S]:
+        """Start runs at ``name`` (the first node added, by default)."""
+        self._check_open()
+        self._entry = name
+        return self
+
+    def _add(self, spec: NodeSpec) -> Workflow[S]:
+        self._check_open()
+        if not spec.name.strip():
+            raise UsageError(f"workflow {self.name!r}: a node needs a name")
+        if spec.name in self._graph.nodes:
+            raise UsageError(f"workflow {self.name!r}: there is already a node {spec.name!r}")
+        self._graph.nodes[spec.name] = spec
+        return self
+
+    def _check_open(self) -> None:
+        if self._built:
+            raise UsageError(f"workflow {self.name!r} is built: it can no longer change")
+
+    # -- checking -----------------------------------------------------------------------------
+
+    def build(self) -> Workflow[S]:
+        """Check the graph, freeze it and register it by name (see ``registry``); returns it.
+
+        Raises:
+            WorkflowDefinitionError: Unknown names, unreachable nodes, or a cycle that has no
+                way out (or only unconditional edges); the message names each node.
+
+        Warns:
+            WorkflowWarning: A node fans out over several unconditional edges (without
+                ``allow_fan_out``): they run in parallel, each on a copy of the state.
+        """
+        from core_agent.workflows.registry import register  # the registry holds built ones
+
+        if self._built:
+            return self
+        problems, cautions = self.check()
+        if problems:
+            raise WorkflowDefinitionError(
+                f"workflow {self.name!r} cannot run:\n" + "\n".join(f"- {p}" for p in problems)
+            )
+        for caution in cautions:
+            warnings.warn(f"workflow {self.name!r}: {caution}", WorkflowWarning, stacklevel=2)
+        for edge in self._graph.edges:
+            self._out_edges.setdefault(edge.source, []).append(edge)
+        for route in self._graph.routes:
+            self._out_routes.setdefault(route.source, []).append(route)
+        self._built = True
+        register(self)
+        return self
+
+    def check(self) -> tuple[list[str], list[str]]:
+        """The graph's problems (errors) and cautions (warnings), without building it."""
+        graph = self._graph
+        problems: list[str] = []
+        if not graph.nodes:
+            return ["it has no nodes"], []
+        names = graph.nodes.keys()
+        known = ", ".join(names)
+        entry = self.entry
+        if entry not in names:
+            problems.append(f"start node {entry!r} is not a node (nodes: {known})")
+        for edge in graph.edges:
+            for end in (edge.source, edge.target):
+                if end not in names:
+                    problems.append(
+                        f"edge {edge.source} -> {edge.target}: no node {end!r} (nodes: {known})"
+                    )
+        for route in graph.routes:
+            if route.source not in names:
+                problems.append(f"route from {route.source!r}: no such node (nodes: {known})")
+            if not route.targets:
+                problems.append(f"route from {route.source!r} has no targets")
+            for target in route.targets:
+                if target not in names:
+                    problems.append(
+                        f"route from {route.source!r}: no node {target!r} (nodes: {known})"
+                    )
+        for spec in graph.nodes.values():
+            for target in spec.jumps:
+                if target not in names:
+                    problems.append(
+                        f"node {spec.name!r} jumps to {target!r}: no such node (nodes: {known})"
+                    )
+        if problems:
+            return problems, []
+        reachable = self._reachable(entry)
+        unreachable = [name for name in names if name not in reachable]
+        if unreachable:
+            problems.append(
+                f"node(s) {', '.join(map(repr, unreachable))} cannot be reached from {entry!r} "
+                "(by an edge, a route or a declared jump)"
+            )
+        problems.extend(self._cycle_problems())
+        return problems, self._fan_out_cautions()
+
+    @property
+    def entry(self) -> str:
+        """The node runs start at."""
+        if self._entry is not None:
+            return self._entry
+        return next(iter(self._graph.nodes), "")
+
+    def _ways(self, name: str) -> list[str]:
+        """Every node ``name`` may hand over to: edges, route targets, declared jumps."""
+        return [*self._static_targets(name), *self._graph.nodes[name].jumps]
+
+    def _static_targets(self, name: str) -> list[str]:
+        """The nodes edges and routes lead to from ``name``, in the order they were added."""
+        targets = [edge.target for edge in self._graph.edges if edge.source == name]
+        for route in self._graph.routes:
+            if route.source == name:
+                targets.extend(route.targets)
+        return list(dict.fromkeys(targets))
+
+    def _reachable(self, start: str) -> set[str]:
+        seen = {start}
+        todo = [start]
+        while todo:
+            for target in self._ways(todo.pop()):
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+        return seen
+
+    def _cycle_problems(self) -> list[str]:
+        """Cycles with no way out, or with nothing that could ever leave them."""
+        problems = []
+        for members in _strong_components(self._graph.nodes, self._static_targets):
+            inside = set(members)
+            cyclic = len(members) > 1 or members[0] in self._static_targets(members[0])
+            if not cyclic:
+                continue
+            shown = ", ".join(map(repr, members))
+            leaves = any(
+                target not in inside for member in members for target in self._ways(member)
+            )
+            if not leaves:
+                problems.append(
+                    f"the cycle through {shown} has no way out: no edge, route or jump leaves it"
+                )
+                continue
+            conditional = (
+                any(
+                    (edge.source in inside and edge.target in inside and edge.when is not None)
+                    for edge in self._graph.edges
+                )
+                or any(route.source in inside for route in self._graph.routes)
+                or any(self._graph.nodes[member].jumps for member in members)
+            )
+            if not conditional:
+                problems.append(
+                    f"the cycle through {shown} never ends: its edges are all unconditional; make "
+                    "one conditional (edge(..., when=...), a route, or a node's Next jump)"
+                )
+        return problems
+
+    def _fan_out_cautions(self) -> list[str]:
+        if self.allow_fan_out:
+            return []
+        cautions = []
+        for name in self._graph.nodes:
+            fixed = [e.target for e in self._graph.edges if e.source == name and e.when is None]
+            if len(fixed) > 1:
+                cautions.append(
+                    f"node {name!r} fans out unconditionally to {', '.join(map(repr, fixed))}: "
+                    "they run in parallel, each on its own copy of the state, merged by the "
+                    "fields' reducers (pass allow_fan_out=True if that is what you mean)"
+                )
+        return cautions
+
+    # -- running (for the executor) -----------------------------------------------------------
+
+    @property
+    def built(self) -> bool:
+        """Whether ``build`` checked and froze it."""
+        return self._built
+
+    def spec(self, name: str) -> NodeSpec:
+        """The node ``name``."""
+        return self._graph.nodes[name]
+
+    @property
+    def order(self) -> dict[str, int]:
+        """Each node's position in the order nodes were added (a layer's tie-break order)."""
+        return {name: index for index, name in enumerate(self._graph.nodes)}
+
+    def pass_from(self, start: str) -> Pass:
+        """The DAG a pass starting at ``start`` goes through (computed once per start)."""
+        found = self._passes.get(start)
+        if found is None:
+            found = self._passes[start] = _pass_from(start, self._static_targets)
+        return found
+
+    def successors(self, name: str, state: S, layer: int) -> list[str]:
+        """The nodes ``name`` hands over to, given the merged ``state`` after its layer.
+
+        Raises:
+            WorkflowNodeError: A condition or route raised, or a route named a node it does
+                not declare.
+        """
+        chosen: list[str] = []
+        try:
+            for edge in self._out_edges.get(name, ()):
+                if edge.when is None or edge.when(state):
+                    chosen.append(edge.target)
+            for route in self._out_routes.get(name, ()):
+                picked = route.choose(state)
+                picks = [] if picked is None else [picked] if isinstance(picked, str) else picked
+                for target in picks:
+                    if target not in route.targets:
+                        raise WorkflowNodeError(
+                            f"the route after {name!r} chose {target!r}, which is not one of "
+                            f"its targets ({', '.join(route.targets)})",
+                            node=name,
+                            layer=layer,
+                        )
+                    chosen.append(target)
+        except WorkflowNodeError:
+            raise
+        except Exception as exc:
+            raise WorkflowNodeError(
+                f"choosing the node after {name!r} failed: {type(exc).__name__}: {exc}",
+                node=name,
+                layer=layer,
+            ) from exc
+        return list(dict.fromkeys(chosen))
+
+
+def _answer_into(field_name: str) -> Callable[[Any, TaskResult], NodeUpdate]:
+    def output(_state: Any, result: TaskResult) -> NodeUpdate:
+        return {field_name: result.output or ""}
+
+    return output
+
+
+def _same_state(state: BaseModel) -> BaseModel:
+    return state.model_copy(deep=True)
+
+
+def _pass_from(start: str, targets: Callable[[str], list[str]]) -> Pass:
+    """Depth-first from ``start``: edges to a node on the stack close a cycle (back edges)."""
+    predecessors: dict[str, set[str]] = {start: set()}
+    back: set[tuple[str, str]] = set()
+    on_stack = {start}
+    finished: set[str] = set()
+    stack = [(start, iter(targets(start)))]
+    while stack:
+        node, pending = stack[-1]
+        for target in pending:
+            if target in on_stack:
+                back.add((node, target))
+                continue
+            predecessors.setdefault(target, set()).add(node)
+            if target not in finished:
+                on_stack.add(target)
+                stack.append((target, iter(targets(target))))
+                break
+        else:
+            stack.pop()
+            on_stack.discard(node)
+            finished.add(node)
+    return Pass(start, predecessors, frozenset(back))
+
+
+def _strong_components(
+    nodes: Iterable[str], targets: Callable[[str], list[str]]
+) -> list[list[str]]:
+    """The strongly connected components (Kosaraju, without recursion: graphs may be deep)."""
+    order: list[str] = []
+    seen: set[str] = set()
+    for root in nodes:
+        if root in seen:
+            continue
+        seen.add(root)
+        stack = [(root, iter(targets(root)))]
+        while stack:
+            node, pending = stack[-1]
+            for target in pending:
+                if target not in seen:
+                    seen.add(target)
+                    stack.append((target, iter(targets(target))))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    reverse: dict[str, list[str]] = {}
+    for node in order:
+        for target in targets(node):
+            reverse.setdefault(target, []).append(node)
+    components: list[list[str]] = []
+    assigned: set[str] = set()
+    for root in reversed(order):
+        if root in assigned:
+            continue
+        component = []
+        todo = [root]
+        assigned.add(root)
+        while todo:
+            node = todo.pop()
+            component.append(node)
+            for source in reverse.get(node, ()):
+                if source not in assigned:
+                    assigned.add(source)
+                    todo.append(source)
+        components.append(component)
+    return components

@@ -1,0 +1,598 @@
+"""Running a workflow as a kernel task: the ``workflow`` strategy's executor.
+
+A workflow task is an ordinary task (same states, events, spans, approvals, cancel, lease and
+recovery) whose executor runs the graph layer by layer (see ``graph`` for how layers are
+found). Each node of a layer runs on its own deep copy of the state, at most
+``max_concurrency`` at once, inside a ``step`` span of its own under the run's span (so the
+spans of parallel nodes overlap), between a ``workflow.node_started`` and a
+``workflow.node_finished`` event. When the whole layer has finished, the nodes' updates are
+merged in the order the nodes were added (``state_merge``), the next nodes are chosen from the
+merged state, and a ``WorkflowCheckpoint`` is saved with the layer's finished events in one
+unit of work.
+
+Policies:
+
+- **A node fails** (raises, returns something that is not an update, or its child task does
+  not succeed): the layer's other nodes are canceled, nothing of the layer is merged or
+  saved, and the task fails with ``WorkflowNodeError``. Its checkpoint still holds the state
+  of the last completed layer: that is the rollback of seed 001 §6.2. ``workflow_snapshot``
+  reads it and ``rerun_workflow`` carries on from it in a new task.
+- **A jump** (a ``Next``, or a conditional edge back to an earlier node, i.e. a loop) ends the
+  current pass: the run goes on from the jump's target alone. When several nodes of a layer
+  jump, the one added to the workflow first wins; the others' jumps are dropped (logged), and
+  so are the nodes the layer's other nodes chose. Every node's state update is merged either
+  way.
+- **Agent and sub-workflow nodes** run as child tasks with ids derived from the workflow
+  task's (``<task>.<layer>.<node>``), so a resumed workflow finds a child it had started: a
+  finished child's answer is reused, an unfinished one is resumed (or waited for). A child
+  waiting for a human keeps the node (and the workflow task, which stays ``running``) waiting
+  until it is decided, by the kernel's approver or ``resolve_approval``.
+- **A crash** (the process killed): the task is recovered like any other; the run goes on
+  from the last completed layer, which is not run again.
+"""
+
+from __future__ import annotations
+
+import graphlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic import BaseModel, ValidationError
+
+from core_agent.contracts.checkpoint_store import ICheckpointStore
+from core_agent.contracts.errors import (
+    CorruptStateError,
+    DefinitionNotLoadedError,
+    RunError,
+    TaskNotFoundError,
+    UsageError,
+)
+from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
+from core_agent.contracts.trace_store import ITraceStore
+from core_agent.observability.tracer import OpenSpan, Tracer
+from core_agent.workflows.checkpoint import CHECKPOINT_KEY, WorkflowCheckpoint
+from core_agent.workflows.errors import WorkflowNodeError
+from core_agent.workflows.graph import (
+    AgentNode,
+    FunctionNode,
+    Next,
+    Pass,
+    SubworkflowNode,
+    Workflow,
+)
+from core_agent.workflows.registry import registered
+from core_agent.workflows.state_merge import merge_layer, node_updates
+from shared.agent_protocol import (
+    StrategyMode,
+    TaskRequest,
+    TaskResult,
+    TaskState,
+    TaskStatus,
+    TokenUsage,
+    WorkflowNodeFinished,
+    WorkflowNodeStarted,
+)
+
+if TYPE_CHECKING:
+    from core_agent.kernel.agent_kernel import AgentKernel
+
+log = logging.getLogger(__name__)
+
+WORKFLOW_METADATA = "workflow"
+"""The request metadata key naming a workflow task's workflow: ``name``, ``version``, the
+initial ``state``, and ``from`` (a task whose checkpoint a rerun starts from)."""
+
+
+def workflow_identity(request: TaskRequest) -> tuple[str, int]:
+    """The name and version of the workflow a ``workflow`` task runs.
+
+    Raises:
+        UsageError: The request does not name one (a task not started by ``run_workflow``).
+    """
+    spec = request.metadata.get(WORKFLOW_METADATA)
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise UsageError(
+            "a workflow task's request names its workflow in metadata['workflow']: start "
+            "workflows with core_agent.workflows.run_workflow"
+        )
+    return spec["name"], int(spec.get("version", 1))
+
+
+@dataclass(slots=True)
+class _NodeResult:
+    updates: dict[str, Any]
+    jump: Next | None = None
+    usage: TokenUsage = field(default_factory=TokenUsage)
+
+
+class WorkflowExecutor(IExecutor):
+    """The ``workflow`` strategy: runs a registered workflow's graph (see the module).
+
+    ``checkpoints`` keep each task's ``WorkflowCheckpoint``; ``trace_store`` gets the node
+    spans. Agent and sub-workflow nodes run child tasks on the kernel given to ``attach``
+    (``create_kernel`` attaches it); ``child_poll_s`` is how often a child that waits for a
+    human is looked at.
+    """
+
+    def __init__(
+        self,
+        *,
+        checkpoints: ICheckpointStore,
+        trace_store: ITraceStore,
+        child_poll_s: float = 0.2,
+    ) -> None:
+        self._checkpoints = checkpoints
+        self._trace_store = trace_store
+        self._child_poll_s = child_poll_s
+        self._kernel: AgentKernel | None = None
+
+    def attach(self, kernel: AgentKernel) -> None:
+        """Run child tasks (agent and sub-workflow nodes) on ``kernel``."""
+        self._kernel = kernel
+
+    @property
+    def strategy(self) -> StrategyMode:
+        """Always ``workflow``."""
+        return "workflow"
+
+    @property
+    def kernel(self) -> AgentKernel:
+        """The kernel child tasks run on.
+
+        Raises:
+            RunError: None was attached (a kernel not built by ``create_kernel``).
+        """
+        if self._kernel is None:
+            raise RunError("agent and workflow nodes need a kernel built by create_kernel")
+        return self._kernel
+
+    def check_resumable(self, request: TaskRequest) -> None:
+        """Raise ``DefinitionNotLoadedError`` unless the task's workflow is registered here."""
+        registered(*workflow_identity(request))
+
+    async def checkpoint(self, task_id: str) -> WorkflowCheckpoint | None:
+        """The last checkpoint of workflow task ``task_id`` (``None`` before its first layer).
+
+        Raises:
+            CorruptStateError: What is stored is not a workflow checkpoint.
+        """
+        return await self._checkpoints.load(task_id, CHECKPOINT_KEY, WorkflowCheckpoint)
+
+    async def run(self, context: ExecutionContext) -> ExecutionOutcome:
+        """Run the task's workflow from its start, its checkpoint, or a rerun's source.
+
+        Raises:
+            WorkflowNodeError: A node failed (the checkpoint keeps the last good layer).
+            CorruptStateError: The checkpoint cannot be read, or was written for another
+                version of the workflow.
+            RunError: The workflow is not registered in this process.
+        """
+        try:
+            workflow = registered(*workflow_identity(context.task.request))
+        except (DefinitionNotLoadedError, UsageError) as exc:
+            raise RunError(str(exc)) from exc
+        position = await self._restore(context, workflow)
+        return await _WorkflowRun(self, context, workflow, position).run()
+
+    async def _restore(
+        self, context: ExecutionContext, workflow: Workflow[Any]
+    ) -> WorkflowCheckpoint:
+        task_id = context.task.task_id
+        spec: dict[str, Any] = context.task.request.metadata[WORKFLOW_METADATA]
+        saved = await self.checkpoint(task_id) if context.run.resuming else None
+        source = spec.get("from")
+        if saved is None and source is not None:
+            saved = await self.checkpoint(str(source))
+            if saved is None:
+                raise CorruptStateError(
+                    str(source), f"workflow task {source} has no checkpoint to rerun from"
+                )
+            saved = saved.model_copy(update={"finished": False, "usage": TokenUsage()})
+            if spec.get("state") is not None:
+                saved = saved.model_copy(update={"state": spec["state"]})
+        if saved is None:
+            return WorkflowCheckpoint(
+                workflow=workflow.name,
+                workflow_version=workflow.version,
+                state=spec.get("state") or {},
+                layers=0,
+                pass_start=workflow.entry,
+                chosen=[workflow.entry],
+            )
+        if saved.workflow != workflow.name or saved.workflow_version != workflow.version:
+            raise CorruptStateError(
+                task_id,
+                f"the checkpoint was written by workflow {saved.workflow!r} version "
+                f"{saved.workflow_version}, not {workflow.name!r} version {workflow.version}",
+            )
+        stats = context.run.stats
+        if saved.usage.input_tokens + saved.usage.output_tokens > (
+            stats.usage.input_tokens + stats.usage.output_tokens
+        ):
+            stats.usage = saved.usage
+        return saved
+
+    async def save(self, context: ExecutionContext, checkpoint: WorkflowCheckpoint) -> None:
+        """Persist ``checkpoint`` (in the caller's unit of work)."""
+        await self._checkpoints.save(context.task.task_id, CHECKPOINT_KEY, checkpoint)
+
+    async def child(self, task_id: str, start: Any) -> TaskResult:
+        """The result of child task ``task_id``: started by ``start(task_id)`` if new.
+
+        A child left by an earlier run of the workflow is reused when it succeeded, resumed
+        when its process died, and waited for while it runs elsewhere or waits for a human.
+        """
+        kernel = self.kernel
+        try:
+            existing: TaskState | None = await kernel.get_task(task_id)
+        except TaskNotFoundError:
+            existing = None
+        if existing is None:
+            result: TaskResult = await start(task_id)
+        elif existing.status.is_terminal:
+            return _result_of(existing)
+        elif existing.status in (TaskStatus.QUEUED, TaskStatus.RUNNING):
+            try:
+                result = await kernel.resume(task_id, reason="its workflow resumed")
+            except UsageError:
+                result = await self._wait(task_id)  # it runs elsewhere (or is recovered here)
+        else:
+            result = await self._wait(task_id)
+        if result.status is TaskStatus.WAITING_APPROVAL:
+            result = await self._wait(task_id)
+        return result
+
+    async def _wait(self, task_id: str) -> TaskResult:
+        """Until child ``task_id`` ends (decided by a human, or run by another kernel)."""
+        while True:
+            state = await self.kernel.get_task(task_id)
+            if state.status.is_terminal:
+                return _result_of(state)
+            await anyio.sleep(self._child_poll_s)
+
+
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield
+
+
+def _result_of(state: TaskState) -> TaskResult:
+    return TaskResult(
+        task_id=state.task_id,
+        session_id=state.session_id,
+        trace_id=state.trace_id,
+        status=state.status,
+        output=state.output,
+        error=state.error,
+        usage=state.usage,
+    )
+
+
+class _WorkflowRun:
+    """One run of a workflow task, from ``position`` to its end (see the module)."""
+
+    def __init__(
+        self,
+        executor: WorkflowExecutor,
+        context: ExecutionContext,
+        workflow: Workflow[Any],
+        position: WorkflowCheckpoint,
+    ) -> None:
+        self._executor = executor
+        self._context = context
+        self._workflow = workflow
+        self._position = position
+        self._tracer = Tracer.of(executor._trace_store, context.task)
+        self._order = workflow.order
+        try:
+            self._state: BaseModel = workflow.state_type.model_validate(position.state)
+        except ValidationError as exc:
+            raise CorruptStateError(
+                context.task.task_id,
+                f"the workflow state to start from is not a valid "
+                f"{workflow.state_type.__name__}: {exc}",
+            ) from exc
+
+    async def run(self) -> ExecutionOutcome:
+        position = self._position
+        while not position.finished:
+            plan = self._workflow.pass_from(position.pass_start)
+            sorter = graphlib.TopologicalSorter(plan.predecessors)
+            sorter.prepare()
+            resolved, chosen = set(position.resolved), set(position.chosen)
+            jumped = False
+            while not jumped:
+                layer = self._next_layer(sorter, resolved, chosen)
+                if not layer:
+                    break
+                position, jumped = await self._run_layer(
+                    position, plan, sorter, layer, resolved, chosen
+                )
+            if not jumped:
+                position = position.model_copy(
+                    update={
+                        "finished": True,
+                        "resolved": sorted(resolved, key=self._order.__getitem__),
+                        "chosen": [],
+                    }
+                )
+                async with self._context.unit_of_work():
+                    await self._executor.save(self._context, position)
+        self._position = position
+        return ExecutionOutcome(
+            output=self._state.model_dump_json(),
+            structured=self._state.model_dump(mode="json"),
+        )
+
+    def _next_layer(
+        self, sorter: graphlib.TopologicalSorter[str], resolved: set[str], chosen: set[str]
+    ) -> list[str]:
+        """The next layer: ready nodes that were chosen; ready ones nobody chose are skipped."""
+        layer: list[str] = []
+        while True:
+            progressed = False
+            for name in sorter.get_ready():
+                if name in resolved:
+                    sorter.done(name)  # done before a restart
+                    progressed = True
+                elif name in chosen:
+                    layer.append(name)
+                else:
+                    resolved.add(name)  # skipped: no predecessor chose it
+                    sorter.done(name)
+                    progressed = True
+            if not progressed:
+                return sorted(layer, key=self._order.__getitem__)
+
+    async def _run_layer(
+        self,
+        position: WorkflowCheckpoint,
+        plan: Pass,
+        sorter: graphlib.TopologicalSorter[str],
+        layer: list[str],
+        resolved: set[str],
+        chosen: set[str],
+    ) -> tuple[WorkflowCheckpoint, bool]:
+        """Run one layer, merge it, choose what follows, save; whether it jumped."""
+        workflow, context = self._workflow, self._context
+        number = position.layers
+        if number >= workflow.max_layers:
+            raise WorkflowNodeError(
+                f"workflow {workflow.name!r} ran {number} layers (max_layers): a loop that "
+                "does not end?",
+                node=layer[0],
+                layer=number,
+            )
+        # A layer of functions only is one unit of work: its events, spans and checkpoint
+        # commit once. A layer with child tasks commits around them instead, so a child's
+        # own writes (and a human it waits for) are never held back by the layer's unit.
+        quick = all(workflow.spec(name).kind == "function" for name in layer)
+        async with context.unit_of_work() if quick else _nothing():
+            return await self._layer_in_unit(position, plan, sorter, layer, resolved, chosen)
+
+    async def _layer_in_unit(
+        self,
+        position: WorkflowCheckpoint,
+        plan: Pass,
+        sorter: graphlib.TopologicalSorter[str],
+        layer: list[str],
+        resolved: set[str],
+        chosen: set[str],
+    ) -> tuple[WorkflowCheckpoint, bool]:
+        workflow, context = self._workflow, self._context
+        number = position.layers
+        async with context.unit_of_work():
+            for name in layer:
+                await context.emit(WorkflowNodeStarted, node=name, layer=number)
+        results: dict[str, _NodeResult] = {}
+        failures: dict[str, BaseException] = {}
+        limiter = anyio.CapacityLimiter(workflow.max_concurrency)
+        given = self._state
+
+        async def run_node(name: str) -> None:
+            async with limiter:
+                try:
+                    results[name] = await self._run_node(name, given, number, position.data)
+                except Exception as exc:
+                    failures[name] = exc
+                    group.cancel_scope.cancel()  # the layer fails: stop its other nodes
+
+        async with anyio.create_task_group() as group:
+            for name in layer:
+                group.start_soon(run_node, name)
+        if failures:
+            await self._fail(failures, number)
+        writes = [(name, results[name].updates) for name in layer]
+        self._state = merge_layer(given, number, writes, workflow.reducers)
+        added = sum((results[name].usage for name in layer), start=TokenUsage())
+        usage = position.usage + added
+        context.run.stats.usage = context.run.stats.usage + added
+        jump, jumper = None, None
+        for name in layer:
+            asked = results[name].jump
+            if asked is None:
+                continue
+            if jump is None:
+                jump, jumper = asked, name
+            else:
+                log.warning(
+                    "workflow %s: %r and %r jumped in one layer; %r was added first and wins",
+                    workflow.name,
+                    jumper,
+                    name,
+                    jumper,
+                )
+        picked: list[str] = []
+        if jump is None:
+            for name in layer:
+                for target in workflow.successors(name, self._state, number):
+                    if (name, target) in plan.back_edges:
+                        if jump is None:  # a loop back: a jump without data
+                            jump, jumper = Next(target), name
+                    else:
+                        picked.append(target)
+        if jump is not None:
+            following = WorkflowCheckpoint(
+                workflow=workflow.name,
+                workflow_version=workflow.version,
+                state=self._state.model_dump(mode="json"),
+                layers=number + 1,
+                pass_start=jump.node,
+                chosen=[jump.node],
+                data={jump.node: jump.data} if jump.data is not None else {},
+                usage=usage,
+            )
+        else:
+            sorter.done(*layer)
+            resolved.update(layer)
+            chosen.update(picked)
+            following = position.model_copy(
+                update={
+                    "state": self._state.model_dump(mode="json"),
+                    "layers": number + 1,
+                    "resolved": sorted(resolved, key=self._order.__getitem__),
+                    "chosen": sorted(chosen - resolved, key=self._order.__getitem__),
+                    "data": {k: v for k, v in position.data.items() if k not in layer},
+                    "usage": usage,
+                }
+            )
+        async with context.unit_of_work():
+            for name in layer:
+                own = results[name].jump
+                await context.emit(
+                    WorkflowNodeFinished,
+                    node=name,
+                    layer=number,
+                    succeeded=True,
+                    updated=sorted(results[name].updates),
+                    jump=(jump.node if name == jumper and jump else own.node if own else None),
+                )
+            await self._executor.save(context, following)
+        return following, jump is not None
+
+    async def _fail(self, failures: dict[str, BaseException], layer: int) -> None:
+        """Record the failed node(s) and raise: the checkpoint stays at the last good layer."""
+        first = min(failures, key=self._order.__getitem__)
+        exc = failures[first]
+        message = (
+            str(exc)
+            if isinstance(exc, WorkflowNodeError)
+            else f"node {first!r} failed: {type(exc).__name__}: {exc}"
+        )
+        async with self._context.unit_of_work():
+            for name in sorted(failures, key=self._order.__getitem__):
+                failure = failures[name]
+                await self._context.emit(
+                    WorkflowNodeFinished,
+                    node=name,
+                    layer=layer,
+                    succeeded=False,
+                    error=f"{type(failure).__name__}: {failure}",
+                )
+        raise WorkflowNodeError(
+            f"workflow {self._workflow.name!r}, layer {layer}: {message} (the state of the "
+            f"last completed layer is kept: rerun_workflow carries on from it)",
+            node=first,
+            layer=layer,
+        ) from exc
+
+    async def _run_node(
+        self, name: str, given: BaseModel, layer: int, data: dict[str, Any]
+    ) -> _NodeResult:
+        spec = self._workflow.spec(name)
+        async with self._tracer.span(
+            "step", f"node {name}", parent_span_id=self._context.task.parent_span_id
+        ) as span:
+            span.attributes.update(
+                {
+                    "workflow": self._workflow.name,
+                    "node": name,
+                    "layer": layer,
+                    "node_kind": spec.kind,
+                }
+            )
+            copy = given.model_copy(deep=True)
+            body = spec.body
+            usage = TokenUsage()
+            if isinstance(body, FunctionNode):
+                returned = await (
+                    body.call(copy, data.get(name)) if body.takes_data else body.call(copy)
+                )
+            elif isinstance(body, AgentNode):
+                returned, usage = await self._run_agent(name, body, copy, layer, span)
+            else:
+                returned, usage = await self._run_subworkflow(name, body, copy, layer, span)
+            jump: Next | None = None
+            if isinstance(returned, Next):
+                jump, returned = returned, returned.update
+                if jump.node not in spec.jumps:
+                    raise WorkflowNodeError(
+                        f"node {name!r} jumped to {jump.node!r}, which it does not declare "
+                        f"(jumps={list(spec.jumps)})",
+                        node=name,
+                        layer=layer,
+                    )
+                span.attributes["jump"] = jump.node
+            if returned is not None and not isinstance(returned, dict):
+                raise WorkflowNodeError(
+                    f"node {name!r} returned {type(returned).__name__}: return None, a dict "
+                    "of field updates, or Next(...)",
+                    node=name,
+                    layer=layer,
+                )
+            updates = node_updates(name, layer, given, copy, returned, self._workflow.reducers)
+            span.attributes["updated"] = sorted(updates)
+            return _NodeResult(updates, jump, usage)
+
+    def _child_id(self, name: str, layer: int) -> str:
+        return f"{self._context.task.task_id}.{layer}.{name}"
+
+    async def _run_agent(
+        self, name: str, body: AgentNode, state: BaseModel, layer: int, span: OpenSpan
+    ) -> tuple[Any, TokenUsage]:
+        request = body.request(state)
+        kernel = self._executor.kernel
+        child_id = self._child_id(name, layer)
+        span.attributes["child_task_id"] = child_id
+
+        async def start(task_id: str) -> TaskResult:
+            return await kernel.execute_task(request, task_id=task_id)
+
+        result = await self._executor.child(child_id, start)
+        if result.status is not TaskStatus.SUCCEEDED:
+            raise WorkflowNodeError(
+                f"agent node {name!r}: its task {child_id} ended {result.status.value}: "
+                f"{result.error}",
+                node=name,
+                layer=layer,
+            )
+        return body.output(state, result), result.usage
+
+    async def _run_subworkflow(
+        self, name: str, body: SubworkflowNode, state: BaseModel, layer: int, span: OpenSpan
+    ) -> tuple[Any, TokenUsage]:
+        from core_agent.workflows.workflow_runs import run_workflow  # runs import this module
+
+        child_input = body.input(state)
+        child_id = self._child_id(name, layer)
+        span.attributes["child_task_id"] = child_id
+        kernel = self._executor.kernel
+
+        async def start(task_id: str) -> TaskResult:
+            return (await run_workflow(kernel, body.workflow, child_input, task_id=task_id)).task
+
+        result = await self._executor.child(child_id, start)
+        saved = await self._executor.checkpoint(child_id)
+        if result.status is not TaskStatus.SUCCEEDED or saved is None:
+            raise WorkflowNodeError(
+                f"workflow node {name!r}: its task {child_id} ended {result.status.value}: "
+                f"{result.error}",
+                node=name,
+                layer=layer,
+            )
+        final = body.workflow.state_type.model_validate(saved.state)
+        return body.output(state, final), result.usage

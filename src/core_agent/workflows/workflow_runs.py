@@ -1,0 +1,224 @@
+"""Starting, resuming and rerunning workflow tasks on a kernel, and reading their state.
+
+``run_workflow`` runs a built workflow as a kernel task (strategy ``workflow``) and returns
+its final state with the task's result. A workflow task that stopped (its process died) is
+carried on by the kernel's recovery, ``kernel.resume(task_id)`` or ``resume_workflow``; one
+that failed keeps the state of its last completed layer, which ``workflow_snapshot`` returns
+(the rollback of seed 001 §6.2) and from which ``rerun_workflow`` starts a new task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from core_agent.contracts.errors import UsageError
+from core_agent.contracts.executor import IExecutor
+from core_agent.workflows.workflow_executor import (
+    WORKFLOW_METADATA,
+    WorkflowExecutor,
+    workflow_identity,
+)
+from shared.agent_protocol import TaskRequest, TaskResult, TaskStatus
+
+if TYPE_CHECKING:
+    from core_agent.contracts.checkpoint_store import ICheckpointStore
+    from core_agent.contracts.trace_store import ITraceStore
+    from core_agent.kernel.agent_kernel import AgentKernel
+    from core_agent.workflows.graph import Workflow
+
+S = TypeVar("S", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowResult(Generic[S]):
+    """How a workflow task ended, and its state.
+
+    ``state`` is the final state when the task succeeded; otherwise the state of its last
+    completed layer (``None`` if none completed). ``layers`` counts the completed layers.
+    """
+
+    task: TaskResult
+    state: S | None
+    layers: int
+
+    @property
+    def status(self) -> TaskStatus:
+        """The task's status."""
+        return self.task.status
+
+    @property
+    def task_id(self) -> str:
+        """The task's id."""
+        return self.task.task_id
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSnapshot(Generic[S]):
+    """A workflow task's state as of its last checkpoint (its last completed layer)."""
+
+    task_id: str
+    state: S
+    layers: int
+    finished: bool
+    next_nodes: list[str]
+    """The nodes that were to run next (empty once finished)."""
+
+
+def workflow_executor(kernel: AgentKernel) -> WorkflowExecutor:
+    """The kernel's ``workflow`` executor.
+
+    Raises:
+        UsageError: The kernel has none (it was not built by ``create_kernel``).
+    """
+    executor: IExecutor | None = kernel.executor("workflow")
+    if not isinstance(executor, WorkflowExecutor):
+        raise UsageError("this kernel runs no workflows: build it with core_agent.create_kernel")
+    return executor
+
+
+def kernel_with_workflows(executor: WorkflowExecutor, **options: Any) -> AgentKernel:
+    """An ``AgentKernel(**options)`` whose workflow ``executor`` runs child tasks on it."""
+    from core_agent.kernel.agent_kernel import AgentKernel
+
+    kernel = AgentKernel(**options)
+    executor.attach(kernel)
+    return kernel
+
+
+def build_workflow_executor(
+    checkpoints: ICheckpointStore, trace_store: ITraceStore
+) -> WorkflowExecutor:
+    """The ``workflow`` strategy's executor over the kernel's stores (for the container)."""
+    return WorkflowExecutor(checkpoints=checkpoints, trace_store=trace_store)
+
+
+async def run_workflow(
+    kernel: AgentKernel,
+    workflow: Workflow[S],
+    state: S,
+    *,
+    task: str | None = None,
+    session_id: str | None = None,
+    task_id: str | None = None,
+) -> WorkflowResult[S]:
+    """Run ``workflow`` from ``state`` as a task of ``kernel``, to its end.
+
+    The workflow is built (checked, registered) first if it was not. ``task`` is the task's
+    text (``workflow <name>`` by default); ``session_id`` and ``task_id`` are as for
+    ``execute_task``. A node failing fails the task (the result's ``state`` is then the
+    last completed layer's); the task's events, spans and checkpoints are the kernel's.
+
+    Raises:
+        WorkflowDefinitionError: The graph is not valid (nothing is started).
+        UsageError: ``state`` is not a ``workflow.state_type``; the kernel runs no workflows.
+    """
+    workflow.build()
+    if not isinstance(state, workflow.state_type):
+        raise UsageError(
+            f"workflow {workflow.name!r} runs over {workflow.state_type.__name__}, "
+            f"not {type(state).__name__}"
+        )
+    workflow_executor(kernel)
+    request = TaskRequest(
+        task=task or f"workflow {workflow.name}",
+        session_id=session_id,
+        force_mode="workflow",
+        metadata={
+            WORKFLOW_METADATA: {
+                "name": workflow.name,
+                "version": workflow.version,
+                "state": state.model_dump(mode="json"),
+            }
+        },
+    )
+    result = await kernel.execute_task(request, task_id=task_id)
+    return await _workflow_result(kernel, workflow, result)
+
+
+async def resume_workflow(
+    kernel: AgentKernel, workflow: Workflow[S], task_id: str
+) -> WorkflowResult[S]:
+    """Carry on workflow task ``task_id`` (its process died) from its last completed layer.
+
+    ``kernel.resume(task_id)`` does the same, returning the task's result only.
+
+    Raises:
+        UsageError: As ``AgentKernel.resume`` (it runs elsewhere, or already ended).
+    """
+    workflow.build()
+    result = await kernel.resume(task_id, reason="its workflow was resumed")
+    return await _workflow_result(kernel, workflow, result)
+
+
+async def rerun_workflow(
+    kernel: AgentKernel,
+    workflow: Workflow[S],
+    task_id: str,
+    *,
+    state: S | None = None,
+    task: str | None = None,
+) -> WorkflowResult[S]:
+    """Run a new task of ``workflow`` from the last checkpoint of task ``task_id``.
+
+    For a workflow task that failed (or was canceled): the completed layers are not run
+    again; the run starts with the layer that did not complete, from the state the last
+    completed one left, or from ``state`` (the same state, corrected) when given.
+
+    Raises:
+        UsageError: ``task_id`` is not a task of ``workflow``, or has not ended.
+    """
+    workflow.build()
+    stored = await kernel.get_task(task_id)
+    if stored.strategy != "workflow" or workflow_identity(stored.request)[0] != workflow.name:
+        raise UsageError(f"task {task_id} is not a task of workflow {workflow.name!r}")
+    if not stored.status.is_terminal:
+        raise UsageError(
+            f"task {task_id} is {stored.status.value}: resume it (resume_workflow) instead"
+        )
+    spec: dict[str, Any] = {"name": workflow.name, "version": workflow.version, "from": task_id}
+    if state is not None:
+        spec["state"] = state.model_dump(mode="json")
+    request = TaskRequest(
+        task=task or f"workflow {workflow.name} (rerun of {task_id})",
+        force_mode="workflow",
+        metadata={WORKFLOW_METADATA: spec},
+    )
+    result = await kernel.execute_task(request)
+    return await _workflow_result(kernel, workflow, result)
+
+
+async def workflow_snapshot(
+    kernel: AgentKernel, workflow: Workflow[S], task_id: str
+) -> WorkflowSnapshot[S] | None:
+    """Task ``task_id``'s state as of its last checkpoint; ``None`` before its first layer.
+
+    For a task that failed, that is the state before the failing layer: the rollback.
+
+    Raises:
+        CorruptStateError: The stored checkpoint is not a workflow's.
+    """
+    saved = await workflow_executor(kernel).checkpoint(task_id)
+    if saved is None:
+        return None
+    return WorkflowSnapshot(
+        task_id=task_id,
+        state=workflow.state_type.model_validate(saved.state),
+        layers=saved.layers,
+        finished=saved.finished,
+        next_nodes=[] if saved.finished else list(saved.chosen),
+    )
+
+
+async def _workflow_result(
+    kernel: AgentKernel, workflow: Workflow[S], result: TaskResult
+) -> WorkflowResult[S]:
+    snapshot = await workflow_snapshot(kernel, workflow, result.task_id)
+    if result.status is TaskStatus.SUCCEEDED and result.structured_output is not None:
+        final = workflow.state_type.model_validate(result.structured_output)
+        return WorkflowResult(result, final, snapshot.layers if snapshot else 0)
+    if snapshot is None:
+        return WorkflowResult(result, None, 0)
+    return WorkflowResult(result, snapshot.state, snapshot.layers)

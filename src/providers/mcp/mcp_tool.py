@@ -1,0 +1,188 @@
+"""One tool of an MCP server, as the kernel sees it: namespaced, validated, graded, untrusted.
+
+* Its name is ``<server>__<tool>`` (characters other than letters, digits, ``_`` and ``-``
+  become ``_``), which every chat-completions API accepts.
+* Its arguments are checked against the server's input schema (JSON Schema) before the call,
+  like a built-in tool's: a bad call is a clear tool error that never reaches the server.
+* Its capabilities are those declared for the server, plus ``read``: what it returns is
+  content from outside the kernel, so the kernel wraps it as untrusted data, checks it for
+  prompt injection and taints the task, as for a fetched page. A server declared ``exec``
+  grades its calls high (its processes are not confined by the kernel's sandbox, so the
+  tool is not declared ``exec`` itself). A server declared with no capabilities may do
+  anything: its tools are ``read``, ``write`` and ``network``, and judged high risk, so
+  they need a human's approval at the default threshold unless a policy rule grades them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from jsonschema import SchemaError
+from jsonschema.validators import Draft202012Validator, validator_for
+from mcp_types import (
+    AudioContent,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+    Tool,
+)
+
+from core_agent.contracts.errors import ToolArgumentsError, ToolExecutionError
+from core_agent.contracts.tool import (
+    TOOL_NAME_PATTERN,
+    Capability,
+    ITool,
+    ToolAssessment,
+    ToolContext,
+    ToolSpec,
+)
+from providers.mcp.server_connection import McpServerError
+from providers.mcp.server_pool import McpServers
+from shared.agent_protocol import RiskLevel
+
+log = logging.getLogger(__name__)
+
+SEPARATOR = "__"
+MAX_DESCRIPTION_CHARS = 1024
+"""A server's description reaches every prompt: a long one costs tokens on every turn."""
+MAX_REPORTED_PROBLEMS = 5
+UNDECLARED = frozenset({Capability.READ, Capability.WRITE, Capability.NETWORK})
+
+
+def kernel_name(server: str, tool: str) -> str:
+    """``<server>__<tool>``, the tool's name in the kernel (may be too long: check it)."""
+    return f"{server}{SEPARATOR}{re.sub(r'[^A-Za-z0-9_-]', '_', tool)}"
+
+
+class McpTool(ITool):
+    """A tool of a declared MCP server; calls go to the server through ``servers``."""
+
+    def __init__(self, servers: McpServers, server: str, tool: Tool) -> None:
+        """Take ``tool`` as ``server`` listed it.
+
+        Raises:
+            ValueError: Its name cannot be made valid, or its input schema is not a valid
+                JSON Schema of an object (the message says which).
+        """
+        self._servers = servers
+        self._server = server
+        self._remote = tool.name
+        declared = servers.settings(server).capabilities
+        name = kernel_name(server, tool.name)
+        if not TOOL_NAME_PATTERN.match(name):
+            raise ValueError(f"its name {name!r} is longer than 64 characters")
+        schema = dict(tool.input_schema)
+        if schema.get("type") != "object":
+            raise ValueError("its input schema is not of type 'object'")
+        validator_class = validator_for(schema, default=Draft202012Validator)
+        try:
+            validator_class.check_schema(schema)
+        except SchemaError as exc:
+            raise ValueError(f"its input schema is invalid: {exc.message}") from None
+        self._validator = validator_class(schema)
+        if declared is None:
+            capabilities = UNDECLARED
+        else:
+            said = {Capability(c) for c in declared}
+            if Capability.EXEC in said:
+                said = (said - {Capability.EXEC}) | {Capability.WRITE}
+            capabilities = frozenset(said | {Capability.READ})
+        self._risk = RiskLevel.HIGH if declared is None or "exec" in declared else None
+        description = (tool.description or tool.title or "").strip()
+        if len(description) > MAX_DESCRIPTION_CHARS:
+            description = description[:MAX_DESCRIPTION_CHARS] + "…"
+        self._spec = ToolSpec(
+            name=name,
+            description=f"(tool {tool.name!r} of the MCP server {server!r}) {description}".strip(),
+            parameters=schema,
+            capabilities=capabilities,
+            # The kernel's own limit, a little after the server's: the clearer message wins.
+            timeout_s=servers.settings(server).call_timeout_s + 1.0,
+        )
+
+    @property
+    def spec(self) -> ToolSpec:
+        """Name, the server's description and schema, capabilities as declared (see module)."""
+        return self._spec
+
+    def validate_arguments(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``arguments`` if they satisfy the server's input schema, else ``ToolArgumentsError``."""
+        given = dict(arguments)
+        problems = sorted(self._validator.iter_errors(given), key=lambda e: list(e.absolute_path))
+        if problems:
+            text = "; ".join(
+                f"{'.'.join(str(part) for part in problem.absolute_path) or '(arguments)'}: "
+                f"{problem.message}"
+                for problem in problems[:MAX_REPORTED_PROBLEMS]
+            )
+            raise ToolArgumentsError(
+                f"invalid arguments for tool {self._spec.name!r}: {text}", tool_name=self._spec.name
+            )
+        return given
+
+    def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
+        """High risk for a server declared with no capabilities, or declared ``exec``."""
+        return ToolAssessment(risk=self._risk, details={"mcp_server": self._server})
+
+    async def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        """Call the tool on its server; the server's error, a crash or a timeout is a tool error."""
+        try:
+            result = await self._servers.call_tool(self._server, self._remote, dict(arguments))
+        except McpServerError as exc:
+            raise ToolExecutionError(str(exc), tool_name=self._spec.name) from None
+        text = result_text(result)
+        if result.is_error:
+            raise ToolExecutionError(
+                text or f"{self._remote} failed without saying why", tool_name=self._spec.name
+            )
+        return text
+
+
+def result_text(result: CallToolResult) -> str:
+    """What a call returned, as text: its text blocks; other content named, not shown."""
+    parts: list[str] = []
+    for block in result.content:
+        if isinstance(block, TextContent):
+            parts.append(block.text)
+        elif isinstance(block, ImageContent | AudioContent):
+            parts.append(f"[{block.type} ({block.mime_type}) not shown]")
+        elif isinstance(block, ResourceLink):
+            parts.append(f"[resource {block.uri}]")
+        elif isinstance(block, EmbeddedResource):
+            resource = block.resource
+            if isinstance(resource, TextResourceContents):
+                parts.append(resource.text)
+            else:
+                parts.append(f"[resource {resource.uri} ({resource.mime_type}) not shown]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def server_tools(servers: McpServers) -> list[ITool]:
+    """The tools of every declared server (each started now), as the kernel's tools.
+
+    A server that cannot start, or a tool the kernel cannot take (a name too long, a schema
+    that is not an object's), is left out with a warning: the other servers' tools still work.
+    """
+    tools: list[ITool] = []
+    for server, listed in servers.list_tools().items():
+        if isinstance(listed, McpServerError):
+            log.warning("the tools of %s are not available: %s", server, listed)
+            continue
+        wanted = servers.settings(server).tools
+        for tool in listed:
+            if wanted is not None and tool.name not in wanted:
+                continue
+            try:
+                tools.append(McpTool(servers, server, tool))
+            except ValueError as exc:
+                log.warning("tool %r of MCP server %r is left out: %s", tool.name, server, exc)
+    return tools

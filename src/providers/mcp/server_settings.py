@@ -1,0 +1,132 @@
+"""How MCP servers are declared: by name, over stdio (a command) or streamable HTTP (a URL).
+
+The same table in ``AGENT_MCP_SERVERS`` (JSON) or in the file ``AGENT_MCP_FILE`` names
+(TOML ``[mcp_servers.<name>]`` tables as Codex writes them, or JSON with an ``mcpServers``
+object as Claude Desktop writes it)::
+
+    [mcp_servers.time]
+    command = "mcp-server-time"
+    args = ["--local-timezone", "UTC"]
+    capabilities = ["read"]
+
+    [mcp_servers.notes]
+    url = "http://127.0.0.1:8000/mcp"
+    headers = { Authorization = "Bearer ..." }
+
+``capabilities`` is what the user vouches the server's tools do (``read``, ``write``,
+``network``, ``exec``); the policy grades calls by it. Left out, the server is undeclared and
+its tools need a human's approval by default (see ``McpTool``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from core_agent.contracts.errors import ConfigurationError
+from core_agent.contracts.settings import AgentSettings
+
+SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,30}$")
+"""Short enough that ``<server>__<tool>`` leaves room for the tool's own name in 64."""
+
+DeclaredCapability = Literal["read", "write", "network", "exec"]
+
+
+class McpServerSettings(BaseModel):
+    """One server: a command to start (stdio) or a URL to reach (streamable HTTP)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    command: str | None = Field(default=None, min_length=1)
+    """The program to start; it speaks MCP on its stdin and stdout."""
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables added to the minimal environment the SDK gives a server (PATH, HOME...)."""
+    cwd: Path | None = None
+    url: str | None = Field(default=None, pattern=r"^https?://")
+    """A streamable HTTP endpoint (``http://host:port/mcp``)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Sent with every request to ``url`` (an ``Authorization`` token...)."""
+    capabilities: tuple[DeclaredCapability, ...] | None = None
+    """What its tools may do, as the user declares it; ``None``: undeclared."""
+    tools: tuple[str, ...] | None = None
+    """Only these of its tools (names as the server gives them); all when unset."""
+    call_timeout_s: float = Field(default=60.0, gt=0)
+    """Longest a call may take before it is given up as a tool error."""
+    startup_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest the server may take to start and list its tools."""
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> Self:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("give either 'command' (stdio) or 'url' (streamable HTTP)")
+        if self.url is not None and (self.args or self.env or self.cwd is not None):
+            raise ValueError("'args', 'env' and 'cwd' are for a 'command', not a 'url'")
+        if self.command is not None and self.headers:
+            raise ValueError("'headers' are for a 'url', not a 'command'")
+        return self
+
+    @property
+    def transport(self) -> Literal["stdio", "streamable_http"]:
+        """How the server is reached."""
+        return "stdio" if self.command is not None else "streamable_http"
+
+
+def declared_servers(settings: AgentSettings) -> dict[str, McpServerSettings]:
+    """The servers of ``AGENT_MCP_FILE`` and ``AGENT_MCP_SERVERS`` (which wins on a name).
+
+    Raises:
+        ConfigurationError: The file cannot be read or parsed, a name is not made of
+            letters, digits, ``_`` and ``-`` (30 at most), or a server's table is wrong; the
+            message names the server and the field.
+    """
+    tables: dict[str, Any] = {}
+    source = "AGENT_MCP_SERVERS"
+    if settings.mcp_file is not None:
+        tables.update(_read_file(settings.mcp_file))
+        source = f"{settings.mcp_file} or AGENT_MCP_SERVERS"
+    tables.update(settings.mcp_servers)
+    servers: dict[str, McpServerSettings] = {}
+    for name, table in tables.items():
+        if not SERVER_NAME.match(name):
+            raise ConfigurationError(
+                f"MCP server name {name!r} (in {source}) must match {SERVER_NAME.pattern}"
+            )
+        try:
+            servers[name] = McpServerSettings.model_validate(table)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or '(table)'}: {err['msg']}"
+                for err in exc.errors(include_url=False)
+            )
+            raise ConfigurationError(
+                f"MCP server {name!r} (in {source}) is declared wrongly: {problems}"
+            ) from None
+    return servers
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read AGENT_MCP_FILE {path}: {exc}") from exc
+    try:
+        if Path(path).suffix.lower() == ".json":
+            document = json.loads(text)
+            key = "mcpServers"
+        else:
+            document = tomllib.loads(text)
+            key = "mcp_servers"
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigurationError(f"AGENT_MCP_FILE {path} cannot be parsed: {exc}") from exc
+    servers = document.get(key, {}) if isinstance(document, dict) else None
+    if not isinstance(servers, dict) or not all(isinstance(t, dict) for t in servers.values()):
+        raise ConfigurationError(
+            f"AGENT_MCP_FILE {path}: expected {key!r} to map server names to tables"
+        )
+    return servers

@@ -1,0 +1,395 @@
+"""Workflows run as kernel tasks: parallel layers, jumps, conditions, failure, crash, cancel."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+from core_agent import create_kernel, tool
+from core_agent.contracts.errors import UsageError
+from core_agent.contracts.settings import AgentSettings
+from core_agent.workflows import (
+    Next,
+    Workflow,
+    WorkflowDefinitionError,
+    WorkflowWarning,
+    append,
+    rerun_workflow,
+    resume_workflow,
+    run_workflow,
+    workflow_snapshot,
+)
+from core_agent.workflows.registry import forget
+from shared.agent_protocol import ApprovalDecision, ApprovalRequest, TaskRequest, TaskStatus
+
+pytestmark = pytest.mark.anyio
+CRASHING_HOST = Path(__file__).parents[1] / "support" / "workflow_host.py"
+
+
+class Notes(BaseModel):
+    log: Annotated[list[str], append] = []
+    verdict: str = ""
+    count: int = 0
+    answer: str = ""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_registry() -> None:
+    for name in ("diamond", "jump", "branch", "loop", "clash", "flaky", "asks", "blocks"):
+        forget(name)
+
+
+async def test_a_diamond_runs_a_and_b_in_parallel_then_end_after_both(settings) -> None:
+    both_started = anyio.Event()
+    started: set[str] = set()
+
+    async def side(name: str) -> dict[str, list[str]]:
+        started.add(name)
+        if started == {"a", "b"}:
+            both_started.set()
+        await both_started.wait()  # neither finishes before the other has started
+        return {"log": [name]}
+
+    async def a(state: Notes) -> dict[str, list[str]]:
+        return await side("a")
+
+    async def b(state: Notes) -> dict[str, list[str]]:
+        return await side("b")
+
+    async def start(state: Notes) -> dict[str, list[str]]:
+        return {"log": ["start"]}
+
+    async def end(state: Notes) -> dict[str, str]:
+        return {"verdict": "+".join(state.log)}
+
+    workflow = (
+        Workflow("diamond", Notes, allow_fan_out=True)
+        .node("start", start)
+        .node("a", a)
+        .node("b", b)
+        .node("end", end)
+        .edge("start", "a")
+        .edge("start", "b")
+        .edge("a", "end")
+        .edge("b", "end")
+    )
+    async with create_kernel(settings) as kernel:
+        result = await run_workflow(kernel, workflow, Notes())
+        spans = {s.name: s for s in await kernel.task_spans(result.task_id) if s.kind == "step"}
+        events = await kernel.task_events(result.task_id)
+    assert result.status is TaskStatus.SUCCEEDED
+    assert result.state is not None
+    assert result.state.log == ["start", "a", "b"]  # merged by the append reducer
+    assert result.state.verdict == "start+a+b"
+    a_span, b_span, end_span = spans["node a"], spans["node b"], spans["node end"]
+    assert a_span.started_at < b_span.ended_at and b_span.started_at < a_span.ended_at
+    assert end_span.started_at >= max(a_span.ended_at, b_span.ended_at)
+    assert {s.parent_span_id for s in spans.values()} == {
+        s.span_id for s in await _run_spans(settings, result.task_id)
+    }
+    kinds = [(e.kind, getattr(e, "node", None)) for e in events]
+    assert kinds.index(("workflow.node_started", "b")) < kinds.index(
+        ("workflow.node_finished", "a")
+    )
+    assert kinds[-1] == ("task.succeeded", None)
+
+
+async def _run_spans(settings: AgentSettings, task_id: str) -> list:
+    async with create_kernel(settings) as kernel:
+        return [s for s in await kernel.task_spans(task_id) if s.kind == "run"]
+
+
+async def test_a_next_jumps_to_a_named_node_with_data(settings) -> None:
+    ran: list[str] = []
+
+    async def check(state: Notes) -> Next:
+        ran.append("check")
+        return Next("report", data={"reason": "nothing to fix"}, update={"count": 1})
+
+    async def fix(state: Notes) -> None:
+        ran.append("fix")
+
+    async def report(state: Notes, data: dict[str, str]) -> dict[str, str]:
+        ran.append("report")
+        return {"verdict": data["reason"]}
+
+    workflow = (
+        Workflow("jump", Notes)
+        .node("check", check, jumps=["report"])
+        .node("fix", fix)
+        .node("report", report)
+        .edge("check", "fix")
+        .edge("fix", "report")
+    )
+    async with create_kernel(settings) as kernel:
+        result = await run_workflow(kernel, workflow, Notes())
+        events = await kernel.task_events(result.task_id)
+    finished = [e for e in events if e.kind == "workflow.node_finished"]
+    assert ran == ["check", "report"]  # the jump replaced the edge to fix
+    assert result.state == Notes(verdict="nothing to fix", count=1)
+    assert finished[0].jump == "report"
+
+
+async def test_conditional_edges_choose_the_branch_and_end_a_loop(settings) -> None:
+    async def draft(state: Notes) -> dict[str, int]:
+        return {"count": state.count + 1}
+
+    async def accept(state: Notes) -> dict[str, str]:
+        return {"verdict": f"accepted after {state.count} drafts"}
+
+    async def reject(state: Notes) -> dict[str, str]:
+        return {"verdict": "rejected"}
+
+    loop = (
+        Workflow("loop", Notes)
+        .node("draft", draft)
+        .node("accept", accept)
+        .edge("draft", "draft", when=lambda s: s.count < 3)  # back to itself: a loop
+        .edge("draft", "accept", when=lambda s: s.count >= 3)
+    )
+    branch = (
+        Workflow("branch", Notes)
+        .node("draft", draft)
+        .node("accept", accept)
+        .node("reject", reject)
+        .route("draft", lambda s: "accept" if s.count > 5 else "reject", ["accept", "reject"])
+    )
+    async with create_kernel(settings) as kernel:
+        looped = await run_workflow(kernel, loop, Notes())
+        branched = await run_workflow(kernel, branch, Notes())
+    assert looped.state == Notes(count=3, verdict="accepted after 3 drafts")
+    assert branched.state == Notes(count=1, verdict="rejected")
+
+
+async def test_parallel_nodes_writing_one_field_without_a_reducer_fail_clearly(settings) -> None:
+    async def start(state: Notes) -> None:
+        return None
+
+    async def left(state: Notes) -> dict[str, str]:
+        return {"verdict": "left"}
+
+    async def right(state: Notes) -> None:
+        state.verdict = "right"  # changed on its own copy: the same write
+
+    workflow = (
+        Workflow("clash", Notes, allow_fan_out=True)
+        .node("start", start)
+        .node("left", left)
+        .node("right", right)
+        .edge("start", "left")
+        .edge("start", "right")
+    )
+    async with create_kernel(settings) as kernel:
+        result = await run_workflow(kernel, workflow, Notes())
+    assert result.status is TaskStatus.FAILED
+    assert "nodes 'left' and 'right' of layer 1 both wrote field 'verdict'" in result.task.error
+    assert "which has no reducer" in result.task.error
+
+
+def test_bad_graphs_are_refused_when_built_naming_the_nodes() -> None:
+    async def noop(state: Notes) -> None:
+        return None
+
+    with pytest.raises(WorkflowDefinitionError, match="no node 'ghost'"):
+        Workflow("bad1", Notes).node("a", noop).edge("a", "ghost").build()
+    with pytest.raises(WorkflowDefinitionError, match=r"'island'.* cannot be reached"):
+        Workflow("bad2", Notes).node("a", noop).node("island", noop).build()
+    with pytest.raises(WorkflowDefinitionError, match="has no way out"):
+        Workflow("bad3", Notes).node("a", noop).node("b", noop).edge("a", "b").edge(
+            "b", "a", when=lambda s: True
+        ).build()
+    with pytest.raises(WorkflowDefinitionError, match="never ends"):
+        Workflow("bad4", Notes).node("a", noop).node("b", noop).node("c", noop).edge("a", "b").edge(
+            "b", "a"
+        ).edge("b", "c").build()
+    with pytest.warns(WorkflowWarning, match="fans out unconditionally to 'b', 'c'"):
+        Workflow("fan", Notes).node("a", noop).node("b", noop).node("c", noop).edge("a", "b").edge(
+            "a", "c"
+        ).build()
+    forget("fan")
+
+
+async def test_a_failed_layer_rolls_back_to_the_last_good_checkpoint_and_reruns_from_it(
+    settings,
+) -> None:
+    calls: list[str] = []
+    broken = True
+
+    async def gather(state: Notes) -> dict[str, list[str]]:
+        calls.append("gather")
+        return {"log": ["gathered"]}
+
+    async def judge(state: Notes) -> dict[str, str]:
+        calls.append("judge")
+        if broken:
+            state.log.append("half-done")  # a change the failure must not leave behind
+            raise RuntimeError("the judge is out")
+        return {"verdict": "fine"}
+
+    workflow = Workflow("flaky", Notes).node("gather", gather).node("judge", judge)
+    workflow.edge("gather", "judge")
+    async with create_kernel(settings) as kernel:
+        failed = await run_workflow(kernel, workflow, Notes())
+        snapshot = await workflow_snapshot(kernel, workflow, failed.task_id)
+        broken = False
+        rerun = await rerun_workflow(kernel, workflow, failed.task_id)
+    assert failed.status is TaskStatus.FAILED
+    assert "node 'judge' failed: RuntimeError: the judge is out" in failed.task.error
+    assert failed.state == Notes(log=["gathered"])  # the last good layer's state
+    assert snapshot is not None and snapshot.layers == 1 and snapshot.next_nodes == ["judge"]
+    assert rerun.status is TaskStatus.SUCCEEDED
+    assert rerun.state == Notes(log=["gathered"], verdict="fine")
+    assert calls == ["gather", "judge", "judge"]  # the good layer was not run again
+
+
+def read_line(stream, timeout: float) -> str:
+    box: list[str] = []
+    reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return box[0] if box else ""
+
+
+def crash_in_second_layer(env: dict[str, str]) -> str:
+    """Run the host until its second layer blocks, then kill -9 it; the line it printed."""
+    with subprocess.Popen(
+        [sys.executable, str(CRASHING_HOST)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as host:
+        try:
+            line = read_line(host.stdout, timeout=120)
+            assert line.startswith("BLOCKED "), f"{line!r} {host.stderr.read()}"
+            return line
+        finally:
+            host.send_signal(signal.SIGKILL)
+            host.wait(timeout=30)
+
+
+async def test_a_workflow_killed_after_its_first_layer_resumes_without_running_it_again(
+    tmp_path,
+) -> None:
+    effects = tmp_path / "effects.txt"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AGENT_")},
+        "AGENT_DATA_DIR": str(tmp_path / "data"),
+        "WORKFLOW_EFFECTS": str(effects),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path]),
+    }
+    line = crash_in_second_layer(env)
+    task_id = line.split()[1]
+    assert effects.read_text().split() == ["first", "second"]
+
+    sys.path.insert(0, str(CRASHING_HOST.parent))
+    try:
+        import workflow_host  # registers the same workflow here
+    finally:
+        sys.path.remove(str(CRASHING_HOST.parent))
+    os.environ["WORKFLOW_EFFECTS"] = str(effects)
+    try:
+        settings = AgentSettings(data_dir=tmp_path / "data", recovery="off")
+        async with create_kernel(settings) as kernel:
+            result = await resume_workflow(kernel, workflow_host.WORKFLOW, task_id)
+            events = await kernel.task_events(task_id)
+    finally:
+        del os.environ["WORKFLOW_EFFECTS"]
+    assert result.status is TaskStatus.SUCCEEDED, result.task.error
+    # The first layer ran once, before the kill; the second ran again (it had not completed).
+    assert effects.read_text().split() == ["first", "second", "second", "third"]
+    assert result.state is not None and result.state.log == ["first", "second", "third"]
+    assert [e.kind for e in events].count("task.resumed") == 1
+
+
+async def test_an_agent_node_is_a_child_task_whose_approval_reaches_the_host(tmp_path) -> None:
+    asked: list[ApprovalRequest] = []
+    paid: list[str] = []
+
+    @tool(capabilities={"write"})  # graded medium: asks the host at this threshold
+    def pay(to: str) -> str:
+        """Pay someone."""
+        paid.append(to)
+        return f"paid {to}"
+
+    def approve(request: ApprovalRequest) -> ApprovalDecision:
+        asked.append(request)
+        return ApprovalDecision(request_id=request.request_id, approved=True, decided_by="host")
+
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            [
+                {"tool_calls": [{"name": "pay", "arguments": {"to": "plumber"}}]},
+                {"content": "The plumber is paid."},
+            ]
+        )
+    )
+    settings = AgentSettings(
+        data_dir=tmp_path / "data",
+        scripted_model_script=script,
+        policy_approval_required_risk="medium",
+    )
+    workflow = Workflow("asks", Notes).agent(
+        "ask", lambda s: TaskRequest(task="Pay the plumber"), output="answer"
+    )
+    async with create_kernel(settings, tools=[pay], approval_callback=approve) as kernel:
+        result = await run_workflow(kernel, workflow, Notes())
+        child_id = f"{result.task_id}.0.ask"
+        child = await kernel.get_task(child_id)
+        spans = [s for s in await kernel.task_spans(result.task_id) if s.kind == "step"]
+    assert result.state is not None, result.task.error
+    assert result.state.answer == "The plumber is paid."
+    assert [r.task_id for r in asked] == [child_id] and paid == ["plumber"]
+    assert child.status is TaskStatus.SUCCEEDED
+    assert spans[0].attributes["child_task_id"] == child_id
+
+
+async def test_canceling_a_workflow_task_stops_its_running_nodes(settings) -> None:
+    entered = anyio.Event()
+    stopped: list[str] = []
+
+    async def wait_forever(state: Notes) -> None:
+        entered.set()
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            stopped.append("blocked")
+            raise
+
+    workflow = Workflow("blocks", Notes).node("blocked", wait_forever)
+    async with create_kernel(settings) as kernel:
+        outcome = []
+
+        async def run() -> None:
+            outcome.append(await run_workflow(kernel, workflow, Notes(), task_id="wf-cancel"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await entered.wait()
+            await kernel.cancel_task("wf-cancel", "enough")
+    assert outcome[0].status is TaskStatus.CANCELED
+    assert stopped == ["blocked"]
+
+
+async def test_a_state_of_another_type_is_refused_before_any_task(settings) -> None:
+    class Other(BaseModel):
+        x: int = 0
+
+    async def noop(state: Notes) -> None:
+        return None
+
+    async with create_kernel(settings) as kernel:
+        with pytest.raises(UsageError, match="runs over Notes, not Other"):
+            await run_workflow(kernel, Workflow("jump", Notes).node("a", noop), Other())
+        assert await kernel.list_tasks() == []
