@@ -22,12 +22,17 @@ if TYPE_CHECKING:
     from core_agent.contracts.tool import ToolContext
     from core_agent.contracts.tool_hook import HookVerdict, ToolHook, tool_hook
     from core_agent.kernel.agent_kernel import AgentKernel
+    from core_agent.kernel.agent_teams import MemberResult, Team
+    from core_agent.kernel.nested_agents import Agent
     from core_agent.kernel.sync_kernel import EventStream, SyncKernel, TaskHandle
     from core_agent.tooling.function_tool import FunctionTool, tool
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "Agent": "core_agent.kernel.nested_agents",
+    "MemberResult": "core_agent.kernel.agent_teams",
+    "Team": "core_agent.kernel.agent_teams",
     "AgentDefinition": "core_agent.agent_files",
     "AgentFileError": "core_agent.agent_files",
     "AgentKernel": "core_agent.kernel.agent_kernel",
@@ -48,6 +53,7 @@ _LAZY = {
 }
 
 __all__ = [
+    "Agent",
     "AgentDefinition",
     "AgentFileError",
     "AgentKernel",
@@ -56,8 +62,10 @@ __all__ = [
     "FunctionTool",
     "HookVerdict",
     "KernelContainer",
+    "MemberResult",
     "SyncKernel",
     "TaskHandle",
+    "Team",
     "ToolContext",
     "ToolHook",
     "__version__",

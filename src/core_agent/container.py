@@ -772,6 +772,7 @@ class KernelContainer(containers.DeclarativeContainer):
             workflow=workflow_executor,
         ),
         max_turns=settings.provided.max_turns,
+        max_agent_depth=settings.provided.max_agent_depth,
         prompts=prompts,
         closables=providers.List(redacted_checkpoint_store, redacted_tool_call_ledger, opened),
         long_term_memory=memory_store.provider,

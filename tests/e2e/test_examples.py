@@ -81,6 +81,25 @@ EXPECTED: dict[str, list[str]] = {
         "knowledge_search found:\n  #1 保修.txt {'lexical': ",  # the Chinese passage first
         "succeeded: 电器产品享受两年免费保修",
     ],
+    "nested_agent.py": [
+        "[0] agent.handoff triage\n    [1] task.queued",  # the child's events, in the stream
+        "        [2] approval.requested",  # the grandchild's risky call...
+        "  host asked about restart_service -> yes",  # ...asked of this host
+        "        [2] task.succeeded web restarted",
+        "    [1] task.succeeded The web service had hung; it is restarted.",
+        "[0] task.succeeded Fixed: the web service was restarted.",
+    ],
+    "team.py": [
+        "  security  succeeded security: looks fine",
+        "  tests     failed    ",  # one member failed...
+        "  editor    succeeded Ship it: four reviews are fine",  # ...the aggregation went on
+        "team succeeded: Ship it: four reviews are fine; the tests review is missing.",
+    ],
+    "supervisor.py": [
+        "handoff to weather: 'Weather in Lisbon in May?' -> Sunny, 22°C",
+        "handoff to budget: 'Cost of 3 nights in Lisbon?' -> About 450 EUR",
+        "succeeded: Go in May: sunny, 22°C; about 450 EUR for 3 nights.",
+    ],
     "mcp_agent.py": [
         "→ time__convert_time({'source_timezone': 'Asia/Tokyo', 'time': '09:00', ",
         "  policy: low risk (default:capabilities(read))",

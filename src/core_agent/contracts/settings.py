@@ -188,6 +188,9 @@ class AgentSettings(BaseSettings):
 
     strategy_mode: Literal["adaptive", "react", "plan_execute"] = "adaptive"
     max_turns: int = Field(default=12, ge=1, le=1000)
+    max_agent_depth: int = Field(default=3, ge=1, le=20)
+    """How deep nested agents may go (an agent called as a tool is one level below its
+    caller): a call that would go deeper is refused with a tool error."""
     tool_timeout_s: float = Field(default=60.0, gt=0)
     context_max_tokens: int = Field(default=0, ge=0)
     """Prompt budget of a conversation (messages plus tool schemas), in tokens: the opening

@@ -94,6 +94,16 @@ class ITaskStore(abc.ABC):
         """
         return None
 
+    def independent_work(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose writes do not join the unit of work open around it.
+
+        For a task that runs inside another's step (a nested agent called as a tool): its
+        steps commit in units of their own, so its events are durable and published as it
+        goes, not when the caller's step ends. A synchronous block, entered in the task that
+        runs the nested work. This default holds nothing back, so it changes nothing.
+        """
+        return contextlib.nullcontext()
+
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """Queue ``callback`` for after the open unit of work commits.
 

@@ -44,6 +44,10 @@ class ToolSpec:
     capabilities: frozenset[Capability] = frozenset()
     idempotent: bool = False
     timeout_s: float | None = None
+    resumable: bool = False
+    """Invoked again with the same idempotency key, the tool carries on its first invocation
+    instead of repeating it (a nested agent resumes or reuses its child task), so a call cut
+    by a crash may be run again without asking a human."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,8 @@ class ToolContext(Generic[DepsT]):
     (see the tool-call ledger): pass it to services that deduplicate requests."""
     work: UninterruptibleWork = field(default_factory=UninterruptibleWork)
     """Where a tool reports work that outlives the kernel's wait (see the class)."""
+    span_id: str | None = None
+    """The span timing this call in the task's trace (a nested agent's task links to it)."""
     deps: DepsT = _NO_DEPS
     """What the host passed as ``create_kernel(deps=...)``: its own objects (a database
     handle, the document open in the window), ``None`` when it passed nothing. Process-local:

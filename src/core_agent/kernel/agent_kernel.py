@@ -6,6 +6,7 @@ whose process died (``resume``, ``recover``) and cancels tasks wherever they run
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -48,11 +49,13 @@ from core_agent.contracts.metrics import AgentMetrics, MetricsScope
 from core_agent.contracts.session_store import DeletedSession, ISessionStore
 from core_agent.contracts.strategy_router import IStrategyRouter, RoutingDecision
 from core_agent.contracts.task_store import ApprovalDecided, ITaskStore, TaskPage
+from core_agent.contracts.tool import Capability
 from core_agent.contracts.tool_hook import ToolHook
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore, Span
 from core_agent.contracts.untrusted import UNTRUSTED_NOTICE
+from core_agent.kernel.agent_teams import Team, TeamExecutor
 from core_agent.kernel.business_capabilities import BusinessCapabilities
 from core_agent.kernel.human_approvals import (
     HumanApprovals,
@@ -60,6 +63,7 @@ from core_agent.kernel.human_approvals import (
     open_requests,
     recorded_decisions,
 )
+from core_agent.kernel.nested_agents import Agent, AgentTool, Delegate, NestedAgents, TaskTree
 from core_agent.kernel.response_models import model_name, model_schema, response_model_for
 from core_agent.kernel.session_controls import retry_request, turn_entries
 from core_agent.kernel.session_conversations import SessionConversations
@@ -161,6 +165,7 @@ class AgentKernel:
         capabilities: Sequence[IBusinessCapabilityProvider] = (),
         ingestion: Callable[[], IngestionPipeline] | None = None,
         knowledge_namespace: str = "default",
+        max_agent_depth: int = 3,
     ) -> None:
         if not executors:
             raise ConfigurationError("the kernel needs at least one executor")
@@ -211,6 +216,17 @@ class AgentKernel:
             has_approver=lambda: self._approval_gateway is not None,
             resolve=self.resolve_approval,
         )
+        self._nested = NestedAgents(
+            task_store=task_store,
+            event_bus=event_bus,
+            execute=lambda request, task_id: self._execute(request, task_id, None),
+            resume=self.resume,
+            cancel=self.cancel_task,
+            max_depth=max_agent_depth,
+            poll_s=cancel_check_s,
+        )
+        self._teams: dict[str, Team] = {}
+        self._executors.setdefault("team", TeamExecutor(self._teams, self._nested, trace_store))
         self._recovery = TaskRecovery(
             task_store=task_store,
             event_bus=event_bus,
@@ -415,6 +431,109 @@ class AgentKernel:
         """
         task_id = task_id or uuid.uuid4().hex
         return self._stream(task_id, lambda: self._execute(request, task_id, None))
+
+    def agent_as_tool(self, agent: Delegate, *, timeout_s: float | None = None) -> AgentTool:
+        """Let tasks call ``agent`` (an ``Agent`` or a ``Team``) as a tool, by its name.
+
+        Each call runs it as a child task of the calling task (``nested_agents``): one level
+        deeper, down to ``AGENT_MAX_AGENT_DEPTH``. The tool declares the capabilities of the
+        agent's tools (a team's: its members'), all the kernel's when it names none.
+        Returns the tool, now registered.
+
+        Raises:
+            UsageError: The agent names a tool this kernel does not have.
+            ToolRegistrationError: A tool of that name is already registered.
+        """
+        if isinstance(agent, Team):
+            self.add_team(agent)
+        tool = AgentTool(
+            agent,
+            self._nested,
+            capabilities=self._capabilities_of(agent),
+            timeout_s=timeout_s if timeout_s is not None else getattr(agent, "timeout_s", None),
+        )
+        self._tools.register(tool)
+        return tool
+
+    def _capabilities_of(self, agent: Delegate) -> frozenset[Capability]:
+        """What the tools ``agent`` may use may do (its members' tools, for a team)."""
+        agents: list[Agent] = []
+        if isinstance(agent, Team):
+            agents = list(agent.members)
+            if isinstance(agent.aggregate, Agent):
+                agents.append(agent.aggregate)
+        elif isinstance(agent, Agent):
+            agents = [agent]
+        found: set[Capability] = set()
+        for one in agents:
+            names = self._tools.names() if one.tools is None else one.tools
+            unknown = sorted(set(names) - set(self._tools.names()))
+            if unknown:
+                raise UsageError(
+                    f"agent {one.name!r} names tools this kernel does not have: "
+                    f"{', '.join(unknown)}"
+                )
+            for name in names:
+                found |= self._tools.get(name).spec.capabilities
+        return frozenset(found)
+
+    def add_team(self, team: Team) -> None:
+        """Know ``team`` by its name: its ``team`` tasks run here (also when resumed).
+
+        Add teams (and agent tools, ``agent_as_tool``) before entering the kernel: the
+        recovery it starts then carries on their tasks left by a dead process (a ``team``
+        task whose team is unknown fails with the reason).
+
+        Raises:
+            UsageError: Another team of that name is known.
+        """
+        known = self._teams.get(team.name)
+        if known is not None and known is not team:
+            raise UsageError(f"a team named {team.name!r} is already known to this kernel")
+        self._teams[team.name] = team
+
+    async def run_agent(self, agent: Agent, task: str, *, task_id: str | None = None) -> TaskResult:
+        """Run ``agent`` on ``task`` as a top-level task (``execute_task`` of its request)."""
+        return await self.execute_task(agent.request(task), task_id=task_id)
+
+    async def run_team(self, team: Team, task: str, *, task_id: str | None = None) -> TaskResult:
+        """Run ``team`` on ``task`` as a task whose members are its child tasks.
+
+        The result is the aggregation's answer; members that failed are part of what was
+        aggregated, not a failure of the team (``agent_teams``).
+        """
+        self.add_team(team)
+        return await self.execute_task(team.request(task), task_id=task_id)
+
+    def supervisor(self, agent: Agent, specialists: Sequence[Delegate]) -> Agent:
+        """``agent``, able to hand sub-tasks to ``specialists`` and combine their answers.
+
+        Each specialist becomes a tool (``agent_as_tool``, unless this kernel has a tool of
+        its name already); the returned agent may call them besides its own tools, and its
+        system prompt lists them. Each handoff is recorded: an ``agent.handoff`` event in the
+        supervisor's task, the specialist's child task linked to the call's span.
+
+        Raises:
+            UsageError: No specialists, or one names a tool this kernel does not have.
+        """
+        if not specialists:
+            raise UsageError(f"supervisor {agent.name!r} needs at least one specialist")
+        for specialist in specialists:
+            if specialist.name not in self._tools.names():
+                self.agent_as_tool(specialist)
+        roster = "\n".join(f"- {s.name}: {s.description}" for s in specialists)
+        prompt = agent.system_prompt or self._system_prompt
+        names = tuple(s.name for s in specialists)
+        tools = None if agent.tools is None else tuple(dict.fromkeys(agent.tools + names))
+        return dataclasses.replace(
+            agent,
+            system_prompt=(
+                f"{prompt}\n\nYou supervise specialists. Hand each sub-task to the one it "
+                "suits by calling it with the sub-task, complete in itself; then combine "
+                f"their answers into yours.\nSpecialists:\n{roster}"
+            ),
+            tools=tools,
+        )
 
     async def resolve_approval(
         self,
@@ -957,6 +1076,10 @@ class AgentKernel:
             TaskNotFoundError: No such task.
             InvalidTransitionError: It already ended.
         """
+        for child in self._nested.descendants(task_id):
+            # Deepest first, each with the reason; the parent's own cancel would reach them
+            # too, but as "the caller was canceled".
+            self._driver.cancel(child, f"its parent task {task_id} was canceled: {reason}")
         if self._driver.cancel(task_id, reason):
             return
         state = await self._recovery.free_if_owner_died(await self._task_store.get_task(task_id))
@@ -1001,9 +1124,12 @@ class AgentKernel:
             return
         send, receive = anyio.create_memory_object_stream[Any](max_buffer_size=math.inf)
         failure: list[BaseException] = []
+        tree = TaskTree(task_id)
 
         def forward(event: BaseModel) -> None:
-            if getattr(event, "task_id", None) == task_id:
+            admitted = tree.admit(event)
+            if admitted is not None:
+                event = admitted
                 # The last events (the task ending canceled) arrive after a consumer that
                 # left early closed its end: nobody is listening, so they are dropped here.
                 with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -1054,9 +1180,12 @@ class AgentKernel:
         failure: list[BaseException] = []
         ended = anyio.Event()
         scope = anyio.CancelScope()
+        tree = TaskTree(task_id)
 
         def forward(event: BaseModel) -> None:
-            if getattr(event, "task_id", None) == task_id:
+            admitted = tree.admit(event)
+            if admitted is not None:
+                event = admitted
                 with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
                     send.send_nowait(event)
 
@@ -1210,10 +1339,15 @@ class AgentKernel:
         context = self._context(lifecycle, response_model, sandbox=sandbox)
         sessions = self._sessions
 
+        # A nested agent's task neither recalls nor takes a conversation's history: its
+        # sub-task was written by its parent, which did both (see ``nested_agents``).
+        nested = state.request.parent is not None
+
         async def prepare() -> None:
-            await self._recall(state, context)
+            if not nested:
+                await self._recall(state, context)
             await self._capabilities.add_context(state, context, self._trace_store)
-            if sessions is not None:
+            if sessions is not None and not nested:
                 await sessions.prepare(state, context, self._specs(state.request))
 
         return await self._drive(lifecycle, executor, context, prepare=prepare)
@@ -1235,14 +1369,17 @@ class AgentKernel:
         if context.task.output_type is not None:
             self._response_models[task_id] = context.task.output_type
         result: TaskResult | None = None
+        self._nested.running[task_id] = context
         try:
             result = await self._driver.drive(lifecycle, executor, context, prepare=prepare)
         finally:
+            if self._nested.running.get(task_id) is context:
+                del self._nested.running[task_id]
             # Kept for a decision taken in this process; a task resolved in another one
             # leaves its entry behind (one class reference per such task).
             if result is None or result.status is not TaskStatus.WAITING_APPROVAL:
                 self._response_models.pop(task_id, None)
-        if self._sessions is not None:
+        if self._sessions is not None and lifecycle.state.request.parent is None:
             await self._sessions.record(lifecycle.state, context, result)
         return result
 

@@ -245,7 +245,9 @@ class TaskDriver:
                 if self.left_alone(state.task_id):
                     await lifecycle.release()
                 else:
-                    await lifecycle.cancel("the caller was canceled", stats)
+                    # A cancel of this task may arrive with its caller's (a nested agent's
+                    # parent canceled): its reason is the better one.
+                    await lifecycle.cancel(run.cancel_reason or "the caller was canceled", stats)
             raise
         except Exception as exc:
             # A bug, not a run failure: still record it so nothing is left "running".

@@ -69,12 +69,13 @@ class LedgeredCalls:
     def reruns_safely(tool: ITool, arguments: Mapping[str, Any], context: ToolContext) -> bool:
         """Whether running the call once more has no effect beyond running it once.
 
-        An idempotent tool, or a tool that only reads and runs confined commands when its own
+        An idempotent tool, one that resumes its first invocation (``ToolSpec.resumable``),
+        or a tool that only reads and runs confined commands when its own
         check proves the call read-only: the sandbox then keeps it from writing or reaching
         the network, so it can have done nothing that a second run would repeat.
         """
         spec = tool.spec
-        if spec.idempotent:
+        if spec.idempotent or spec.resumable:
             return True
         if not spec.capabilities <= _CONFINED_ONLY or Capability.EXEC not in spec.capabilities:
             return False

@@ -662,6 +662,7 @@ class ReActLoop:
                     sandbox=sandbox,
                     tainted=context.run.tainted,
                     deps=self._deps,
+                    span_id=span.span_id,
                 ),
                 allowed=allowed,
                 gate=check,

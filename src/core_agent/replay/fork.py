@@ -40,6 +40,7 @@ from core_agent.replay.replay_container import replay_container
 from core_agent.replay.task_export import IMPORTED
 from core_agent.replay.trajectory import build_trajectory
 from shared.agent_protocol import (
+    AgentHandoff,
     ApprovalRequested,
     ApprovalResolved,
     AssistantMessage,
@@ -110,7 +111,9 @@ def _call_id(event: TaskEvent) -> str | None:
     if isinstance(event, ApprovalRequested):
         call = event.request.tool_call
         return call.id if call is not None else None
-    if isinstance(event, PolicyDecided | ToolHookApplied | InjectionSuspected | TaskTainted):
+    if isinstance(
+        event, PolicyDecided | ToolHookApplied | InjectionSuspected | TaskTainted | AgentHandoff
+    ):
         return event.call_id
     return None
 

@@ -148,6 +148,10 @@ class RedactingTaskStore(ITaskStore):
         """See ``ITaskStore.flush``."""
         await self._inner.flush()
 
+    def independent_work(self) -> contextlib.AbstractContextManager[None]:
+        """See ``ITaskStore.independent_work``."""
+        return self._inner.independent_work()
+
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """See ``ITaskStore.after_commit``."""
         return self._inner.after_commit(callback)

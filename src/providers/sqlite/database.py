@@ -409,6 +409,18 @@ class SqliteDatabase:
         unit.after_commit.append(callback)
         return True
 
+    @contextmanager
+    def independent_work(self) -> Iterator[None]:
+        """Hide the unit of work open in this context from the block: its writes go on their own.
+
+        See ``ITaskStore.independent_work`` (a nested task run inside a caller's step).
+        """
+        token = _UNIT.set(None)
+        try:
+            yield
+        finally:
+            _UNIT.reset(token)
+
     async def flush(self) -> None:
         """Commit what the unit of work open on this database holds so far; it stays open.
 

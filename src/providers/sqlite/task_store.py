@@ -264,6 +264,10 @@ class SqliteTaskStore(ITaskStore):
         """See ``ITaskStore.flush``."""
         await self._db.flush()
 
+    def independent_work(self) -> contextlib.AbstractContextManager[None]:
+        """See ``ITaskStore.independent_work``."""
+        return self._db.independent_work()
+
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """See ``ITaskStore.after_commit``."""
         return self._db.after_commit(callback)

@@ -5,6 +5,7 @@ from shared.agent_protocol.events import (
     EPHEMERAL_EVENT_KINDS,
     TERMINAL_EVENT_KINDS,
     AgentEvent,
+    AgentHandoff,
     ApprovalRequested,
     ApprovalResolved,
     InjectionSuspected,
@@ -62,6 +63,7 @@ from shared.agent_protocol.sessions import (
     SessionTranscript,
 )
 from shared.agent_protocol.tasks import (
+    ParentTask,
     StrategyMode,
     TaskRequest,
     TaskResult,
@@ -78,6 +80,7 @@ __all__ = [
     "RPC_NOTIFICATIONS",
     "TERMINAL_EVENT_KINDS",
     "AgentEvent",
+    "AgentHandoff",
     "ApprovalAccepted",
     "ApprovalDecision",
     "ApprovalRequest",
@@ -91,6 +94,7 @@ __all__ = [
     "InjectionSuspected",
     "LLMCompleted",
     "LLMDelta",
+    "ParentTask",
     "PlanCreated",
     "PlanStepCompleted",
     "PlanStepStarted",

@@ -3,6 +3,10 @@
 Every event carries the task it belongs to and ``seq``, its position in that task's live
 stream (1, 2, 3, ...), so a consumer can order and de-duplicate what it receives. The
 persisted log leaves out ephemeral events (text deltas), so its ``seq`` values rise with gaps.
+
+A task's stream also carries the events of the nested agents it calls (their own tasks), in
+the order they happen, each with its ``depth`` below the streamed task: order them by arrival,
+and de-duplicate by ``task_id`` and ``seq``.
 """
 
 from __future__ import annotations
@@ -28,6 +32,12 @@ class TaskEvent(BaseModel):
     task_id: str
     seq: int = Field(ge=0)
     occurred_at: datetime
+    depth: int = Field(
+        default=0,
+        ge=0,
+        description="0 for the streamed task's own events; n for an event of a nested agent's "
+        "task n agent calls below it, forwarded into its stream.",
+    )
 
 
 class TaskQueued(TaskEvent):
@@ -271,6 +281,21 @@ class ApprovalResolved(TaskEvent):
     decision: ApprovalDecision
 
 
+class AgentHandoff(TaskEvent):
+    """The task handed a sub-task to an agent, which runs it as a child task.
+
+    Published before the child's first event. ``agent`` is the name it was called by (a
+    specialist, a team's member, an aggregator), ``child_task_id`` its task (``depth`` of the
+    child below the top-level task is in its request's ``parent``).
+    """
+
+    kind: Literal["agent.handoff"] = "agent.handoff"
+    agent: str
+    child_task_id: str
+    sub_task: str
+    call_id: str | None = None
+
+
 AgentEvent = Annotated[
     TaskQueued
     | TaskStarted
@@ -295,7 +320,8 @@ AgentEvent = Annotated[
     | TaskTainted
     | InjectionSuspected
     | ApprovalRequested
-    | ApprovalResolved,
+    | ApprovalResolved
+    | AgentHandoff,
     Field(discriminator="kind"),
 ]
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from shared.agent_protocol.approval import ApprovalDecision, ApprovalRequest
 from shared.agent_protocol.events import (
+    AgentHandoff,
     ApprovalRequested,
     ApprovalResolved,
     InjectionSuspected,
@@ -77,7 +78,8 @@ ProtocolMessage = Annotated[
     | ToolHookApplied
     | InjectionSuspected
     | ApprovalRequested
-    | ApprovalResolved,
+    | ApprovalResolved
+    | AgentHandoff,
     Field(discriminator="kind"),
 ]
 """Any message that crosses a layer or a process, told apart by its ``kind``."""

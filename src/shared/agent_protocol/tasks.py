@@ -28,8 +28,10 @@ class TaskStatus(StrEnum):
         return self in (TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELED)
 
 
-StrategyMode = Literal["react", "plan_execute", "workflow"]
-"""How a task runs; ``workflow`` tasks are started by ``core_agent.workflows.run_workflow``."""
+StrategyMode = Literal["react", "plan_execute", "workflow", "team"]
+"""How a task runs: a model's reason-act loop, a plan, a workflow (started by
+``core_agent.workflows.run_workflow``), or a team of agents (``team``: the members of a team
+the kernel knows by name run as child tasks, see ``AgentKernel.run_team``)."""
 
 
 class UsageLimits(BaseModel):
@@ -68,6 +70,20 @@ class UsageLimits(BaseModel):
         return any(value is not None for value in self.model_dump().values())
 
 
+class ParentTask(BaseModel):
+    """The task a nested agent's task was started by, and where (``TaskRequest.parent``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str = Field(description="The parent task.")
+    depth: int = Field(ge=1, description="How many agent calls below a top-level task: 1, 2...")
+    agent: str = Field(description="The name the parent called the agent by.")
+    span_id: str | None = Field(
+        default=None, description="The parent's span the child ran under (its tool call)."
+    )
+    call_id: str | None = Field(default=None, description="The parent's tool call, if any.")
+
+
 class TaskRequest(BaseModel):
     """What a host asks the kernel to do."""
 
@@ -97,6 +113,11 @@ class TaskRequest(BaseModel):
         "(AGENT_LIMIT_*).",
     )
     metadata: dict[str, Any] = Field(default_factory=dict)
+    parent: ParentTask | None = Field(
+        default=None,
+        description="Set by the kernel on the task of a nested agent (an agent called as a "
+        "tool, a team's member): the task that started it, at what depth.",
+    )
 
 
 _N = TypeVar("_N", int, float)

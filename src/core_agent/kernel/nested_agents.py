@@ -1,0 +1,461 @@
+"""Agents that run inside other agents' tasks: an agent called as a tool, a team's member.
+
+An ``Agent`` is a task template (system prompt, tools, turns, limits) with a name and a
+description. Exposed as a tool of another agent (``AgentKernel.agent_as_tool``), each call
+runs it as a *child task*: a kernel task of its own (row, status, events, spans, ledger), whose
+request names its parent (``TaskRequest.parent``: the parent task, the span of the call, its
+depth). So everything a task has, a child has: approvals reach the same host, a cancel of the
+parent reaches it, a crash is recovered from its own checkpoints.
+
+How a child runs inside its parent (``NestedAgents.run``):
+
+* depth: a call that would go deeper than ``AGENT_MAX_AGENT_DEPTH`` is refused with a tool
+  error the model reads;
+* the parent publishes an ``agent.handoff`` event (made durable first), then the child runs
+  with its writes apart from the parent's open unit of work (``independent_work``), so its
+  events are published as they happen and a stream of the parent carries them in order
+  (``TaskTree``);
+* its id follows from the parent's call (its idempotency key), so a parent resumed after a
+  crash finds the child again: finished, its result is reused; left running, it is resumed;
+  waiting for a human, the parent waits with it;
+* when it ends, its usage is added to the parent's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import anyio
+from pydantic import BaseModel
+
+from core_agent.contracts.errors import (
+    InvalidTransitionError,
+    TaskNotFoundError,
+    ToolArgumentsError,
+    ToolExecutionError,
+    UsageError,
+)
+from core_agent.contracts.event_bus import IEventBus
+from core_agent.contracts.executor import ExecutionContext
+from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.tool import (
+    TOOL_NAME_PATTERN,
+    Capability,
+    ITool,
+    ToolAssessment,
+    ToolContext,
+    ToolSpec,
+)
+from shared.agent_protocol import (
+    AgentHandoff,
+    ParentTask,
+    RiskLevel,
+    StrategyMode,
+    TaskQueued,
+    TaskRequest,
+    TaskResult,
+    TaskState,
+    TaskStatus,
+    UsageLimits,
+)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A named task template: what runs when another agent (or a team) hands it a sub-task.
+
+    ``tools`` names the tools its tasks may use (all the kernel's when ``None``, agents
+    included, down to the depth limit); the other fields are those of ``TaskRequest``.
+    ``task_template`` phrases a sub-task handed to it (``{task}`` stands for the sub-task):
+    "Check this for security holes: {task}" frames a team's shared task for one member.
+    ``timeout_s`` bounds one call of it as a tool (none by default: its own ``limits`` and
+    ``max_turns`` bound it).
+
+    Raises:
+        UsageError: The name is not a valid tool name, the description is empty, or the
+            template lacks ``{task}``.
+    """
+
+    name: str
+    description: str
+    system_prompt: str | None = None
+    tools: tuple[str, ...] | None = None
+    max_turns: int | None = None
+    limits: UsageLimits | None = None
+    force_mode: StrategyMode | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    task_template: str = "{task}"
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        check_name(self.name, "an agent")
+        if not self.description.strip():
+            raise UsageError(f"agent {self.name!r} needs a description (the model reads it)")
+        if "{task}" not in self.task_template:
+            raise UsageError(f"agent {self.name!r}: task_template must contain {{task}}")
+        if self.tools is not None and isinstance(self.tools, str):
+            raise UsageError(f"agent {self.name!r}: tools is a tuple of names, not a string")
+
+    def request(self, task: str, *, parent: ParentTask | None = None) -> TaskRequest:
+        """The request of a task of this agent working on ``task``."""
+        return TaskRequest(
+            task=self.task_template.replace("{task}", task),
+            system_prompt=self.system_prompt,
+            tools=self.tools,
+            max_turns=self.max_turns,
+            limits=self.limits,
+            force_mode=self.force_mode,
+            metadata=dict(self.metadata),
+            parent=parent,
+        )
+
+
+def check_name(name: str, what: str) -> None:
+    """Refuse a name the model could not call.
+
+    Raises:
+        UsageError: ``name`` is not 1-64 letters, digits, ``_`` or ``-``.
+    """
+    if not TOOL_NAME_PATTERN.match(name):
+        raise UsageError(
+            f"{what} named {name!r} cannot be called by a model: use 1-64 letters, digits, "
+            "'_' or '-'"
+        )
+
+
+class Delegate(Protocol):
+    """Something a task can hand a sub-task to: an ``Agent``, or a ``Team``."""
+
+    @property
+    def name(self) -> str:
+        """The name the caller knows it by (its tool name)."""
+
+    @property
+    def description(self) -> str:
+        """What it does, for the model that may call it."""
+
+    def request(self, task: str, *, parent: ParentTask | None = None) -> TaskRequest:
+        """The request of its task on ``task``."""
+
+
+Execute = Callable[[TaskRequest, str], Awaitable[TaskResult]]
+"""Creates and runs a task with the given id to its end (or until it waits for a human)."""
+Resume = Callable[[str], Awaitable[TaskResult]]
+"""Carries on a task left running by a dead process (``AgentKernel.resume``)."""
+Cancel = Callable[[str, str], Awaitable[None]]
+"""Cancels a task wherever it is (``AgentKernel.cancel_task``)."""
+
+
+class NestedAgents:
+    """The kernel's child tasks: runs them, finds them again, links them to their parents."""
+
+    def __init__(
+        self,
+        *,
+        task_store: ITaskStore,
+        event_bus: IEventBus,
+        execute: Execute,
+        resume: Resume,
+        cancel: Cancel,
+        max_depth: int = 3,
+        poll_s: float = 1.0,
+    ) -> None:
+        self._task_store = task_store
+        self._event_bus = event_bus
+        self._execute = execute
+        self._resume = resume
+        self._cancel = cancel
+        self.max_depth = max_depth
+        self._poll_s = poll_s
+        self.running: dict[str, ExecutionContext] = {}
+        """The context of each task that runs in this kernel now, by task id (the kernel
+        keeps it): how a call of an agent tool finds its parent's run."""
+        self._children: dict[str, set[str]] = {}
+
+    def parent_run(self, task_id: str, tool: str) -> ExecutionContext:
+        """The run of ``task_id`` in this kernel, which calls ``tool``.
+
+        Raises:
+            ToolExecutionError: No run of it here (the tool was called outside a task).
+        """
+        context = self.running.get(task_id)
+        if context is None:
+            raise ToolExecutionError(
+                f"{tool} runs an agent as a child task, so it can only be called from a task "
+                "that runs in this kernel",
+                tool_name=tool,
+            )
+        return context
+
+    def descendants(self, task_id: str) -> Iterator[str]:
+        """The child tasks running under ``task_id`` here, deepest first."""
+        for child in list(self._children.get(task_id, ())):
+            yield from self.descendants(child)
+            yield child
+
+    async def run(
+        self,
+        parent: ExecutionContext,
+        delegate: Delegate,
+        sub_task: str,
+        *,
+        key: str | None,
+        span_id: str | None = None,
+        call_id: str | None = None,
+    ) -> TaskResult:
+        """Run ``delegate`` on ``sub_task`` as a child task of ``parent``'s task, to its end.
+
+        ``key`` names the call for good (the ledger's idempotency key, a team's member slot):
+        the same key finds the same child again (see the module). Without one, every call
+        starts a new child.
+
+        Raises:
+            ToolExecutionError: The child would be deeper than the depth limit (nothing ran).
+        """
+        parent_task = parent.task.task_id
+        link = parent.task.request.parent
+        depth = (link.depth if link is not None else 0) + 1
+        if depth > self.max_depth:
+            raise ToolExecutionError(
+                f"{delegate.name} would run at depth {depth}, deeper than nested agents may go "
+                f"(AGENT_MAX_AGENT_DEPTH={self.max_depth}); do this part without it",
+                tool_name=delegate.name,
+            )
+        child_id = child_task_id(parent_task, key)
+        request = delegate.request(
+            sub_task,
+            parent=ParentTask(
+                task_id=parent_task,
+                depth=depth,
+                agent=delegate.name,
+                span_id=span_id or parent.task.parent_span_id,
+                call_id=call_id,
+            ),
+        )
+        await parent.emit(
+            AgentHandoff,
+            agent=delegate.name,
+            child_task_id=child_id,
+            sub_task=sub_task,
+            call_id=call_id,
+        )
+        # Durable and published before the child's first event, whose stream follows it.
+        await parent.flush()
+        children = self._children.setdefault(parent_task, set())
+        children.add(child_id)
+        try:
+            with self._task_store.independent_work():
+                if parent.run.resuming and key is not None:
+                    result = await self._run_or_find(request, child_id)
+                else:  # a fresh run's keys are new: its children are too
+                    result = await self._execute(request, child_id)
+                if result.status is TaskStatus.WAITING_APPROVAL:
+                    # The child waits for a human (durably: nobody to ask now); so does the
+                    # parent, running, until whoever answers carries the child to its end.
+                    result = await self._until_ended(child_id)
+        finally:
+            children.discard(child_id)
+            if not children:
+                self._children.pop(parent_task, None)
+        parent.run.stats.usage = parent.run.stats.usage + result.usage
+        return result
+
+    async def _run_or_find(self, request: TaskRequest, child_id: str) -> TaskResult:
+        """Start the child, or carry on the one an earlier run of the parent started."""
+        try:
+            state = await self._task_store.get_task(child_id)
+        except TaskNotFoundError:
+            return await self._execute(request, child_id)
+        if state.status.is_terminal or state.status is TaskStatus.WAITING_APPROVAL:
+            return result_of(state)
+        try:
+            return await self._resume(child_id)
+        except UsageError:
+            # It runs in a live process (recovery took it over first): wait for its end.
+            return await self._until_ended(child_id)
+
+    async def _until_ended(self, child_id: str) -> TaskResult:
+        """Wait for the child to end, wherever it is carried on; cancel it if we are."""
+        ended = anyio.Event()
+
+        def watch(event: BaseModel) -> None:
+            if (
+                getattr(event, "task_id", None) == child_id
+                and getattr(event, "kind", "") in _ENDINGS
+            ):
+                ended.set()
+
+        subscription = self._event_bus.subscribe(None, watch)
+        try:
+            while True:
+                state = await self._task_store.get_task(child_id)
+                if state.status.is_terminal:
+                    return result_of(state)
+                # The event wakes us at once in this process; the poll finds an ending
+                # written by another one.
+                with anyio.move_on_after(self._poll_s):
+                    await ended.wait()
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                # It may have ended meanwhile.
+                with contextlib.suppress(InvalidTransitionError, UsageError):
+                    await self._cancel(child_id, "its parent task was canceled")
+            raise
+        finally:
+            subscription.cancel()
+
+
+_ENDINGS = frozenset({"task.succeeded", "task.failed", "task.canceled"})
+
+
+def child_task_id(parent_task_id: str, key: str | None) -> str:
+    """The id of the child task a call ``key`` of ``parent_task_id`` runs (random without)."""
+    if key is None:
+        return uuid.uuid4().hex
+    return hashlib.sha256(f"{parent_task_id}\0{key}".encode()).hexdigest()[:32]
+
+
+def result_of(state: TaskState) -> TaskResult:
+    """A stored task as a result (for a child found again rather than run)."""
+    return TaskResult(
+        task_id=state.task_id,
+        session_id=state.session_id,
+        trace_id=state.trace_id,
+        status=state.status,
+        output=state.output,
+        error=state.error,
+        usage=state.usage,
+    )
+
+
+def delegation_outcome(name: str, result: TaskResult) -> str:
+    """The child's answer, for the parent's model.
+
+    Raises:
+        ToolExecutionError: The child did not succeed (the reason, for the model).
+    """
+    if result.status is TaskStatus.SUCCEEDED:
+        return result.output or ""
+    raise ToolExecutionError(
+        f"agent {name} ({result.task_id}) ended {result.status.value}: "
+        f"{result.error or 'no reason given'}",
+        tool_name=name,
+    )
+
+
+_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "task": {
+            "type": "string",
+            "minLength": 1,
+            "description": "The sub-task, complete in itself: the agent sees nothing else of "
+            "this conversation.",
+        }
+    },
+    "required": ["task"],
+    "additionalProperties": False,
+}
+
+
+class AgentTool(ITool):
+    """An agent (or a team) as a tool: each call runs it as a child task (see the module).
+
+    It declares what its agent's tools may do (so policy rules about capabilities match it),
+    is not idempotent (each call is a new task, never answered from an earlier one's result),
+    and is resumable (a call cut by a crash carries on its child task). It grades its own call
+    low: every call its agent makes is graded, and approved, on its own.
+    """
+
+    def __init__(
+        self,
+        delegate: Delegate,
+        runs: NestedAgents,
+        *,
+        capabilities: frozenset[Capability],
+        timeout_s: float | None = None,
+    ) -> None:
+        check_name(delegate.name, "an agent tool")
+        self.delegate = delegate
+        self._runs = runs
+        self._spec = ToolSpec(
+            name=delegate.name,
+            description=delegate.description,
+            parameters=_PARAMETERS,
+            capabilities=capabilities,
+            idempotent=False,
+            timeout_s=timeout_s if timeout_s is not None else math.inf,
+            resumable=True,
+        )
+
+    @property
+    def spec(self) -> ToolSpec:
+        """See ``ITool.spec``."""
+        return self._spec
+
+    def validate_arguments(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A non-empty ``task`` string, nothing else (see ``ITool.validate_arguments``)."""
+        task = arguments.get("task")
+        extra = sorted(set(arguments) - {"task"})
+        if not isinstance(task, str) or not task.strip():
+            raise ToolArgumentsError(
+                f"invalid arguments for tool {self._spec.name!r}: task: give the sub-task as "
+                "a non-empty string",
+                tool_name=self._spec.name,
+            )
+        if extra:
+            raise ToolArgumentsError(
+                f"invalid arguments for tool {self._spec.name!r}: unexpected {', '.join(extra)}"
+                " (it takes only task)",
+                tool_name=self._spec.name,
+            )
+        return {"task": task}
+
+    def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
+        """Low: the agent's own calls are graded one by one (see the class)."""
+        return ToolAssessment(risk=RiskLevel.LOW, details={"agent": self._spec.name})
+
+    async def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        """Run the agent on ``task`` as a child task of the caller's; its answer."""
+        parent = self._runs.parent_run(context.task_id, self._spec.name)
+        result = await self._runs.run(
+            parent,
+            self.delegate,
+            str(arguments["task"]),
+            key=context.idempotency_key,
+            span_id=context.span_id,
+            call_id=context.call_id,
+        )
+        return delegation_outcome(self._spec.name, result)
+
+
+class TaskTree:
+    """The tasks one stream follows: its own, and the nested agents' tasks started under it.
+
+    A child is recognised by its first event (``task.queued``, whose request names its
+    parent); its events are forwarded with their depth below the streamed task.
+    """
+
+    def __init__(self, root: str) -> None:
+        self._depths = {root: 0}
+
+    def admit(self, event: BaseModel) -> BaseModel | None:
+        """``event`` as the stream gives it (with its depth), or ``None`` if not ours."""
+        task_id = getattr(event, "task_id", None)
+        if not isinstance(task_id, str):
+            return None
+        depth = self._depths.get(task_id)
+        if depth is None:
+            if not isinstance(event, TaskQueued) or event.request.parent is None:
+                return None
+            above = self._depths.get(event.request.parent.task_id)
+            if above is None:
+                return None
+            depth = self._depths[task_id] = above + 1
+        return event if depth == 0 else event.model_copy(update={"depth": depth})
