@@ -27,6 +27,7 @@ from core_agent.workflows import (
     rerun_workflow,
     resume_workflow,
     run_workflow,
+    workflow_request,
     workflow_snapshot,
 )
 from core_agent.workflows.registry import forget
@@ -345,14 +346,16 @@ async def test_an_agent_node_is_a_child_task_whose_approval_reaches_the_host(tmp
     )
     async with create_kernel(settings, tools=[pay], approval_callback=approve) as kernel:
         result = await run_workflow(kernel, workflow, Notes())
-        child_id = f"{result.task_id}.0.ask"
-        child = await kernel.get_task(child_id)
         spans = [s for s in await kernel.task_spans(result.task_id) if s.kind == "step"]
+        child_id = spans[0].attributes["child_task_id"]
+        child = await kernel.get_task(child_id)
     assert result.state is not None, result.task.error
     assert result.state.answer == "The plumber is paid."
     assert [r.task_id for r in asked] == [child_id] and paid == ["plumber"]
     assert child.status is TaskStatus.SUCCEEDED
-    assert spans[0].attributes["child_task_id"] == child_id
+    assert child.request.parent is not None
+    assert child.request.parent.task_id == result.task_id
+    assert child.request.parent.span_id == spans[0].span_id
 
 
 async def test_canceling_a_workflow_task_stops_its_running_nodes(settings) -> None:
@@ -393,3 +396,75 @@ async def test_a_state_of_another_type_is_refused_before_any_task(settings) -> N
         with pytest.raises(UsageError, match="runs over Notes, not Other"):
             await run_workflow(kernel, Workflow("jump", Notes).node("a", noop), Other())
         assert await kernel.list_tasks() == []
+
+
+def _script(tmp_path: Path, steps: list[dict]) -> Path:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(steps))
+    return script
+
+
+async def test_an_agent_nodes_events_reach_the_workflows_stream_one_level_down(tmp_path) -> None:
+    settings = AgentSettings(
+        data_dir=tmp_path / "data",
+        scripted_model_script=_script(tmp_path, [{"content": "Done by the agent."}]),
+    )
+    workflow = Workflow("streams", Notes).agent(
+        "ask", lambda s: TaskRequest(task="Say done"), output="answer"
+    )
+    forget("streams")
+    async with create_kernel(settings) as kernel:
+        request = workflow_request(workflow, Notes())
+        events = [e async for e in kernel.stream_task(request, task_id="wf-stream")]
+        child = next(e for e in events if getattr(e, "depth", 0) == 1)
+        stored = await kernel.get_task(child.task_id)
+        final = await kernel.get_task("wf-stream")
+    assert final.status is TaskStatus.SUCCEEDED, final.error
+    assert stored.request.parent is not None and stored.request.parent.task_id == "wf-stream"
+    assert stored.request.parent.depth == 1
+    child_kinds = [e.kind for e in events if e.task_id == child.task_id]
+    assert child_kinds[0] == "task.queued" and child_kinds[-1] == "task.succeeded"
+    assert all(getattr(e, "depth", 0) == 1 for e in events if e.task_id == child.task_id)
+    assert events[-1].task_id == "wf-stream" and events[-1].kind == "task.succeeded"
+
+
+async def test_canceling_a_workflow_cancels_its_running_agent_node_child(tmp_path) -> None:
+    entered = anyio.Event()
+
+    @tool
+    async def wait_long(topic: str) -> str:
+        """Wait for a long time."""
+        entered.set()
+        await anyio.sleep_forever()
+        return topic
+
+    settings = AgentSettings(
+        data_dir=tmp_path / "data",
+        scripted_model_script=_script(
+            tmp_path,
+            [
+                {"tool_calls": [{"name": "wait_long", "arguments": {"topic": "x"}}]},
+                {"content": "never"},
+            ],
+        ),
+    )
+    workflow = Workflow("cancels", Notes).agent(
+        "ask", lambda s: TaskRequest(task="Wait"), output="answer"
+    )
+    forget("cancels")
+    async with create_kernel(settings, tools=[wait_long]) as kernel:
+        outcome = []
+
+        async def run() -> None:
+            outcome.append(await run_workflow(kernel, workflow, Notes(), task_id="wf-c"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await entered.wait()
+            await kernel.cancel_task("wf-c", "enough")
+        children = [t for t in await kernel.list_tasks() if t.task_id != "wf-c"]
+    assert outcome[0].status is TaskStatus.CANCELED
+    assert len(children) == 1
+    assert children[0].status is TaskStatus.CANCELED
+    assert children[0].request.parent is not None
+    assert children[0].request.parent.task_id == "wf-c"

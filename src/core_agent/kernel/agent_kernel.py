@@ -418,6 +418,11 @@ class AgentKernel:
             )
         return response_model.model_validate(result.structured_output)
 
+    @property
+    def nested_agents(self) -> NestedAgents:
+        """The kernel's child tasks: how an executor (a workflow's) runs tasks under its own."""
+        return self._nested
+
     def stream_task(
         self, request: TaskRequest, *, task_id: str | None = None
     ) -> AsyncGenerator[AgentEvent, None]:

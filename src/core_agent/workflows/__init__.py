@@ -13,6 +13,7 @@ from core_agent.workflows.workflow_runs import (
     rerun_workflow,
     resume_workflow,
     run_workflow,
+    workflow_request,
     workflow_snapshot,
 )
 
@@ -31,5 +32,6 @@ __all__ = [
     "rerun_workflow",
     "resume_workflow",
     "run_workflow",
+    "workflow_request",
     "workflow_snapshot",
 ]

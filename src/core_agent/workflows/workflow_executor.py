@@ -22,11 +22,15 @@ Policies:
   jump, the one added to the workflow first wins; the others' jumps are dropped (logged), and
   so are the nodes the layer's other nodes chose. Every node's state update is merged either
   way.
-- **Agent and sub-workflow nodes** run as child tasks with ids derived from the workflow
-  task's (``<task>.<layer>.<node>``), so a resumed workflow finds a child it had started: a
-  finished child's answer is reused, an unfinished one is resumed (or waited for). A child
-  waiting for a human keeps the node (and the workflow task, which stays ``running``) waiting
-  until it is decided, by the kernel's approver or ``resolve_approval``.
+- **Agent and sub-workflow nodes** run as child tasks of the workflow task, as nested agents
+  do (``kernel.nested_agents``): the child's request names the workflow task as its parent
+  (depth counted against ``AGENT_MAX_AGENT_DEPTH``), a stream of the workflow task carries
+  the child's events one level down, and a cancel of the workflow task cancels it. Its id
+  follows from the workflow task, the layer and the node, so a resumed workflow finds a
+  child it had started: a finished child's answer is reused, an unfinished one is resumed
+  (or waited for). A child waiting for a human keeps the node (and the workflow task, which
+  stays ``running``) waiting until it is decided, by the kernel's approver or
+  ``resolve_approval``. Its usage is added to the workflow task's once, when it ends.
 - **A crash** (the process killed): the task is recovered like any other; the run goes on
   from the last completed layer, which is not run again.
 """
@@ -48,7 +52,7 @@ from core_agent.contracts.errors import (
     CorruptStateError,
     DefinitionNotLoadedError,
     RunError,
-    TaskNotFoundError,
+    ToolExecutionError,
     UsageError,
 )
 from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
@@ -67,10 +71,10 @@ from core_agent.workflows.graph import (
 from core_agent.workflows.registry import registered
 from core_agent.workflows.state_merge import merge_layer, node_updates
 from shared.agent_protocol import (
+    ParentTask,
     StrategyMode,
     TaskRequest,
     TaskResult,
-    TaskState,
     TaskStatus,
     TokenUsage,
     WorkflowNodeFinished,
@@ -113,9 +117,8 @@ class WorkflowExecutor(IExecutor):
     """The ``workflow`` strategy: runs a registered workflow's graph (see the module).
 
     ``checkpoints`` keep each task's ``WorkflowCheckpoint``; ``trace_store`` gets the node
-    spans. Agent and sub-workflow nodes run child tasks on the kernel given to ``attach``
-    (``create_kernel`` attaches it); ``child_poll_s`` is how often a child that waits for a
-    human is looked at.
+    spans. Agent and sub-workflow nodes run as child tasks (``nested_agents``) of the
+    workflow task on the kernel given to ``attach`` (``create_kernel`` attaches it).
     """
 
     def __init__(
@@ -123,11 +126,9 @@ class WorkflowExecutor(IExecutor):
         *,
         checkpoints: ICheckpointStore,
         trace_store: ITraceStore,
-        child_poll_s: float = 0.2,
     ) -> None:
         self._checkpoints = checkpoints
         self._trace_store = trace_store
-        self._child_poll_s = child_poll_s
         self._kernel: AgentKernel | None = None
 
     def attach(self, kernel: AgentKernel) -> None:
@@ -220,56 +221,10 @@ class WorkflowExecutor(IExecutor):
         """Persist ``checkpoint`` (in the caller's unit of work)."""
         await self._checkpoints.save(context.task.task_id, CHECKPOINT_KEY, checkpoint)
 
-    async def child(self, task_id: str, start: Any) -> TaskResult:
-        """The result of child task ``task_id``: started by ``start(task_id)`` if new.
-
-        A child left by an earlier run of the workflow is reused when it succeeded, resumed
-        when its process died, and waited for while it runs elsewhere or waits for a human.
-        """
-        kernel = self.kernel
-        try:
-            existing: TaskState | None = await kernel.get_task(task_id)
-        except TaskNotFoundError:
-            existing = None
-        if existing is None:
-            result: TaskResult = await start(task_id)
-        elif existing.status.is_terminal:
-            return _result_of(existing)
-        elif existing.status in (TaskStatus.QUEUED, TaskStatus.RUNNING):
-            try:
-                result = await kernel.resume(task_id, reason="its workflow resumed")
-            except UsageError:
-                result = await self._wait(task_id)  # it runs elsewhere (or is recovered here)
-        else:
-            result = await self._wait(task_id)
-        if result.status is TaskStatus.WAITING_APPROVAL:
-            result = await self._wait(task_id)
-        return result
-
-    async def _wait(self, task_id: str) -> TaskResult:
-        """Until child ``task_id`` ends (decided by a human, or run by another kernel)."""
-        while True:
-            state = await self.kernel.get_task(task_id)
-            if state.status.is_terminal:
-                return _result_of(state)
-            await anyio.sleep(self._child_poll_s)
-
 
 @asynccontextmanager
 async def _nothing() -> AsyncIterator[None]:
     yield
-
-
-def _result_of(state: TaskState) -> TaskResult:
-    return TaskResult(
-        task_id=state.task_id,
-        session_id=state.session_id,
-        trace_id=state.trace_id,
-        status=state.status,
-        output=state.output,
-        error=state.error,
-        usage=state.usage,
-    )
 
 
 class _WorkflowRun:
@@ -409,8 +364,8 @@ class _WorkflowRun:
         writes = [(name, results[name].updates) for name in layer]
         self._state = merge_layer(given, number, writes, workflow.reducers)
         added = sum((results[name].usage for name in layer), start=TokenUsage())
+        # Only the checkpoint's count: the task's own got each child's as it ended.
         usage = position.usage + added
-        context.run.stats.usage = context.run.stats.usage + added
         jump, jumper = None, None
         for name in layer:
             asked = results[name].jump
@@ -548,25 +503,40 @@ class _WorkflowRun:
             span.attributes["updated"] = sorted(updates)
             return _NodeResult(updates, jump, usage)
 
-    def _child_id(self, name: str, layer: int) -> str:
-        return f"{self._context.task.task_id}.{layer}.{name}"
+    async def _run_child(
+        self, name: str, layer: int, request: TaskRequest, span: OpenSpan
+    ) -> TaskResult:
+        """Run ``request`` as the child task of node ``name`` in ``layer`` (nested agents).
+
+        The child names the workflow task as its parent (so a stream of the workflow carries
+        its events, a cancel of the workflow reaches it, and it counts against the depth
+        limit), and its id follows from the layer and node: a resumed workflow finds it
+        again (reused if it ended, resumed if its process died, waited for if a human is to
+        answer). Its usage is added to the workflow task's when it ends.
+        """
+        runs = self._executor.kernel.nested_agents
+        delegate = _NodeDelegate(name, f"workflow node {name}", request)
+        try:
+            result = await runs.run(
+                self._context,
+                delegate,
+                request.task,
+                key=f"workflow node {layer}.{name}",
+                span_id=span.span_id,
+            )
+        except ToolExecutionError as exc:  # refused: deeper than the depth limit
+            raise WorkflowNodeError(f"node {name!r}: {exc}", node=name, layer=layer) from exc
+        span.attributes["child_task_id"] = result.task_id
+        return result
 
     async def _run_agent(
         self, name: str, body: AgentNode, state: BaseModel, layer: int, span: OpenSpan
     ) -> tuple[Any, TokenUsage]:
-        request = body.request(state)
-        kernel = self._executor.kernel
-        child_id = self._child_id(name, layer)
-        span.attributes["child_task_id"] = child_id
-
-        async def start(task_id: str) -> TaskResult:
-            return await kernel.execute_task(request, task_id=task_id)
-
-        result = await self._executor.child(child_id, start)
+        result = await self._run_child(name, layer, body.request(state), span)
         if result.status is not TaskStatus.SUCCEEDED:
             raise WorkflowNodeError(
-                f"agent node {name!r}: its task {child_id} ended {result.status.value}: "
-                f"{result.error}",
+                f"agent node {name!r}: its task {result.task_id} ended "
+                f"{result.status.value}: {result.error}",
                 node=name,
                 layer=layer,
             )
@@ -575,24 +545,29 @@ class _WorkflowRun:
     async def _run_subworkflow(
         self, name: str, body: SubworkflowNode, state: BaseModel, layer: int, span: OpenSpan
     ) -> tuple[Any, TokenUsage]:
-        from core_agent.workflows.workflow_runs import run_workflow  # runs import this module
+        from core_agent.workflows.workflow_runs import workflow_request  # imports this module
 
-        child_input = body.input(state)
-        child_id = self._child_id(name, layer)
-        span.attributes["child_task_id"] = child_id
-        kernel = self._executor.kernel
-
-        async def start(task_id: str) -> TaskResult:
-            return (await run_workflow(kernel, body.workflow, child_input, task_id=task_id)).task
-
-        result = await self._executor.child(child_id, start)
-        saved = await self._executor.checkpoint(child_id)
+        request = workflow_request(body.workflow, body.input(state))
+        result = await self._run_child(name, layer, request, span)
+        saved = await self._executor.checkpoint(result.task_id)
         if result.status is not TaskStatus.SUCCEEDED or saved is None:
             raise WorkflowNodeError(
-                f"workflow node {name!r}: its task {child_id} ended {result.status.value}: "
-                f"{result.error}",
+                f"workflow node {name!r}: its task {result.task_id} ended "
+                f"{result.status.value}: {result.error}",
                 node=name,
                 layer=layer,
             )
         final = body.workflow.state_type.model_validate(saved.state)
         return body.output(state, final), result.usage
+
+
+@dataclass(frozen=True, slots=True)
+class _NodeDelegate:
+    """An agent or sub-workflow node as ``NestedAgents`` runs it: its request, as built."""
+
+    name: str
+    description: str
+    prepared: TaskRequest
+
+    def request(self, task: str, *, parent: ParentTask | None = None) -> TaskRequest:
+        return self.prepared.model_copy(update={"parent": parent})

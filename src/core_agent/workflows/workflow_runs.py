@@ -95,6 +95,42 @@ def build_workflow_executor(
     return WorkflowExecutor(checkpoints=checkpoints, trace_store=trace_store)
 
 
+def workflow_request(
+    workflow: Workflow[S],
+    state: S,
+    *,
+    task: str | None = None,
+    session_id: str | None = None,
+) -> TaskRequest:
+    """The request of a task that runs ``workflow`` from ``state`` (``run_workflow``'s).
+
+    For a host that runs it otherwise, e.g. ``kernel.stream_task(workflow_request(...))``
+    to follow its events (its agent and sub-workflow nodes' come with ``depth`` 1).
+
+    Raises:
+        WorkflowDefinitionError: The graph is not valid.
+        UsageError: ``state`` is not a ``workflow.state_type``.
+    """
+    workflow.build()
+    if not isinstance(state, workflow.state_type):
+        raise UsageError(
+            f"workflow {workflow.name!r} runs over {workflow.state_type.__name__}, "
+            f"not {type(state).__name__}"
+        )
+    return TaskRequest(
+        task=task or f"workflow {workflow.name}",
+        session_id=session_id,
+        force_mode="workflow",
+        metadata={
+            WORKFLOW_METADATA: {
+                "name": workflow.name,
+                "version": workflow.version,
+                "state": state.model_dump(mode="json"),
+            }
+        },
+    )
+
+
 async def run_workflow(
     kernel: AgentKernel,
     workflow: Workflow[S],
@@ -115,25 +151,8 @@ async def run_workflow(
         WorkflowDefinitionError: The graph is not valid (nothing is started).
         UsageError: ``state`` is not a ``workflow.state_type``; the kernel runs no workflows.
     """
-    workflow.build()
-    if not isinstance(state, workflow.state_type):
-        raise UsageError(
-            f"workflow {workflow.name!r} runs over {workflow.state_type.__name__}, "
-            f"not {type(state).__name__}"
-        )
+    request = workflow_request(workflow, state, task=task, session_id=session_id)
     workflow_executor(kernel)
-    request = TaskRequest(
-        task=task or f"workflow {workflow.name}",
-        session_id=session_id,
-        force_mode="workflow",
-        metadata={
-            WORKFLOW_METADATA: {
-                "name": workflow.name,
-                "version": workflow.version,
-                "state": state.model_dump(mode="json"),
-            }
-        },
-    )
     result = await kernel.execute_task(request, task_id=task_id)
     return await _workflow_result(kernel, workflow, result)
 
