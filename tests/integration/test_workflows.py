@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 from core_agent import create_kernel, tool
-from core_agent.contracts.errors import UsageError
+from core_agent.contracts.errors import DefinitionNotLoadedError, UsageError
 from core_agent.contracts.settings import AgentSettings
 from core_agent.workflows import (
     Next,
@@ -468,3 +468,45 @@ async def test_canceling_a_workflow_cancels_its_running_agent_node_child(tmp_pat
     assert children[0].status is TaskStatus.CANCELED
     assert children[0].request.parent is not None
     assert children[0].request.parent.task_id == "wf-c"
+
+
+async def test_resuming_with_a_changed_definition_of_the_same_name_and_version_is_refused(
+    tmp_path,
+) -> None:
+    effects = tmp_path / "effects.txt"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AGENT_")},
+        "AGENT_DATA_DIR": str(tmp_path / "data"),
+        "WORKFLOW_EFFECTS": str(effects),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path]),
+    }
+    task_id = crash_in_second_layer(env).split()[1]
+
+    class Trail(BaseModel):  # the same state; the graph below is another one
+        log: Annotated[list[str], append] = []
+
+    ran: list[str] = []
+
+    async def step(state: Trail) -> dict[str, list[str]]:
+        ran.append("step")
+        return {"log": ["other"]}
+
+    forget("crash-after-first-layer")
+    changed = (
+        Workflow("crash-after-first-layer", Trail)
+        .node("first", step)
+        .node("audit", step)
+        .node("third", step)
+        .edge("first", "audit")
+        .edge("audit", "third")
+    )
+    try:
+        settings = AgentSettings(data_dir=tmp_path / "data", recovery="off")
+        async with create_kernel(settings) as kernel:
+            with pytest.raises(DefinitionNotLoadedError, match="different definition"):
+                await resume_workflow(kernel, changed, task_id)
+            stored = await kernel.get_task(task_id)
+    finally:
+        forget("crash-after-first-layer")
+    assert ran == []  # nothing of the other graph ran over the task's checkpoint
+    assert stored.status is TaskStatus.RUNNING  # left for a process with its definition

@@ -26,6 +26,8 @@ class WorkflowCheckpoint(Checkpoint):
     version: Literal[1] = 1
     workflow: str
     workflow_version: int
+    shape: str | None = None
+    """The workflow's ``shape`` (``None`` in a checkpoint written before shapes existed)."""
     state: dict[str, Any]
     layers: int = Field(ge=0)
     pass_start: str

@@ -16,7 +16,10 @@ earlier node (a loop), ends the pass: the run goes on with a new pass from that 
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import json
+import re
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -154,6 +157,9 @@ class Workflow(Generic[S]):
         self._graph = _Graph()
         self._entry: str | None = None
         self._built = False
+        self.shape = ""
+        """A digest of the graph's structure and state fields, set by ``build``: a task
+        records it, and is resumed only by a workflow of the same shape (see ``registry``)."""
         self._passes: dict[str, Pass] = {}
         self._out_edges: dict[str, list[Edge]] = {}
         self._out_routes: dict[str, list[Route]] = {}
@@ -283,6 +289,7 @@ class Workflow(Generic[S]):
         for route in self._graph.routes:
             self._out_routes.setdefault(route.source, []).append(route)
         self._built = True
+        self.shape = _shape_of(self.entry, self._graph, self.state_type, self.reducers)
         register(self)
         return self
 
@@ -462,6 +469,42 @@ class Workflow(Generic[S]):
                 layer=layer,
             ) from exc
         return list(dict.fromkeys(chosen))
+
+
+def _shape_of(
+    entry: str, graph: _Graph, state: type[BaseModel], reducers: Mapping[str, Reducer]
+) -> str:
+    """A digest of what a checkpoint's meaning depends on.
+
+    The nodes, edges, routes, jumps, the entry and the state's fields (names, types,
+    reducers); not the nodes' code: a fixed bug in a node does not make its tasks unresumable.
+    """
+
+    def named(annotation: Any) -> str:
+        # Without module paths: a class is __main__.X in a script and pkg.X when imported.
+        return re.sub(r"(?:\w+\.)+(\w+)", r"\1", repr(annotation))
+
+    described = {
+        "entry": entry,
+        "nodes": [
+            [
+                spec.name,
+                spec.kind,
+                list(spec.jumps),
+                [spec.body.workflow.name, spec.body.workflow.version]
+                if isinstance(spec.body, SubworkflowNode)
+                else None,
+            ]
+            for spec in graph.nodes.values()
+        ],
+        "edges": [[e.source, e.target, e.when is not None] for e in graph.edges],
+        "routes": [[r.source, list(r.targets)] for r in graph.routes],
+        "state": [
+            [name, named(info.annotation), reducers[name].name if name in reducers else None]
+            for name, info in state.model_fields.items()
+        ],
+    }
+    return hashlib.sha256(json.dumps(described).encode()).hexdigest()[:16]
 
 
 def _answer_into(field_name: str) -> Callable[[Any, TaskResult], NodeUpdate]:

@@ -35,11 +35,12 @@ def register(workflow: Workflow[Any]) -> None:
     _known[workflow.name] = workflow
 
 
-def registered(name: str, version: int) -> Workflow[Any]:
-    """The workflow registered as ``name``, at ``version``.
+def registered(name: str, version: int, shape: str | None = None) -> Workflow[Any]:
+    """The workflow registered as ``name``, at ``version`` (and of ``shape``, when given).
 
     Raises:
-        DefinitionNotLoadedError: None is registered here, or one of another version.
+        DefinitionNotLoadedError: None is registered here, one of another version, or one
+            whose graph or state differs from the one the task was started with.
     """
     workflow = _known.get(name)
     if workflow is None:
@@ -51,6 +52,14 @@ def registered(name: str, version: int) -> Workflow[Any]:
         raise DefinitionNotLoadedError(
             f"workflow {name!r} is registered here at version {workflow.version}, but the task "
             f"was started with version {version}"
+        )
+    if shape is not None and workflow.shape != shape:
+        raise DefinitionNotLoadedError(
+            f"workflow {name!r} version {version} is registered here with a different "
+            "definition (its nodes, edges, routes, jumps or state fields changed) than the "
+            "one the task was started with: its checkpoint would mean something else. Keep "
+            "the old definition registered to finish its tasks, and give the changed one "
+            "another version"
         )
     return workflow
 

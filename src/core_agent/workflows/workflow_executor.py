@@ -91,8 +91,8 @@ WORKFLOW_METADATA = "workflow"
 initial ``state``, and ``from`` (a task whose checkpoint a rerun starts from)."""
 
 
-def workflow_identity(request: TaskRequest) -> tuple[str, int]:
-    """The name and version of the workflow a ``workflow`` task runs.
+def workflow_identity(request: TaskRequest) -> tuple[str, int, str | None]:
+    """The name, version and shape (``Workflow.shape``) of the workflow a task runs.
 
     Raises:
         UsageError: The request does not name one (a task not started by ``run_workflow``).
@@ -103,7 +103,8 @@ def workflow_identity(request: TaskRequest) -> tuple[str, int]:
             "a workflow task's request names its workflow in metadata['workflow']: start "
             "workflows with core_agent.workflows.run_workflow"
         )
-    return spec["name"], int(spec.get("version", 1))
+    shape = spec.get("shape")
+    return spec["name"], int(spec.get("version", 1)), shape if isinstance(shape, str) else None
 
 
 @dataclass(slots=True)
@@ -199,6 +200,7 @@ class WorkflowExecutor(IExecutor):
             return WorkflowCheckpoint(
                 workflow=workflow.name,
                 workflow_version=workflow.version,
+                shape=workflow.shape,
                 state=spec.get("state") or {},
                 layers=0,
                 pass_start=workflow.entry,
@@ -209,6 +211,13 @@ class WorkflowExecutor(IExecutor):
                 task_id,
                 f"the checkpoint was written by workflow {saved.workflow!r} version "
                 f"{saved.workflow_version}, not {workflow.name!r} version {workflow.version}",
+            )
+        if saved.shape is not None and saved.shape != workflow.shape:
+            raise CorruptStateError(
+                task_id,
+                f"the checkpoint was written by another definition of workflow "
+                f"{workflow.name!r} version {workflow.version} (its nodes, edges or state "
+                "fields changed since): give the changed workflow another version",
             )
         stats = context.run.stats
         if saved.usage.input_tokens + saved.usage.output_tokens > (
@@ -394,6 +403,7 @@ class _WorkflowRun:
             following = WorkflowCheckpoint(
                 workflow=workflow.name,
                 workflow_version=workflow.version,
+                shape=workflow.shape,
                 state=self._state.model_dump(mode="json"),
                 layers=number + 1,
                 pass_start=jump.node,

@@ -125,6 +125,7 @@ def workflow_request(
             WORKFLOW_METADATA: {
                 "name": workflow.name,
                 "version": workflow.version,
+                "shape": workflow.shape,
                 "state": state.model_dump(mode="json"),
             }
         },
@@ -187,7 +188,8 @@ async def rerun_workflow(
     completed one left, or from ``state`` (the same state, corrected) when given.
 
     Raises:
-        UsageError: ``task_id`` is not a task of ``workflow``, or has not ended.
+        UsageError: ``task_id`` is not a task of ``workflow`` (or of another definition of
+            it), or has not ended.
     """
     workflow.build()
     stored = await kernel.get_task(task_id)
@@ -197,7 +199,19 @@ async def rerun_workflow(
         raise UsageError(
             f"task {task_id} is {stored.status.value}: resume it (resume_workflow) instead"
         )
-    spec: dict[str, Any] = {"name": workflow.name, "version": workflow.version, "from": task_id}
+    shape = workflow_identity(stored.request)[2]
+    if shape is not None and shape != workflow.shape:
+        raise UsageError(
+            f"task {task_id} ran a different definition of workflow {workflow.name!r} (its "
+            "nodes, edges or state fields changed since): its checkpoint cannot be carried on "
+            "by this one"
+        )
+    spec: dict[str, Any] = {
+        "name": workflow.name,
+        "version": workflow.version,
+        "shape": workflow.shape,
+        "from": task_id,
+    }
     if state is not None:
         spec["state"] = state.model_dump(mode="json")
     request = TaskRequest(
