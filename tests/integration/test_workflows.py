@@ -13,7 +13,7 @@ from typing import Annotated
 
 import anyio
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from core_agent import create_kernel, tool
 from core_agent.contracts.errors import DefinitionNotLoadedError, UsageError
@@ -23,6 +23,7 @@ from core_agent.workflows import (
     Workflow,
     WorkflowDefinitionError,
     WorkflowWarning,
+    add,
     append,
     rerun_workflow,
     resume_workflow,
@@ -510,3 +511,88 @@ async def test_resuming_with_a_changed_definition_of_the_same_name_and_version_i
         forget("crash-after-first-layer")
     assert ran == []  # nothing of the other graph ran over the task's checkpoint
     assert stored.status is TaskStatus.RUNNING  # left for a process with its definition
+
+
+class Bounded(BaseModel):
+    log: Annotated[list[str], append] = []
+    count: Annotated[int, add] = Field(default=0, le=3)
+
+
+async def test_a_merge_that_breaks_the_state_fails_every_node_of_its_layer_in_the_events(
+    settings,
+) -> None:
+    async def start(state: Bounded) -> dict[str, list[str]]:
+        return {"log": ["start"]}
+
+    async def a(state: Bounded) -> dict[str, int]:
+        return {"count": 2}
+
+    async def b(state: Bounded) -> dict[str, int]:
+        return {"count": 2}
+
+    workflow = (
+        Workflow("overflow", Bounded, allow_fan_out=True)
+        .node("start", start)
+        .node("a", a)
+        .node("b", b)
+        .edge("start", "a")
+        .edge("start", "b")
+    )
+    forget("overflow")
+    async with create_kernel(settings) as kernel:
+        result = await run_workflow(kernel, workflow, Bounded())
+        events = await kernel.task_events(result.task_id)
+        rerun = await rerun_workflow(kernel, workflow, result.task_id, state=Bounded(count=-5))
+    assert result.status is TaskStatus.FAILED
+    assert "layer 1 left an invalid state: 'count' (written by 'b')" in result.task.error
+    assert result.state == Bounded(log=["start"])  # the last good layer's, nothing merged
+    finished = {
+        e.node: e.succeeded for e in events if e.kind == "workflow.node_finished" and e.layer == 1
+    }
+    assert finished == {"a": False, "b": False}  # no node of the layer is left "started"
+    assert rerun.status is TaskStatus.SUCCEEDED and rerun.state is not None
+    assert rerun.state.count == -1
+
+
+async def test_a_failing_node_cancels_its_siblings_agent_child_task(tmp_path) -> None:
+    entered = anyio.Event()
+
+    @tool
+    async def wait_long(topic: str) -> str:
+        """Wait for a long time."""
+        entered.set()
+        await anyio.sleep_forever()
+        return topic
+
+    async def broken(state: Notes) -> None:
+        await entered.wait()
+        raise RuntimeError("broken node")
+
+    settings = AgentSettings(
+        data_dir=tmp_path / "data",
+        scripted_model_script=_script(
+            tmp_path, [{"tool_calls": [{"name": "wait_long", "arguments": {"topic": "x"}}]}]
+        ),
+    )
+    workflow = (
+        Workflow("sibling", Notes, allow_fan_out=True)
+        .node("start", _nothing_node)
+        .agent("ask", lambda s: TaskRequest(task="Wait"), output="answer")
+        .node("broken", broken)
+        .edge("start", "ask")
+        .edge("start", "broken")
+    )
+    forget("sibling")
+    async with create_kernel(settings, tools=[wait_long]) as kernel:
+        result = await run_workflow(kernel, workflow, Notes())
+        children = [t for t in await kernel.list_tasks() if t.task_id != result.task_id]
+        events = await kernel.task_events(result.task_id)
+    assert result.status is TaskStatus.FAILED
+    assert "node 'broken' failed: RuntimeError: broken node" in result.task.error
+    assert [c.status for c in children] == [TaskStatus.CANCELED]  # not left running
+    finished = {e.node: e.succeeded for e in events if e.kind == "workflow.node_finished"}
+    assert finished == {"start": True, "ask": False, "broken": False}
+
+
+async def _nothing_node(state: Notes) -> None:
+    return None

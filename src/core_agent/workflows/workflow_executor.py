@@ -42,7 +42,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 from pydantic import BaseModel, ValidationError
@@ -369,9 +369,12 @@ class _WorkflowRun:
             for name in layer:
                 group.start_soon(run_node, name)
         if failures:
-            await self._fail(failures, number)
+            await self._fail(failures, number, layer)
         writes = [(name, results[name].updates) for name in layer]
-        self._state = merge_layer(given, number, writes, workflow.reducers)
+        try:
+            self._state = merge_layer(given, number, writes, workflow.reducers)
+        except WorkflowNodeError as exc:
+            await self._fail({exc.node: exc}, number, layer)
         added = sum((results[name].usage for name in layer), start=TokenUsage())
         # Only the checkpoint's count: the task's own got each child's as it ended.
         usage = position.usage + added
@@ -392,13 +395,17 @@ class _WorkflowRun:
                 )
         picked: list[str] = []
         if jump is None:
-            for name in layer:
-                for target in workflow.successors(name, self._state, number):
-                    if (name, target) in plan.back_edges:
-                        if jump is None:  # a loop back: a jump without data
-                            jump, jumper = Next(target), name
-                    else:
-                        picked.append(target)
+            try:
+                for name in layer:
+                    for target in workflow.successors(name, self._state, number):
+                        if (name, target) in plan.back_edges:
+                            if jump is None:  # a loop back: a jump without data
+                                jump, jumper = Next(target), name
+                        else:
+                            picked.append(target)
+            except WorkflowNodeError as exc:
+                self._state = given  # nothing of the layer is kept
+                await self._fail({exc.node: exc}, number, layer)
         if jump is not None:
             following = WorkflowCheckpoint(
                 workflow=workflow.name,
@@ -439,8 +446,15 @@ class _WorkflowRun:
             await self._executor.save(context, following)
         return following, jump is not None
 
-    async def _fail(self, failures: dict[str, BaseException], layer: int) -> None:
-        """Record the failed node(s) and raise: the checkpoint stays at the last good layer."""
+    async def _fail(
+        self, failures: dict[str, BaseException], layer: int, nodes: list[str]
+    ) -> NoReturn:
+        """Record the layer's end and raise: the checkpoint stays at the last good layer.
+
+        Every node of the layer gets its ``workflow.node_finished`` (not succeeded): the
+        failed ones with their error, the others (canceled, or done but not merged) with the
+        failure that undid them.
+        """
         first = min(failures, key=self._order.__getitem__)
         exc = failures[first]
         message = (
@@ -449,14 +463,18 @@ class _WorkflowRun:
             else f"node {first!r} failed: {type(exc).__name__}: {exc}"
         )
         async with self._context.unit_of_work():
-            for name in sorted(failures, key=self._order.__getitem__):
-                failure = failures[name]
+            for name in nodes:
+                failure = failures.get(name)
                 await self._context.emit(
                     WorkflowNodeFinished,
                     node=name,
                     layer=layer,
                     succeeded=False,
-                    error=f"{type(failure).__name__}: {failure}",
+                    error=(
+                        f"{type(failure).__name__}: {failure}"
+                        if failure is not None
+                        else f"not kept: the layer failed ({message})"
+                    ),
                 )
         raise WorkflowNodeError(
             f"workflow {self._workflow.name!r}, layer {layer}: {message} (the state of the "
