@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -596,3 +597,84 @@ async def test_a_failing_node_cancels_its_siblings_agent_child_task(tmp_path) ->
 
 async def _nothing_node(state: Notes) -> None:
     return None
+
+
+async def test_a_workflow_killed_mid_parallel_layer_merges_each_node_once_on_resume(
+    tmp_path,
+) -> None:
+    effects = tmp_path / "effects.txt"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AGENT_")},
+        "AGENT_DATA_DIR": str(tmp_path / "data"),
+        "WORKFLOW_EFFECTS": str(effects),
+        "WORKFLOW_KIND": "parallel",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path]),
+    }
+    task_id = crash_in_second_layer(env).split()[1]
+    assert sorted(effects.read_text().split()) == ["begin", "quick", "slow"]
+
+    sys.path.insert(0, str(CRASHING_HOST.parent))
+    try:
+        import workflow_host
+    finally:
+        sys.path.remove(str(CRASHING_HOST.parent))
+    os.environ["WORKFLOW_EFFECTS"] = str(effects)
+    try:
+        settings = AgentSettings(data_dir=tmp_path / "data", recovery="off")
+        async with create_kernel(settings) as kernel:
+            before = await workflow_snapshot(kernel, workflow_host.PARALLEL, task_id)
+            result = await resume_workflow(kernel, workflow_host.PARALLEL, task_id)
+    finally:
+        del os.environ["WORKFLOW_EFFECTS"]
+    assert before is not None and before.state.log == ["begin"]  # the layer was not saved
+    assert before.next_nodes == ["quick", "slow"]
+    assert result.status is TaskStatus.SUCCEEDED, result.task.error
+    # The interrupted layer runs again as a whole (its nodes' effects happen again: a node
+    # with effects must be idempotent); its updates are merged once.
+    assert result.state is not None and result.state.log == ["begin", "quick", "slow", "close"]
+    assert effects.read_text().split().count("begin") == 1
+
+
+def kill_running_host(env: dict[str, str], after_s: float) -> None:
+    """Start the host, and kill -9 it ``after_s`` after its run began."""
+    with subprocess.Popen(
+        [sys.executable, str(CRASHING_HOST)], env=env, stdout=subprocess.PIPE, text=True
+    ) as host:
+        try:
+            assert read_line(host.stdout, timeout=120).startswith("BLOCKED ")
+            time.sleep(after_s)  # somewhere in the layers: a commit, a node, a save
+        finally:
+            host.send_signal(signal.SIGKILL)
+            host.wait(timeout=30)
+
+
+@pytest.mark.parametrize("after_s", [0.0, 0.01, 0.05])
+async def test_a_workflow_killed_at_any_moment_of_quick_layers_resumes_exactly(
+    tmp_path, after_s: float
+) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AGENT_")},
+        "AGENT_DATA_DIR": str(tmp_path / "data"),
+        "WORKFLOW_EFFECTS": str(tmp_path / "effects.txt"),
+        "WORKFLOW_KIND": "chain",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path]),
+    }
+    kill_running_host(env, after_s)
+    sys.path.insert(0, str(CRASHING_HOST.parent))
+    try:
+        import workflow_host
+    finally:
+        sys.path.remove(str(CRASHING_HOST.parent))
+    settings = AgentSettings(data_dir=tmp_path / "data", recovery="off")
+    async with create_kernel(settings) as kernel:
+        stored = await kernel.get_task("wf-crash")
+        if stored.status is TaskStatus.SUCCEEDED:  # it finished before the kill
+            final = await workflow_snapshot(kernel, workflow_host.CHAIN, "wf-crash")
+            assert final is not None
+            log = final.state.log
+        else:
+            result = await resume_workflow(kernel, workflow_host.CHAIN, "wf-crash")
+            assert result.status is TaskStatus.SUCCEEDED, result.task.error
+            assert result.state is not None
+            log = result.state.log
+    assert log == [str(n) for n in range(150)]
