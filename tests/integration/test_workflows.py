@@ -678,3 +678,66 @@ async def test_a_workflow_killed_at_any_moment_of_quick_layers_resumes_exactly(
             assert result.state is not None
             log = result.state.log
     assert log == [str(n) for n in range(150)]
+
+
+async def test_a_sub_workflows_agent_runs_two_levels_down_and_its_usage_counts_once(
+    tmp_path,
+) -> None:
+    settings = AgentSettings(
+        data_dir=tmp_path / "data",
+        scripted_model_script=_script(tmp_path, [{"content": "Inner answer."}]),
+    )
+    inner = Workflow("inner", Notes).agent(
+        "ask", lambda s: TaskRequest(task="Answer"), output="answer"
+    )
+    outer = Workflow("outer", Notes).subworkflow(
+        "sub", inner, output=lambda s, final: {"answer": final.answer}
+    )
+    forget("inner")
+    forget("outer")
+    async with create_kernel(settings) as kernel:
+        events = [e async for e in kernel.stream_task(workflow_request(outer, Notes()))]
+        depths = {e.task_id: getattr(e, "depth", 0) for e in events}
+        tasks = {d: await kernel.get_task(t) for t, d in depths.items()}
+    assert events[-1].kind == "task.succeeded"
+    assert sorted(tasks) == [0, 1, 2]  # outer workflow, inner workflow, its agent
+    used = tasks[2].usage
+    assert used.input_tokens > 0
+    assert tasks[1].usage == used and tasks[0].usage == used  # rolled up once per level
+
+
+async def test_a_workflow_killed_after_its_agent_node_reuses_the_finished_child(
+    tmp_path,
+) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AGENT_")},
+        "AGENT_DATA_DIR": str(tmp_path / "data"),
+        "AGENT_SCRIPTED_MODEL_SCRIPT": str(_script(tmp_path, [{"content": "Asked once."}])),
+        "WORKFLOW_EFFECTS": str(tmp_path / "effects.txt"),
+        "WORKFLOW_KIND": "agent",
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path]),
+    }
+    task_id = crash_in_second_layer(env).split()[1]
+    sys.path.insert(0, str(CRASHING_HOST.parent))
+    try:
+        import workflow_host
+    finally:
+        sys.path.remove(str(CRASHING_HOST.parent))
+    os.environ["WORKFLOW_EFFECTS"] = str(tmp_path / "effects.txt")
+    try:
+        settings = AgentSettings(
+            data_dir=tmp_path / "data",
+            recovery="off",
+            scripted_model_script=_script(tmp_path, [{"content": "A second answer!"}]),
+        )
+        async with create_kernel(settings) as kernel:
+            result = await resume_workflow(kernel, workflow_host.ASKING, task_id)
+            children = [t for t in await kernel.list_tasks() if t.task_id != task_id]
+            child_events = [e.kind for e in await kernel.task_events(children[0].task_id)]
+    finally:
+        del os.environ["WORKFLOW_EFFECTS"]
+    assert result.status is TaskStatus.SUCCEEDED, result.task.error
+    assert result.state is not None and result.state.log == ["Asked once."]
+    assert len(children) == 1 and children[0].request.parent is not None
+    assert child_events.count("task.started") == 1  # it ran once, before the kill
+    assert result.task.usage == children[0].usage  # counted once, after the resume too

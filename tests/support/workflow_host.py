@@ -16,6 +16,7 @@ import anyio
 from pydantic import BaseModel
 
 from core_agent.workflows import Workflow, append
+from shared.agent_protocol import TaskRequest
 
 
 class Trail(BaseModel):
@@ -117,6 +118,29 @@ CHAIN.build()
 on): killed at any moment after (checkpoint writes included), it resumes to exactly 0..149."""
 
 
+class Asked(BaseModel):
+    log: Annotated[list[str], append] = []
+    answer: str = ""
+
+
+async def after_ask(state: Asked) -> dict[str, list[str]]:
+    effect("after_ask")
+    if os.environ.get("WORKFLOW_BLOCK") == "1":
+        print(f"BLOCKED {os.environ['WORKFLOW_TASK_ID']}", flush=True)
+        await anyio.sleep_forever()
+    return {"log": [state.answer]}
+
+
+ASKING = (
+    Workflow("crash-after-an-agent-node", Asked)
+    .agent("ask", TaskRequest(task="Answer once"), output="answer")
+    .node("after_ask", after_ask)
+    .edge("ask", "after_ask")
+    .build()
+)
+"""Killed in its second layer, after its agent node's child task succeeded."""
+
+
 async def main() -> None:
     from core_agent import create_kernel
     from core_agent.workflows import run_workflow
@@ -127,7 +151,10 @@ async def main() -> None:
     kind = os.environ.get("WORKFLOW_KIND")
     chosen = {"parallel": PARALLEL, "chain": CHAIN}.get(kind or "", WORKFLOW)
     async with create_kernel() as kernel:
-        await run_workflow(kernel, chosen, Trail(), task_id="wf-crash")
+        if kind == "agent":
+            await run_workflow(kernel, ASKING, Asked(), task_id="wf-crash")
+        else:
+            await run_workflow(kernel, chosen, Trail(), task_id="wf-crash")
 
 
 if __name__ == "__main__":
