@@ -8,11 +8,11 @@ once, with the answer.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
+import anyio
 import pytest
 
 from shared.agent_protocol import TaskStatus
@@ -26,13 +26,12 @@ async def test_a_host_killed_while_a_grandchild_runs_is_recovered_without_repeat
     tmp_path: Path,
 ) -> None:
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
-    host = subprocess.run(
-        [sys.executable, "-m", "support.nested_crash_host", str(tmp_path)],
-        env=environment,
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
+    with anyio.fail_after(120):
+        host = await anyio.run_process(
+            [sys.executable, "-m", "support.nested_crash_host", str(tmp_path)],
+            env=environment,
+            check=False,
+        )
     assert host.returncode == -9, host.stderr.decode()[-2000:]
     kernel = kernel_on(tmp_path, crash=False)
     async with kernel:
