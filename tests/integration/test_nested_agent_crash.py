@@ -61,3 +61,33 @@ async def test_a_host_killed_while_a_grandchild_runs_is_recovered_without_repeat
                 if e.kind == "llm.completed"
             )
         assert tasks["root"].usage.input_tokens == spent
+
+
+async def test_a_recovering_host_without_the_agent_tools_ends_every_task_with_a_reason(
+    tmp_path: Path,
+) -> None:
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), *sys.path])}
+    with anyio.fail_after(120):
+        host = await anyio.run_process(
+            [sys.executable, "-m", "support.nested_crash_host", str(tmp_path)],
+            env=environment,
+            check=False,
+        )
+    assert host.returncode == -9, host.stderr.decode()[-2000:]
+    kernel = kernel_on(tmp_path, crash=False, agents=False)
+    async with kernel:
+        with anyio.fail_after(60):
+            await kernel.recover("resume")
+        tasks = {t.task_id: t for t in await kernel.list_tasks()}
+        assert len(tasks) == 3
+        # Nothing hangs: the tasks that call an agent this host does not know fail with the
+        # reason; the grandchild, whose request holds all it needs, is carried to its end.
+        assert tasks["root"].status is TaskStatus.FAILED
+        assert "unknown tool 'planner'" in (tasks["root"].error or "")
+        child = next(t for t in tasks.values() if t.request.parent and t.request.parent.depth == 1)
+        assert child.status is TaskStatus.FAILED and "unknown tool 'worker'" in (child.error or "")
+        grandchild = next(
+            t for t in tasks.values() if t.request.parent and t.request.parent.depth == 2
+        )
+        assert grandchild.status is TaskStatus.SUCCEEDED
+        assert (tmp_path / "effects.txt").read_text().splitlines() == ["e1"]

@@ -36,8 +36,13 @@ def _said(text: str) -> ScriptedTurn:
     return ScriptedTurn(content=text, usage=TokenUsage(input_tokens=10, output_tokens=5))
 
 
-def kernel_on(data_dir: Path, *, crash: bool, **settings: object) -> AgentKernel:
-    """The kernel of the host (``crash``) or of the process that recovers it."""
+def kernel_on(
+    data_dir: Path, *, crash: bool, agents: bool = True, **settings: object
+) -> AgentKernel:
+    """The kernel of the host (``crash``) or of the process that recovers it.
+
+    Without ``agents``, the worker is not known to it (a host that forgot to register it).
+    """
     effects = data_dir / "effects.txt"
 
     def effect(step: str) -> str:
@@ -81,8 +86,9 @@ def kernel_on(data_dir: Path, *, crash: bool, **settings: object) -> AgentKernel
         ToolRegistry([FunctionTool(effect), FunctionTool(block, idempotent=True)])
     )
     kernel: AgentKernel = container.kernel()
-    kernel.agent_as_tool(Agent("worker", "Does the work.", tools=("effect", "block")))
-    kernel.agent_as_tool(Agent("planner", "Plans.", tools=("worker",)))
+    if agents:
+        kernel.agent_as_tool(Agent("worker", "Does the work.", tools=("effect", "block")))
+        kernel.agent_as_tool(Agent("planner", "Plans.", tools=("worker",)))
     return kernel
 
 
