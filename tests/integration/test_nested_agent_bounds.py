@@ -30,6 +30,7 @@ from shared.agent_protocol import (
     ApprovalRequest,
     TaskRequest,
     TaskStatus,
+    TaskWaitingApproval,
     TokenUsage,
     UsageLimits,
 )
@@ -379,3 +380,49 @@ async def test_a_team_whose_member_calls_the_team_stops_at_the_depth_limit(
         assert result.status is TaskStatus.SUCCEEDED
         depths = [t.request.parent.depth for t in await kernel.list_tasks() if t.request.parent]
         assert max(depths) == 3
+
+
+async def test_a_team_member_that_needs_a_human_holds_the_team_until_answered(
+    tmp_path: Path,
+) -> None:
+    @tool(capabilities={"exec"})
+    def deploy() -> str:
+        """Deploy (graded high: needs a human)."""
+        return "deployed"
+
+    kernel, _ = kernel_on(
+        tmp_path,
+        [deploy],
+        [
+            conversation("^As calm:", said("calm: fine")),
+            conversation("^As bold:", call("deploy"), said("bold: deployed")),
+        ],
+    )
+    team = Team(
+        "pair",
+        "Two members.",
+        [
+            Agent("calm", "Calm.", tools=(), task_template="As calm: {task}"),
+            Agent("bold", "Bold.", tools=("deploy",), task_template="As bold: {task}"),
+        ],
+        aggregate=lambda task, results: "; ".join(f"{r.agent}:{r.output}" for r in results),
+    )
+    async with kernel:
+        waiting = anyio.Event()
+        kernel.event_bus.subscribe(TaskWaitingApproval, lambda _: waiting.set())
+        results = []
+
+        async def run() -> None:
+            results.append(await kernel.run_team(team, "go", task_id="team"))
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                await waiting.wait()  # no approval callback: the member waits durably
+                (pending,) = await kernel.pending_approvals()
+                assert (await kernel.get_task("team")).status is TaskStatus.RUNNING
+                decision = ApprovalDecision(request_id=pending.request_id, approved=True)
+                await kernel.resolve_approval(pending.request_id, decision)
+        (result,) = results
+        assert result.status is TaskStatus.SUCCEEDED
+        assert result.output == "calm:calm: fine; bold:bold: deployed"
