@@ -265,9 +265,9 @@ class NestedAgents:
                 tainted=parent.run.tainted,
             ),
         )
-        request = request.model_copy(
-            update={"limits": self._bounded_by(parent, request.limits, delegate.name)}
-        )
+        limits = self._bounded_by(parent, request.limits, delegate.name)
+        if limits is not request.limits:
+            request = request.model_copy(update={"limits": limits})
         await parent.emit(
             AgentHandoff,
             agent=delegate.name,
@@ -305,8 +305,11 @@ class NestedAgents:
 
     def _bounded_by(
         self, parent: ExecutionContext, own: UsageLimits | None, name: str
-    ) -> UsageLimits:
+    ) -> UsageLimits | None:
         """The child's limits: its own, none looser than what its parent has left.
+
+        ``own`` itself when the parent bounds nothing tighter (the kernel's defaults then
+        complete it, as for any task).
 
         Raises:
             ToolExecutionError: A token or cost limit of the parent is spent already.
@@ -339,7 +342,7 @@ class NestedAgents:
             if limits.tool_calls is None or left < limits.tool_calls:
                 tighter["tool_calls"] = left
         if not tighter:
-            return limits
+            return own
         for limit in ("input_tokens", "output_tokens", "total_tokens"):
             if limit in tighter:
                 tighter[limit] = max(int(tighter[limit]), 1)
