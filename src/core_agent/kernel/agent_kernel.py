@@ -224,6 +224,7 @@ class AgentKernel:
             cancel=self.cancel_task,
             max_depth=max_agent_depth,
             poll_s=cancel_check_s,
+            default_limits=self._limits,
         )
         self._teams: dict[str, Team] = {}
         self._executors.setdefault("team", TeamExecutor(self._teams, self._nested, trace_store))
@@ -1349,6 +1350,11 @@ class AgentKernel:
         nested = state.request.parent is not None
 
         async def prepare() -> None:
+            link = state.request.parent
+            if link is not None and link.tainted:
+                await context.taint(
+                    f"task {link.task_id}", reason="its parent task held untrusted content"
+                )
             if not nested:
                 await self._recall(state, context)
             await self._capabilities.add_context(state, context, self._trace_store)
@@ -1380,6 +1386,7 @@ class AgentKernel:
         finally:
             if self._nested.running.get(task_id) is context:
                 del self._nested.running[task_id]
+            self._nested.ended(task_id, context.run)
             # Kept for a decision taken in this process; a task resolved in another one
             # leaves its entry behind (one class reference per such task).
             if result is None or result.status is not TaskStatus.WAITING_APPROVAL:

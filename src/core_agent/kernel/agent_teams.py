@@ -15,6 +15,7 @@ the members that had finished and resumes the others.
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,7 @@ import anyio
 from core_agent.contracts.errors import RunError, ToolExecutionError, UsageError
 from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
 from core_agent.contracts.trace_store import ITraceStore
-from core_agent.kernel.nested_agents import Agent, NestedAgents, check_name
+from core_agent.kernel.nested_agents import Agent, NestedAgents, check_name, child_task_id
 from core_agent.observability.tracer import Tracer
 from shared.agent_protocol import (
     ParentTask,
@@ -64,7 +65,9 @@ class Team:
     """Member agents that all work on a task, and how their answers are combined.
 
     ``aggregate`` is a function (sync or async) of the task and the results, or an ``Agent``
-    handed both as its task. ``max_concurrent`` members run at once, never more.
+    handed both as its task. ``max_concurrent`` members run at once, never more. A member's
+    ``timeout_s`` bounds its run: past it, its task is canceled and it is a result with
+    that error (status ``canceled``).
 
     Raises:
         UsageError: A bad name, no members, two members of one name, or ``max_concurrent``
@@ -161,15 +164,29 @@ class TeamExecutor(IExecutor):
                 ) as span,
             ):
                 span.attributes["agent"] = member.name
+                child: TaskResult | None = None
                 try:
-                    child = await self._runs.run(
-                        context, member, task, key=f"member:{slot}", span_id=span.span_id
-                    )
-                except ToolExecutionError as exc:  # refused before it ran (depth)
+                    # A member that hangs past its timeout is stopped (its child task ends
+                    # canceled) and reported, rather than holding the team forever.
+                    with anyio.move_on_after(
+                        member.timeout_s if member.timeout_s is not None else math.inf
+                    ):
+                        child = await self._runs.run(
+                            context, member, task, key=f"member:{slot}", span_id=span.span_id
+                        )
+                except ToolExecutionError as exc:  # refused before it ran (depth, limits)
                     results[slot] = MemberResult(
                         member.name, None, TaskStatus.FAILED, error=str(exc)
                     )
                     span.error = str(exc)
+                    return
+                if child is None:
+                    error = f"{member.name} did not finish within {member.timeout_s:g} s"
+                    stopped = child_task_id(context.task.task_id, f"member:{slot}")
+                    results[slot] = MemberResult(
+                        member.name, stopped, TaskStatus.CANCELED, error=error
+                    )
+                    span.error = error
                     return
                 span.attributes["child_task_id"] = child.task_id
                 span.attributes["status"] = child.status.value

@@ -18,7 +18,14 @@ How a child runs inside its parent (``NestedAgents.run``):
 * its id follows from the parent's call (its idempotency key), so a parent resumed after a
   crash finds the child again: finished, its result is reused; left running, it is resumed;
   waiting for a human, the parent waits with it;
-* when it ends, its usage is added to the parent's.
+* it cannot take the parent past its usage limits: each token, cost and tool-call limit of
+  the parent (and of the parent's session) bounds the child at what the parent has left when
+  the call starts, and when the child ends (however: answered, failed, canceled by a timeout)
+  its usage and tool calls are added to the parent's, so the parent's next step is held to
+  them;
+* taint goes both ways: a parent that holds untrusted content starts its child tainted (the
+  sub-task was written under its influence, so the child's calls are graded as the parent's
+  would be), and a child that read untrusted content taints its parent.
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ from core_agent.contracts.errors import (
     UsageError,
 )
 from core_agent.contracts.event_bus import IEventBus
-from core_agent.contracts.executor import ExecutionContext
+from core_agent.contracts.executor import ExecutionContext, RunState
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.tool import (
     TOOL_NAME_PATTERN,
@@ -62,6 +69,7 @@ from shared.agent_protocol import (
     TaskResult,
     TaskState,
     TaskStatus,
+    TokenUsage,
     UsageLimits,
 )
 
@@ -144,6 +152,15 @@ class Delegate(Protocol):
         """The request of its task on ``task``."""
 
 
+@dataclass(frozen=True, slots=True)
+class ChildRun:
+    """What a child task's run in this kernel leaves its parent (``NestedAgents.ended``)."""
+
+    usage: TokenUsage
+    tool_calls: int
+    tainted: bool
+
+
 Execute = Callable[[TaskRequest, str], Awaitable[TaskResult]]
 """Creates and runs a task with the given id to its end (or until it waits for a human)."""
 Resume = Callable[[str], Awaitable[TaskResult]]
@@ -165,6 +182,7 @@ class NestedAgents:
         cancel: Cancel,
         max_depth: int = 3,
         poll_s: float = 1.0,
+        default_limits: UsageLimits | None = None,
     ) -> None:
         self._task_store = task_store
         self._event_bus = event_bus
@@ -177,6 +195,14 @@ class NestedAgents:
         """The context of each task that runs in this kernel now, by task id (the kernel
         keeps it): how a call of an agent tool finds its parent's run."""
         self._children: dict[str, set[str]] = {}
+        self._default_limits = default_limits or UsageLimits()
+        self._ended: dict[str, ChildRun | None] = {}
+        """Each child a run here waits for: ``None`` until the kernel reports its run ended."""
+
+    def ended(self, task_id: str, run: RunState) -> None:
+        """Note how a run of ``task_id`` here ended, for the parent waiting for it (if any)."""
+        if task_id in self._ended:
+            self._ended[task_id] = ChildRun(run.stats.usage, run.stats.tool_calls, run.tainted)
 
     def parent_run(self, task_id: str, tool: str) -> ExecutionContext:
         """The run of ``task_id`` in this kernel, which calls ``tool``.
@@ -236,8 +262,12 @@ class NestedAgents:
                 agent=delegate.name,
                 span_id=span_id or parent.task.parent_span_id,
                 call_id=call_id,
+                tainted=parent.run.tainted,
             ),
         )
+        limits = self._bounded_by(parent, request.limits, delegate.name)
+        if limits is not request.limits:
+            request = request.model_copy(update={"limits": limits})
         await parent.emit(
             AgentHandoff,
             agent=delegate.name,
@@ -249,38 +279,118 @@ class NestedAgents:
         await parent.flush()
         children = self._children.setdefault(parent_task, set())
         children.add(child_id)
+        self._ended[child_id] = None
+        result: TaskResult | None = None
+        found: TaskState | None = None
         try:
             with self._task_store.independent_work():
                 if parent.run.resuming and key is not None:
-                    result = await self._run_or_find(request, child_id)
+                    result, found = await self._run_or_find(request, child_id)
                 else:  # a fresh run's keys are new: its children are too
                     result = await self._execute(request, child_id)
                 if result.status is TaskStatus.WAITING_APPROVAL:
                     # The child waits for a human (durably: nobody to ask now); so does the
                     # parent, running, until whoever answers carries the child to its end.
-                    result = await self._until_ended(child_id)
+                    result, found = await self._until_ended(child_id)
         finally:
             children.discard(child_id)
             if not children:
                 self._children.pop(parent_task, None)
-        parent.run.stats.usage = parent.run.stats.usage + result.usage
+            # Rolled up however the call ends: a child stopped by the call's timeout (or
+            # its parent's cancel) has spent what it spent.
+            ran = self._ended.pop(child_id, None)
+            with anyio.CancelScope(shield=True):
+                await self._roll_up(parent, delegate.name, call_id, ran, result, found)
         return result
 
-    async def _run_or_find(self, request: TaskRequest, child_id: str) -> TaskResult:
-        """Start the child, or carry on the one an earlier run of the parent started."""
+    def _bounded_by(
+        self, parent: ExecutionContext, own: UsageLimits | None, name: str
+    ) -> UsageLimits | None:
+        """The child's limits: its own, none looser than what its parent has left.
+
+        ``own`` itself when the parent bounds nothing tighter (the kernel's defaults then
+        complete it, as for any task).
+
+        Raises:
+            ToolExecutionError: A token or cost limit of the parent is spent already.
+        """
+        limits = (own or UsageLimits()).with_defaults(self._default_limits)
+        stats = parent.run.stats
+        scopes = [(parent.task.limits, stats.usage)]
+        if parent.task.session_limits.bounded:
+            scopes.append((parent.task.session_limits, parent.task.session_usage + stats.usage))
+        tighter: dict[str, float] = {}
+        for bounds, usage in scopes:
+            for limit in _TOKEN_LIMITS:
+                maximum = getattr(bounds, limit)
+                if maximum is None:
+                    continue
+                left = maximum - _used(usage, limit)
+                if left <= 0:
+                    raise ToolExecutionError(
+                        f"{name} cannot run: this task's usage limit {limit} ({maximum:g}) is "
+                        "spent, and a child task spends from it",
+                        tool_name=name,
+                    )
+                mine = getattr(limits, limit)
+                if mine is None or left < mine:
+                    tighter[limit] = left
+        if parent.task.limits.tool_calls is not None:
+            # The call running the child holds one of the parent's places already.
+            left = parent.task.limits.tool_calls - stats.tool_calls - parent.run.reserved_tool_calls
+            left = max(left, 0)
+            if limits.tool_calls is None or left < limits.tool_calls:
+                tighter["tool_calls"] = left
+        if not tighter:
+            return own
+        for limit in ("input_tokens", "output_tokens", "total_tokens"):
+            if limit in tighter:
+                tighter[limit] = max(int(tighter[limit]), 1)
+        return limits.model_copy(update=tighter)
+
+    async def _roll_up(
+        self,
+        parent: ExecutionContext,
+        name: str,
+        call_id: str | None,
+        ran: ChildRun | None,
+        result: TaskResult | None,
+        found: TaskState | None,
+    ) -> None:
+        """Add what the child used to its parent's run; pass its taint up."""
+        stats = parent.run.stats
+        if result is not None:
+            stats.usage = stats.usage + result.usage
+        elif ran is not None:
+            stats.usage = stats.usage + ran.usage
+        if ran is not None:
+            stats.tool_calls += ran.tool_calls
+        tainted = (ran is not None and ran.tainted) or (found is not None and found.tainted)
+        if tainted and not parent.run.tainted:
+            await parent.taint(
+                name, call_id=call_id, reason="its child task read untrusted content"
+            )
+
+    async def _run_or_find(
+        self, request: TaskRequest, child_id: str
+    ) -> tuple[TaskResult, TaskState | None]:
+        """Start the child, or carry on the one an earlier run of the parent started.
+
+        With the child's stored state when it was found rather than run here.
+        """
         try:
             state = await self._task_store.get_task(child_id)
         except TaskNotFoundError:
-            return await self._execute(request, child_id)
+            return await self._execute(request, child_id), None
         if state.status.is_terminal or state.status is TaskStatus.WAITING_APPROVAL:
-            return result_of(state)
+            return result_of(state), state
         try:
-            return await self._resume(child_id)
+            return await self._resume(child_id), None
         except UsageError:
             # It runs in a live process (recovery took it over first): wait for its end.
             return await self._until_ended(child_id)
 
-    async def _until_ended(self, child_id: str) -> TaskResult:
+    async def _until_ended(self, child_id: str) -> tuple[TaskResult, TaskState]:
         """Wait for the child to end, wherever it is carried on; cancel it if we are."""
         ended = anyio.Event()
 
@@ -296,7 +406,7 @@ class NestedAgents:
             while True:
                 state = await self._task_store.get_task(child_id)
                 if state.status.is_terminal:
-                    return result_of(state)
+                    return result_of(state), state
                 # The event wakes us at once in this process; the poll finds an ending
                 # written by another one.
                 with anyio.move_on_after(self._poll_s):
@@ -312,6 +422,17 @@ class NestedAgents:
 
 
 _ENDINGS = frozenset({"task.succeeded", "task.failed", "task.canceled"})
+_TOKEN_LIMITS = ("input_tokens", "output_tokens", "total_tokens", "cost_usd")
+
+
+def _used(usage: TokenUsage, limit: str) -> float:
+    if limit == "input_tokens":
+        return usage.input_tokens
+    if limit == "output_tokens":
+        return usage.output_tokens
+    if limit == "total_tokens":
+        return usage.input_tokens + usage.output_tokens
+    return usage.cost_usd or 0.0
 
 
 def child_task_id(parent_task_id: str, key: str | None) -> str:

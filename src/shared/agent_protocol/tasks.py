@@ -82,6 +82,11 @@ class ParentTask(BaseModel):
         default=None, description="The parent's span the child ran under (its tool call)."
     )
     call_id: str | None = Field(default=None, description="The parent's tool call, if any.")
+    tainted: bool = Field(
+        default=False,
+        description="The parent held untrusted content when it wrote the sub-task: the child "
+        "starts tainted too, so its calls are graded as the parent's would be.",
+    )
 
 
 class TaskRequest(BaseModel):
