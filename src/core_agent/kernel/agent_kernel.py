@@ -30,6 +30,7 @@ from core_agent.contracts.errors import (
     CoreAgentError,
     InvalidTransitionError,
     SessionBusyError,
+    SessionNotFoundError,
     StorageError,
     TaskFailedError,
     TaskNotFoundError,
@@ -98,6 +99,7 @@ from shared.agent_protocol import (
     TaskResumed,
     TaskState,
     TaskStatus,
+    TokenUsage,
     UsageLimits,
     UserMessage,
 )
@@ -215,6 +217,7 @@ class AgentKernel:
             ask_human=self._ask_host,
             has_approver=lambda: self._approval_gateway is not None,
             resolve=self.resolve_approval,
+            carried_usage=self._carried_usage if sessions is not None else None,
         )
         self._nested = NestedAgents(
             task_store=task_store,
@@ -971,6 +974,13 @@ class AgentKernel:
             original = None
         request = retry_request(session_id, turn, entries, original, task)
         return await self._execute(request, task_id or uuid.uuid4().hex, None, supersede=turn)
+
+    async def _carried_usage(self, session_id: str) -> TokenUsage:
+        """What ``session_id`` carries from the session it was forked from (its limits')."""
+        try:
+            return (await self._session_store().get_session(session_id)).inherited_usage
+        except SessionNotFoundError:
+            return TokenUsage()
 
     async def close_session(self, session_id: str) -> SessionInfo:
         """Close the session: its history stays readable, it takes no more tasks.

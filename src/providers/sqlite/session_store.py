@@ -52,7 +52,7 @@ _TASK_TABLES = (
 _SESSION_COLUMNS = (
     "s.id, s.user_id, s.metadata_json, s.created_at, s.updated_at, s.closed_at,"
     " (SELECT COUNT(*) FROM agent_tasks AS t WHERE t.session_id = s.id),"
-    " s.forked_from, s.forked_at_turn"
+    " s.forked_from, s.forked_at_turn, s.inherited_usage_json"
 )
 
 
@@ -136,6 +136,29 @@ def supersede_turns(conn: sqlite3.Connection, session_id: str, turn: int, task_i
     )
 
 
+def _usage_at_turn(conn: sqlite3.Connection, session_id: str, turn: int) -> TokenUsage:
+    """What the session had used when ``turn`` was added: a fork at it carries this.
+
+    Its own inherited usage and that of every task created by then (superseded turns'
+    tasks too: they were spent on the way). Tasks run one at a time per session, so those
+    are the tasks that ran before the turn was added, and the turn's own.
+    """
+    (carried,) = conn.execute(
+        "SELECT inherited_usage_json FROM agent_sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    (added_at,) = conn.execute(
+        "SELECT MAX(created_at) FROM agent_session_entries WHERE session_id = ? AND turn = ?",
+        (session_id, turn),
+    ).fetchone()
+    usage = TokenUsage.model_validate_json(carried)
+    for (usage_json,) in conn.execute(
+        "SELECT usage_json FROM agent_tasks WHERE session_id = ? AND created_at <= ?",
+        (session_id, added_at),
+    ):
+        usage += TokenUsage.model_validate_json(usage_json)
+    return usage
+
+
 def _session(row: tuple[Any, ...]) -> SessionInfo:
     (
         session_id,
@@ -147,6 +170,7 @@ def _session(row: tuple[Any, ...]) -> SessionInfo:
         tasks,
         forked_from,
         forked_at_turn,
+        inherited_usage_json,
     ) = row
     return SessionInfo(
         session_id=session_id,
@@ -161,6 +185,7 @@ def _session(row: tuple[Any, ...]) -> SessionInfo:
             if forked_from is not None
             else None
         ),
+        inherited_usage=TokenUsage.model_validate_json(inherited_usage_json),
     )
 
 
@@ -325,7 +350,8 @@ class SqliteSessionStore(ISessionStore):
                 ).fetchone()
                 cursor = conn.execute(
                     "INSERT OR IGNORE INTO agent_sessions (id, user_id, created_at, updated_at,"
-                    " metadata_json, forked_from, forked_at_turn) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    " metadata_json, forked_from, forked_at_turn, inherited_usage_json)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         new_session.session_id,
                         new_session.user_id,
@@ -334,6 +360,7 @@ class SqliteSessionStore(ISessionStore):
                         json.dumps(new_session.metadata, ensure_ascii=False),
                         session_id,
                         at_turn,
+                        _usage_at_turn(conn, session_id, at_turn).model_dump_json(),
                     ),
                 )
                 if cursor.rowcount == 0:
