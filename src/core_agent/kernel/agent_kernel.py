@@ -954,7 +954,9 @@ class AgentKernel:
         task runs with the original task's request (``task`` in place of its text when
         given) from the history before ``turn``, and its turn takes the next number. The
         supersession and the task's creation are one transaction. ``task_id`` names the
-        new task, as in ``execute_task``.
+        new task, as in ``execute_task``. A retry that fails adds its failed turn (retry that
+        one); one that ended without a turn (its caller canceled it) leaves ``turn``
+        retryable again (see ``session_controls``).
 
         Raises:
             SessionNotFoundError: No such session.
@@ -967,7 +969,9 @@ class AgentKernel:
         for held in await self._task_store.list_tasks(session_id=session_id, limit=1):
             if not held.status.is_terminal:
                 raise SessionBusyError(session_id, held.task_id, held.status.value, "retry")
-        entries = turn_entries(session_id, await store.entries(session_id), turn, "retry")
+        entries = turn_entries(
+            session_id, await store.entries(session_id), turn, "retry", abandoned=True
+        )
         try:
             original: TaskState | None = await self._task_store.get_task(entries[0].task_id)
         except TaskNotFoundError:
