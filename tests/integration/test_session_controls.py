@@ -447,3 +447,26 @@ async def test_the_migration_runs_twice_harmlessly(settings) -> None:
     conn.close()
     async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
         assert await kernel.session_transcript(session) == before
+
+
+async def test_a_fork_lives_on_when_its_origin_is_deleted_and_retries_from_the_turns_text(
+    settings,
+) -> None:
+    gateway = FakeRecordingGateway(ScriptedLLMGateway(policy=answer))
+    async with kernel_on(settings, gateway) as kernel:
+        origin = await three_turns(kernel)
+        fork = await kernel.fork_session(origin, at_turn=2)
+        branch = await kernel.fork_session(fork.session_id)  # a fork of the fork
+        await kernel.delete_session(origin)
+        retried = await kernel.retry_from_turn(fork.session_id, 2)  # its task is gone
+        sent = said(gateway.requests[-1].messages)
+        shown = await kernel.session_transcript(branch.session_id)
+    assert retried.status is TaskStatus.SUCCEEDED and retried.output == "answered: second"
+    assert sent == ["first", "answered: first", "second"]
+    assert branch.forked_from == SessionOrigin(session_id=fork.session_id, turn=2)
+    assert [e.message.content for e in shown.entries] == [
+        "first",
+        "answered: first",
+        "second",
+        "answered: second",
+    ]

@@ -13,6 +13,10 @@ keep their number for good, so a number always names the same turn.
   superseded by that task in the transaction that creates it: they stay in the transcript,
   marked, and are never put in a prompt again. The retried turn gets the next number.
 
+Neither is a way around the session's usage limits: the tasks of superseded turns still
+count, and a fork carries what its origin had used when turn N was added
+(``SessionInfo.inherited_usage``, stored with it, so deleting the origin changes nothing).
+
 A superseded turn can be neither forked at nor retried, with one exception: a retry that
 ended without adding a turn (canceled by its caller, or killed by a bug) leaves the turns it
 superseded with nothing in their place, and those can be retried again; the new retry takes
