@@ -6,12 +6,14 @@ gateway, what the model was sent by the tasks that come after.
 
 from __future__ import annotations
 
+import io
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 import anyio
 import pytest
+from rich.console import Console
 
 from core_agent.contracts.errors import (
     SessionBusyError,
@@ -22,11 +24,17 @@ from core_agent.contracts.errors import (
 )
 from core_agent.contracts.settings import AgentSettings
 from core_agent.memory.session_history import SUMMARY_HEADER
+from core_agent.session_commands import print_transcript
 from fakes.gateways import FakeRecordingGateway
 from integration.test_sessions import HeldGateway, answer, answer_and_summarize, kernel_on, request
 from providers.scripted_gateway import ScriptedError, ScriptedLLMGateway, ScriptedTurn
 from providers.sqlite.database import sqlite_driver
-from providers.sqlite.migrations import MIGRATIONS, _sessions_fork_and_retry, _statements
+from providers.sqlite.migrations import (
+    MIGRATIONS,
+    _forks_carry_usage,
+    _sessions_fork_and_retry,
+    _statements,
+)
 from shared.agent_protocol import (
     ChatMessage,
     SessionOrigin,
@@ -361,6 +369,12 @@ async def test_a_retry_canceled_by_its_caller_leaves_the_turn_retryable_again(se
         held.release.set()
         transcript = await kernel.session_transcript(session)
         assert [e.turn for e in transcript.entries if e.superseded_by is None] == [1, 1]
+        shown = io.StringIO()
+        print_transcript(Console(file=shown, width=300), transcript)
+        assert "── turn 2 · superseded by the retry in task" in shown.getvalue()
+        assert "which has no turn yet (if it has ended, this turn can be retried again)" in (
+            shown.getvalue()
+        )
         again = await kernel.retry_from_turn(session, 2, task="second, once more")
         assert again.status is TaskStatus.SUCCEEDED
         transcript = await kernel.session_transcript(session)
@@ -443,6 +457,7 @@ async def test_the_migration_runs_twice_harmlessly(settings) -> None:
         before = await kernel.session_transcript(session)
     conn = sqlite_driver().connect(str(settings.database_path))
     _sessions_fork_and_retry(conn)
+    _forks_carry_usage(conn)
     conn.commit()
     conn.close()
     async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
