@@ -916,8 +916,10 @@ class AgentKernel:
         Turns are numbered from 1 as the transcript shows them (``SessionEntry.turn``);
         ``None`` forks at the latest one. The fork gets copies of the live turns 1 to
         ``at_turn`` and of the summaries of them, the origin's user and (unless given)
-        metadata, and ``forked_from``; its later tasks see only that history. The origin is
-        not changed. All of it is one transaction (see ``session_controls``).
+        metadata, and ``forked_from``; its later tasks see only that history. It carries
+        what the origin had used when ``at_turn`` was added (``inherited_usage``), counted
+        against the session usage limits. The origin is not changed. All of it is one
+        transaction (see ``session_controls``).
 
         Raises:
             SessionNotFoundError: No such session.
