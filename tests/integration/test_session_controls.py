@@ -485,3 +485,17 @@ async def test_a_fork_lives_on_when_its_origin_is_deleted_and_retries_from_the_t
         "second",
         "answered: second",
     ]
+
+
+async def test_no_secret_reaches_the_disk_through_a_fork_or_a_retry(settings) -> None:
+    key = "sk-proj-" + "Fk9" * 12
+    async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
+        session = (await kernel.create_session()).session_id
+        await kernel.execute_task(request(f"my key is {key}", session))
+        fork = await kernel.fork_session(session, metadata={"note": f"key {key}"})
+        retried = await kernel.retry_from_turn(fork.session_id, 1, task=f"again: {key}")
+        transcript = await kernel.session_transcript(fork.session_id)
+    assert retried.output == f"answered: again: {key}"  # the host gets its answer
+    assert key not in transcript.model_dump_json()
+    stored = b"".join(p.read_bytes() for p in settings.data_dir.rglob("*") if p.is_file())
+    assert key.encode() not in stored and b"[REDACTED" in stored
