@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import io
 import sqlite3
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 
 import anyio
@@ -22,12 +22,18 @@ from core_agent.contracts.errors import (
     StorageError,
     UsageError,
 )
+from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest, LLMResponse, LLMStreamItem
 from core_agent.contracts.settings import AgentSettings
 from core_agent.memory.session_history import SUMMARY_HEADER
 from core_agent.session_commands import print_transcript
 from fakes.gateways import FakeRecordingGateway
 from integration.test_sessions import HeldGateway, answer, answer_and_summarize, kernel_on, request
-from providers.scripted_gateway import ScriptedError, ScriptedLLMGateway, ScriptedTurn
+from providers.scripted_gateway import (
+    ScriptedError,
+    ScriptedLLMGateway,
+    ScriptedToolCall,
+    ScriptedTurn,
+)
 from providers.sqlite.database import sqlite_driver
 from providers.sqlite.migrations import (
     MIGRATIONS,
@@ -499,3 +505,53 @@ async def test_no_secret_reaches_the_disk_through_a_fork_or_a_retry(settings) ->
     assert key not in transcript.model_dump_json()
     stored = b"".join(p.read_bytes() for p in settings.data_dir.rglob("*") if p.is_file())
     assert key.encode() not in stored and b"[REDACTED" in stored
+
+
+class ChargedThenHeld(ILLMGateway):
+    """Like ``costly``; a task "slow" calls a tool, then its next call waits for good."""
+
+    def __init__(self) -> None:
+        self.inner = ScriptedLLMGateway(policy=self.policy)
+        self.entered = anyio.Event()
+
+    @staticmethod
+    def policy(messages: Sequence[ChatMessage]) -> ScriptedTurn:
+        task = next(m.content for m in reversed(messages) if isinstance(m, UserMessage))
+        if task == "slow":
+            call = ScriptedToolCall(name="fetch_note", arguments={})
+            return ScriptedTurn(tool_calls=[call], usage=TokenUsage(input_tokens=100))
+        return costly(messages)
+
+    @property
+    def model_name(self) -> str:
+        return "charged/test"
+
+    async def _hold(self, request: LLMRequest) -> None:
+        if any(m.kind == "tool" for m in request.messages):
+            self.entered.set()
+            await anyio.sleep_forever()
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        await self._hold(request)
+        return await self.inner.complete(request)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
+        await self._hold(request)
+        async for item in self.inner.stream(request):
+            yield item
+
+
+async def test_a_fork_counts_the_usage_of_a_task_canceled_after_its_turn(settings) -> None:
+    gateway = ChargedThenHeld()
+    async with kernel_on(settings, gateway) as kernel:
+        origin = (await kernel.create_session()).session_id
+        await kernel.execute_task(request("one", origin))
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(kernel.execute_task, request("slow", origin))
+                await gateway.entered.wait()
+                group.cancel_scope.cancel()  # spent 100 tokens, added no turn
+        assert [e.turn for e in (await kernel.session_transcript(origin)).entries] == [1, 1]
+        assert sum(t.usage.input_tokens for t in await kernel.list_tasks(session_id=origin)) == 200
+        fork = await kernel.fork_session(origin)
+    assert fork.inherited_usage.input_tokens == 200

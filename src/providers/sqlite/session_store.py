@@ -161,7 +161,9 @@ def _usage_at_turn(conn: sqlite3.Connection, session_id: str, turn: int) -> Toke
 
     Its own inherited usage and that of every task created by then (superseded turns'
     tasks too: they were spent on the way). Tasks run one at a time per session, so those
-    are the tasks that ran before the turn was added, and the turn's own.
+    are the tasks that ran before the turn was added, and the turn's own. Tasks that added
+    no turn (canceled by their caller) count wherever they are: otherwise tokens spent and
+    canceled after the latest turn would be left behind by a fork at it.
     """
     (carried,) = conn.execute(
         "SELECT inherited_usage_json FROM agent_sessions WHERE id = ?", (session_id,)
@@ -172,8 +174,9 @@ def _usage_at_turn(conn: sqlite3.Connection, session_id: str, turn: int) -> Toke
     ).fetchone()
     usage = TokenUsage.model_validate_json(carried)
     for (usage_json,) in conn.execute(
-        "SELECT usage_json FROM agent_tasks WHERE session_id = ? AND created_at <= ?",
-        (session_id, added_at),
+        "SELECT usage_json FROM agent_tasks WHERE session_id = ? AND (created_at <= ?"
+        " OR id NOT IN (SELECT task_id FROM agent_session_entries WHERE session_id = ?))",
+        (session_id, added_at, session_id),
     ):
         usage += TokenUsage.model_validate_json(usage_json)
     return usage
