@@ -91,7 +91,8 @@ class ISessionStore(abc.ABC):
         turns 1 to ``at_turn``, renumbered from 1 (``seq`` and ``turn``; ``task_id`` and
         ``created_at`` kept), the live summaries that cover only those, ``forked_from``,
         and ``inherited_usage``: the origin's own plus that of its tasks created by the
-        time ``at_turn`` was added (superseded turns' too). The origin is not changed.
+        time ``at_turn`` was added (superseded turns' too) or that added no turn. The origin
+        is not changed.
         Returns the new session as stored.
 
         Raises:
