@@ -113,7 +113,8 @@ def _turn_heading(entry: SessionEntry, retried: dict[str, int], added: dict[str,
         heading += (
             f" · superseded by turn {by} (a retry)"
             if by is not None
-            else f" · superseded by the retry in task {entry.superseded_by} (not ended yet)"
+            else f" · superseded by the retry in task {entry.superseded_by}, which has no"
+            " turn yet (if it has ended, this turn can be retried again)"
         )
     elif entry.task_id in retried:
         heading += f" · retry of turn {retried[entry.task_id]}"

@@ -3,6 +3,7 @@
 import json
 
 from e2e.test_cli import run
+from support.stdio_host import stdio_host
 
 
 def test_a_session_is_started_continued_shown_closed_and_deleted(tmp_path) -> None:
@@ -78,3 +79,30 @@ def test_a_session_is_forked_at_a_turn_and_retried_from_one(tmp_path) -> None:
         refused = run("sessions", *args, data_dir=tmp_path)
         assert refused.returncode == 2, refused.stderr
         assert len(refused.stderr.strip().splitlines()) == 1 and said in refused.stderr
+
+
+def test_a_host_retries_and_forks_a_session_over_the_stdio_protocol(tmp_path) -> None:
+    # The host's script answers by a conversation's first message: what the tasks answer
+    # does not matter here, every ended task adds its turn.
+    host = stdio_host(tmp_path)
+    with host.serve() as client:
+        session = "对话"
+        for text in ("nap one", "nap two"):
+            task = client.call("execute_task", {"task": text, "session_id": session})["task_id"]
+            client.notification("task/result", task_id=task)
+        accepted = client.call(
+            "retry_from_turn", {"session_id": session, "turn": 2, "task": "nap again"}
+        )
+        assert accepted["kind"] == "task_accepted" and accepted["session_id"] == session
+        result = client.notification("task/result", task_id=accepted["task_id"])["params"]
+        assert result["session_id"] == session
+        task = client.call("get_task", {"task_id": accepted["task_id"]})
+        assert task["request"]["task"] == "nap again"
+        assert task["request"]["metadata"] == {"retry_of_turn": 2}
+        fork = client.call("fork_session", {"session_id": session, "new_session_id": "分支"})
+        assert fork["session_id"] == "分支"
+        assert fork["forked_from"] == {"session_id": session, "turn": 3}
+        refused = client.request("retry_from_turn", {"session_id": session, "turn": 2})
+        assert "was superseded" in refused["error"]["message"]
+        bad = client.request("retry_from_turn", {"session_id": session, "turn": 0})
+        assert "error" in bad

@@ -6,11 +6,14 @@ gateway, what the model was sent by the tasks that come after.
 
 from __future__ import annotations
 
+import io
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import partial
 
 import anyio
 import pytest
+from rich.console import Console
 
 from core_agent.contracts.errors import (
     SessionBusyError,
@@ -19,14 +22,33 @@ from core_agent.contracts.errors import (
     StorageError,
     UsageError,
 )
+from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest, LLMResponse, LLMStreamItem
 from core_agent.contracts.settings import AgentSettings
 from core_agent.memory.session_history import SUMMARY_HEADER
+from core_agent.session_commands import print_transcript
 from fakes.gateways import FakeRecordingGateway
 from integration.test_sessions import HeldGateway, answer, answer_and_summarize, kernel_on, request
-from providers.scripted_gateway import ScriptedLLMGateway
+from providers.scripted_gateway import (
+    ScriptedError,
+    ScriptedLLMGateway,
+    ScriptedToolCall,
+    ScriptedTurn,
+)
 from providers.sqlite.database import sqlite_driver
-from providers.sqlite.migrations import MIGRATIONS, _sessions_fork_and_retry, _statements
-from shared.agent_protocol import ChatMessage, SessionOrigin, TaskStatus
+from providers.sqlite.migrations import (
+    MIGRATIONS,
+    _forks_carry_usage,
+    _sessions_fork_and_retry,
+    _statements,
+)
+from shared.agent_protocol import (
+    ChatMessage,
+    SessionOrigin,
+    TaskResult,
+    TaskStatus,
+    TokenUsage,
+    UserMessage,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -272,3 +294,264 @@ async def test_turns_of_an_existing_history_are_numbered_by_the_migration(settin
         assert result.status is TaskStatus.SUCCEEDED
         assert [e.turn for e in (await kernel.session_transcript("old")).entries][-1] == 3
         assert len((await kernel.session_transcript(fork.session_id)).entries) == 2
+
+
+def costly(messages: Sequence[ChatMessage]) -> ScriptedTurn:
+    """Answers like ``answer``; every call is charged 100 input tokens; "boom" fails."""
+    task = next(m.content for m in reversed(messages) if isinstance(m, UserMessage))
+    if task == "boom":
+        return ScriptedTurn(error=ScriptedError(message="the model is down", status_code=400))
+    return ScriptedTurn(content=f"answered: {task}", usage=TokenUsage(input_tokens=100))
+
+
+async def test_a_fork_counts_what_its_origin_used_against_the_session_limits(settings) -> None:
+    limited = settings.model_copy(update={"session_limit_input_tokens": 200})
+    async with kernel_on(limited, ScriptedLLMGateway(policy=costly)) as kernel:
+        origin = (await kernel.create_session()).session_id
+        for text in ("one", "two"):
+            assert (await kernel.execute_task(request(text, origin))).status is TaskStatus.SUCCEEDED
+        spent = await kernel.execute_task(request("three", origin))
+        assert spent.status is TaskStatus.FAILED and "session usage limit" in (spent.error or "")
+
+        # Forked at its latest turn, a session would otherwise start a fresh budget.
+        latest = await kernel.fork_session(origin)
+        assert latest.inherited_usage.input_tokens == 200
+        refused = await kernel.execute_task(request("go on", latest.session_id))
+        assert refused.status is TaskStatus.FAILED, "a fork is no way around the limit"
+        assert "session usage limit input_tokens" in (refused.error or "")
+        # A fork of the fork, and the origin deleted: still counted.
+        again = await kernel.fork_session(latest.session_id, at_turn=2)
+        await kernel.delete_session(origin)
+        await kernel.delete_session(latest.session_id)
+        assert (await kernel.get_session(again.session_id)).inherited_usage.input_tokens == 200
+        also = await kernel.execute_task(request("go on", again.session_id))
+        assert also.status is TaskStatus.FAILED
+
+    async with kernel_on(limited, ScriptedLLMGateway(policy=costly)) as kernel:
+        origin = (await kernel.create_session()).session_id
+        for text in ("one", "two"):
+            await kernel.execute_task(request(text, origin))
+        # Forked at turn 1: only what the session had used when turn 1 ended is carried.
+        early = await kernel.fork_session(origin, at_turn=1)
+        assert early.inherited_usage.input_tokens == 100
+        fits = await kernel.execute_task(request("other two", early.session_id))
+        assert fits.status is TaskStatus.SUCCEEDED
+        over = await kernel.execute_task(request("other three", early.session_id))
+        assert over.status is TaskStatus.FAILED
+
+
+async def test_a_retry_that_fails_leaves_its_failed_turn_which_can_be_retried(settings) -> None:
+    async with kernel_on(settings, ScriptedLLMGateway(policy=costly)) as kernel:
+        session = await three_turns(kernel)
+        failed = await kernel.retry_from_turn(session, 2, task="boom")
+        assert failed.status is TaskStatus.FAILED
+        entries = (await kernel.session_transcript(session)).entries
+        live = [(e.turn, e.message.content) for e in entries if e.superseded_by is None]
+        assert live[:2] == [(1, "first"), (1, "answered: first")]
+        assert {turn for turn, _ in live} == {1, 4}  # the failed retry's turn says why
+        with pytest.raises(UsageError, match="its live turns are 1, 4"):
+            await kernel.retry_from_turn(session, 2)
+        fixed = await kernel.retry_from_turn(session, 4, task="second, again")
+        assert fixed.status is TaskStatus.SUCCEEDED
+        live = [
+            e.message.content
+            for e in (await kernel.session_transcript(session)).entries
+            if e.superseded_by is None
+        ]
+        assert live == ["first", "answered: first", "second, again", "answered: second, again"]
+
+
+async def test_a_retry_canceled_by_its_caller_leaves_the_turn_retryable_again(settings) -> None:
+    held = HeldGateway()
+    async with kernel_on(settings, held) as kernel:
+        held.release.set()
+        session = await three_turns(kernel)
+        held.release, held.entered = anyio.Event(), anyio.Event()
+        with anyio.move_on_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(kernel.retry_from_turn, session, 2)
+                await held.entered.wait()
+                group.cancel_scope.cancel()  # the caller gives up (Ctrl-C)
+        held.release.set()
+        transcript = await kernel.session_transcript(session)
+        assert [e.turn for e in transcript.entries if e.superseded_by is None] == [1, 1]
+        shown = io.StringIO()
+        print_transcript(Console(file=shown, width=300), transcript)
+        assert "── turn 2 · superseded by the retry in task" in shown.getvalue()
+        assert "which has no turn yet (if it has ended, this turn can be retried again)" in (
+            shown.getvalue()
+        )
+        again = await kernel.retry_from_turn(session, 2, task="second, once more")
+        assert again.status is TaskStatus.SUCCEEDED
+        transcript = await kernel.session_transcript(session)
+    live = [e.message.content for e in transcript.entries if e.superseded_by is None]
+    assert live == ["first", "answered: first", "second, once more", "answered: second, once more"]
+    superseded = {e.turn: e.superseded_by for e in transcript.entries if e.superseded_by}
+    assert superseded == {2: again.task_id, 3: again.task_id}
+
+
+async def test_two_retries_and_a_task_at_once_from_two_kernels_one_gets_in(settings) -> None:
+    held = HeldGateway()
+    async with kernel_on(settings, held) as first, kernel_on(settings, held) as second:
+        held.release.set()
+        session = await three_turns(first)
+        held.release, held.entered = anyio.Event(), anyio.Event()
+        won: list[TaskResult] = []
+        lost: list[Exception] = []
+
+        async def contend(run: Callable[[], Awaitable[TaskResult]]) -> None:
+            try:
+                won.append(await run())
+            except (SessionBusyError, UsageError) as exc:
+                lost.append(exc)
+                if len(lost) == 2:  # the winner runs on only once both others are out
+                    held.release.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(contend, partial(first.retry_from_turn, session, 2, task="by 1"))
+            group.start_soon(contend, partial(second.retry_from_turn, session, 2, task="by 2"))
+            group.start_soon(contend, partial(second.execute_task, request("normal", session)))
+        transcript = await first.session_transcript(session)
+    (winner,) = won
+    assert winner.status is TaskStatus.SUCCEEDED and len(lost) == 2
+    live = [e.message.content for e in transcript.entries if e.superseded_by is None]
+    superseded = {e.superseded_by for e in transcript.entries if e.superseded_by}
+    if winner.output == "answered: normal":
+        assert len(live) == 8 and not superseded
+    else:
+        assert live == [
+            "first",
+            "answered: first",
+            winner.output[len("answered: ") :],
+            winner.output,
+        ]
+        assert superseded == {winner.task_id}
+
+
+async def test_a_summary_reaching_past_the_fork_turn_is_not_copied(settings) -> None:
+    gateway = FakeRecordingGateway(ScriptedLLMGateway(policy=answer_and_summarize))
+    async with kernel_on(settings, gateway) as kernel:
+        session = await three_turns(kernel)
+        summary = await kernel.compact_session(session)  # covers turns 1-3
+        assert summary is not None and summary.through_seq == 6
+        fork = await kernel.fork_session(session, at_turn=2)
+        assert (await kernel.session_transcript(fork.session_id)).summaries == []
+        await kernel.execute_task(request("in the fork", fork.session_id))
+        sent = " ".join(m.content or "" for m in gateway.requests[-1].messages)
+    assert "third" not in sent and SUMMARY_HEADER not in sent
+    assert "second" in sent
+
+
+async def test_chinese_text_is_forked_and_retried_as_written(settings) -> None:
+    async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
+        session = (await kernel.create_session()).session_id
+        await kernel.execute_task(request("你好，世界", session))
+        retried = await kernel.retry_from_turn(session, 1, task="请再说一遍：天气怎么样？")
+        fork = await kernel.fork_session(session)
+        copied = (await kernel.session_transcript(fork.session_id)).entries
+    assert retried.output == "answered: 请再说一遍：天气怎么样？"
+    assert [e.message.content for e in copied] == [
+        "请再说一遍：天气怎么样？",
+        "answered: 请再说一遍：天气怎么样？",
+    ]
+
+
+async def test_the_migration_runs_twice_harmlessly(settings) -> None:
+    async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
+        session = await three_turns(kernel)
+        await kernel.retry_from_turn(session, 2)
+        before = await kernel.session_transcript(session)
+    conn = sqlite_driver().connect(str(settings.database_path))
+    _sessions_fork_and_retry(conn)
+    _forks_carry_usage(conn)
+    conn.commit()
+    conn.close()
+    async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
+        assert await kernel.session_transcript(session) == before
+
+
+async def test_a_fork_lives_on_when_its_origin_is_deleted_and_retries_from_the_turns_text(
+    settings,
+) -> None:
+    gateway = FakeRecordingGateway(ScriptedLLMGateway(policy=answer))
+    async with kernel_on(settings, gateway) as kernel:
+        origin = await three_turns(kernel)
+        fork = await kernel.fork_session(origin, at_turn=2)
+        branch = await kernel.fork_session(fork.session_id)  # a fork of the fork
+        await kernel.delete_session(origin)
+        retried = await kernel.retry_from_turn(fork.session_id, 2)  # its task is gone
+        sent = said(gateway.requests[-1].messages)
+        shown = await kernel.session_transcript(branch.session_id)
+    assert retried.status is TaskStatus.SUCCEEDED and retried.output == "answered: second"
+    assert sent == ["first", "answered: first", "second"]
+    assert branch.forked_from == SessionOrigin(session_id=fork.session_id, turn=2)
+    assert [e.message.content for e in shown.entries] == [
+        "first",
+        "answered: first",
+        "second",
+        "answered: second",
+    ]
+
+
+async def test_no_secret_reaches_the_disk_through_a_fork_or_a_retry(settings) -> None:
+    key = "sk-proj-" + "Fk9" * 12
+    async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
+        session = (await kernel.create_session()).session_id
+        await kernel.execute_task(request(f"my key is {key}", session))
+        fork = await kernel.fork_session(session, metadata={"note": f"key {key}"})
+        retried = await kernel.retry_from_turn(fork.session_id, 1, task=f"again: {key}")
+        transcript = await kernel.session_transcript(fork.session_id)
+    assert retried.output == f"answered: again: {key}"  # the host gets its answer
+    assert key not in transcript.model_dump_json()
+    stored = b"".join(p.read_bytes() for p in settings.data_dir.rglob("*") if p.is_file())
+    assert key.encode() not in stored and b"[REDACTED" in stored
+
+
+class ChargedThenHeld(ILLMGateway):
+    """Like ``costly``; a task "slow" calls a tool, then its next call waits for good."""
+
+    def __init__(self) -> None:
+        self.inner = ScriptedLLMGateway(policy=self.policy)
+        self.entered = anyio.Event()
+
+    @staticmethod
+    def policy(messages: Sequence[ChatMessage]) -> ScriptedTurn:
+        task = next(m.content for m in reversed(messages) if isinstance(m, UserMessage))
+        if task == "slow":
+            call = ScriptedToolCall(name="fetch_note", arguments={})
+            return ScriptedTurn(tool_calls=[call], usage=TokenUsage(input_tokens=100))
+        return costly(messages)
+
+    @property
+    def model_name(self) -> str:
+        return "charged/test"
+
+    async def _hold(self, request: LLMRequest) -> None:
+        if any(m.kind == "tool" for m in request.messages):
+            self.entered.set()
+            await anyio.sleep_forever()
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        await self._hold(request)
+        return await self.inner.complete(request)
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
+        await self._hold(request)
+        async for item in self.inner.stream(request):
+            yield item
+
+
+async def test_a_fork_counts_the_usage_of_a_task_canceled_after_its_turn(settings) -> None:
+    gateway = ChargedThenHeld()
+    async with kernel_on(settings, gateway) as kernel:
+        origin = (await kernel.create_session()).session_id
+        await kernel.execute_task(request("one", origin))
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(kernel.execute_task, request("slow", origin))
+                await gateway.entered.wait()
+                group.cancel_scope.cancel()  # spent 100 tokens, added no turn
+        assert [e.turn for e in (await kernel.session_transcript(origin)).entries] == [1, 1]
+        assert sum(t.usage.input_tokens for t in await kernel.list_tasks(session_id=origin)) == 200
+        fork = await kernel.fork_session(origin)
+    assert fork.inherited_usage.input_tokens == 200

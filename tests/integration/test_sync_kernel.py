@@ -552,3 +552,20 @@ def test_close_lets_go_of_the_hosts_callbacks(tmp_path: Path) -> None:
     del window
     gc.collect()
     assert gone() is None
+
+
+def test_a_session_is_retried_and_forked_through_the_facade(tmp_path: Path) -> None:
+    turns = [ScriptedTurn(content=text) for text in ("one", "two", "two again")]
+    with build(tmp_path, turns) as sync:
+        for text in ("first", "second"):
+            sync.execute_task(TaskRequest(task=text, session_id="chat"))
+        retried = sync.retry_from_turn("chat", 2, task="second, said better")
+        fork = sync.fork_session("chat", at_turn=1, new_session_id="branch")
+        transcript = sync.call(sync.kernel.session_transcript, "chat")
+    assert retried.status is TaskStatus.SUCCEEDED
+    assert fork.forked_from is not None and (fork.session_id, fork.forked_from.turn) == (
+        "branch",
+        1,
+    )
+    live = [e.message.content for e in transcript.entries if e.superseded_by is None]
+    assert live == ["first", "one", "second, said better", retried.output]

@@ -75,6 +75,8 @@ def test_every_method_and_notification_is_found_by_name(schema) -> None:
         "get_task",
         "get_trace",
         "list_pending_approvals",
+        "retry_from_turn",
+        "fork_session",
         "ping",
     }
     assert set(index["notifications"]) == {"task/event", "approval/requested", "task/result"}

@@ -89,8 +89,11 @@ class ISessionStore(abc.ABC):
 
         One transaction: the new session gets the origin's live (not superseded) entries of
         turns 1 to ``at_turn``, renumbered from 1 (``seq`` and ``turn``; ``task_id`` and
-        ``created_at`` kept), the live summaries that cover only those, and
-        ``forked_from``. The origin is not changed. Returns the new session as stored.
+        ``created_at`` kept), the live summaries that cover only those, ``forked_from``,
+        and ``inherited_usage``: the origin's own plus that of its tasks created by the
+        time ``at_turn`` was added (superseded turns' too) or that added no turn. The origin
+        is not changed.
+        Returns the new session as stored.
 
         Raises:
             SessionNotFoundError: No session ``session_id``.

@@ -130,6 +130,8 @@ class ITaskStore(abc.ABC):
         With ``supersede_turn`` (a retry; use with ``exclusive``), that turn of the task's
         session and every live turn after it, with the summaries covering them, are marked
         superseded by the task in the same atomic step: no later task's history holds them.
+        A turn superseded by a retry that added no turn of its own is taken over too (from
+        ``supersede_turn`` on), so a canceled retry can be retried again.
 
         Raises:
             SessionBusyError: With ``exclusive``, another task of the session is queued,

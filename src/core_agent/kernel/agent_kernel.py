@@ -30,6 +30,7 @@ from core_agent.contracts.errors import (
     CoreAgentError,
     InvalidTransitionError,
     SessionBusyError,
+    SessionNotFoundError,
     StorageError,
     TaskFailedError,
     TaskNotFoundError,
@@ -98,6 +99,7 @@ from shared.agent_protocol import (
     TaskResumed,
     TaskState,
     TaskStatus,
+    TokenUsage,
     UsageLimits,
     UserMessage,
 )
@@ -215,6 +217,7 @@ class AgentKernel:
             ask_human=self._ask_host,
             has_approver=lambda: self._approval_gateway is not None,
             resolve=self.resolve_approval,
+            carried_usage=self._carried_usage if sessions is not None else None,
         )
         self._nested = NestedAgents(
             task_store=task_store,
@@ -919,8 +922,10 @@ class AgentKernel:
         Turns are numbered from 1 as the transcript shows them (``SessionEntry.turn``);
         ``None`` forks at the latest one. The fork gets copies of the live turns 1 to
         ``at_turn`` and of the summaries of them, the origin's user and (unless given)
-        metadata, and ``forked_from``; its later tasks see only that history. The origin is
-        not changed. All of it is one transaction (see ``session_controls``).
+        metadata, and ``forked_from``; its later tasks see only that history. It carries
+        what the origin had used when ``at_turn`` was added (``inherited_usage``), counted
+        against the session usage limits. The origin is not changed. All of it is one
+        transaction (see ``session_controls``).
 
         Raises:
             SessionNotFoundError: No such session.
@@ -957,7 +962,9 @@ class AgentKernel:
         task runs with the original task's request (``task`` in place of its text when
         given) from the history before ``turn``, and its turn takes the next number. The
         supersession and the task's creation are one transaction. ``task_id`` names the
-        new task, as in ``execute_task``.
+        new task, as in ``execute_task``. A retry that fails adds its failed turn (retry that
+        one); one that ended without a turn (its caller canceled it) leaves ``turn``
+        retryable again (see ``session_controls``).
 
         Raises:
             SessionNotFoundError: No such session.
@@ -970,13 +977,22 @@ class AgentKernel:
         for held in await self._task_store.list_tasks(session_id=session_id, limit=1):
             if not held.status.is_terminal:
                 raise SessionBusyError(session_id, held.task_id, held.status.value, "retry")
-        entries = turn_entries(session_id, await store.entries(session_id), turn, "retry")
+        entries = turn_entries(
+            session_id, await store.entries(session_id), turn, "retry", abandoned=True
+        )
         try:
             original: TaskState | None = await self._task_store.get_task(entries[0].task_id)
         except TaskNotFoundError:
             original = None
         request = retry_request(session_id, turn, entries, original, task)
         return await self._execute(request, task_id or uuid.uuid4().hex, None, supersede=turn)
+
+    async def _carried_usage(self, session_id: str) -> TokenUsage:
+        """What ``session_id`` carries from the session it was forked from (its limits')."""
+        try:
+            return (await self._session_store().get_session(session_id)).inherited_usage
+        except SessionNotFoundError:
+            return TokenUsage()
 
     async def close_session(self, session_id: str) -> SessionInfo:
         """Close the session: its history stays readable, it takes no more tasks.

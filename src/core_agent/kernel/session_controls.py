@@ -13,8 +13,18 @@ keep their number for good, so a number always names the same turn.
   superseded by that task in the transaction that creates it: they stay in the transcript,
   marked, and are never put in a prompt again. The retried turn gets the next number.
 
-A superseded turn can be neither forked at nor retried; a session whose task has not ended
-can be neither forked nor retried (the turn it will add would be lost or out of order).
+Neither is a way around the session's usage limits: the tasks of superseded turns still
+count, and a fork carries what its origin had used when turn N was added
+(``SessionInfo.inherited_usage``, stored with it, so deleting the origin changes nothing).
+
+A superseded turn can be neither forked at nor retried, with one exception: a retry that
+ended without adding a turn (canceled by its caller, or killed by a bug) leaves the turns it
+superseded with nothing in their place, and those can be retried again; the new retry takes
+them over (``superseded_by`` names it). A retry that *fails* adds its turn, like any failed
+task: the turn says why it has no answer, the turns it superseded stay superseded, and the
+user retries the failed turn (a later task's prompt holds that failure, as it would any). A
+session whose task has not ended can be neither forked nor retried (the turn it will add
+would be lost or out of order).
 """
 
 from __future__ import annotations
@@ -29,9 +39,17 @@ RETRY_OF_TURN = "retry_of_turn"
 
 
 def turn_entries(
-    session_id: str, entries: Sequence[SessionEntry], turn: int | None, doing: str
+    session_id: str,
+    entries: Sequence[SessionEntry],
+    turn: int | None,
+    doing: str,
+    *,
+    abandoned: bool = False,
 ) -> list[SessionEntry]:
     """The entries of the live ``turn`` (the latest live turn when ``None``).
+
+    With ``abandoned`` a turn superseded by a retry that added no turn is taken too (see
+    ``abandoned_by``).
 
     Raises:
         UsageError: There is no such turn, or it was superseded; the message says which
@@ -46,12 +64,21 @@ def turn_entries(
     if not found:
         last = max(e.turn for e in entries)
         raise UsageError(f"session {session_id!r} has turns 1 to {last}, not {number}")
-    if found[0].superseded_by is not None:
+    if found[0].superseded_by is not None and not (abandoned and abandoned_by(found[0], entries)):
         raise UsageError(
             f"turn {number} of session {session_id!r} was superseded by the retry in task "
             f"{found[0].superseded_by}; its live turns are {number_ranges(live)}"
         )
     return found
+
+
+def abandoned_by(entry: SessionEntry, entries: Sequence[SessionEntry]) -> bool:
+    """Whether ``entry`` was superseded by a retry that has no turn in ``entries``.
+
+    Once the session has no task that has not ended, that retry ended without adding one.
+    """
+    by = entry.superseded_by
+    return by is not None and not any(e.task_id == by for e in entries)
 
 
 def retry_request(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import CancelledError, Future, InvalidStateError, ThreadPoolExecutor
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass, field
@@ -58,6 +58,7 @@ from shared.agent_protocol import (
     ApprovalDecision,
     ApprovalRequest,
     ApprovalRequested,
+    SessionInfo,
     TaskEvent,
     TaskRequest,
     TaskResult,
@@ -364,6 +365,27 @@ class SyncKernel:
     def resume(self, task_id: str, *, response_model: type[BaseModel] | None = None) -> TaskResult:
         """Carry on a task whose process died (``AgentKernel.resume``)."""
         return self.call(self._kernel.resume, task_id, response_model=response_model)
+
+    def retry_from_turn(self, session_id: str, turn: int, *, task: str | None = None) -> TaskResult:
+        """Run turn ``turn`` of the session again and wait for it (``AgentKernel``'s)."""
+        return self.call(self._kernel.retry_from_turn, session_id, turn, task=task)
+
+    def fork_session(
+        self,
+        session_id: str,
+        *,
+        at_turn: int | None = None,
+        new_session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> SessionInfo:
+        """A new session holding ``session_id``'s history up to ``at_turn`` (``AgentKernel``'s)."""
+        return self.call(
+            self._kernel.fork_session,
+            session_id,
+            at_turn=at_turn,
+            new_session_id=new_session_id,
+            metadata=metadata,
+        )
 
     def pending_approvals(self, limit: int = 1000) -> list[ApprovalRequest]:
         """Questions that tasks wait on, oldest first (they survive restarts)."""

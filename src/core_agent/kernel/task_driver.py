@@ -94,8 +94,10 @@ class TaskDriver:
         ask_human: AskHuman,
         has_approver: Callable[[], bool],
         resolve: Resolve,
+        carried_usage: Callable[[str], Awaitable[TokenUsage]] | None = None,
     ) -> None:
         self._task_store = task_store
+        self._carried_usage = carried_usage
         self._trace_store = trace_store
         self._owner = owner
         self._lease_s = lease_s
@@ -259,13 +261,17 @@ class TaskDriver:
         return await lifecycle.succeed(outcome, stats)
 
     async def _session_usage(self, state: TaskState) -> TokenUsage:
-        """What the other tasks of ``state``'s session have used, as stored with them."""
+        """What the other tasks of ``state``'s session have used, as stored with them.
+
+        With what the session carries from the one it was forked from (``carried_usage``).
+        """
         tasks = await self._task_store.list_tasks(
             session_id=state.session_id, limit=SESSION_TASKS_COUNTED
         )
-        return sum(
-            (task.usage for task in tasks if task.task_id != state.task_id), start=TokenUsage()
-        )
+        carried = TokenUsage()
+        if self._carried_usage is not None and state.session_id is not None:
+            carried = await self._carried_usage(state.session_id)
+        return sum((task.usage for task in tasks if task.task_id != state.task_id), start=carried)
 
     async def _suspend(
         self,

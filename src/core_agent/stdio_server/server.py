@@ -89,6 +89,7 @@ from shared.agent_protocol import (
     ApprovalResolved,
     ErrorCode,
     LLMDelta,
+    SessionInfo,
     TaskAccepted,
     TaskEvent,
     TaskQueued,
@@ -102,12 +103,14 @@ from shared.agent_protocol import (
 )
 from shared.agent_protocol.rpc import (
     CancelTaskParams,
+    ForkSessionParams,
     GetTaskParams,
     ListPendingApprovalsParams,
     ListTasksParams,
     PendingApprovals,
     PingParams,
     Pong,
+    RetryFromTurnParams,
     TaskList,
 )
 
@@ -221,6 +224,8 @@ class StdioServer:
             "get_task": self._get_task,
             "get_trace": self._get_trace,
             "list_pending_approvals": self._list_pending_approvals,
+            "retry_from_turn": self._retry_from_turn,
+            "fork_session": self._fork_session,
             "ping": self._ping,
         }
         self._requests: anyio.abc.TaskGroup | None = None
@@ -719,6 +724,30 @@ class StdioServer:
     # --- methods ----------------------------------------------------------------------------
 
     async def _execute_task(self, call: _Call, request: TaskRequest) -> None:
+        await self._start_task(
+            call, lambda task_id: self._kernel.execute_task(request, task_id=task_id)
+        )
+
+    async def _retry_from_turn(self, call: _Call, params: RetryFromTurnParams) -> None:
+        await self._start_task(
+            call,
+            lambda task_id: self._kernel.retry_from_turn(
+                params.session_id, params.turn, task=params.task, task_id=task_id
+            ),
+        )
+
+    async def _fork_session(self, call: _Call, params: ForkSessionParams) -> SessionInfo:
+        return await self._kernel.fork_session(
+            params.session_id,
+            at_turn=params.at_turn,
+            new_session_id=params.new_session_id,
+            metadata=params.metadata,
+        )
+
+    async def _start_task(
+        self, call: _Call, execute: Callable[[str], Awaitable[TaskResult]]
+    ) -> None:
+        """Run a new task (its id given to ``execute``), answered once it is queued."""
         self._check_room_for_a_run()
         task_id = uuid.uuid4().hex
         self._awaiting_queued[task_id] = call
@@ -731,7 +760,7 @@ class StdioServer:
 
         async def run() -> TaskResult:
             try:
-                return await self._kernel.execute_task(request, task_id=task_id)
+                return await execute(task_id)
             finally:
                 self._awaiting_queued.pop(task_id, None)
                 if not call.answered:  # refused before it was stored: not a task of ours

@@ -135,6 +135,19 @@ def _sessions_fork_and_retry(conn: sqlite3.Connection) -> None:
     )
 
 
+def _forks_carry_usage(conn: sqlite3.Connection) -> None:
+    """A forked session records the usage it carries from its origin (its session limits').
+
+    Idempotent like ``_sessions_fork_and_retry`` (a merge may renumber it). Forks made
+    before it carry nothing: what their origin used then is not known for sure any more.
+    """
+    present = {row[1] for row in conn.execute("PRAGMA table_info(agent_sessions)")}
+    if "inherited_usage_json" not in present:
+        conn.execute(
+            "ALTER TABLE agent_sessions ADD COLUMN inherited_usage_json TEXT NOT NULL DEFAULT '{}'"
+        )
+
+
 Migration = str | Callable[[sqlite3.Connection], None]
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -367,6 +380,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     """,
     # 11: session forks and retries (see ``_sessions_fork_and_retry``).
     _sessions_fork_and_retry,
+    # 12: a fork's usage carried from its origin (see ``_forks_carry_usage``).
+    _forks_carry_usage,
 )
 
 

@@ -52,7 +52,7 @@ _TASK_TABLES = (
 _SESSION_COLUMNS = (
     "s.id, s.user_id, s.metadata_json, s.created_at, s.updated_at, s.closed_at,"
     " (SELECT COUNT(*) FROM agent_tasks AS t WHERE t.session_id = s.id),"
-    " s.forked_from, s.forked_at_turn"
+    " s.forked_from, s.forked_at_turn, s.inherited_usage_json"
 )
 
 
@@ -87,8 +87,17 @@ def check_session_takes_a_task(conn: sqlite3.Connection, session_id: str) -> Non
         raise SessionBusyError(session_id, held[0], held[1], "submit the next task")
 
 
-def _live_turn(conn: sqlite3.Connection, session_id: str, turn: int) -> int:
+_ABANDONED = "superseded_by NOT IN (SELECT task_id FROM agent_session_entries WHERE session_id = ?)"
+"""An entry's retry added no turn: once the session has no open task, it never will."""
+
+
+def _live_turn(
+    conn: sqlite3.Connection, session_id: str, turn: int, *, abandoned: bool = False
+) -> int:
     """The first ``seq`` of the session's ``turn``, which must be live (not superseded).
+
+    With ``abandoned`` a turn superseded by a retry that added no turn is taken too (the
+    caller checked that the session has no open task).
 
     Raises:
         UsageError: The session has no such turn, or it was superseded.
@@ -104,7 +113,14 @@ def _live_turn(conn: sqlite3.Connection, session_id: str, turn: int) -> int:
         ).fetchone()
         held = f"turns 1 to {last}" if last else "no turns yet"
         raise UsageError(f"session {session_id!r} has {held}, not turn {turn}")
-    if row[1] is not None:
+    if row[1] is not None and not (
+        abandoned
+        and conn.execute(
+            f"SELECT 1 FROM agent_session_entries WHERE session_id = ? AND turn = ?"
+            f" AND {_ABANDONED} LIMIT 1",
+            (session_id, turn, session_id),
+        ).fetchone()
+    ):
         raise UsageError(
             f"turn {turn} of session {session_id!r} was superseded by task {row[1]}'s retry"
         )
@@ -116,24 +132,54 @@ def supersede_turns(conn: sqlite3.Connection, session_id: str, turn: int, task_i
     """Mark ``turn`` and every live turn after it, and the summaries of them, superseded.
 
     Call inside the transaction that inserts ``task_id``, the task that retries the turn
-    (``SqliteTaskStore.create_task``): the turns are superseded if and only if it exists.
+    (``SqliteTaskStore.create_task``), after checking the session has no open task: the
+    turns are superseded if and only if it exists. What an abandoned retry (one that
+    added no turn) superseded from ``turn`` on is taken over by this one.
 
     Raises:
-        UsageError: The session has no such turn, or it was superseded already.
+        UsageError: The session has no such turn, or it was superseded already (by a
+            retry that added its turn).
     """
-    first = _live_turn(conn, session_id, turn)
+    first = _live_turn(conn, session_id, turn, abandoned=True)
+    taken = f"(superseded_by IS NULL OR {_ABANDONED})"
     conn.execute(
         "UPDATE agent_session_entries SET superseded_by = ?"
-        " WHERE session_id = ? AND seq >= ? AND superseded_by IS NULL",
-        (task_id, session_id, first),
+        f" WHERE session_id = ? AND seq >= ? AND {taken}",
+        (task_id, session_id, first, session_id),
     )
     # A live summary covers every live entry up to its ``through_seq``: one reaching the
     # retried turn holds what is discarded now.
     conn.execute(
         "UPDATE agent_session_summaries SET superseded_by = ?"
-        " WHERE session_id = ? AND through_seq >= ? AND superseded_by IS NULL",
-        (task_id, session_id, first),
+        f" WHERE session_id = ? AND through_seq >= ? AND {taken}",
+        (task_id, session_id, first, session_id),
     )
+
+
+def _usage_at_turn(conn: sqlite3.Connection, session_id: str, turn: int) -> TokenUsage:
+    """What the session had used when ``turn`` was added: a fork at it carries this.
+
+    Its own inherited usage and that of every task created by then (superseded turns'
+    tasks too: they were spent on the way). Tasks run one at a time per session, so those
+    are the tasks that ran before the turn was added, and the turn's own. Tasks that added
+    no turn (canceled by their caller) count wherever they are: otherwise tokens spent and
+    canceled after the latest turn would be left behind by a fork at it.
+    """
+    (carried,) = conn.execute(
+        "SELECT inherited_usage_json FROM agent_sessions WHERE id = ?", (session_id,)
+    ).fetchone()
+    (added_at,) = conn.execute(
+        "SELECT MAX(created_at) FROM agent_session_entries WHERE session_id = ? AND turn = ?",
+        (session_id, turn),
+    ).fetchone()
+    usage = TokenUsage.model_validate_json(carried)
+    for (usage_json,) in conn.execute(
+        "SELECT usage_json FROM agent_tasks WHERE session_id = ? AND (created_at <= ?"
+        " OR id NOT IN (SELECT task_id FROM agent_session_entries WHERE session_id = ?))",
+        (session_id, added_at, session_id),
+    ):
+        usage += TokenUsage.model_validate_json(usage_json)
+    return usage
 
 
 def _session(row: tuple[Any, ...]) -> SessionInfo:
@@ -147,6 +193,7 @@ def _session(row: tuple[Any, ...]) -> SessionInfo:
         tasks,
         forked_from,
         forked_at_turn,
+        inherited_usage_json,
     ) = row
     return SessionInfo(
         session_id=session_id,
@@ -161,6 +208,7 @@ def _session(row: tuple[Any, ...]) -> SessionInfo:
             if forked_from is not None
             else None
         ),
+        inherited_usage=TokenUsage.model_validate_json(inherited_usage_json),
     )
 
 
@@ -325,7 +373,8 @@ class SqliteSessionStore(ISessionStore):
                 ).fetchone()
                 cursor = conn.execute(
                     "INSERT OR IGNORE INTO agent_sessions (id, user_id, created_at, updated_at,"
-                    " metadata_json, forked_from, forked_at_turn) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    " metadata_json, forked_from, forked_at_turn, inherited_usage_json)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         new_session.session_id,
                         new_session.user_id,
@@ -334,6 +383,7 @@ class SqliteSessionStore(ISessionStore):
                         json.dumps(new_session.metadata, ensure_ascii=False),
                         session_id,
                         at_turn,
+                        _usage_at_turn(conn, session_id, at_turn).model_dump_json(),
                     ),
                 )
                 if cursor.rowcount == 0:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from shared.agent_protocol.approval import ApprovalDecision, ApprovalRequest
 from shared.agent_protocol.events import AgentEvent
+from shared.agent_protocol.sessions import SessionInfo
 from shared.agent_protocol.tasks import TaskRequest, TaskResult, TaskState, TaskStatus
 
 JSONRPC_VERSION = "2.0"
@@ -152,6 +153,32 @@ class TaskList(_Model):
     tasks: list[TaskState]
 
 
+class RetryFromTurnParams(_Model):
+    """``retry_from_turn``'s params: run a turn of a session again (superseding it and after).
+
+    Answered like ``execute_task`` (a ``TaskAccepted`` once the retrying task is stored).
+    """
+
+    session_id: str
+    turn: int = Field(ge=1, description="The turn to run again, as the transcript numbers it.")
+    task: str | None = Field(
+        default=None, min_length=1, description="What to ask instead of the turn's own text."
+    )
+
+
+class ForkSessionParams(_Model):
+    """``fork_session``'s params: a new session holding a session's history up to a turn."""
+
+    session_id: str
+    at_turn: int | None = Field(default=None, ge=1, description="The latest turn when absent.")
+    new_session_id: str | None = Field(
+        default=None, min_length=1, description="A random id when absent."
+    )
+    metadata: dict[str, Any] | None = Field(
+        default=None, description="The origin's metadata when absent."
+    )
+
+
 class GetTaskParams(_Model):
     """``get_task``'s and ``get_trace``'s params."""
 
@@ -266,6 +293,20 @@ class ListPendingApprovalsRequest(_Request):
     params: ListPendingApprovalsParams = Field(default_factory=ListPendingApprovalsParams)
 
 
+class RetryFromTurnRequest(_Request):
+    """Run a session's turn again as a new task; answered at once with its id."""
+
+    method: Literal["retry_from_turn"] = "retry_from_turn"
+    params: RetryFromTurnParams
+
+
+class ForkSessionRequest(_Request):
+    """Fork a session at a turn into a new session."""
+
+    method: Literal["fork_session"] = "fork_session"
+    params: ForkSessionParams
+
+
 class PingRequest(_Request):
     """Does nothing: for health checks and round-trip measurements."""
 
@@ -285,6 +326,18 @@ class ExecuteTaskResponse(_Response):
     """``execute_task`` succeeded."""
 
     result: TaskAccepted
+
+
+class RetryFromTurnResponse(_Response):
+    """``retry_from_turn`` succeeded: the retrying task is stored and runs."""
+
+    result: TaskAccepted
+
+
+class ForkSessionResponse(_Response):
+    """``fork_session`` succeeded: the new session as stored."""
+
+    result: SessionInfo
 
 
 class CancelTaskResponse(_Response):
@@ -415,6 +468,16 @@ RPC_METHODS: dict[str, RpcMethod] = {
             PendingApprovals,
             ListPendingApprovalsRequest,
             ListPendingApprovalsResponse,
+        ),
+        RpcMethod(
+            "retry_from_turn",
+            RetryFromTurnParams,
+            TaskAccepted,
+            RetryFromTurnRequest,
+            RetryFromTurnResponse,
+        ),
+        RpcMethod(
+            "fork_session", ForkSessionParams, SessionInfo, ForkSessionRequest, ForkSessionResponse
         ),
         RpcMethod("ping", PingParams, Pong, PingRequest, PingResponse),
     )

@@ -41,6 +41,13 @@ class SessionInfo(BaseModel):
     forked_from: SessionOrigin | None = Field(
         default=None, description="The session and turn this one was forked from, if it was."
     )
+    inherited_usage: TokenUsage = Field(
+        default_factory=TokenUsage,
+        description="A fork's share of its origin's usage: what the origin had used when the "
+        "turn it was forked at ended (its own inherited usage included), and what its tasks "
+        "that added no turn used. It counts against "
+        "the session's usage limits, so a fork does not start a fresh budget.",
+    )
 
 
 class SessionEntry(BaseModel):
