@@ -2,7 +2,7 @@
 
 The servers are not started when the kernel is built: the first time the kernel lists its
 tools (a task's first step), every declared server is started and asked for its tools, which
-are kept for the kernel's life. A server that crashes is restarted once, by its next call.
+are kept for the kernel's life. A server that crashes (during a call or between calls) is restarted once, by its next call; a restarted server that changed a tool gets no call to it.
 """
 
 from __future__ import annotations

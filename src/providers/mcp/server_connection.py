@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tempfile
 from contextlib import AsyncExitStack
-from typing import IO, Any
+from typing import Any
 
 import anyio
 import httpx2
@@ -22,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult, Tool
 
+from providers.mcp.server_process import ServerProcess
 from providers.mcp.server_settings import McpServerSettings
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,11 @@ class McpServerConnection:
         self._starting = asyncio.Lock()
         self._starts = 0
         self._given_up: str | None = None
-        self._stderr: IO[str] | None = None
+        self._process: ServerProcess | None = None
+        """The current run of a stdio server: its stderr's tail, its process group."""
+        self._listed: dict[str, dict[str, Any]] | None = None
+        """Input schemas by tool, as first listed: a restarted server must offer the same."""
+        self._relisted: dict[str, dict[str, Any]] | None = None
 
     @property
     def starts(self) -> int:
@@ -60,7 +64,12 @@ class McpServerConnection:
         Raises:
             McpServerError: It could not be started, or did not list its tools in time.
         """
-        client = await self._connected()
+        tools = await self._list(await self._connected())
+        if self._listed is None:
+            self._listed = {tool.name: dict(tool.input_schema) for tool in tools}
+        return tools
+
+    async def _list(self, client: Client) -> list[Tool]:
         tools: list[Tool] = []
         cursor: str | None = None
         try:
@@ -92,6 +101,7 @@ class McpServerConnection:
                 ``call_timeout_s``.
         """
         client = await self._connected()
+        await self._check_unchanged(client, tool)
         timeout = self.settings.call_timeout_s
         try:
             with anyio.fail_after(timeout):
@@ -112,14 +122,38 @@ class McpServerConnection:
         """Stop the server (its process and everything it started) and wait until it is gone."""
         self._given_up = self._given_up or "the kernel was closed"
         await self._stop_session()
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+        if self._process is not None:
+            self._process.close()
+
+    async def _check_unchanged(self, client: Client, tool: str) -> None:
+        """Refuse a call to a tool the restarted server no longer offers as first listed.
+
+        The kernel validated the arguments against the first listing's schema, and the
+        model was shown its description: a server that changed its tools when it restarted
+        gets no call to a changed tool (a restart of the kernel lists them again).
+        """
+        if self._starts < 2 or self._listed is None:
+            return
+        if self._relisted is None:
+            listed = await self._list(client)
+            self._relisted = {t.name: dict(t.input_schema) for t in listed}
+        if tool not in self._relisted:
+            raise McpServerError(
+                f"MCP server {self.name!r} no longer offers the tool {tool!r} since its restart"
+            )
+        if self._relisted[tool] != self._listed.get(tool):
+            raise McpServerError(
+                f"MCP server {self.name!r} changed the input schema of {tool!r} when it "
+                "restarted; the call is refused (restart the kernel to list its tools again)"
+            )
 
     async def _connected(self) -> Client:
         async with self._starting:
-            if self._client is not None:
+            if self._client is not None and not self._died_idle():
                 return self._client
+            if self._client is not None:
+                # It stopped between calls: nothing was sent, so this call restarts it.
+                await self._crashed("while idle")
             if self._given_up is not None:
                 raise McpServerError(self._given_up)
             self._starts += 1
@@ -151,7 +185,11 @@ class McpServerConnection:
         try:
             async with AsyncExitStack() as stack:
                 transport = await self._transport(stack)
-                client = await stack.enter_async_context(Client(transport, mode="auto"))
+                try:
+                    client = await stack.enter_async_context(Client(transport, mode="auto"))
+                finally:
+                    if self._process is not None:
+                        self._process.spawned()
                 started.set_result(client)
                 await stop.wait()
         except BaseException as exc:
@@ -162,21 +200,26 @@ class McpServerConnection:
             if isinstance(exc, asyncio.CancelledError):
                 raise
 
+    def _died_idle(self) -> bool:
+        return self._process is not None and not self._process.alive()
+
     async def _transport(self, stack: AsyncExitStack) -> Any:
         settings = self.settings
         if settings.command is not None:
-            if self._stderr is not None:
-                self._stderr.close()
-            # Its stderr goes to a file of ours, quoted when the server fails; the file
-            # outlives this call (closed by the next start or by ``close``).
-            self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+            if self._process is not None:
+                self._process.close()
+            # Its stderr, drained into a tail quoted when the server fails; kept until the
+            # next start or ``close``, its group killed when the session ends.
+            self._process = ServerProcess()
+            await self._process.drain()
             parameters = StdioServerParameters(
                 command=settings.command,
                 args=list(settings.args),
                 env=dict(settings.env) or None,
                 cwd=settings.cwd,
             )
-            return stdio_client(parameters, errlog=self._stderr)
+            assert self._process.errlog is not None
+            return stdio_client(parameters, errlog=self._process.errlog)
         assert settings.url is not None
         http = await stack.enter_async_context(
             httpx2.AsyncClient(
@@ -209,15 +252,15 @@ class McpServerConnection:
                 await holder
             except BaseException:  # the session's end was logged by its holder
                 log.debug("MCP server %r: stopped", self.name, exc_info=True)
+        if self._process is not None:
+            # The SDK kills the group only when the server itself outlives its grace: what
+            # a server that exited left running is killed here.
+            await self._process.kill_group()
 
     def _stderr_tail(self) -> str:
-        if self._stderr is None:
+        if self._process is None:
             return ""
-        try:
-            self._stderr.seek(0)
-            text = self._stderr.read()[-STDERR_TAIL_CHARS:].strip()
-        except (OSError, ValueError):
-            return ""
+        text = self._process.tail()[-STDERR_TAIL_CHARS:].strip()
         return f" (its stderr ends: {text})" if text else ""
 
 
