@@ -84,6 +84,7 @@ from core_agent.safety.redacting_stores import (
     RedactingTraceStore,
 )
 from core_agent.safety.redaction import Redactor, host_secrets
+from core_agent.safety.tool_poisoning import poisoned_tool_reason
 from core_agent.tooling.memory_tools import knowledge_search_tool, memory_tools
 from core_agent.tooling.registry import ToolRegistry
 from core_agent.tooling.tool_origins import check_deps, defined_at, host_tools, registry_of
@@ -245,7 +246,7 @@ def add_capability_tools(
                 registry.register(load_provider(TOOLS, name, settings, ITool))  # type: ignore[type-abstract]
         for tool in capability.tools():
             registry.register(tool)
-        registry.defer(capability.discovered_tools)
+        registry.defer(capability.discovered_tools, screen=poisoned_tool_reason)
     return registry
 
 
