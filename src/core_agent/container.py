@@ -461,7 +461,31 @@ def build_redactor(settings: AgentSettings) -> Redactor:
         for key in (settings.model_api_key, settings.embedding_api_key)
         if key is not None
     ]
-    return Redactor([*keys, *host_secrets(os.environ)], settings.redact_patterns)
+    return Redactor(
+        [*keys, *host_secrets(os.environ), *mcp_server_secrets(settings)],
+        settings.redact_patterns,
+    )
+
+
+def mcp_server_secrets(settings: AgentSettings) -> list[str]:
+    """The credentials of the MCP servers ``AGENT_MCP_SERVERS`` declares.
+
+    Values of credential-named headers (``Authorization: Bearer <token>`` gives the token)
+    and ``env`` variables: a server that echoes one must not put it in the stores. (Servers
+    of ``AGENT_MCP_FILE`` are read by the provider; their tokens are redacted only when they
+    match a known key format.)
+    """
+    found: list[str] = []
+    for table in settings.mcp_servers.values():
+        for field in ("headers", "env"):
+            values = table.get(field)
+            if not isinstance(values, dict):
+                continue
+            for name, value in values.items():
+                if isinstance(value, str):
+                    words = value.split()
+                    found += host_secrets({str(name): words[-1]} if words else {})
+    return found
 
 
 def load_span_exporter(settings: AgentSettings) -> ISpanExporter | None:

@@ -17,7 +17,7 @@ from mcp_types import (
     Tool,
 )
 
-from core_agent.container import create_kernel
+from core_agent.container import build_redactor, create_kernel
 from core_agent.contracts.errors import ConfigurationError, ToolArgumentsError
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import Capability, ToolContext
@@ -302,3 +302,21 @@ def test_resources_and_images_in_a_result_are_named_not_shown() -> None:
     assert result_text(result) == (
         "[resource file:///secret.bin (application/octet-stream) not shown]\n笔记内容"
     )
+
+
+def test_declared_server_credentials_never_reach_the_stores() -> None:
+    settings = AgentSettings(
+        mcp_servers={
+            "notes": {
+                "url": "http://127.0.0.1:1/mcp",
+                "headers": {"Authorization": "Bearer t0k3n-abc"},
+            },
+            "files": {
+                "command": "srv",
+                "env": {"FILES_API_KEY": "plainsecret123", "MODE": "fast-mode"},
+            },
+        }
+    )
+    redactor = build_redactor(settings)
+    echoed = "the server said: t0k3n-abc and plainsecret123, in fast-mode"
+    assert redactor.text(echoed) == "the server said: [REDACTED] and [REDACTED], in fast-mode"
