@@ -360,3 +360,22 @@ async def test_a_restarted_server_that_changed_its_tools_gets_no_call_to_a_chang
         assert call_text(await servers.call_tool("notes", "list_notes", {})) == "(no notes)"
     finally:
         await servers.close()
+
+
+async def test_a_server_that_never_answers_its_handshake_is_given_up_and_stopped() -> None:
+    mark = f"MCP_TEST_{uuid.uuid4().hex}"
+    declared = {
+        "command": sys.executable,
+        "args": ["-c", "import time; time.sleep(600)"],
+        "env": {mark: "1"},
+        "startup_timeout_s": 0.5,
+    }
+    servers = McpServers({"mute": McpServerSettings.model_validate(declared)})
+    try:
+        listed = servers.list_tools()
+        assert "'mute' could not be started: timed out" in str(listed["mute"])
+        with pytest.raises(McpServerError, match="could not be started"):
+            await servers.call_tool("mute", "anything", {})
+        assert processes_marked(mark) == []
+    finally:
+        await servers.close()  # returns: nothing waits on the stuck handshake

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 MAX_STARTS = 2
 """A server is started once, and restarted once after it crashed; then it is given up."""
 STDERR_TAIL_CHARS = 2000
+STOP_WAIT_S = 10.0
+"""Longest a session may take to end (the SDK's stdio shutdown takes up to about 6 s); a
+session that has not ended then (stuck in its handshake...) is canceled."""
 
 
 class McpServerError(Exception):
@@ -44,6 +47,7 @@ class McpServerConnection:
         self._client: Client | None = None
         self._stop: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
+        self._started: asyncio.Future[Client] | None = None
         self._starting = asyncio.Lock()
         self._starts = 0
         self._given_up: str | None = None
@@ -177,6 +181,7 @@ class McpServerConnection:
 
     async def _start(self) -> Client:
         started: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+        self._started = started
         self._stop = asyncio.Event()
         self._holder = asyncio.create_task(self._hold(started, self._stop))
         return await started
@@ -248,10 +253,15 @@ class McpServerConnection:
         if self._stop is not None:
             self._stop.set()
         if holder is not None:
-            try:
-                await holder
-            except BaseException:  # the session's end was logged by its holder
-                log.debug("MCP server %r: stopped", self.name, exc_info=True)
+            # A session still in its handshake never waits on ``stop``: it is canceled.
+            started = self._started
+            handshaken = started is not None and started.done() and not started.cancelled()
+            await asyncio.wait({holder}, timeout=STOP_WAIT_S if handshaken else 0)
+            if not holder.done():
+                holder.cancel()
+                await asyncio.wait({holder}, timeout=STOP_WAIT_S)
+            if holder.done() and not holder.cancelled() and holder.exception() is not None:
+                log.debug("MCP server %r: stopped", self.name, exc_info=holder.exception())
         if self._process is not None:
             # The SDK kills the group only when the server itself outlives its grace: what
             # a server that exited left running is killed here.
