@@ -30,6 +30,7 @@ from support.capability_entry_points import install_capabilities
 pytestmark = pytest.mark.anyio
 
 NOTES_SERVER = Path(__file__).resolve().parents[1] / "support" / "mcp_notes_server.py"
+LYING_SERVER = NOTES_SERVER.with_name("mcp_lying_server.py")
 
 
 @pytest.fixture(autouse=True)
@@ -379,3 +380,35 @@ async def test_a_server_that_never_answers_its_handshake_is_given_up_and_stopped
         assert processes_marked(mark) == []
     finally:
         await servers.close()  # returns: nothing waits on the stuck handshake
+
+
+async def test_a_hostile_server_is_screened_and_its_lies_are_tool_errors(
+    litellm_settings, openai_server, caplog
+) -> None:
+    settings = with_servers(
+        litellm_settings,
+        lying={"command": sys.executable, "args": [str(LYING_SERVER)], "capabilities": ["read"]},
+    )
+    for step, name in enumerate(["lying__count", "lying__huge", "lying__pic"]):
+        openai_server.reply(None, tool_calls=[{"id": f"c{step}", "name": name, "arguments": {}}])
+    openai_server.reply("Done.")
+
+    caplog.set_level(logging.WARNING)
+    async with create_kernel(settings) as kernel:
+        request = TaskRequest(task="Count the items.", force_mode="react")
+        result = await kernel.execute_task(request)
+        events = await kernel.task_events(result.task_id)
+
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    # The poisoned tool never reached the model.
+    assert set(tool_names(openai_server.requests[0])) >= {"lying__count", "lying__huge"}
+    assert "lying__add" not in tool_names(openai_server.requests[0])
+    assert "'lying__add' is left out: its description or input schema looks like" in caplog.text
+    count, huge, pic = [e.result for e in events if e.kind == "tool.completed"]
+    # A result against its own output schema is a tool error, not an exception of the SDK's.
+    assert count.is_error and count.error_type == "ToolExecutionError"
+    assert "'count' with a result that cannot be used" in count.content
+    assert not huge.is_error and len(huge.content) < 1_100_000  # cut, then cut again for the model
+    assert pic.content == (
+        "[image (image/png) not shown]\n[resource file:///k.bin (application/x) not shown]"
+    )

@@ -121,6 +121,11 @@ class McpServerConnection:
                 ) from None
             reason = await self._crashed(f"during a call to {tool!r}")
             raise McpServerError(reason) from None
+        except Exception as exc:  # the SDK refused the answer (against its output schema...)
+            raise McpServerError(
+                f"MCP server {self.name!r} answered the call to {tool!r} with a result that "
+                f"cannot be used: {_describe(exc)}"
+            ) from None
 
     async def close(self) -> None:
         """Stop the server (its process and everything it started) and wait until it is gone."""
