@@ -412,3 +412,27 @@ async def test_a_hostile_server_is_screened_and_its_lies_are_tool_errors(
     assert pic.content == (
         "[image (image/png) not shown]\n[resource file:///k.bin (application/x) not shown]"
     )
+
+
+async def test_closing_during_a_call_ends_the_call_as_closed_not_as_a_crash(caplog) -> None:
+    mark = f"MCP_TEST_{uuid.uuid4().hex}"
+    servers = notes_servers(mark)
+    servers.list_tools()
+    caplog.set_level(logging.WARNING, logger="providers.mcp")
+    async with anyio.create_task_group() as group:
+        outcome: list[BaseException] = []
+
+        async def slow_call() -> None:
+            try:
+                await servers.call_tool("notes", "slow", {"seconds": 30})
+            except McpServerError as exc:
+                outcome.append(exc)
+
+        group.start_soon(slow_call)
+        await anyio.sleep(0.5)
+        with anyio.fail_after(20):
+            await servers.close()
+    (error,) = outcome
+    assert "the kernel was closed" in str(error)
+    assert not any("will be restarted" in r.getMessage() for r in caplog.records)
+    assert processes_marked(mark) == []

@@ -91,7 +91,7 @@ class McpServerConnection:
             ) from None
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
-                await self._crashed("while listing its tools")
+                await self._crashed("while listing its tools", client)
             raise McpServerError(
                 f"MCP server {self.name!r} could not list its tools: {exc.message}"
             ) from None
@@ -119,7 +119,7 @@ class McpServerConnection:
                 raise McpServerError(
                     f"MCP server {self.name!r} refused the call to {tool!r}: {exc.message}"
                 ) from None
-            reason = await self._crashed(f"during a call to {tool!r}")
+            reason = await self._crashed(f"during a call to {tool!r}", client)
             raise McpServerError(reason) from None
         except Exception as exc:  # the SDK refused the answer (against its output schema...)
             raise McpServerError(
@@ -162,7 +162,7 @@ class McpServerConnection:
                 return self._client
             if self._client is not None:
                 # It stopped between calls: nothing was sent, so this call restarts it.
-                await self._crashed("while idle")
+                await self._crashed("while idle", self._client)
             if self._given_up is not None:
                 raise McpServerError(self._given_up)
             self._starts += 1
@@ -239,10 +239,20 @@ class McpServerConnection:
         )
         return streamable_http_client(settings.url, http_client=http)
 
-    async def _crashed(self, when: str) -> str:
-        """Report the server gone, reap what is left of it; the next call restarts it."""
+    async def _crashed(self, when: str, client: Client) -> str:
+        """Report the server gone, reap what is left of it; the next call restarts it.
+
+        ``client`` is the session the failure came through: when it is no longer the
+        current one (another call already handled that end, or restarted the server; the
+        kernel is closing), the failure is reported and nothing else is done.
+        """
+        reason = f"MCP server {self.name!r} stopped {when}"
+        if client is not self._client:
+            if self._given_up is not None:
+                return f"{reason} ({self._given_up})"
+            return f"{reason}; it was restarted or will be on its next call"
         await self._stop_session()
-        reason = f"MCP server {self.name!r} stopped {when}{self._stderr_tail()}"
+        reason += self._stderr_tail()
         if self._starts >= MAX_STARTS:
             self._given_up = f"{reason}; it crashed again after its restart, so it stays stopped"
             reason = self._given_up
