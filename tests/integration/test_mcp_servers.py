@@ -436,3 +436,17 @@ async def test_closing_during_a_call_ends_the_call_as_closed_not_as_a_crash(capl
     assert "the kernel was closed" in str(error)
     assert not any("will be restarted" in r.getMessage() for r in caplog.records)
     assert processes_marked(mark) == []
+
+
+async def test_a_server_flooding_its_stderr_is_not_blocked_and_only_its_tail_is_kept() -> None:
+    mark = f"MCP_TEST_{uuid.uuid4().hex}"
+    servers = notes_servers(mark)
+    try:
+        servers.list_tools()
+        assert call_text(await servers.call_tool("notes", "shout", {"megabytes": 20})) == "shouted"
+        with pytest.raises(McpServerError) as crashed:
+            await servers.call_tool("notes", "crash", {})
+    finally:
+        await servers.close()
+    quoted = str(crashed.value)
+    assert "crashing on purpose" in quoted and len(quoted) < 2500

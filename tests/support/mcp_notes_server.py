@@ -4,10 +4,11 @@
 streamable HTTP on a free loopback port, which it prints on its first stdout line.
 Its tools: ``echo`` (returns its text), ``add_note``/``list_notes`` (state kept in the
 process, so a restart shows), ``crash`` (the process dies mid-call), ``slow``,
-``exit_soon`` (answers, then dies while idle), ``environment`` (the names of its environment
-variables) and ``spawn_sleeper`` (starts a child that outlives the server). When the file
-named by ``NOTES_VARIANT_FILE`` says ``v2``, ``echo`` takes another argument and ``add_note``
-is gone: a server that changed its tools when it restarted.
+``exit_soon`` (answers, then dies while idle), ``shout`` (megabytes on stderr),
+``environment`` (the names of its environment variables) and ``spawn_sleeper`` (starts a
+child that outlives the server). When the file named by ``NOTES_VARIANT_FILE`` says ``v2``,
+``echo`` takes another argument and ``add_note`` is gone: a server that changed its tools
+when it restarted.
 """
 
 from __future__ import annotations
@@ -67,6 +68,17 @@ def exit_soon() -> str:
     """Answer, then stop the process a moment later (while idle)."""
     threading.Timer(0.05, os._exit, args=(4,)).start()
     return "exiting"
+
+
+@server.tool()
+def shout(megabytes: int) -> str:
+    """Write ``megabytes`` of text on stderr, then answer."""
+    line = "noise " * 170 + "\n"
+    for _ in range(megabytes * 1000):
+        sys.stderr.write(line)
+    sys.stderr.write("the last words\n")
+    sys.stderr.flush()
+    return "shouted"
 
 
 @server.tool()
