@@ -84,6 +84,7 @@ from core_agent.safety.redacting_stores import (
     RedactingTraceStore,
 )
 from core_agent.safety.redaction import Redactor, host_secrets
+from core_agent.safety.tool_poisoning import poisoned_tool_reason
 from core_agent.tooling.memory_tools import knowledge_search_tool, memory_tools
 from core_agent.tooling.registry import ToolRegistry
 from core_agent.tooling.tool_origins import check_deps, defined_at, host_tools, registry_of
@@ -245,7 +246,7 @@ def add_capability_tools(
                 registry.register(load_provider(TOOLS, name, settings, ITool))  # type: ignore[type-abstract]
         for tool in capability.tools():
             registry.register(tool)
-        registry.defer(capability.discovered_tools)
+        registry.defer(capability.discovered_tools, screen=poisoned_tool_reason)
     return registry
 
 
@@ -460,7 +461,31 @@ def build_redactor(settings: AgentSettings) -> Redactor:
         for key in (settings.model_api_key, settings.embedding_api_key)
         if key is not None
     ]
-    return Redactor([*keys, *host_secrets(os.environ)], settings.redact_patterns)
+    return Redactor(
+        [*keys, *host_secrets(os.environ), *mcp_server_secrets(settings)],
+        settings.redact_patterns,
+    )
+
+
+def mcp_server_secrets(settings: AgentSettings) -> list[str]:
+    """The credentials of the MCP servers ``AGENT_MCP_SERVERS`` declares.
+
+    Values of credential-named headers (``Authorization: Bearer <token>`` gives the token)
+    and ``env`` variables: a server that echoes one must not put it in the stores. (Servers
+    of ``AGENT_MCP_FILE`` are read by the provider; their tokens are redacted only when they
+    match a known key format.)
+    """
+    found: list[str] = []
+    for table in settings.mcp_servers.values():
+        for field in ("headers", "env"):
+            values = table.get(field)
+            if not isinstance(values, dict):
+                continue
+            for name, value in values.items():
+                if isinstance(value, str):
+                    words = value.split()
+                    found += host_secrets({str(name): words[-1]} if words else {})
+    return found
 
 
 def load_span_exporter(settings: AgentSettings) -> ISpanExporter | None:

@@ -16,16 +16,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import anyio
 import pytest
 
 from core_agent.container import create_kernel
 from core_agent.contracts.settings import AgentSettings
+from providers.mcp.server_connection import McpServerError
+from providers.mcp.server_pool import McpServers
+from providers.mcp.server_settings import McpServerSettings
 from shared.agent_protocol import ApprovalDecision, TaskRequest, TaskStatus
 from support.capability_entry_points import install_capabilities
 
 pytestmark = pytest.mark.anyio
 
 NOTES_SERVER = Path(__file__).resolve().parents[1] / "support" / "mcp_notes_server.py"
+LYING_SERVER = NOTES_SERVER.with_name("mcp_lying_server.py")
 
 
 @pytest.fixture(autouse=True)
@@ -69,6 +74,15 @@ def processes_marked(mark: str) -> list[int]:
         if mark.encode() in environ and state != "Z":
             found.append(int(entry.name))
     return found
+
+
+def exists_alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a process that is exiting or a zombie does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0]
+    except OSError:
+        return False
+    return state not in "ZX"
 
 
 def with_servers(settings: AgentSettings, **servers: dict[str, object]) -> AgentSettings:
@@ -265,3 +279,174 @@ async def test_an_http_server_that_dies_mid_call_gives_a_tool_error(
     crashed, after = [e.result for e in events if e.kind == "tool.completed"]
     assert crashed.is_error and "stopped during a call to 'crash'" in crashed.content
     assert after.is_error and "could not be reached" in after.content  # nothing listens now
+
+
+def notes_servers(mark: str, **extra: object) -> McpServers:
+    declared = {
+        "command": sys.executable,
+        "args": [str(NOTES_SERVER)],
+        "env": {mark: "1"},
+        "capabilities": ["read"],
+        "call_timeout_s": 10,
+        **extra,
+    }
+    return McpServers({"notes": McpServerSettings.model_validate(declared)})
+
+
+def call_text(result) -> str:
+    return "\n".join(block.text for block in result.content)
+
+
+async def test_a_server_gets_a_minimal_environment_not_the_hosts_secrets(monkeypatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-host-secret-never-for-servers")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "host-secret")
+    mark = f"MCP_TEST_{uuid.uuid4().hex}"
+    servers = notes_servers(mark, env={mark: "1", "NOTES_TOKEN": "declared"})
+    try:
+        servers.list_tools()
+        names = call_text(await servers.call_tool("notes", "environment", {})).split()
+    finally:
+        await servers.close()
+    assert "OPENAI_API_KEY" not in names and "AWS_SECRET_ACCESS_KEY" not in names
+    assert {mark, "NOTES_TOKEN", "PATH"} <= set(names)  # declared, plus the safe defaults
+
+
+async def test_what_a_server_started_dies_with_it_even_when_the_server_exited_first() -> None:
+    mark = f"MCP_TEST_{uuid.uuid4().hex}"
+    servers = notes_servers(mark)
+    try:
+        servers.list_tools()
+        child = int(call_text(await servers.call_tool("notes", "spawn_sleeper", {})))
+        assert child in processes_marked(mark)
+    finally:
+        await servers.close()  # the server exits by itself when its stdin closes
+    assert processes_marked(mark) == []  # its sleeping child too
+
+
+async def test_a_server_that_died_while_idle_is_restarted_by_the_next_call() -> None:
+    mark = f"MCP_TEST_{uuid.uuid4().hex}"
+    servers = notes_servers(mark)
+    try:
+        servers.list_tools()
+        await servers.call_tool("notes", "add_note", {"text": "kept"})
+        (pid,) = processes_marked(mark)
+        await servers.call_tool("notes", "exit_soon", {})
+        for _ in range(500):
+            if not exists_alive(pid):
+                break
+            await anyio.sleep(0.02)
+        result = await servers.call_tool("notes", "list_notes", {})
+        assert call_text(result) == "(no notes)"  # a new process answered: nothing failed
+        assert servers.starts("notes") == 2
+    finally:
+        await servers.close()
+
+
+async def test_a_restarted_server_that_changed_its_tools_gets_no_call_to_a_changed_tool(
+    tmp_path: Path,
+) -> None:
+    mark = f"MCP_TEST_{uuid.uuid4().hex}"
+    variant = tmp_path / "variant"
+    variant.write_text("v1")
+    servers = notes_servers(mark, env={mark: "1", "NOTES_VARIANT_FILE": str(variant)})
+    try:
+        servers.list_tools()
+        variant.write_text("v2")
+        with pytest.raises(McpServerError):
+            await servers.call_tool("notes", "crash", {})
+        with pytest.raises(McpServerError, match="changed the input schema of 'echo'"):
+            await servers.call_tool("notes", "echo", {"text": "hi"})
+        with pytest.raises(McpServerError, match="no longer offers the tool 'add_note'"):
+            await servers.call_tool("notes", "add_note", {"text": "x"})
+        assert call_text(await servers.call_tool("notes", "list_notes", {})) == "(no notes)"
+    finally:
+        await servers.close()
+
+
+async def test_a_server_that_never_answers_its_handshake_is_given_up_and_stopped() -> None:
+    mark = f"MCP_TEST_{uuid.uuid4().hex}"
+    declared = {
+        "command": sys.executable,
+        "args": ["-c", "import time; time.sleep(600)"],
+        "env": {mark: "1"},
+        "startup_timeout_s": 0.5,
+    }
+    servers = McpServers({"mute": McpServerSettings.model_validate(declared)})
+    try:
+        listed = servers.list_tools()
+        assert "'mute' could not be started: timed out" in str(listed["mute"])
+        with pytest.raises(McpServerError, match="could not be started"):
+            await servers.call_tool("mute", "anything", {})
+        assert processes_marked(mark) == []
+    finally:
+        await servers.close()  # returns: nothing waits on the stuck handshake
+
+
+async def test_a_hostile_server_is_screened_and_its_lies_are_tool_errors(
+    litellm_settings, openai_server, caplog
+) -> None:
+    settings = with_servers(
+        litellm_settings,
+        lying={"command": sys.executable, "args": [str(LYING_SERVER)], "capabilities": ["read"]},
+    )
+    for step, name in enumerate(["lying__count", "lying__huge", "lying__pic"]):
+        openai_server.reply(None, tool_calls=[{"id": f"c{step}", "name": name, "arguments": {}}])
+    openai_server.reply("Done.")
+
+    caplog.set_level(logging.WARNING)
+    async with create_kernel(settings) as kernel:
+        request = TaskRequest(task="Count the items.", force_mode="react")
+        result = await kernel.execute_task(request)
+        events = await kernel.task_events(result.task_id)
+
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    # The poisoned tool never reached the model.
+    assert set(tool_names(openai_server.requests[0])) >= {"lying__count", "lying__huge"}
+    assert "lying__add" not in tool_names(openai_server.requests[0])
+    assert "'lying__add' is left out: its description or input schema looks like" in caplog.text
+    count, huge, pic = [e.result for e in events if e.kind == "tool.completed"]
+    # A result against its own output schema is a tool error, not an exception of the SDK's.
+    assert count.is_error and count.error_type == "ToolExecutionError"
+    assert "'count' with a result that cannot be used" in count.content
+    assert not huge.is_error and len(huge.content) < 1_100_000  # cut, then cut again for the model
+    assert pic.content == (
+        "[image (image/png) not shown]\n[resource file:///k.bin (application/x) not shown]"
+    )
+
+
+async def test_closing_during_a_call_ends_the_call_as_closed_not_as_a_crash(caplog) -> None:
+    mark = f"MCP_TEST_{uuid.uuid4().hex}"
+    servers = notes_servers(mark)
+    servers.list_tools()
+    caplog.set_level(logging.WARNING, logger="providers.mcp")
+    async with anyio.create_task_group() as group:
+        outcome: list[BaseException] = []
+
+        async def slow_call() -> None:
+            try:
+                await servers.call_tool("notes", "slow", {"seconds": 30})
+            except McpServerError as exc:
+                outcome.append(exc)
+
+        group.start_soon(slow_call)
+        await anyio.sleep(0.5)
+        with anyio.fail_after(20):
+            await servers.close()
+    (error,) = outcome
+    assert "the kernel was closed" in str(error)
+    assert not any("will be restarted" in r.getMessage() for r in caplog.records)
+    assert processes_marked(mark) == []
+
+
+async def test_a_server_flooding_its_stderr_is_not_blocked_and_only_its_tail_is_kept() -> None:
+    mark = f"MCP_TEST_{uuid.uuid4().hex}"
+    servers = notes_servers(mark)
+    try:
+        servers.list_tools()
+        assert call_text(await servers.call_tool("notes", "shout", {"megabytes": 20})) == "shouted"
+        with pytest.raises(McpServerError) as crashed:
+            await servers.call_tool("notes", "crash", {})
+    finally:
+        await servers.close()
+    quoted = str(crashed.value)
+    assert "crashing on purpose" in quoted and len(quoted) < 2500

@@ -18,26 +18,38 @@ class ToolRegistry(IToolRegistry):
 
     def __init__(self, tools: Iterable[ITool] = ()) -> None:
         self._tools: dict[str, ITool] = {}
-        self._deferred: list[Callable[[], Iterable[ITool]]] = []
+        self._deferred: list[
+            tuple[Callable[[], Iterable[ITool]], Callable[[ITool], str | None] | None]
+        ] = []
         self._discovering = threading.Lock()
         for item in tools:
             self.register(item)
 
-    def defer(self, discover: Callable[[], Iterable[ITool]]) -> None:
+    def defer(
+        self,
+        discover: Callable[[], Iterable[ITool]],
+        screen: Callable[[ITool], str | None] | None = None,
+    ) -> None:
         """Add the tools ``discover`` returns when tools are first looked up, not now.
 
         For tools found by asking a server (``discovered_tools`` of a capability): it runs
         once, on the first ``get``, ``specs`` or ``names``, and may block that call. A tool
-        it returns whose name is invalid or taken is left out with a warning.
+        it returns whose name is invalid or taken (a built-in tool is never shadowed), or
+        for which ``screen`` gives a reason, is left out with a warning.
         """
-        self._deferred.append(discover)
+        self._deferred.append((discover, screen))
 
     def _discover(self) -> None:
         if not self._deferred:
             return
         with self._discovering:
             while self._deferred:
-                for item in self._deferred.pop(0)():
+                discover, screen = self._deferred.pop(0)
+                for item in discover():
+                    refused = screen(item) if screen is not None else None
+                    if refused is not None:
+                        log.warning("discovered tool %r is left out: %s", item.spec.name, refused)
+                        continue
                     try:
                         self.register(item)
                     except ToolRegistrationError as exc:

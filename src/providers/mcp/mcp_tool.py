@@ -53,6 +53,11 @@ SEPARATOR = "__"
 MAX_DESCRIPTION_CHARS = 1024
 """A server's description reaches every prompt: a long one costs tokens on every turn."""
 MAX_REPORTED_PROBLEMS = 5
+MAX_SCHEMA_CHARS = 16_000
+"""A server's input schema reaches every prompt too: a bigger one is refused."""
+MAX_SCHEMA_DEPTH = 16
+MAX_RESULT_CHARS = 1_000_000
+"""What a call returns beyond this is cut here (the kernel cuts it again for the model)."""
 UNDECLARED = frozenset({Capability.READ, Capability.WRITE, Capability.NETWORK})
 
 
@@ -79,6 +84,11 @@ class McpTool(ITool):
         if not TOOL_NAME_PATTERN.match(name):
             raise ValueError(f"its name {name!r} is longer than 64 characters")
         schema = dict(tool.input_schema)
+        size = len(json.dumps(schema, ensure_ascii=False))
+        if size > MAX_SCHEMA_CHARS:
+            raise ValueError(f"its input schema has {size} characters (at most {MAX_SCHEMA_CHARS})")
+        if _depth(schema) > MAX_SCHEMA_DEPTH:
+            raise ValueError(f"its input schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
         if schema.get("type") != "object":
             raise ValueError("its input schema is not of type 'object'")
         validator_class = validator_for(schema, default=Draft202012Validator)
@@ -106,6 +116,16 @@ class McpTool(ITool):
             # The kernel's own limit, a little after the server's: the clearer message wins.
             timeout_s=servers.settings(server).call_timeout_s + 1.0,
         )
+
+    @property
+    def server(self) -> str:
+        """The server's name, as declared."""
+        return self._server
+
+    @property
+    def remote(self) -> str:
+        """The tool's name on its server."""
+        return self._remote
 
     @property
     def spec(self) -> ToolSpec:
@@ -162,8 +182,22 @@ def result_text(result: CallToolResult) -> str:
             else:
                 parts.append(f"[resource {resource.uri} ({resource.mime_type}) not shown]")
     if not parts and result.structured_content is not None:
-        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
-    return "\n".join(parts)
+        try:
+            parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+        except (RecursionError, ValueError):
+            parts.append("[structured content not shown: nested too deeply]")
+    text = "\n".join(parts)
+    if len(text) > MAX_RESULT_CHARS:
+        text = f"{text[:MAX_RESULT_CHARS]}\n[cut: the server returned {len(text)} characters]"
+    return text
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    """How deeply ``value`` nests (stops counting past ``MAX_SCHEMA_DEPTH``)."""
+    if level > MAX_SCHEMA_DEPTH or not isinstance(value, dict | list):
+        return level
+    items = value.values() if isinstance(value, dict) else value
+    return max((_depth(item, level + 1) for item in items), default=level)
 
 
 def server_tools(servers: McpServers) -> list[ITool]:
@@ -172,7 +206,7 @@ def server_tools(servers: McpServers) -> list[ITool]:
     A server that cannot start, or a tool the kernel cannot take (a name too long, a schema
     that is not an object's), is left out with a warning: the other servers' tools still work.
     """
-    tools: list[ITool] = []
+    tools: list[McpTool] = []
     for server, listed in servers.list_tools().items():
         if isinstance(listed, McpServerError):
             log.warning("the tools of %s are not available: %s", server, listed)
@@ -185,4 +219,24 @@ def server_tools(servers: McpServers) -> list[ITool]:
                 tools.append(McpTool(servers, server, tool))
             except ValueError as exc:
                 log.warning("tool %r of MCP server %r is left out: %s", tool.name, server, exc)
-    return tools
+    return _without_collisions(tools)
+
+
+def _without_collisions(tools: list[McpTool]) -> list[ITool]:
+    """``tools`` less those whose kernel names collide, all of them (none is preferred).
+
+    Replacing characters and joining with ``__`` can give two tools one name (tools ``a.b``
+    and ``a_b`` of one server; tool ``_b`` of server ``a`` and tool ``b`` of server ``a_``):
+    keeping either would let one server's tool answer for the other's.
+    """
+    by_name: dict[str, list[McpTool]] = {}
+    for tool in tools:
+        by_name.setdefault(tool.spec.name, []).append(tool)
+    kept: list[ITool] = []
+    for name, same in by_name.items():
+        if len(same) == 1:
+            kept.append(same[0])
+            continue
+        which = " and ".join(f"tool {t.remote!r} of MCP server {t.server!r}" for t in same)
+        log.warning("%s would all be named %r: all of them are left out", which, name)
+    return kept

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import tempfile
 from contextlib import AsyncExitStack
-from typing import IO, Any
+from typing import Any
 
 import anyio
 import httpx2
@@ -22,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult, Tool
 
+from providers.mcp.server_process import ServerProcess
 from providers.mcp.server_settings import McpServerSettings
 
 log = logging.getLogger(__name__)
@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 MAX_STARTS = 2
 """A server is started once, and restarted once after it crashed; then it is given up."""
 STDERR_TAIL_CHARS = 2000
+STOP_WAIT_S = 10.0
+"""Longest a session may take to end (the SDK's stdio shutdown takes up to about 6 s); a
+session that has not ended then (stuck in its handshake...) is canceled."""
 
 
 class McpServerError(Exception):
@@ -44,10 +47,15 @@ class McpServerConnection:
         self._client: Client | None = None
         self._stop: asyncio.Event | None = None
         self._holder: asyncio.Task[None] | None = None
+        self._started: asyncio.Future[Client] | None = None
         self._starting = asyncio.Lock()
         self._starts = 0
         self._given_up: str | None = None
-        self._stderr: IO[str] | None = None
+        self._process: ServerProcess | None = None
+        """The current run of a stdio server: its stderr's tail, its process group."""
+        self._listed: dict[str, dict[str, Any]] | None = None
+        """Input schemas by tool, as first listed: a restarted server must offer the same."""
+        self._relisted: dict[str, dict[str, Any]] | None = None
 
     @property
     def starts(self) -> int:
@@ -60,7 +68,12 @@ class McpServerConnection:
         Raises:
             McpServerError: It could not be started, or did not list its tools in time.
         """
-        client = await self._connected()
+        tools = await self._list(await self._connected())
+        if self._listed is None:
+            self._listed = {tool.name: dict(tool.input_schema) for tool in tools}
+        return tools
+
+    async def _list(self, client: Client) -> list[Tool]:
         tools: list[Tool] = []
         cursor: str | None = None
         try:
@@ -78,7 +91,7 @@ class McpServerConnection:
             ) from None
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
-                await self._crashed("while listing its tools")
+                await self._crashed("while listing its tools", client)
             raise McpServerError(
                 f"MCP server {self.name!r} could not list its tools: {exc.message}"
             ) from None
@@ -92,6 +105,7 @@ class McpServerConnection:
                 ``call_timeout_s``.
         """
         client = await self._connected()
+        await self._check_unchanged(client, tool)
         timeout = self.settings.call_timeout_s
         try:
             with anyio.fail_after(timeout):
@@ -105,21 +119,50 @@ class McpServerConnection:
                 raise McpServerError(
                     f"MCP server {self.name!r} refused the call to {tool!r}: {exc.message}"
                 ) from None
-            reason = await self._crashed(f"during a call to {tool!r}")
+            reason = await self._crashed(f"during a call to {tool!r}", client)
             raise McpServerError(reason) from None
+        except Exception as exc:  # the SDK refused the answer (against its output schema...)
+            raise McpServerError(
+                f"MCP server {self.name!r} answered the call to {tool!r} with a result that "
+                f"cannot be used: {_describe(exc)}"
+            ) from None
 
     async def close(self) -> None:
         """Stop the server (its process and everything it started) and wait until it is gone."""
         self._given_up = self._given_up or "the kernel was closed"
         await self._stop_session()
-        if self._stderr is not None:
-            self._stderr.close()
-            self._stderr = None
+        if self._process is not None:
+            self._process.close()
+
+    async def _check_unchanged(self, client: Client, tool: str) -> None:
+        """Refuse a call to a tool the restarted server no longer offers as first listed.
+
+        The kernel validated the arguments against the first listing's schema, and the
+        model was shown its description: a server that changed its tools when it restarted
+        gets no call to a changed tool (a restart of the kernel lists them again).
+        """
+        if self._starts < 2 or self._listed is None:
+            return
+        if self._relisted is None:
+            listed = await self._list(client)
+            self._relisted = {t.name: dict(t.input_schema) for t in listed}
+        if tool not in self._relisted:
+            raise McpServerError(
+                f"MCP server {self.name!r} no longer offers the tool {tool!r} since its restart"
+            )
+        if self._relisted[tool] != self._listed.get(tool):
+            raise McpServerError(
+                f"MCP server {self.name!r} changed the input schema of {tool!r} when it "
+                "restarted; the call is refused (restart the kernel to list its tools again)"
+            )
 
     async def _connected(self) -> Client:
         async with self._starting:
-            if self._client is not None:
+            if self._client is not None and not self._died_idle():
                 return self._client
+            if self._client is not None:
+                # It stopped between calls: nothing was sent, so this call restarts it.
+                await self._crashed("while idle", self._client)
             if self._given_up is not None:
                 raise McpServerError(self._given_up)
             self._starts += 1
@@ -143,6 +186,7 @@ class McpServerConnection:
 
     async def _start(self) -> Client:
         started: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+        self._started = started
         self._stop = asyncio.Event()
         self._holder = asyncio.create_task(self._hold(started, self._stop))
         return await started
@@ -151,7 +195,11 @@ class McpServerConnection:
         try:
             async with AsyncExitStack() as stack:
                 transport = await self._transport(stack)
-                client = await stack.enter_async_context(Client(transport, mode="auto"))
+                try:
+                    client = await stack.enter_async_context(Client(transport, mode="auto"))
+                finally:
+                    if self._process is not None:
+                        self._process.spawned()
                 started.set_result(client)
                 await stop.wait()
         except BaseException as exc:
@@ -162,21 +210,26 @@ class McpServerConnection:
             if isinstance(exc, asyncio.CancelledError):
                 raise
 
+    def _died_idle(self) -> bool:
+        return self._process is not None and not self._process.alive()
+
     async def _transport(self, stack: AsyncExitStack) -> Any:
         settings = self.settings
         if settings.command is not None:
-            if self._stderr is not None:
-                self._stderr.close()
-            # Its stderr goes to a file of ours, quoted when the server fails; the file
-            # outlives this call (closed by the next start or by ``close``).
-            self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115
+            if self._process is not None:
+                self._process.close()
+            # Its stderr, drained into a tail quoted when the server fails; kept until the
+            # next start or ``close``, its group killed when the session ends.
+            self._process = ServerProcess()
+            await self._process.drain()
             parameters = StdioServerParameters(
                 command=settings.command,
                 args=list(settings.args),
                 env=dict(settings.env) or None,
                 cwd=settings.cwd,
             )
-            return stdio_client(parameters, errlog=self._stderr)
+            assert self._process.errlog is not None
+            return stdio_client(parameters, errlog=self._process.errlog)
         assert settings.url is not None
         http = await stack.enter_async_context(
             httpx2.AsyncClient(
@@ -186,10 +239,20 @@ class McpServerConnection:
         )
         return streamable_http_client(settings.url, http_client=http)
 
-    async def _crashed(self, when: str) -> str:
-        """Report the server gone, reap what is left of it; the next call restarts it."""
+    async def _crashed(self, when: str, client: Client) -> str:
+        """Report the server gone, reap what is left of it; the next call restarts it.
+
+        ``client`` is the session the failure came through: when it is no longer the
+        current one (another call already handled that end, or restarted the server; the
+        kernel is closing), the failure is reported and nothing else is done.
+        """
+        reason = f"MCP server {self.name!r} stopped {when}"
+        if client is not self._client:
+            if self._given_up is not None:
+                return f"{reason} ({self._given_up})"
+            return f"{reason}; it was restarted or will be on its next call"
         await self._stop_session()
-        reason = f"MCP server {self.name!r} stopped {when}{self._stderr_tail()}"
+        reason += self._stderr_tail()
         if self._starts >= MAX_STARTS:
             self._given_up = f"{reason}; it crashed again after its restart, so it stays stopped"
             reason = self._given_up
@@ -205,19 +268,24 @@ class McpServerConnection:
         if self._stop is not None:
             self._stop.set()
         if holder is not None:
-            try:
-                await holder
-            except BaseException:  # the session's end was logged by its holder
-                log.debug("MCP server %r: stopped", self.name, exc_info=True)
+            # A session still in its handshake never waits on ``stop``: it is canceled.
+            started = self._started
+            handshaken = started is not None and started.done() and not started.cancelled()
+            await asyncio.wait({holder}, timeout=STOP_WAIT_S if handshaken else 0)
+            if not holder.done():
+                holder.cancel()
+                await asyncio.wait({holder}, timeout=STOP_WAIT_S)
+            if holder.done() and not holder.cancelled() and holder.exception() is not None:
+                log.debug("MCP server %r: stopped", self.name, exc_info=holder.exception())
+        if self._process is not None:
+            # The SDK kills the group only when the server itself outlives its grace: what
+            # a server that exited left running is killed here.
+            await self._process.kill_group()
 
     def _stderr_tail(self) -> str:
-        if self._stderr is None:
+        if self._process is None:
             return ""
-        try:
-            self._stderr.seek(0)
-            text = self._stderr.read()[-STDERR_TAIL_CHARS:].strip()
-        except (OSError, ValueError):
-            return ""
+        text = self._process.tail()[-STDERR_TAIL_CHARS:].strip()
         return f" (its stderr ends: {text})" if text else ""
 
 
