@@ -25,25 +25,25 @@ class Order(BaseModel):
     status: str = ""
 
 
-async def price(order: Order) -> dict:
+async def price(order: Order) -> dict[str, object]:
     return {"notes": [f"price checked: {order.total}"]}
 
 
-async def stock(order: Order) -> dict:
+async def stock(order: Order) -> dict[str, object]:
     return {"notes": ["in stock"]}
 
 
-async def decide(order: Order) -> Next | dict:
+async def decide(order: Order) -> Next | dict[str, object]:
     if int(order.total.split("=")[-1]) < 1000:
         return Next("order", data="small order: no review")
     return {"status": "sent for review"}
 
 
-async def review(order: Order) -> dict:
+async def review(order: Order) -> dict[str, object]:
     return {"status": "reviewed"}
 
 
-async def place(order: Order, reason: str | None) -> dict:
+async def place(order: Order, reason: str | None) -> dict[str, object]:
     return {"status": f"ordered ({reason})"}
 
 
