@@ -320,3 +320,29 @@ def test_declared_server_credentials_never_reach_the_stores() -> None:
     redactor = build_redactor(settings)
     echoed = "the server said: t0k3n-abc and plainsecret123, in fast-mode"
     assert redactor.text(echoed) == "the server said: [REDACTED] and [REDACTED], in fast-mode"
+
+
+def test_a_lookup_during_discovery_waits_for_the_discovered_tools() -> None:
+    # Two tasks start at once: the first lists the tools (starting the servers) in a worker
+    # thread; the second must not get a list without the servers' tools.
+    import threading
+
+    def echo(text: str) -> str:
+        """Echo."""
+        return text
+
+    asked, release = threading.Event(), threading.Event()
+
+    def discover():
+        asked.set()
+        release.wait(10)
+        return [FunctionTool(echo, name="found")]
+
+    registry = ToolRegistry([FunctionTool(echo, name="known")])
+    registry.defer(discover)
+    first = threading.Thread(target=registry.names)
+    first.start()
+    assert asked.wait(10)
+    threading.Timer(0.2, release.set).start()
+    assert registry.names() == ["found", "known"]
+    first.join(10)

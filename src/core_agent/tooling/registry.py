@@ -40,7 +40,9 @@ class ToolRegistry(IToolRegistry):
         self._deferred.append((discover, screen))
 
     def _discover(self) -> None:
-        if not self._deferred:
+        # A lookup made while another thread discovers waits for it: the list it found
+        # empty was taken by that thread, whose tools are not registered yet.
+        if not self._deferred and not self._discovering.locked():
             return
         with self._discovering:
             while self._deferred:
