@@ -39,8 +39,7 @@ from __future__ import annotations
 
 import graphlib
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -231,11 +230,6 @@ class WorkflowExecutor(IExecutor):
         await self._checkpoints.save(context.task.task_id, CHECKPOINT_KEY, checkpoint)
 
 
-@asynccontextmanager
-async def _nothing() -> AsyncIterator[None]:
-    yield
-
-
 class _WorkflowRun:
     """One run of a workflow task, from ``position`` to its end (see the module)."""
 
@@ -335,7 +329,7 @@ class _WorkflowRun:
         # commit once. A layer with child tasks commits around them instead, so a child's
         # own writes (and a human it waits for) are never held back by the layer's unit.
         quick = all(workflow.spec(name).kind == "function" for name in layer)
-        async with context.unit_of_work() if quick else _nothing():
+        async with context.unit_of_work() if quick else nullcontext():
             return await self._layer_in_unit(position, plan, sorter, layer, resolved, chosen)
 
     async def _layer_in_unit(

@@ -87,6 +87,15 @@ def check_session_takes_a_task(conn: sqlite3.Connection, session_id: str) -> Non
         raise SessionBusyError(session_id, held[0], held[1], "submit the next task")
 
 
+def _check_idle(conn: sqlite3.Connection, session_id: str, action: str) -> None:
+    """Refuse ``action`` on a session that does not exist or has a task not ended."""
+    if conn.execute("SELECT 1 FROM agent_sessions WHERE id = ?", (session_id,)).fetchone() is None:
+        raise SessionNotFoundError(session_id)
+    held = _open_task(conn, session_id)
+    if held is not None:
+        raise SessionBusyError(session_id, held[0], held[1], action)
+
+
 _ABANDONED = "superseded_by NOT IN (SELECT task_id FROM agent_session_entries WHERE session_id = ?)"
 """An entry's retry added no turn: once the session has no open task, it never will."""
 
@@ -322,16 +331,7 @@ class SqliteSessionStore(ISessionStore):
 
         def write(conn: sqlite3.Connection) -> DeletedSession:
             with transaction(conn):
-                if (
-                    conn.execute(
-                        "SELECT 1 FROM agent_sessions WHERE id = ?", (session_id,)
-                    ).fetchone()
-                    is None
-                ):
-                    raise SessionNotFoundError(session_id)
-                held = _open_task(conn, session_id)
-                if held is not None:
-                    raise SessionBusyError(session_id, held[0], held[1], "delete the session")
+                _check_idle(conn, session_id, "delete the session")
                 tasks = "SELECT id FROM agent_tasks WHERE session_id = ?"
                 for table in _TASK_TABLES:
                     conn.execute(f"DELETE FROM {table} WHERE task_id IN ({tasks})", (session_id,))
@@ -356,16 +356,7 @@ class SqliteSessionStore(ISessionStore):
 
         def write(conn: sqlite3.Connection) -> None:
             with transaction(conn):
-                if (
-                    conn.execute(
-                        "SELECT 1 FROM agent_sessions WHERE id = ?", (session_id,)
-                    ).fetchone()
-                    is None
-                ):
-                    raise SessionNotFoundError(session_id)
-                held = _open_task(conn, session_id)
-                if held is not None:
-                    raise SessionBusyError(session_id, held[0], held[1], "fork the session")
+                _check_idle(conn, session_id, "fork the session")
                 _live_turn(conn, session_id, at_turn)
                 (through,) = conn.execute(
                     "SELECT MAX(seq) FROM agent_session_entries WHERE session_id = ? AND turn = ?",
