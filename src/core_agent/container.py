@@ -60,6 +60,7 @@ from core_agent.observability.recording_store import RecordingTraceStore
 from core_agent.observability.span_export import ExportingTraceStore, SpanExportQueue
 from core_agent.observability.traced_retrieval import TracedRetriever
 from core_agent.orchestration.circuit_breaker import BreakerSettings
+from core_agent.orchestration.estimated_usage import EstimatedUsageGateway
 from core_agent.orchestration.model_classifier import ModelAssistedClassifier
 from core_agent.orchestration.model_retry import RetryPolicy
 from core_agent.orchestration.plan_execute_executor import (
@@ -319,6 +320,16 @@ def load_fallback_gateways(settings: AgentSettings) -> list[ILLMGateway]:
     return gateways
 
 
+def build_model_gateway(
+    settings: AgentSettings,
+    primary: ILLMGateway,
+    fallbacks: Sequence[ILLMGateway],
+    counter: Callable[[], ITokenCounter],
+) -> EstimatedUsageGateway:
+    """``build_resilient_gateway``'s gateway, counting tokens a server did not report."""
+    return EstimatedUsageGateway(build_resilient_gateway(settings, primary, fallbacks), counter)
+
+
 def build_resilient_gateway(
     settings: AgentSettings, primary: ILLMGateway, fallbacks: Sequence[ILLMGateway]
 ) -> ResilientGateway:
@@ -468,15 +479,21 @@ def build_redactor(settings: AgentSettings) -> Redactor:
 
 
 def mcp_server_secrets(settings: AgentSettings) -> list[str]:
-    """The credentials of the MCP servers ``AGENT_MCP_SERVERS`` declares.
+    """The credentials of the MCP servers ``AGENT_MCP_FILE`` and ``AGENT_MCP_SERVERS`` declare.
 
     Values of credential-named headers (``Authorization: Bearer <token>`` gives the token)
-    and ``env`` variables: a server that echoes one must not put it in the stores. (Servers
-    of ``AGENT_MCP_FILE`` are read by the provider; their tokens are redacted only when they
-    match a known key format.)
+    and ``env`` variables: a server that echoes one must not put it in the stores. A file
+    that cannot be read gives only ``AGENT_MCP_SERVERS``'s here; the MCP provider reports it
+    when it loads.
     """
+    try:
+        tables = settings.mcp_server_tables()
+    except ConfigurationError:
+        tables = dict(settings.mcp_servers)
     found: list[str] = []
-    for table in settings.mcp_servers.values():
+    for table in tables.values():
+        if not isinstance(table, dict):
+            continue
         for field in ("headers", "env"):
             values = table.get(field)
             if not isinstance(values, dict):
@@ -549,11 +566,6 @@ class KernelContainer(containers.DeclarativeContainer):
     )
     """The configured model's gateway, as its provider built it (override it in tests)."""
     fallback_gateways = providers.Singleton(load_fallback_gateways, settings)
-    model_gateway = providers.Singleton(
-        build_resilient_gateway, settings, llm_gateway, fallback_gateways
-    )
-    """What the kernel calls: ``llm_gateway`` and the fallbacks wrapped in retries, a deadline
-    and circuit breakers, whatever gateway was configured or overridden."""
     task_store = providers.Singleton(
         load_provider, TASK_STORES, settings.provided.task_store, settings, ITaskStore
     )
@@ -594,6 +606,12 @@ class KernelContainer(containers.DeclarativeContainer):
     token_counter = providers.Singleton(
         load_provider, TOKEN_COUNTERS, settings.provided.token_counter, settings, ITokenCounter
     )
+    model_gateway = providers.Singleton(
+        build_model_gateway, settings, llm_gateway, fallback_gateways, token_counter.provider
+    )
+    """What the kernel calls: ``llm_gateway`` and the fallbacks wrapped in retries, a deadline
+    and circuit breakers, whatever gateway was configured or overridden; answers that came
+    without token counts get estimated ones (``EstimatedUsageGateway``)."""
     document_catalog = providers.Singleton(
         opened.provided.track.call(
             load_provider,

@@ -207,7 +207,8 @@ class OpenAIHttpGateway(ILLMGateway):
         """Streamed completion (server-sent events); the last item is the whole answer.
 
         A server that answers a streamed request with one JSON body is read as that body.
-        Token counts are the server's usage chunk; a server that sends none reports 0.
+        Token counts are the server's usage chunk; a server that sends none reports 0 (the
+        kernel then counts them itself, see ``EstimatedUsageGateway``).
 
         Raises:
             ModelIncompleteError: The stream ended before the server's finish reason and

@@ -3,12 +3,11 @@
 ``python mcp_notes_server.py`` serves over stdio; ``python mcp_notes_server.py http`` serves
 streamable HTTP on a free loopback port, which it prints on its first stdout line.
 Its tools: ``echo`` (returns its text), ``add_note``/``list_notes`` (state kept in the
-process, so a restart shows), ``crash`` (the process dies mid-call), ``slow``,
-``exit_soon`` (answers, then dies while idle), ``shout`` (megabytes on stderr),
-``environment`` (the names of its environment variables) and ``spawn_sleeper`` (starts a
-child that outlives the server). When the file named by ``NOTES_VARIANT_FILE`` says ``v2``,
-``echo`` takes another argument and ``add_note`` is gone: a server that changed its tools
-when it restarted.
+process, so a restart shows), ``crash`` (the process dies mid-call), ``slow``, ``shout``
+(megabytes on stderr), ``environment`` (the names of its environment variables) and
+``spawn_sleeper`` (starts a child that outlives the server). When the file named by
+``NOTES_VARIANT_FILE`` says ``v2``, ``echo`` takes another argument and ``add_note`` is
+gone: a server that changed its tools when it restarted.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import anyio
@@ -61,13 +59,6 @@ def crash() -> str:
     sys.stderr.write("notes server: crashing on purpose\n")
     sys.stderr.flush()
     os._exit(3)
-
-
-@server.tool()
-def exit_soon() -> str:
-    """Answer, then stop the process a moment later (while idle)."""
-    threading.Timer(0.05, os._exit, args=(4,)).start()
-    return "exiting"
 
 
 @server.tool()

@@ -56,6 +56,8 @@ class Reply:
     """Reported as ``usage.prompt_tokens_details.cached_tokens`` (as OpenAI does) when set."""
     reasoning_tokens: int | None = None
     """Reported as ``usage.completion_tokens_details.reasoning_tokens`` when set."""
+    report_usage: bool = True
+    """``False``: no ``usage`` in the body and no usage chunk (servers that never count)."""
 
 
 def _tokens(text: str) -> int:
@@ -209,6 +211,7 @@ class OpenAIServer:
         retry_after: str | None = None,
         cached_tokens: int | None = None,
         reasoning_tokens: int | None = None,
+        report_usage: bool = True,
     ) -> None:
         self.replies.append(
             Reply(
@@ -220,6 +223,7 @@ class OpenAIServer:
                 retry_after,
                 cached_tokens,
                 reasoning_tokens,
+                report_usage,
             )
         )
 
@@ -325,7 +329,7 @@ class OpenAIServer:
                     "finish_reason": self._finish_reason(reply),
                 }
             ],
-            "usage": self._usage(body, reply),
+            **({"usage": self._usage(body, reply)} if reply.report_usage else {}),
         }
 
     def _chunks(self, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
@@ -373,6 +377,6 @@ class OpenAIServer:
                     )
                 )
         chunks.append(chunk({}, self._finish_reason(reply)))
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if (body.get("stream_options") or {}).get("include_usage") and reply.report_usage:
             chunks.append({**base, "choices": [], "usage": self._usage(body, reply)})
         return chunks

@@ -322,6 +322,46 @@ def test_declared_server_credentials_never_reach_the_stores() -> None:
     assert redactor.text(echoed) == "the server said: [REDACTED] and [REDACTED], in fast-mode"
 
 
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_credentials_in_the_mcp_file_never_reach_the_stores(tmp_path, suffix: str) -> None:
+    # Claude Desktop's JSON and Codex's TOML: the same secrets, redacted like
+    # AGENT_MCP_SERVERS's (they match no known key format, so only the declaration tells).
+    path = tmp_path / f"servers{suffix}"
+    if suffix == ".json":
+        path.write_text(
+            '{"mcpServers": {"wiki": {"url": "http://127.0.0.1:1/mcp",'
+            ' "headers": {"Authorization": "Bearer wiki-7f3a9c21"}},'
+            ' "files": {"command": "srv", "env": {"FILES_TOKEN": "文件-plainsecret9"}}}}',
+            encoding="utf-8",
+        )
+    else:
+        path.write_text(
+            "[mcp_servers.wiki]\n"
+            'url = "http://127.0.0.1:1/mcp"\n'
+            'headers = { Authorization = "Bearer wiki-7f3a9c21" }\n'
+            "[mcp_servers.files]\n"
+            'command = "srv"\n'
+            'env = { FILES_TOKEN = "文件-plainsecret9" }\n',
+            encoding="utf-8",
+        )
+    redactor = build_redactor(AgentSettings(mcp_file=path))
+    echoed = "服务器回显：wiki-7f3a9c21 和 文件-plainsecret9"
+    assert redactor.text(echoed) == "服务器回显：[REDACTED] 和 [REDACTED]"
+
+
+def test_an_unreadable_mcp_file_leaves_the_redactor_to_the_other_secrets(tmp_path) -> None:
+    # The MCP provider reports the broken file when it loads; the stores still open.
+    path = tmp_path / "servers.toml"
+    path.write_text("[mcp_servers.wiki\n", encoding="utf-8")
+    settings = AgentSettings(
+        mcp_file=path,
+        mcp_servers={"files": {"command": "srv", "env": {"FILES_TOKEN": "plainsecret123"}}},
+    )
+    assert build_redactor(settings).text("plainsecret123") == "[REDACTED]"
+    with pytest.raises(ConfigurationError, match="cannot be parsed"):
+        settings.mcp_server_tables()
+
+
 def test_a_lookup_during_discovery_waits_for_the_discovered_tools() -> None:
     # Two tasks start at once: the first lists the tools (starting the servers) in a worker
     # thread; the second must not get a list without the servers' tools.

@@ -40,6 +40,9 @@ class LLMResponse:
     usage: TokenUsage
     model: str
     finish_reason: str | None = None
+    usage_estimated: bool = False
+    """The server reported no token counts: ``usage`` was counted offline by the kernel
+    (``EstimatedUsageGateway``). Gateways leave it ``False``."""
 
 
 @dataclass(frozen=True, slots=True)

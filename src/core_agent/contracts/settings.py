@@ -11,7 +11,9 @@ the same place.
 from __future__ import annotations
 
 import difflib
+import json
 import os
+import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -475,6 +477,22 @@ class AgentSettings(BaseSettings):
             return self.span_exporter
         return "otlp" if self.otel_endpoint or self.otel_use_env else None
 
+    def mcp_server_tables(self) -> dict[str, Any]:
+        """The MCP servers declared, by name: ``mcp_file``'s tables, then ``mcp_servers``'s.
+
+        A name in both is taken from ``mcp_servers``. The tables are as the user wrote them
+        (the MCP provider validates them).
+
+        Raises:
+            ConfigurationError: ``mcp_file`` cannot be read or parsed, or does not map
+                server names to tables.
+        """
+        tables: dict[str, Any] = {}
+        if self.mcp_file is not None:
+            tables.update(_read_mcp_file(self.mcp_file))
+        tables.update(self.mcp_servers)
+        return tables
+
     @property
     def gateway_name(self) -> str:
         """The gateway to load: ``llm_gateway`` when set, else chosen from the model.
@@ -492,6 +510,29 @@ class AgentSettings(BaseSettings):
         if model.startswith("openai/") and self.model_api_base:
             return "openai_http"
         return "litellm"
+
+
+def _read_mcp_file(path: Path) -> dict[str, Any]:
+    """The server tables of an ``AGENT_MCP_FILE``: TOML ``mcp_servers`` or JSON ``mcpServers``."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read AGENT_MCP_FILE {path}: {exc}") from exc
+    try:
+        if Path(path).suffix.lower() == ".json":
+            document = json.loads(text)
+            key = "mcpServers"
+        else:
+            document = tomllib.loads(text)
+            key = "mcp_servers"
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigurationError(f"AGENT_MCP_FILE {path} cannot be parsed: {exc}") from exc
+    servers = document.get(key, {}) if isinstance(document, dict) else None
+    if not isinstance(servers, dict) or not all(isinstance(t, dict) for t in servers.values()):
+        raise ConfigurationError(
+            f"AGENT_MCP_FILE {path}: expected {key!r} to map server names to tables"
+        )
+    return servers
 
 
 def http_url(value: str) -> str:

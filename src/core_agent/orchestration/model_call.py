@@ -121,6 +121,8 @@ async def traced_model_call(
         span.tokens_out = response.usage.output_tokens
         span.cost_usd = response.usage.cost_usd
         span.attributes.update(usage_attributes(response.usage))
+        if response.usage_estimated:
+            span.attributes["usage_estimated"] = True
         span.attributes["finish_reason"] = response.finish_reason
         span.attributes["tool_calls"] = [call.name for call in response.message.tool_calls]
         if tracer.content:

@@ -20,11 +20,9 @@ its tools need a human's approval by default (see ``McpTool``).
 
 from __future__ import annotations
 
-import json
 import re
-import tomllib
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -85,12 +83,10 @@ def declared_servers(settings: AgentSettings) -> dict[str, McpServerSettings]:
             letters, digits, ``_`` and ``-`` (30 at most), or a server's table is wrong; the
             message names the server and the field.
     """
-    tables: dict[str, Any] = {}
+    tables = settings.mcp_server_tables()
     source = "AGENT_MCP_SERVERS"
     if settings.mcp_file is not None:
-        tables.update(_read_file(settings.mcp_file))
         source = f"{settings.mcp_file} or AGENT_MCP_SERVERS"
-    tables.update(settings.mcp_servers)
     servers: dict[str, McpServerSettings] = {}
     for name, table in tables.items():
         if not SERVER_NAME.match(name):
@@ -107,26 +103,4 @@ def declared_servers(settings: AgentSettings) -> dict[str, McpServerSettings]:
             raise ConfigurationError(
                 f"MCP server {name!r} (in {source}) is declared wrongly: {problems}"
             ) from None
-    return servers
-
-
-def _read_file(path: Path) -> dict[str, Any]:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read AGENT_MCP_FILE {path}: {exc}") from exc
-    try:
-        if Path(path).suffix.lower() == ".json":
-            document = json.loads(text)
-            key = "mcpServers"
-        else:
-            document = tomllib.loads(text)
-            key = "mcp_servers"
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigurationError(f"AGENT_MCP_FILE {path} cannot be parsed: {exc}") from exc
-    servers = document.get(key, {}) if isinstance(document, dict) else None
-    if not isinstance(servers, dict) or not all(isinstance(t, dict) for t in servers.values()):
-        raise ConfigurationError(
-            f"AGENT_MCP_FILE {path}: expected {key!r} to map server names to tables"
-        )
     return servers
