@@ -136,7 +136,9 @@ async def test_agent_calls_of_one_turn_share_the_parents_token_limit(tmp_path: P
         assert result.status is TaskStatus.FAILED
         assert "task usage limit total_tokens (1000)" in (result.error or "")
         # The parent's model was told which children stopped and why.
-        outcomes = [e.result for e in await kernel.task_events("root") if e.kind == "tool.completed"]
+        outcomes = [
+            e.result for e in await kernel.task_events("root") if e.kind == "tool.completed"
+        ]
         assert sum("parent task root usage limit" in r.content for r in outcomes) == len(stopped)
 
 
@@ -147,9 +149,7 @@ async def test_team_members_running_at_once_share_the_session_token_limit(
         Agent(f"m{n}", "Spends tokens.", tools=("tick",), task_template=f"As m{n}: {{task}}")
         for n in range(3)
     ]
-    kernel = kernel_on(
-        tmp_path, [ticking("^As m", 6)], session_limit_total_tokens=1000
-    )
+    kernel = kernel_on(tmp_path, [ticking("^As m", 6)], session_limit_total_tokens=1000)
     seen: list[MemberResult] = []
 
     def combine(task: str, results: Any) -> str:
@@ -200,3 +200,80 @@ async def test_agent_calls_of_one_turn_share_the_parents_tool_calls(tmp_path: Pa
         for child in children:
             assert "parent task root usage limit tool_calls (6)" in (child.error or "")
         assert result.status is TaskStatus.SUCCEEDED and result.output == "Root: done."
+
+
+async def test_grandchildren_running_at_once_share_the_roots_token_limit(tmp_path: Path) -> None:
+    kernel = kernel_on(
+        tmp_path,
+        [
+            ScriptedConversation(
+                match="^Budget",
+                turns=[
+                    calls("Delegate", name="boss"),
+                    ScriptedTurn(content="never", usage=TokenUsage(input_tokens=CALL)),
+                ],
+            ),
+            ScriptedConversation(
+                match="^Delegate",
+                turns=[
+                    calls("Spend a", "Spend b", "Spend c"),
+                    ScriptedTurn(content="never", usage=TokenUsage(input_tokens=CALL)),
+                ],
+            ),
+            ticking("^Spend", 6),
+        ],
+    )
+    kernel.agent_as_tool(Agent("spender", "Spends tokens.", tools=("tick",)))
+    kernel.agent_as_tool(Agent("boss", "Hands out work.", tools=("spender",)))
+    async with kernel:
+        request = TaskRequest(task="Budget", tools=("boss",), limits=UsageLimits(total_tokens=1000))
+        with anyio.fail_after(60):
+            result = await kernel.execute_task(request, task_id="root")
+        (boss,) = await children_of(kernel, "root")
+        grandchildren = await children_of(kernel, boss.task_id)
+        assert len(grandchildren) == 3
+        spent = sum(total(c.usage) for c in grandchildren)
+        # Counted once per level; within the root's limit (2,300 without sharing).
+        assert total(boss.usage) == CALL + spent
+        assert total(result.usage) == CALL + total(boss.usage)
+        assert total(result.usage) <= 1000 + 3 * CALL
+        stopped = [c for c in grandchildren if c.status is TaskStatus.FAILED]
+        assert stopped
+        for child in stopped:
+            assert "ancestor task root usage limit total_tokens (1000)" in (child.error or "")
+        assert boss.status is TaskStatus.FAILED
+        assert "parent task root usage limit total_tokens (1000)" in (boss.error or "")
+        assert result.status is TaskStatus.FAILED
+
+
+async def test_a_child_called_alone_counts_once_and_leaves_its_parent_the_rest(
+    tmp_path: Path,
+) -> None:
+    kernel = kernel_on(
+        tmp_path,
+        [
+            ScriptedConversation(
+                match="^Budget",
+                turns=[
+                    calls("Spend"),
+                    ScriptedTurn(content="Root: done.", usage=TokenUsage(input_tokens=CALL)),
+                ],
+            ),
+            ticking("^Spend", 5),
+        ],
+    )
+    kernel.agent_as_tool(Agent("spender", "Spends tokens.", tools=("tick",)))
+    async with kernel:
+        request = TaskRequest(
+            task="Budget", tools=("spender",), limits=UsageLimits(total_tokens=1000)
+        )
+        with anyio.fail_after(60):
+            result = await kernel.execute_task(request, task_id="root")
+        (child,) = await children_of(kernel, "root")
+        # 100 + 600 + 100: the parent's last call fits (it would not, were the child's 600
+        # counted twice); the totals are each call once.
+        assert child.status is TaskStatus.SUCCEEDED and total(child.usage) == 6 * CALL
+        assert result.status is TaskStatus.SUCCEEDED and result.output == "Root: done."
+        assert total(result.usage) == total((await kernel.get_task("root")).usage) == 8 * CALL
+        (run,) = [s for s in await kernel.task_spans("root") if s.kind == "run"]
+        assert run.tokens_in == 8 * CALL

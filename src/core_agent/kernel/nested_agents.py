@@ -215,8 +215,7 @@ class NestedAgents:
         link = context.task.request.parent
         parent = self.running.get(link.task_id) if link is not None else None
         if parent is not None and task_id in self._ended:
-            context.run.parent_run = parent
-            parent.run.child_runs[task_id] = context.run
+            _link(parent, context)
 
     def ended(self, task_id: str, run: RunState) -> None:
         """Note how a run of ``task_id`` here ended, for the parent waiting for it (if any)."""
@@ -299,6 +298,9 @@ class NestedAgents:
         children = self._children.setdefault(parent_task, set())
         children.add(child_id)
         self._ended[child_id] = None
+        carried = self.running.get(child_id)
+        if carried is not None:  # carried on here already (recovery resumed it first)
+            _link(parent, carried)
         result: TaskResult | None = None
         found: TaskState | None = None
         try:
@@ -443,6 +445,12 @@ class NestedAgents:
             raise
         finally:
             subscription.cancel()
+
+
+def _link(parent: ExecutionContext, child: ExecutionContext) -> None:
+    """Count what ``child``'s run spends against ``parent``'s limits until it is rolled up."""
+    child.run.parent_run = parent
+    parent.run.child_runs[child.task.task_id] = child.run
 
 
 _ENDINGS = frozenset({"task.succeeded", "task.failed", "task.canceled"})

@@ -24,8 +24,9 @@ workflow layer's agent nodes) see each other's spending as it happens, and each 
 way a task stops at its own limit, once the ancestor's limit is reached; the error names the
 ancestor (``scope`` ``parent task <id>``, ``ancestor task <id>``, or ``session of`` either).
 Nothing is counted twice: a child's usage enters its parent's ``stats`` only when it ends,
-at the moment it leaves ``child_runs``. A check passes over a limit by at most what one
-model call (or one run's calls at once) can, as a task alone does.
+at the moment it leaves ``child_runs``. A limit is passed by at most the usage of the model
+calls under way when it is reached (one per run calling the model then), as with one task's
+parallel plan steps; tool calls take their places before they run, so they never pass it.
 
 Wall time is the task driver's (a deadline around the run).
 """
@@ -66,19 +67,23 @@ def live_tool_calls(run: RunState) -> int:
 
 
 def _ancestors(context: ExecutionContext) -> list[tuple[str, ExecutionContext]]:
-    """The runs above ``context``'s in this process, nearest first, with what to call them."""
+    """The runs above ``context``'s in this process, farthest first, with what to call them.
+
+    Farthest first, then the run's own: a limit below is often only what the one above had
+    left when the run below started, so of two limits reached at once the upper one is the
+    one to name.
+    """
     found: list[tuple[str, ExecutionContext]] = []
     above = context.run.parent_run
     while above is not None:
         relation = "parent" if not found else "ancestor"
         found.append((f"{relation} task {above.task.task_id}", above))
         above = above.run.parent_run
+    found.reverse()
     return found
 
 
 def _scopes(context: ExecutionContext) -> list[tuple[str, UsageLimits, TokenUsage]]:
-    # An ancestor's limit comes first: a child's own limit is often only what its parent
-    # had left when it started, and the ancestor's is the one to name.
     scopes: list[tuple[str, UsageLimits, TokenUsage]] = []
     for name, above in _ancestors(context):
         scopes.extend(_own_scopes(name, above))
