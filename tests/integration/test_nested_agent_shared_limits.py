@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 from core_agent.container import KernelContainer
 from core_agent.kernel.agent_kernel import AgentKernel
@@ -20,6 +21,8 @@ from core_agent.kernel.agent_teams import MemberResult, Team
 from core_agent.kernel.nested_agents import Agent
 from core_agent.tooling.function_tool import tool
 from core_agent.tooling.registry import ToolRegistry
+from core_agent.workflows import Workflow, run_workflow
+from core_agent.workflows.registry import forget
 from providers.scripted_gateway import (
     ScriptedConversation,
     ScriptedLLMGateway,
@@ -277,3 +280,37 @@ async def test_a_child_called_alone_counts_once_and_leaves_its_parent_the_rest(
         assert total(result.usage) == total((await kernel.get_task("root")).usage) == 8 * CALL
         (run,) = [s for s in await kernel.task_spans("root") if s.kind == "run"]
         assert run.tokens_in == 8 * CALL
+
+
+class Spent(BaseModel):
+    a: str = ""
+    b: str = ""
+    c: str = ""
+
+
+async def test_agent_nodes_of_one_workflow_layer_share_the_session_token_limit(
+    tmp_path: Path,
+) -> None:
+    async def start(state: Spent) -> dict[str, str]:
+        return {}
+
+    workflow = Workflow("spenders", Spent, allow_fan_out=True).node("start", start)
+    for name in "abc":
+        workflow = workflow.agent(
+            name,
+            TaskRequest(task=f"Spend {name}", tools=("tick",)),
+            output=name,
+        ).edge("start", name)
+    forget("spenders")
+    kernel = kernel_on(tmp_path, [ticking("^Spend", 6)], session_limit_total_tokens=1000)
+    async with kernel:
+        with anyio.fail_after(60):
+            result = await run_workflow(kernel, workflow, Spent(), task_id="flow")
+        children = await children_of(kernel, "flow")
+        spent = sum(total(c.usage) for c in children)
+        # Alone each node would spend 700 and the layer succeed with 2,100.
+        assert total(result.task.usage) == spent <= 1000 + 3 * CALL
+        assert result.status is TaskStatus.FAILED
+        assert "session of parent task flow usage limit total_tokens (1000)" in (
+            result.task.error or ""
+        )
