@@ -429,8 +429,10 @@ class UsageLimitExceededError(RunError):
     """Going on would pass one of the task's (or its session's) usage limits.
 
     ``limit`` names it (``input_tokens``, ``output_tokens``, ``total_tokens``, ``cost_usd``,
-    ``tool_calls``, ``wall_time_s``), ``scope`` says whose (``task`` or ``session``), ``used``
-    is what was used when the run stopped and ``maximum`` the limit.
+    ``tool_calls``, ``wall_time_s``), ``scope`` says whose (``task`` or ``session``; for a
+    nested agent's task, also an ancestor's that it shares with its siblings: ``parent task
+    <id>``, ``ancestor task <id>``, ``session of parent task <id>``...), ``used`` is what was
+    used when the run stopped and ``maximum`` the limit.
     """
 
     def __init__(

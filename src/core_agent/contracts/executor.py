@@ -109,6 +109,14 @@ class RunState:
     reserved_tool_calls: int = 0
     """Tool calls allowed to start (within ``limits.tool_calls``) not yet counted in
     ``stats.tool_calls``: concurrent calls and plan steps share one budget."""
+    parent_run: ExecutionContext | None = None
+    """The run of the task that started this one as a nested agent, while it waits for it in
+    this process: its limits (and its own ancestors') bound this run too, shared with its
+    other children (see ``child_runs``)."""
+    child_runs: dict[str, RunState] = field(default_factory=dict)
+    """The runs of the child tasks this run waits for, by task id, until their usage is added
+    to ``stats``: what they spend counts against this run's limits as it is spent, so
+    children running at once cannot each spend what only one of them may."""
 
 
 @dataclass(slots=True)

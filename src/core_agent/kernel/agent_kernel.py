@@ -1396,7 +1396,7 @@ class AgentKernel:
         if context.task.output_type is not None:
             self._response_models[task_id] = context.task.output_type
         result: TaskResult | None = None
-        self._nested.running[task_id] = context
+        self._nested.started(context)
         try:
             result = await self._driver.drive(lifecycle, executor, context, prepare=prepare)
         finally:

@@ -20,9 +20,12 @@ How a child runs inside its parent (``NestedAgents.run``):
   waiting for a human, the parent waits with it;
 * it cannot take the parent past its usage limits: each token, cost and tool-call limit of
   the parent (and of the parent's session) bounds the child at what the parent has left when
-  the call starts, and when the child ends (however: answered, failed, canceled by a timeout)
-  its usage and tool calls are added to the parent's, so the parent's next step is held to
-  them;
+  the call starts; while it runs, what it spends counts against the parent's limits (and
+  every ancestor's) as it is spent, so children running at once share what the parent has
+  left rather than each spending all of it, and a child stops at an ancestor's limit as a
+  task stops at its own (``orchestration.usage_limits``); when the child ends (however:
+  answered, failed, canceled by a timeout) its usage and tool calls are added to the
+  parent's, once, as it stops counting live, so the parent's next step is held to them;
 * taint goes both ways: a parent that holds untrusted content starts its child tainted (the
   sub-task was written under its influence, so the child's calls are graded as the parent's
   would be), and a child that read untrusted content taints its parent.
@@ -59,6 +62,7 @@ from core_agent.contracts.tool import (
     ToolContext,
     ToolSpec,
 )
+from core_agent.orchestration.usage_limits import live_tool_calls, live_usage
 from shared.agent_protocol import (
     AgentHandoff,
     ParentTask,
@@ -199,6 +203,20 @@ class NestedAgents:
         self._ended: dict[str, ChildRun | None] = {}
         """Each child a run here waits for: ``None`` until the kernel reports its run ended."""
 
+    def started(self, context: ExecutionContext) -> None:
+        """Note that ``context``'s task runs here now (see ``running``).
+
+        A child task whose parent waits for it here is linked to the parent's run, so what
+        it spends counts against the parent's limits as it is spent (until ``run`` adds its
+        usage to the parent's at its end).
+        """
+        task_id = context.task.task_id
+        self.running[task_id] = context
+        link = context.task.request.parent
+        parent = self.running.get(link.task_id) if link is not None else None
+        if parent is not None and task_id in self._ended:
+            _link(parent, context)
+
     def ended(self, task_id: str, run: RunState) -> None:
         """Note how a run of ``task_id`` here ended, for the parent waiting for it (if any)."""
         if task_id in self._ended:
@@ -280,6 +298,9 @@ class NestedAgents:
         children = self._children.setdefault(parent_task, set())
         children.add(child_id)
         self._ended[child_id] = None
+        carried = self.running.get(child_id)
+        if carried is not None:  # carried on here already (recovery resumed it first)
+            _link(parent, carried)
         result: TaskResult | None = None
         found: TaskState | None = None
         try:
@@ -300,7 +321,7 @@ class NestedAgents:
             # its parent's cancel) has spent what it spent.
             ran = self._ended.pop(child_id, None)
             with anyio.CancelScope(shield=True):
-                await self._roll_up(parent, delegate.name, call_id, ran, result, found)
+                await self._roll_up(parent, child_id, delegate.name, call_id, ran, result, found)
         return result
 
     def _bounded_by(
@@ -315,10 +336,11 @@ class NestedAgents:
             ToolExecutionError: A token or cost limit of the parent is spent already.
         """
         limits = (own or UsageLimits()).with_defaults(self._default_limits)
-        stats = parent.run.stats
-        scopes = [(parent.task.limits, stats.usage)]
+        # With what the parent's other children running now have spent so far.
+        used = live_usage(parent.run)
+        scopes = [(parent.task.limits, used)]
         if parent.task.session_limits.bounded:
-            scopes.append((parent.task.session_limits, parent.task.session_usage + stats.usage))
+            scopes.append((parent.task.session_limits, parent.task.session_usage + used))
         tighter: dict[str, float] = {}
         for bounds, usage in scopes:
             for limit in _TOKEN_LIMITS:
@@ -337,7 +359,7 @@ class NestedAgents:
                     tighter[limit] = left
         if parent.task.limits.tool_calls is not None:
             # The call running the child holds one of the parent's places already.
-            left = parent.task.limits.tool_calls - stats.tool_calls - parent.run.reserved_tool_calls
+            left = parent.task.limits.tool_calls - live_tool_calls(parent.run)
             left = max(left, 0)
             if limits.tool_calls is None or left < limits.tool_calls:
                 tighter["tool_calls"] = left
@@ -351,6 +373,7 @@ class NestedAgents:
     async def _roll_up(
         self,
         parent: ExecutionContext,
+        child_id: str,
         name: str,
         call_id: str | None,
         ran: ChildRun | None,
@@ -358,6 +381,9 @@ class NestedAgents:
         found: TaskState | None,
     ) -> None:
         """Add what the child used to its parent's run; pass its taint up."""
+        # In the same step as the usage is added: counted live until now, then in the
+        # parent's stats, never both and never neither.
+        parent.run.child_runs.pop(child_id, None)
         stats = parent.run.stats
         if result is not None:
             stats.usage = stats.usage + result.usage
@@ -419,6 +445,12 @@ class NestedAgents:
             raise
         finally:
             subscription.cancel()
+
+
+def _link(parent: ExecutionContext, child: ExecutionContext) -> None:
+    """Count what ``child``'s run spends against ``parent``'s limits until it is rolled up."""
+    child.run.parent_run = parent
+    parent.run.child_runs[child.task.task_id] = child.run
 
 
 _ENDINGS = frozenset({"task.succeeded", "task.failed", "task.canceled"})

@@ -15,13 +15,26 @@ the task ``failed`` with a message naming the limit, what was used and the limit
   run at once (a turn's, parallel plan steps') reserve their places first, so they cannot
   pass it together.
 
+A nested agent's task (``kernel.nested_agents``) is held to its ancestors' limits as well as
+its own, live: while a parent waits for its children in this process, each child's run is
+in the parent's ``child_runs`` and names the parent as its ``parent_run``, and every check
+above counts a run's usage and tool calls together with those of all its running
+descendants. So children running at once (a turn's agent calls, a team's members, a
+workflow layer's agent nodes) see each other's spending as it happens, and each stops, the
+way a task stops at its own limit, once the ancestor's limit is reached; the error names the
+ancestor (``scope`` ``parent task <id>``, ``ancestor task <id>``, or ``session of`` either).
+Nothing is counted twice: a child's usage enters its parent's ``stats`` only when it ends,
+at the moment it leaves ``child_runs``. A limit is passed by at most the usage of the model
+calls under way when it is reached (one per run calling the model then), as with one task's
+parallel plan steps; tool calls take their places before they run, so they never pass it.
+
 Wall time is the task driver's (a deadline around the run).
 """
 
 from __future__ import annotations
 
 from core_agent.contracts.errors import UsageLimitExceededError
-from core_agent.contracts.executor import ExecutionContext
+from core_agent.contracts.executor import ExecutionContext, RunState
 from shared.agent_protocol import TokenUsage, UsageLimits
 
 _TOKEN_LIMITS = ("input_tokens", "output_tokens", "total_tokens", "cost_usd")
@@ -37,11 +50,54 @@ def _used(usage: TokenUsage, limit: str) -> float:
     return usage.cost_usd or 0.0
 
 
+def live_usage(run: RunState) -> TokenUsage:
+    """What ``run`` has used, with what its running child tasks have (and theirs)."""
+    usage = run.stats.usage
+    for child in run.child_runs.values():
+        usage = usage + live_usage(child)
+    return usage
+
+
+def live_tool_calls(run: RunState) -> int:
+    """The tool calls ``run`` and its running child tasks (and theirs) made or reserved."""
+    taken = run.stats.tool_calls + run.reserved_tool_calls
+    for child in run.child_runs.values():
+        taken += live_tool_calls(child)
+    return taken
+
+
+def _ancestors(context: ExecutionContext) -> list[tuple[str, ExecutionContext]]:
+    """The runs above ``context``'s in this process, farthest first, with what to call them.
+
+    Farthest first, then the run's own: a limit below is often only what the one above had
+    left when the run below started, so of two limits reached at once the upper one is the
+    one to name.
+    """
+    found: list[tuple[str, ExecutionContext]] = []
+    above = context.run.parent_run
+    while above is not None:
+        relation = "parent" if not found else "ancestor"
+        found.append((f"{relation} task {above.task.task_id}", above))
+        above = above.run.parent_run
+    found.reverse()
+    return found
+
+
 def _scopes(context: ExecutionContext) -> list[tuple[str, UsageLimits, TokenUsage]]:
-    usage = context.run.stats.usage
-    scopes = [("task", context.task.limits, usage)]
+    scopes: list[tuple[str, UsageLimits, TokenUsage]] = []
+    for name, above in _ancestors(context):
+        scopes.extend(_own_scopes(name, above))
+    scopes.extend(_own_scopes("task", context))
+    return scopes
+
+
+def _own_scopes(name: str, context: ExecutionContext) -> list[tuple[str, UsageLimits, TokenUsage]]:
+    run = context.run
+    usage = live_usage(run) if run.child_runs else run.stats.usage
+    scopes = [(name, context.task.limits, usage)]
     if context.task.session_limits.bounded:
-        scopes.append(("session", context.task.session_limits, context.task.session_usage + usage))
+        session = "session" if name == "task" else f"session of {name}"
+        scopes.append((session, context.task.session_limits, context.task.session_usage + usage))
     return scopes
 
 
@@ -123,14 +179,17 @@ def reserve_tool_calls(context: ExecutionContext, count: int) -> None:
     ``stats.tool_calls`` (or did not run).
 
     Raises:
-        UsageLimitExceededError: The calls would pass ``tool_calls``.
+        UsageLimitExceededError: The calls would pass ``tool_calls`` (the task's, or an
+            ancestor's, counting what its running descendants made or reserved).
     """
-    maximum = context.task.limits.tool_calls
-    if maximum is not None:
-        taken = context.run.stats.tool_calls + context.run.reserved_tool_calls
+    for scope, above in [*_ancestors(context), ("task", context)]:
+        maximum = above.task.limits.tool_calls
+        if maximum is None:
+            continue
+        taken = live_tool_calls(above.run)
         if taken + count > maximum:
             raise _exceeded(
-                "task",
+                scope,
                 "tool_calls",
                 taken,
                 maximum,
