@@ -413,11 +413,14 @@ class PlanExecuteExecutor(IExecutor):
                     try:
                         # One unit of work per step: its start and end events and span commit
                         # with its loop's writes (the loop still commits before each tool acts
-                        # and after each turn's results).
+                        # and after each turn's results), and so does the plan's checkpoint
+                        # holding its result: a step whose end is stored never runs again.
                         async with context.unit_of_work():
                             output = await self._run_step(
                                 context, tracer, run, step, steps, allowed
                             )
+                            results[step.id] = output
+                            await self._save(context, run, "executing")
                     except RunError as exc:
                         output = exc
                     except TurnSuspended as suspended:
@@ -456,9 +459,7 @@ class PlanExecuteExecutor(IExecutor):
                         continue
                     if outcome is None:
                         continue
-                    results[step_id] = outcome
-                    sorter.done(step_id)
-                    await self._save(context, run, "executing")
+                    sorter.done(step_id)  # its result was saved with the step (``run_step``)
         if spent is not None:
             raise spent
         if failure is not None:
