@@ -331,3 +331,61 @@ async def test_a_model_error_takes_the_react_fallback(kernel_with, where) -> Non
     assert result.output == "Answer from the fallback."
     fallback = next(e for e in tasks.events[result.task_id] if e.kind == "task.strategy_fallback")
     assert f"{where} failed" in fallback.reason and "overloaded" in fallback.reason
+
+
+async def test_the_tasks_own_instructions_reach_the_planner_every_step_and_the_answer(
+    kernel_with, container
+) -> None:
+    # An agent told to answer in Chinese (its request's system prompt) and an app's rule (a
+    # capability's instructions) must hold under plan-and-execute too, whose planner, steps
+    # and synthesis have system prompts of their own.
+    from fakes.capabilities import FakeCapability
+    from fakes.gateways import FakeRecordingGateway
+
+    container.capabilities.override(
+        [FakeCapability("reader", instructions="引用原文时必须注明段落编号。")]
+    )
+    kernel_with(
+        conv(r"^Plan this task:", say(plan_json(("a", []), ("b", ["a"])))),
+        conv(r"^Your step \(a\)", say("第一步完成")),
+        conv(r"^Your step \(b\)", say("第二步完成")),
+        conv(r"^Write the final answer", say("两步都完成了。")),
+    )
+    recording = FakeRecordingGateway(container.llm_gateway())
+    container.llm_gateway.override(recording)
+    container.reset_singletons()  # the kernel is built again, on the recording gateway
+    kernel = container.kernel()
+    result = await kernel.execute_task(
+        TaskRequest(task=TASK, system_prompt="始终用中文回答。", force_mode="plan_execute")
+    )
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    systems = [request.messages[0].content for request in recording.requests]
+    # The planner, step a, step b and the synthesis.
+    assert len(systems) == 4
+    for system in systems:
+        assert "始终用中文回答。" in system
+        assert "引用原文时必须注明段落编号。" in system
+
+
+async def test_the_kernels_default_prompt_is_not_repeated_in_plan_prompts(
+    kernel_with, container
+) -> None:
+    from fakes.gateways import FakeRecordingGateway
+
+    kernel_with(
+        conv(r"^Plan this task:", say(plan_json(("a", [])))),
+        conv(r"^Your step \(a\)", say("done a")),
+        conv(r"^Write the final answer", say("All done.")),
+    )
+    recording = FakeRecordingGateway(container.llm_gateway())
+    container.llm_gateway.override(recording)
+    container.reset_singletons()
+    result = await container.kernel().execute_task(
+        TaskRequest(task=TASK, force_mode="plan_execute")
+    )
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    assert len(recording.requests) == 3  # the planner, step a, the synthesis
+    assert all(
+        "Instructions for this task" not in request.messages[0].content
+        for request in recording.requests
+    )

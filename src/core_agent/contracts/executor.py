@@ -88,6 +88,11 @@ class TaskIdentity:
     """The limits of the session's tasks together (tokens and cost)."""
     session_usage: TokenUsage = field(default_factory=TokenUsage)
     """What the session's other tasks had used when this run started."""
+    instructions: str = ""
+    """What the host asked of the whole task besides its message: the request's
+    ``system_prompt`` and the enabled capabilities' instructions (empty when neither). The
+    run's system message holds them; an executor that writes system prompts of its own (the
+    planner's, a plan step's) adds them (``prompts.task_instructions``)."""
 
 
 @dataclass(slots=True)

@@ -1471,6 +1471,11 @@ class AgentKernel:
         instructions = self._capabilities.instructions()
         if instructions:
             system = f"{system}\n\n{instructions}"
+        # The host's own words for the task (not the kernel's default prompt), for the
+        # executors that write their own system prompts.
+        asked = "\n\n".join(
+            text for text in (state.request.system_prompt, instructions) if text and text.strip()
+        )
         humans = HumanChannel()
         if self._approval_gateway is not None:
             task_id = state.task_id
@@ -1492,6 +1497,7 @@ class AgentKernel:
                 sandbox=sandbox if sandbox is not None else self._task_sandbox(state),
                 limits=(state.request.limits or UsageLimits()).with_defaults(self._limits),
                 session_limits=self._session_limits,
+                instructions=asked,
             ),
             run=RunState(
                 messages=[

@@ -71,6 +71,7 @@ from core_agent.orchestration.react_loop import (
 )
 from core_agent.orchestration.structured_output import with_schema
 from core_agent.prompts import PromptSet, default_prompts
+from core_agent.prompts.task_instructions import with_task_instructions
 from shared.agent_protocol import (
     ApprovalRequest,
     ChatMessage,
@@ -489,7 +490,10 @@ class PlanExecuteExecutor(IExecutor):
             if tracer.content:
                 span.attributes["goal"] = tracer.text(step.goal)
             messages: list[ChatMessage] = [
-                SystemMessage(content=f"{self._step_system}\n\n{UNTRUSTED_NOTICE}"),
+                SystemMessage(
+                    content=with_task_instructions(self._step_system, context.task.instructions)
+                    + f"\n\n{UNTRUSTED_NOTICE}"
+                ),
                 UserMessage(
                     content=self._step_prompt(context, step, steps, run.results, run.prior)
                 ),
@@ -544,7 +548,10 @@ class PlanExecuteExecutor(IExecutor):
         await self._save(context, run, "synthesizing")
         summary = _progress(run.plan, run.results, run.prior, self._limits.result_chars_per_step)
         messages: list[ChatMessage] = [
-            SystemMessage(content=f"{self._synthesis_system}\n\n{UNTRUSTED_NOTICE}"),
+            SystemMessage(
+                content=with_task_instructions(self._synthesis_system, context.task.instructions)
+                + f"\n\n{UNTRUSTED_NOTICE}"
+            ),
             UserMessage(
                 content=f"{SYNTHESIS_MARKER} to this task: {context.task.request.task}\n\n"
                 f"Results of the steps:\n{summary}"

@@ -18,6 +18,7 @@ from core_agent.observability.tracer import Tracer
 from core_agent.orchestration.model_call import traced_model_call
 from core_agent.orchestration.structured_output import OutputParseError, parse_model_output
 from core_agent.prompts import PromptSet, default_prompts
+from core_agent.prompts.task_instructions import with_task_instructions
 from shared.agent_protocol import (
     AssistantMessage,
     ChatMessage,
@@ -91,7 +92,9 @@ class LLMPlanner(IPlanner):
         if feedback:
             prompt += f"\n\nEarlier attempt:\n{feedback}\nPlan only the work that remains."
         messages: list[ChatMessage] = [
-            SystemMessage(content=self._system_prompt),
+            SystemMessage(
+                content=with_task_instructions(self._system_prompt, context.task.instructions)
+            ),
             UserMessage(content=prompt),
         ]
         tracer = Tracer.of(self._trace_store, context.task)
