@@ -29,7 +29,14 @@ from providers.scripted_gateway import (
     ScriptedToolCall,
     ScriptedTurn,
 )
-from shared.agent_protocol import TaskRequest, TaskState, TaskStatus, TokenUsage, UsageLimits
+from shared.agent_protocol import (
+    ApprovalDecision,
+    TaskRequest,
+    TaskState,
+    TaskStatus,
+    TokenUsage,
+    UsageLimits,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -41,6 +48,12 @@ CALL = 100
 def tick() -> str:
     """Do a small thing."""
     return "ticked"
+
+
+@tool(capabilities={"exec"})  # graded high: needs a human
+def deploy() -> str:
+    """Deploy the release."""
+    return "deployed"
 
 
 def calls(*tasks: str, name: str = "spender") -> ScriptedTurn:
@@ -78,7 +91,7 @@ def kernel_on(
         )
     )
     container.llm_gateway.override(ScriptedLLMGateway(conversations=conversations))
-    container.tool_registry.override(ToolRegistry([tick]))
+    container.tool_registry.override(ToolRegistry([tick, deploy]))
     return container.kernel()
 
 
@@ -314,3 +327,45 @@ async def test_agent_nodes_of_one_workflow_layer_share_the_session_token_limit(
         assert "session of parent task flow usage limit total_tokens (1000)" in (
             result.task.error or ""
         )
+
+
+def turn(name: str) -> ScriptedTurn:
+    return ScriptedTurn(
+        tool_calls=[ScriptedToolCall(name=name, arguments={})],
+        usage=TokenUsage(input_tokens=CALL),
+    )
+
+
+async def test_a_child_carried_on_by_its_hosts_approval_counts_all_its_tool_calls(
+    tmp_path: Path,
+) -> None:
+    kernel = kernel_on(
+        tmp_path,
+        [
+            ScriptedConversation(
+                match="^Budget",
+                turns=[calls("Ship"), turn("tick"), turn("tick"), ScriptedTurn(content="never")],
+            ),
+            # Approved at once by the host, so carried on by a run started within the first.
+            ScriptedConversation(
+                match="^Ship",
+                turns=[turn("deploy"), turn("tick"), turn("tick"), ScriptedTurn(content="done")],
+            ),
+        ],
+    )
+    kernel.agent_as_tool(Agent("spender", "Ships.", tools=("tick", "deploy")))
+    kernel.set_approval_callback(
+        lambda request: ApprovalDecision(request_id=request.request_id, approved=True)
+    )
+    async with kernel:
+        request = TaskRequest(
+            task="Budget", tools=("spender", "tick"), limits=UsageLimits(tool_calls=5)
+        )
+        with anyio.fail_after(60):
+            result = await kernel.execute_task(request, task_id="root")
+        (child,) = await children_of(kernel, "root")
+        assert child.status is TaskStatus.SUCCEEDED
+        # The agent call and the child's three: one more tick fits, not two.
+        assert await ticks_of(kernel, "root") == 1
+        assert result.status is TaskStatus.FAILED
+        assert "task usage limit tool_calls (5)" in (result.error or "")

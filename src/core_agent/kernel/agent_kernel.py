@@ -1400,9 +1400,7 @@ class AgentKernel:
         try:
             result = await self._driver.drive(lifecycle, executor, context, prepare=prepare)
         finally:
-            if self._nested.running.get(task_id) is context:
-                del self._nested.running[task_id]
-            self._nested.ended(task_id, context.run)
+            self._nested.stopped(context)
             # Kept for a decision taken in this process; a task resolved in another one
             # leaves its entry behind (one class reference per such task).
             if result is None or result.status is not TaskStatus.WAITING_APPROVAL:
