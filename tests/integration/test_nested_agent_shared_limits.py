@@ -31,9 +31,13 @@ from providers.scripted_gateway import (
 )
 from shared.agent_protocol import (
     ApprovalDecision,
+    TaskCanceled,
+    TaskFailed,
     TaskRequest,
     TaskState,
     TaskStatus,
+    TaskSucceeded,
+    TaskWaitingApproval,
     TokenUsage,
     UsageLimits,
 )
@@ -54,6 +58,18 @@ def tick() -> str:
 def deploy() -> str:
     """Deploy the release."""
     return "deployed"
+
+
+HOLDING = {"on": True, "reached": anyio.Event()}
+
+
+@tool(idempotent=True)
+async def hold() -> str:
+    """Wait for the world (forever, while HOLDING is on)."""
+    if HOLDING["on"]:
+        HOLDING["reached"].set()
+        await anyio.sleep(3600)
+    return "held"
 
 
 def calls(*tasks: str, name: str = "spender") -> ScriptedTurn:
@@ -91,7 +107,7 @@ def kernel_on(
         )
     )
     container.llm_gateway.override(ScriptedLLMGateway(conversations=conversations))
-    container.tool_registry.override(ToolRegistry([tick, deploy]))
+    container.tool_registry.override(ToolRegistry([tick, deploy, hold]))
     return container.kernel()
 
 
@@ -369,3 +385,69 @@ async def test_a_child_carried_on_by_its_hosts_approval_counts_all_its_tool_call
         assert await ticks_of(kernel, "root") == 1
         assert result.status is TaskStatus.FAILED
         assert "task usage limit tool_calls (5)" in (result.error or "")
+
+
+async def test_a_resumed_team_counts_a_member_waiting_for_a_human_while_another_spends(
+    tmp_path: Path,
+) -> None:
+    members = [
+        Agent("waiter", "Deploys.", tools=("tick", "deploy"), task_template="Wait: {task}"),
+        Agent("spender", "Spends.", tools=("tick", "hold"), task_template="Spend: {task}"),
+    ]
+    team = Team("pair", "Two.", members, aggregate=lambda task, results: "aggregated")
+    script = [
+        # 300 spent, then a durable question to a human.
+        ScriptedConversation(
+            match="^Wait",
+            turns=[turn("tick"), turn("tick"), turn("deploy"), ScriptedTurn(content="done")],
+        ),
+        ScriptedConversation(
+            match="^Spend", turns=[turn("hold"), *[turn("tick")] * 12, ScriptedTurn(content="ok")]
+        ),
+    ]
+    HOLDING["on"], HOLDING["reached"] = True, anyio.Event()
+    first = kernel_on(tmp_path, script, session_limit_total_tokens=1000)
+    async with first, anyio.create_task_group() as group:
+        waiting = anyio.Event()
+        first.event_bus.subscribe(TaskWaitingApproval, lambda _: waiting.set())
+
+        async def run() -> None:
+            await first.run_team(team, "go", task_id="team")
+
+        group.start_soon(run)
+        with anyio.fail_after(60):
+            await waiting.wait()
+            await HOLDING["reached"].wait()
+        first.leave_runs()  # the process "dies" with the waiter waiting, the spender holding
+        group.cancel_scope.cancel()
+    HOLDING["on"] = False
+    second = kernel_on(tmp_path, script, session_limit_total_tokens=1000)
+    second.add_team(team)
+    async with second:
+        (waiter,) = [t for t in await children_of(second, "team") if "Wait" in t.request.task]
+        spender_ended = anyio.Event()
+
+        def ended(event: Any) -> None:
+            if event.task_id != "team" and event.task_id != waiter.task_id:
+                spender_ended.set()
+
+        for kind in (TaskSucceeded, TaskFailed, TaskCanceled):
+            second.event_bus.subscribe(kind, ended)
+        results = []
+
+        async def resume() -> None:
+            results.append(await second.resume("team"))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(resume)
+                await spender_ended.wait()
+                (pending,) = await second.pending_approvals()
+                decision = ApprovalDecision(request_id=pending.request_id, approved=True)
+                await second.resolve_approval(pending.request_id, decision)
+        children = await children_of(second, "team")
+        spent = sum(total(c.usage) for c in children)
+        # The waiter's 300 counted while it waited: the spender had 700 left, not 1,000.
+        assert spent <= 1000 + 2 * CALL, [(c.task_id, total(c.usage)) for c in children]
+        (result,) = results
+        assert total(result.usage) == spent

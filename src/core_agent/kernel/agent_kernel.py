@@ -228,6 +228,7 @@ class AgentKernel:
             max_depth=max_agent_depth,
             poll_s=cancel_check_s,
             default_limits=self._limits,
+            left_alone=lambda task_id: self._driver.left_alone(task_id),
         )
         self._teams: dict[str, Team] = {}
         self._executors.setdefault("team", TeamExecutor(self._teams, self._nested, trace_store))

@@ -178,8 +178,12 @@ class NestedAgents:
         max_depth: int = 3,
         poll_s: float = 1.0,
         default_limits: UsageLimits | None = None,
+        left_alone: Callable[[str], bool] = lambda task_id: False,
     ) -> None:
         self._task_store = task_store
+        self._left_alone = left_alone
+        """Whether a task's run is stopped only because the kernel closes (it is left for
+        recovery): a child it waits for is left too, not canceled."""
         self._event_bus = event_bus
         self._execute = execute
         self._resume = resume
@@ -445,6 +449,8 @@ class NestedAgents:
                 with anyio.move_on_after(self._poll_s):
                     await ended.wait()
         except anyio.get_cancelled_exc_class():
+            if self._left_alone(parent.task.task_id):
+                raise  # both carried on by the next kernel's recovery
             with anyio.CancelScope(shield=True):
                 # It may have ended meanwhile.
                 with contextlib.suppress(InvalidTransitionError, UsageError):
