@@ -283,9 +283,13 @@ class NestedAgents:
                 tainted=parent.run.tainted,
             ),
         )
-        limits = self._bounded_by(parent, request.limits, delegate.name)
-        if limits is not request.limits:
-            request = request.model_copy(update={"limits": limits})
+        # A resumed parent's call finds the child it started: that one ran (or runs) under
+        # the limits it was given then, and what it spent is owed to the parent whatever
+        # the parent has left now; only a new child is bounded, or refused.
+        if not (parent.run.resuming and key is not None and await self._exists(child_id)):
+            limits = self._bounded_by(parent, request.limits, delegate.name)
+            if limits is not request.limits:
+                request = request.model_copy(update={"limits": limits})
         await parent.emit(
             AgentHandoff,
             agent=delegate.name,
@@ -323,6 +327,13 @@ class NestedAgents:
             with anyio.CancelScope(shield=True):
                 await self._roll_up(parent, child_id, delegate.name, call_id, result, found)
         return result
+
+    async def _exists(self, task_id: str) -> bool:
+        try:
+            await self._task_store.get_task(task_id)
+        except TaskNotFoundError:
+            return False
+        return True
 
     def _bounded_by(
         self, parent: ExecutionContext, own: UsageLimits | None, name: str
