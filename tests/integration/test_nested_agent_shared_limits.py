@@ -451,3 +451,29 @@ async def test_a_resumed_team_counts_a_member_waiting_for_a_human_while_another_
         assert spent <= 1000 + 2 * CALL, [(c.task_id, total(c.usage)) for c in children]
         (result,) = results
         assert total(result.usage) == spent
+
+
+async def test_members_started_once_the_session_limit_is_spent_are_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    members = [
+        Agent(f"m{n}", "Spends tokens.", tools=("tick",), task_template=f"As m{n}: {{task}}")
+        for n in range(3)
+    ]
+    kernel = kernel_on(tmp_path, [ticking("^As m", 6)], session_limit_total_tokens=500)
+    seen: list[MemberResult] = []
+
+    def combine(task: str, results: Any) -> str:
+        seen.extend(results)
+        return "combined"
+
+    team = Team("one-by-one", "Spenders.", members, aggregate=combine, max_concurrent=1)
+    async with kernel:
+        with anyio.fail_after(60):
+            await kernel.run_team(team, "check", task_id="team")
+        refused = [r for r in seen if r.task_id is None]
+        assert len(refused) == 2
+        for member in refused:
+            assert "this task's session's usage limit total_tokens (500) is spent" in (
+                member.error or ""
+            )

@@ -349,11 +349,12 @@ class NestedAgents:
         limits = (own or UsageLimits()).with_defaults(self._default_limits)
         # With what the parent's other children running now have spent so far.
         used = live_usage(parent.run)
-        scopes = [(parent.task.limits, used)]
+        scopes = [("this task's", parent.task.limits, used)]
         if parent.task.session_limits.bounded:
-            scopes.append((parent.task.session_limits, parent.task.session_usage + used))
+            session = parent.task.session_usage + used
+            scopes.append(("this task's session's", parent.task.session_limits, session))
         tighter: dict[str, float] = {}
-        for bounds, usage in scopes:
+        for whose, bounds, usage in scopes:
             for limit in _TOKEN_LIMITS:
                 maximum = getattr(bounds, limit)
                 if maximum is None:
@@ -361,7 +362,7 @@ class NestedAgents:
                 left = maximum - _used(usage, limit)
                 if left <= 0:
                     raise ToolExecutionError(
-                        f"{name} cannot run: this task's usage limit {limit} ({maximum:g}) is "
+                        f"{name} cannot run: {whose} usage limit {limit} ({maximum:g}) is "
                         "spent, and a child task spends from it",
                         tool_name=name,
                     )
