@@ -29,7 +29,18 @@ from providers.scripted_gateway import (
     ScriptedToolCall,
     ScriptedTurn,
 )
-from shared.agent_protocol import TaskRequest, TaskState, TaskStatus, TokenUsage, UsageLimits
+from shared.agent_protocol import (
+    ApprovalDecision,
+    TaskCanceled,
+    TaskFailed,
+    TaskRequest,
+    TaskState,
+    TaskStatus,
+    TaskSucceeded,
+    TaskWaitingApproval,
+    TokenUsage,
+    UsageLimits,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -41,6 +52,24 @@ CALL = 100
 def tick() -> str:
     """Do a small thing."""
     return "ticked"
+
+
+@tool(capabilities={"exec"})  # graded high: needs a human
+def deploy() -> str:
+    """Deploy the release."""
+    return "deployed"
+
+
+HOLDING = {"on": True, "reached": anyio.Event()}
+
+
+@tool(idempotent=True)
+async def hold() -> str:
+    """Wait for the world (forever, while HOLDING is on)."""
+    if HOLDING["on"]:
+        HOLDING["reached"].set()
+        await anyio.sleep(3600)
+    return "held"
 
 
 def calls(*tasks: str, name: str = "spender") -> ScriptedTurn:
@@ -78,7 +107,7 @@ def kernel_on(
         )
     )
     container.llm_gateway.override(ScriptedLLMGateway(conversations=conversations))
-    container.tool_registry.override(ToolRegistry([tick]))
+    container.tool_registry.override(ToolRegistry([tick, deploy, hold]))
     return container.kernel()
 
 
@@ -314,3 +343,137 @@ async def test_agent_nodes_of_one_workflow_layer_share_the_session_token_limit(
         assert "session of parent task flow usage limit total_tokens (1000)" in (
             result.task.error or ""
         )
+
+
+def turn(name: str) -> ScriptedTurn:
+    return ScriptedTurn(
+        tool_calls=[ScriptedToolCall(name=name, arguments={})],
+        usage=TokenUsage(input_tokens=CALL),
+    )
+
+
+async def test_a_child_carried_on_by_its_hosts_approval_counts_all_its_tool_calls(
+    tmp_path: Path,
+) -> None:
+    kernel = kernel_on(
+        tmp_path,
+        [
+            ScriptedConversation(
+                match="^Budget",
+                turns=[calls("Ship"), turn("tick"), turn("tick"), ScriptedTurn(content="never")],
+            ),
+            # Approved at once by the host, so carried on by a run started within the first.
+            ScriptedConversation(
+                match="^Ship",
+                turns=[turn("deploy"), turn("tick"), turn("tick"), ScriptedTurn(content="done")],
+            ),
+        ],
+    )
+    kernel.agent_as_tool(Agent("spender", "Ships.", tools=("tick", "deploy")))
+    kernel.set_approval_callback(
+        lambda request: ApprovalDecision(request_id=request.request_id, approved=True)
+    )
+    async with kernel:
+        request = TaskRequest(
+            task="Budget", tools=("spender", "tick"), limits=UsageLimits(tool_calls=5)
+        )
+        with anyio.fail_after(60):
+            result = await kernel.execute_task(request, task_id="root")
+        (child,) = await children_of(kernel, "root")
+        assert child.status is TaskStatus.SUCCEEDED
+        # The agent call and the child's three: one more tick fits, not two.
+        assert await ticks_of(kernel, "root") == 1
+        assert result.status is TaskStatus.FAILED
+        assert "task usage limit tool_calls (5)" in (result.error or "")
+
+
+async def test_a_resumed_team_counts_a_member_waiting_for_a_human_while_another_spends(
+    tmp_path: Path,
+) -> None:
+    members = [
+        Agent("waiter", "Deploys.", tools=("tick", "deploy"), task_template="Wait: {task}"),
+        Agent("spender", "Spends.", tools=("tick", "hold"), task_template="Spend: {task}"),
+    ]
+    team = Team("pair", "Two.", members, aggregate=lambda task, results: "aggregated")
+    script = [
+        # 300 spent, then a durable question to a human.
+        ScriptedConversation(
+            match="^Wait",
+            turns=[turn("tick"), turn("tick"), turn("deploy"), ScriptedTurn(content="done")],
+        ),
+        ScriptedConversation(
+            match="^Spend", turns=[turn("hold"), *[turn("tick")] * 12, ScriptedTurn(content="ok")]
+        ),
+    ]
+    HOLDING["on"], HOLDING["reached"] = True, anyio.Event()
+    first = kernel_on(tmp_path, script, session_limit_total_tokens=1000)
+    async with first, anyio.create_task_group() as group:
+        waiting = anyio.Event()
+        first.event_bus.subscribe(TaskWaitingApproval, lambda _: waiting.set())
+
+        async def run() -> None:
+            await first.run_team(team, "go", task_id="team")
+
+        group.start_soon(run)
+        with anyio.fail_after(60):
+            await waiting.wait()
+            await HOLDING["reached"].wait()
+        first.leave_runs()  # the process "dies" with the waiter waiting, the spender holding
+        group.cancel_scope.cancel()
+    HOLDING["on"] = False
+    second = kernel_on(tmp_path, script, session_limit_total_tokens=1000)
+    second.add_team(team)
+    async with second:
+        (waiter,) = [t for t in await children_of(second, "team") if "Wait" in t.request.task]
+        spender_ended = anyio.Event()
+
+        def ended(event: Any) -> None:
+            if event.task_id != "team" and event.task_id != waiter.task_id:
+                spender_ended.set()
+
+        for kind in (TaskSucceeded, TaskFailed, TaskCanceled):
+            second.event_bus.subscribe(kind, ended)
+        results = []
+
+        async def resume() -> None:
+            results.append(await second.resume("team"))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(resume)
+                await spender_ended.wait()
+                (pending,) = await second.pending_approvals()
+                decision = ApprovalDecision(request_id=pending.request_id, approved=True)
+                await second.resolve_approval(pending.request_id, decision)
+        children = await children_of(second, "team")
+        spent = sum(total(c.usage) for c in children)
+        # The waiter's 300 counted while it waited: the spender had 700 left, not 1,000.
+        assert spent <= 1000 + 2 * CALL, [(c.task_id, total(c.usage)) for c in children]
+        (result,) = results
+        assert total(result.usage) == spent
+
+
+async def test_members_started_once_the_session_limit_is_spent_are_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    members = [
+        Agent(f"m{n}", "Spends tokens.", tools=("tick",), task_template=f"As m{n}: {{task}}")
+        for n in range(3)
+    ]
+    kernel = kernel_on(tmp_path, [ticking("^As m", 6)], session_limit_total_tokens=500)
+    seen: list[MemberResult] = []
+
+    def combine(task: str, results: Any) -> str:
+        seen.extend(results)
+        return "combined"
+
+    team = Team("one-by-one", "Spenders.", members, aggregate=combine, max_concurrent=1)
+    async with kernel:
+        with anyio.fail_after(60):
+            await kernel.run_team(team, "check", task_id="team")
+        refused = [r for r in seen if r.task_id is None]
+        assert len(refused) == 2
+        for member in refused:
+            assert "this task's session's usage limit total_tokens (500) is spent" in (
+                member.error or ""
+            )

@@ -319,3 +319,27 @@ async def test_cancel_of_the_root_reaches_a_grandchild_waiting_for_a_human(tmp_p
         assert len(tasks) == 3
         assert {t.status for t in tasks} == {TaskStatus.CANCELED}
         assert await kernel.pending_approvals() == []
+
+
+async def test_a_cancel_while_the_host_leaves_its_runs_still_reaches_a_waiting_grandchild(
+    tmp_path: Path,
+) -> None:
+    kernel = kernel_on(tmp_path, [deploy, block], script("deploy"))
+    async with kernel:
+        waiting = anyio.Event()
+        kernel.event_bus.subscribe(TaskWaitingApproval, lambda _: waiting.set())
+
+        async def run() -> None:
+            await kernel.execute_task(
+                TaskRequest(task="Ship it", tools=("planner",)), task_id="root"
+            )
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(run)
+                await waiting.wait()
+                kernel.leave_runs()  # the host shuts down, but cancels this task first
+                await kernel.cancel_task("root", "not today")
+        tasks = await kernel.list_tasks()
+        assert {t.status for t in tasks} == {TaskStatus.CANCELED}
+        assert await kernel.pending_approvals() == []

@@ -8,10 +8,26 @@ from datetime import UTC, datetime
 import pytest
 
 from core_agent.contracts.errors import ToolArgumentsError, UsageError
+from core_agent.contracts.executor import ExecutionContext, RunState, TaskIdentity
 from core_agent.kernel.event_bus import InProcessEventBus
-from core_agent.kernel.nested_agents import Agent, AgentTool, NestedAgents, TaskTree
+from core_agent.kernel.nested_agents import (
+    Agent,
+    AgentTool,
+    NestedAgents,
+    TaskTree,
+    child_task_id,
+)
 from fakes.stores import FakeTaskStore
-from shared.agent_protocol import ParentTask, TaskQueued, TaskRequest, TaskStarted
+from shared.agent_protocol import (
+    ParentTask,
+    TaskQueued,
+    TaskRequest,
+    TaskStarted,
+    TaskState,
+    TaskStatus,
+    TokenUsage,
+    UsageLimits,
+)
 
 
 def queued(task_id: str, parent: str | None, depth: int = 1) -> TaskQueued:
@@ -69,3 +85,49 @@ def test_an_agent_phrases_its_sub_task_and_refuses_bad_definitions() -> None:
         Agent("reviewer", " ")
     with pytest.raises(UsageError, match="not a string"):
         Agent("reviewer", "Reviews.", tools="read_file")  # type: ignore[arg-type]
+
+
+@pytest.mark.anyio
+async def test_a_resumed_parent_at_its_limit_takes_the_finished_child_it_started() -> None:
+    store = FakeTaskStore()
+    runs = NestedAgents(
+        task_store=store,
+        event_bus=InProcessEventBus(),
+        execute=None,  # type: ignore[arg-type]  # nothing may start
+        resume=None,  # type: ignore[arg-type]
+        cancel=None,  # type: ignore[arg-type]
+    )
+    child_id = child_task_id("root", "call-1")
+    now = datetime.now(UTC)
+    # Ended before the crash, with its siblings' spending the parent's limit is reached now.
+    store.tasks[child_id] = TaskState(
+        task_id=child_id,
+        session_id="c",
+        trace_id="t",
+        status=TaskStatus.SUCCEEDED,
+        request=TaskRequest(task="x"),
+        output="deployed",
+        usage=TokenUsage(input_tokens=300),
+        created_at=now,
+        updated_at=now,
+    )
+
+    async def emit(*args: object, **fields: object) -> None:
+        return None
+
+    parent = ExecutionContext(
+        task=TaskIdentity(
+            task_id="root",
+            session_id="s",
+            trace_id="t",
+            request=TaskRequest(task="y"),
+            max_turns=5,
+            limits=UsageLimits(total_tokens=1000),
+        ),
+        run=RunState(messages=[], resuming=True),
+        emit=emit,  # type: ignore[arg-type]
+    )
+    parent.run.stats.usage = TokenUsage(input_tokens=1000)
+    result = await runs.run(parent, Agent("helper", "Helps."), "x", key="call-1")
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "deployed"
+    assert parent.run.stats.usage.input_tokens == 1300  # owed, not forgotten

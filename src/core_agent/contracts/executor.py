@@ -121,7 +121,8 @@ class RunState:
     child_runs: dict[str, RunState] = field(default_factory=dict)
     """The runs of the child tasks this run waits for, by task id, until their usage is added
     to ``stats``: what they spend counts against this run's limits as it is spent, so
-    children running at once cannot each spend what only one of them may."""
+    children running at once cannot each spend what only one of them may. (A child that
+    does not run in this process stands here with the usage it has stored.)"""
 
 
 @dataclass(slots=True)

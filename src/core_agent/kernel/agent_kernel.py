@@ -228,6 +228,7 @@ class AgentKernel:
             max_depth=max_agent_depth,
             poll_s=cancel_check_s,
             default_limits=self._limits,
+            left_alone=lambda task_id: self._driver.left_alone(task_id),
         )
         self._teams: dict[str, Team] = {}
         self._executors.setdefault("team", TeamExecutor(self._teams, self._nested, trace_store))
@@ -1400,9 +1401,7 @@ class AgentKernel:
         try:
             result = await self._driver.drive(lifecycle, executor, context, prepare=prepare)
         finally:
-            if self._nested.running.get(task_id) is context:
-                del self._nested.running[task_id]
-            self._nested.ended(task_id, context.run)
+            self._nested.stopped(context)
             # Kept for a decision taken in this process; a task resolved in another one
             # leaves its entry behind (one class reference per such task).
             if result is None or result.status is not TaskStatus.WAITING_APPROVAL:

@@ -156,15 +156,6 @@ class Delegate(Protocol):
         """The request of its task on ``task``."""
 
 
-@dataclass(frozen=True, slots=True)
-class ChildRun:
-    """What a child task's run in this kernel leaves its parent (``NestedAgents.ended``)."""
-
-    usage: TokenUsage
-    tool_calls: int
-    tainted: bool
-
-
 Execute = Callable[[TaskRequest, str], Awaitable[TaskResult]]
 """Creates and runs a task with the given id to its end (or until it waits for a human)."""
 Resume = Callable[[str], Awaitable[TaskResult]]
@@ -187,8 +178,12 @@ class NestedAgents:
         max_depth: int = 3,
         poll_s: float = 1.0,
         default_limits: UsageLimits | None = None,
+        left_alone: Callable[[str], bool] = lambda task_id: False,
     ) -> None:
         self._task_store = task_store
+        self._left_alone = left_alone
+        """Whether a task's run is stopped only because the kernel closes (it is left for
+        recovery): a child it waits for is left too, not canceled."""
         self._event_bus = event_bus
         self._execute = execute
         self._resume = resume
@@ -200,27 +195,32 @@ class NestedAgents:
         keeps it): how a call of an agent tool finds its parent's run."""
         self._children: dict[str, set[str]] = {}
         self._default_limits = default_limits or UsageLimits()
-        self._ended: dict[str, ChildRun | None] = {}
-        """Each child a run here waits for: ``None`` until the kernel reports its run ended."""
+        self._awaited: set[str] = set()
+        """Each child a run here waits for (its runs here are linked to the parent's)."""
 
     def started(self, context: ExecutionContext) -> None:
         """Note that ``context``'s task runs here now (see ``running``).
 
         A child task whose parent waits for it here is linked to the parent's run, so what
         it spends counts against the parent's limits as it is spent (until ``run`` adds its
-        usage to the parent's at its end).
+        usage to the parent's at its end), in place of an earlier run of it.
         """
         task_id = context.task.task_id
         self.running[task_id] = context
         link = context.task.request.parent
         parent = self.running.get(link.task_id) if link is not None else None
-        if parent is not None and task_id in self._ended:
-            _link(parent, context)
+        if parent is not None and task_id in self._awaited:
+            _link(parent, context.run, task_id)
 
-    def ended(self, task_id: str, run: RunState) -> None:
-        """Note how a run of ``task_id`` here ended, for the parent waiting for it (if any)."""
-        if task_id in self._ended:
-            self._ended[task_id] = ChildRun(run.stats.usage, run.stats.tool_calls, run.tainted)
+    def stopped(self, context: ExecutionContext) -> None:
+        """Note that ``context``'s run here ended (see ``running``).
+
+        A run that stopped for a human whose approver answered at once ends after the run
+        that carried its task on (started within it): that one was the task's run here.
+        """
+        task_id = context.task.task_id
+        if self.running.get(task_id) is context:
+            del self.running[task_id]
 
     def parent_run(self, task_id: str, tool: str) -> ExecutionContext:
         """The run of ``task_id`` in this kernel, which calls ``tool``.
@@ -283,9 +283,13 @@ class NestedAgents:
                 tainted=parent.run.tainted,
             ),
         )
-        limits = self._bounded_by(parent, request.limits, delegate.name)
-        if limits is not request.limits:
-            request = request.model_copy(update={"limits": limits})
+        # A resumed parent's call finds the child it started: that one ran (or runs) under
+        # the limits it was given then, and what it spent is owed to the parent whatever
+        # the parent has left now; only a new child is bounded, or refused.
+        if not (parent.run.resuming and key is not None and await self._exists(child_id)):
+            limits = self._bounded_by(parent, request.limits, delegate.name)
+            if limits is not request.limits:
+                request = request.model_copy(update={"limits": limits})
         await parent.emit(
             AgentHandoff,
             agent=delegate.name,
@@ -297,32 +301,39 @@ class NestedAgents:
         await parent.flush()
         children = self._children.setdefault(parent_task, set())
         children.add(child_id)
-        self._ended[child_id] = None
+        self._awaited.add(child_id)
         carried = self.running.get(child_id)
         if carried is not None:  # carried on here already (recovery resumed it first)
-            _link(parent, carried)
+            _link(parent, carried.run, child_id)
         result: TaskResult | None = None
         found: TaskState | None = None
         try:
             with self._task_store.independent_work():
                 if parent.run.resuming and key is not None:
-                    result, found = await self._run_or_find(request, child_id)
+                    result, found = await self._run_or_find(parent, request, child_id)
                 else:  # a fresh run's keys are new: its children are too
                     result = await self._execute(request, child_id)
                 if result.status is TaskStatus.WAITING_APPROVAL:
                     # The child waits for a human (durably: nobody to ask now); so does the
                     # parent, running, until whoever answers carries the child to its end.
-                    result, found = await self._until_ended(child_id)
+                    result, found = await self._until_ended(parent, child_id)
         finally:
             children.discard(child_id)
             if not children:
                 self._children.pop(parent_task, None)
             # Rolled up however the call ends: a child stopped by the call's timeout (or
             # its parent's cancel) has spent what it spent.
-            ran = self._ended.pop(child_id, None)
+            self._awaited.discard(child_id)
             with anyio.CancelScope(shield=True):
-                await self._roll_up(parent, child_id, delegate.name, call_id, ran, result, found)
+                await self._roll_up(parent, child_id, delegate.name, call_id, result, found)
         return result
+
+    async def _exists(self, task_id: str) -> bool:
+        try:
+            await self._task_store.get_task(task_id)
+        except TaskNotFoundError:
+            return False
+        return True
 
     def _bounded_by(
         self, parent: ExecutionContext, own: UsageLimits | None, name: str
@@ -338,11 +349,12 @@ class NestedAgents:
         limits = (own or UsageLimits()).with_defaults(self._default_limits)
         # With what the parent's other children running now have spent so far.
         used = live_usage(parent.run)
-        scopes = [(parent.task.limits, used)]
+        scopes = [("this task's", parent.task.limits, used)]
         if parent.task.session_limits.bounded:
-            scopes.append((parent.task.session_limits, parent.task.session_usage + used))
+            session = parent.task.session_usage + used
+            scopes.append(("this task's session's", parent.task.session_limits, session))
         tighter: dict[str, float] = {}
-        for bounds, usage in scopes:
+        for whose, bounds, usage in scopes:
             for limit in _TOKEN_LIMITS:
                 maximum = getattr(bounds, limit)
                 if maximum is None:
@@ -350,7 +362,7 @@ class NestedAgents:
                 left = maximum - _used(usage, limit)
                 if left <= 0:
                     raise ToolExecutionError(
-                        f"{name} cannot run: this task's usage limit {limit} ({maximum:g}) is "
+                        f"{name} cannot run: {whose} usage limit {limit} ({maximum:g}) is "
                         "spent, and a child task spends from it",
                         tool_name=name,
                     )
@@ -376,21 +388,24 @@ class NestedAgents:
         child_id: str,
         name: str,
         call_id: str | None,
-        ran: ChildRun | None,
         result: TaskResult | None,
         found: TaskState | None,
     ) -> None:
-        """Add what the child used to its parent's run; pass its taint up."""
+        """Add what the child used to its parent's run; pass its taint up.
+
+        What the child's latest run here (or, run elsewhere, its stored state) counted live
+        against the parent until now is what is added: its result's usage when it has one.
+        """
         # In the same step as the usage is added: counted live until now, then in the
         # parent's stats, never both and never neither.
-        parent.run.child_runs.pop(child_id, None)
+        ran = parent.run.child_runs.pop(child_id, None)
         stats = parent.run.stats
         if result is not None:
             stats.usage = stats.usage + result.usage
-        elif ran is not None:
-            stats.usage = stats.usage + ran.usage
+        elif ran is not None:  # stopped mid-run (a timeout, a cancel): what it spent so far
+            stats.usage = stats.usage + ran.stats.usage
         if ran is not None:
-            stats.tool_calls += ran.tool_calls
+            stats.tool_calls += ran.stats.tool_calls
         tainted = (ran is not None and ran.tainted) or (found is not None and found.tainted)
         if tainted and not parent.run.tainted:
             await parent.taint(
@@ -398,7 +413,7 @@ class NestedAgents:
             )
 
     async def _run_or_find(
-        self, request: TaskRequest, child_id: str
+        self, parent: ExecutionContext, request: TaskRequest, child_id: str
     ) -> tuple[TaskResult, TaskState | None]:
         """Start the child, or carry on the one an earlier run of the parent started.
 
@@ -414,10 +429,16 @@ class NestedAgents:
             return await self._resume(child_id), None
         except UsageError:
             # It runs in a live process (recovery took it over first): wait for its end.
-            return await self._until_ended(child_id)
+            return await self._until_ended(parent, child_id)
 
-    async def _until_ended(self, child_id: str) -> tuple[TaskResult, TaskState]:
-        """Wait for the child to end, wherever it is carried on; cancel it if we are."""
+    async def _until_ended(
+        self, parent: ExecutionContext, child_id: str
+    ) -> tuple[TaskResult, TaskState]:
+        """Wait for the child to end, wherever it is carried on; cancel it if we are.
+
+        Meanwhile it counts against the parent's limits: its run here as it goes, else (it
+        waits for a human, or another process carries it on) what it has stored, as read.
+        """
         ended = anyio.Event()
 
         def watch(event: BaseModel) -> None:
@@ -433,11 +454,15 @@ class NestedAgents:
                 state = await self._task_store.get_task(child_id)
                 if state.status.is_terminal:
                     return result_of(state), state
+                if child_id not in self.running:
+                    _stand_in(parent, child_id, state)
                 # The event wakes us at once in this process; the poll finds an ending
                 # written by another one.
                 with anyio.move_on_after(self._poll_s):
                     await ended.wait()
         except anyio.get_cancelled_exc_class():
+            if self._left_alone(parent.task.task_id):
+                raise  # both carried on by the next kernel's recovery
             with anyio.CancelScope(shield=True):
                 # It may have ended meanwhile.
                 with contextlib.suppress(InvalidTransitionError, UsageError):
@@ -447,10 +472,29 @@ class NestedAgents:
             subscription.cancel()
 
 
-def _link(parent: ExecutionContext, child: ExecutionContext) -> None:
-    """Count what ``child``'s run spends against ``parent``'s limits until it is rolled up."""
-    child.run.parent_run = parent
-    parent.run.child_runs[child.task.task_id] = child.run
+def _link(parent: ExecutionContext, run: RunState, child_id: str) -> None:
+    """Count what ``run`` (of child ``child_id``) spends against ``parent``'s limits.
+
+    Until it is rolled up, or another run of the child takes its place.
+    """
+    run.parent_run = parent
+    parent.run.child_runs[child_id] = run
+
+
+def _stand_in(parent: ExecutionContext, child_id: str, state: TaskState) -> None:
+    """Count a child that does not run here at what it has stored (``state``).
+
+    With the tool calls its latest run here made (the store does not count them).
+    """
+    earlier = parent.run.child_runs.get(child_id)
+    run = RunState(messages=[], tainted=state.tainted)
+    run.stats.usage = state.usage
+    if earlier is not None:
+        if _used(earlier.stats.usage, "total_tokens") > _used(state.usage, "total_tokens"):
+            run.stats.usage = earlier.stats.usage  # never less than was counted already
+        run.stats.tool_calls = earlier.stats.tool_calls
+        run.tainted = run.tainted or earlier.tainted
+    parent.run.child_runs[child_id] = run
 
 
 _ENDINGS = frozenset({"task.succeeded", "task.failed", "task.canceled"})

@@ -146,7 +146,13 @@ class TaskDriver:
                 run.scope.cancel()
 
     def left_alone(self, task_id: str) -> bool:
-        """Whether ``task_id`` is being stopped only because the kernel closes (see class)."""
+        """Whether ``task_id`` is being stopped only because the kernel closes (see class).
+
+        Not once a cancel of it was asked for here (``cancel``): that one is carried out.
+        """
+        run = self._runs.get(task_id)
+        if run is not None and run.cancel_reason is not None:
+            return False
         return self.leaving or (self.closing and task_id in self.recovering)
 
     async def drive(

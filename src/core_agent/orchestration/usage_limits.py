@@ -23,8 +23,10 @@ descendants. So children running at once (a turn's agent calls, a team's members
 workflow layer's agent nodes) see each other's spending as it happens, and each stops, the
 way a task stops at its own limit, once the ancestor's limit is reached; the error names the
 ancestor (``scope`` ``parent task <id>``, ``ancestor task <id>``, or ``session of`` either).
-Nothing is counted twice: a child's usage enters its parent's ``stats`` only when it ends,
-at the moment it leaves ``child_runs``. A limit is passed by at most the usage of the model
+A child the parent waits for that does not run here (it waits for a human, or another
+process carries it on) counts at the usage it has stored, as last read. Nothing is counted
+twice: a child's usage enters its parent's ``stats`` only when it ends, at the moment it
+leaves ``child_runs``. A limit is passed by at most the usage of the model
 calls under way when it is reached (one per run calling the model then), as with one task's
 parallel plan steps; tool calls take their places before they run, so they never pass it.
 
