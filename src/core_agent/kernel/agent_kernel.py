@@ -1337,9 +1337,15 @@ class AgentKernel:
     ) -> TaskResult:
         state = lifecycle.state
         decision, executor, routed_at, routed_until = routing or await self._routing(state.request)
-        await lifecycle.start(executor.strategy)
         tracer = Tracer.of(self._trace_store, state)
-        async with self._task_store.unit_of_work():
+        context = self._context(lifecycle, response_model, sandbox=sandbox)
+        sessions = self._sessions
+
+        # A nested agent's task neither recalls nor takes a conversation's history: its
+        # sub-task was written by its parent, which did both (see ``nested_agents``).
+        nested = state.request.parent is not None
+
+        async def before_first_step() -> None:
             await tracer.record(
                 "planning",
                 "route",
@@ -1358,14 +1364,6 @@ class AgentKernel:
                 reason=decision.reason,
                 features=decision.features,
             )
-        context = self._context(lifecycle, response_model, sandbox=sandbox)
-        sessions = self._sessions
-
-        # A nested agent's task neither recalls nor takes a conversation's history: its
-        # sub-task was written by its parent, which did both (see ``nested_agents``).
-        nested = state.request.parent is not None
-
-        async def prepare() -> None:
             link = state.request.parent
             if link is not None and link.tainted:
                 await context.taint(
@@ -1376,6 +1374,10 @@ class AgentKernel:
             await self._capabilities.add_context(state, context, self._trace_store)
             if sessions is not None and not nested:
                 await sessions.prepare(state, context, self._specs(state.request))
+
+        async def prepare() -> None:
+            # One commit: the move to running with everything before the first step.
+            await lifecycle.start(executor.strategy, then=before_first_step)
 
         return await self._drive(lifecycle, executor, context, prepare=prepare)
 
@@ -1397,6 +1399,15 @@ class AgentKernel:
             self._response_models[task_id] = context.task.output_type
         result: TaskResult | None = None
         self._nested.running[task_id] = context
+        record = self._sessions is not None and lifecycle.state.request.parent is None
+        if record and self._sessions is not None:
+            sessions, state = self._sessions, lifecycle.state
+
+            async def add_turn(ended: TaskResult) -> None:
+                await sessions.record(state, context, ended)
+
+            # Stored with the ending move: a crash cannot leave the task ended without it.
+            lifecycle.on_end = add_turn
         try:
             result = await self._driver.drive(lifecycle, executor, context, prepare=prepare)
         finally:
@@ -1407,7 +1418,8 @@ class AgentKernel:
             # leaves its entry behind (one class reference per such task).
             if result is None or result.status is not TaskStatus.WAITING_APPROVAL:
                 self._response_models.pop(task_id, None)
-        if self._sessions is not None and lifecycle.state.request.parent is None:
+        if record and self._sessions is not None and not lifecycle.ended_here:
+            # Ended elsewhere (canceled by another process): its turn is added here.
             await self._sessions.record(lifecycle.state, context, result)
         return result
 
