@@ -7,6 +7,11 @@ executor returns or raises becomes one move of the task's ``TaskLifecycle``: an 
 succeeds, a question for a human or calls waiting for approval suspend it, a run error fails
 it, a cancel cancels it, a lost lease leaves it to the kernel that took it over.
 
+A drive is a unit of work (``ITaskStore.unit_of_work``) that the executor's steps and a wait
+for a human stand apart from (``independent_work``): what is written around them (the
+``run`` span, approval requests) commits with the move that follows, so a task's start and
+its ending cost one commit each.
+
 The run is also held to the task's usage limits here: its wall time (a deadline around the
 run, ``failed`` when it passes, not ``canceled``), and for the session's limits, the usage the
 session's other tasks have stored, read when the run starts (the executors check tokens, cost

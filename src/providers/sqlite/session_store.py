@@ -444,9 +444,6 @@ class SqliteSessionStore(ISessionStore):
         created = _iso(at)
         stored: list[tuple[Any, ...]] = []
 
-        def write(conn: sqlite3.Connection) -> None:
-            stored[:] = add(conn)
-
         def add(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             with transaction(conn):
                 existing = conn.execute(
@@ -482,6 +479,9 @@ class SqliteSessionStore(ISessionStore):
                     "UPDATE agent_sessions SET updated_at = ? WHERE id = ?", (created, session_id)
                 )
                 return rows
+
+        def write(conn: sqlite3.Connection) -> None:
+            stored[:] = add(conn)
 
         await self._db.write(write)
         return [_entry(session_id, row) for row in stored]
