@@ -1345,7 +1345,7 @@ class AgentKernel:
         # sub-task was written by its parent, which did both (see ``nested_agents``).
         nested = state.request.parent is not None
 
-        async def before_first_step() -> None:
+        async def route() -> None:
             await tracer.record(
                 "planning",
                 "route",
@@ -1364,6 +1364,8 @@ class AgentKernel:
                 reason=decision.reason,
                 features=decision.features,
             )
+
+        async def before_first_step() -> None:
             link = state.request.parent
             if link is not None and link.tainted:
                 await context.taint(
@@ -1376,8 +1378,13 @@ class AgentKernel:
                 await sessions.prepare(state, context, self._specs(state.request))
 
         async def prepare() -> None:
-            # One commit: the move to running with everything before the first step.
-            await lifecycle.start(executor.strategy, then=before_first_step)
+            # Two commits: the move to running with its route, then (in the driver's unit of
+            # work) what the task does before its first step. One commit for both would come
+            # after the recall's reads, where many tasks started at once no longer arrive
+            # together and their commits are no longer grouped (``SqliteDatabase.transact``).
+            await lifecycle.start(executor.strategy, then=route)
+            await before_first_step()
+            await self._task_store.flush()
 
         return await self._drive(lifecycle, executor, context, prepare=prepare)
 

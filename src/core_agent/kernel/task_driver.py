@@ -9,8 +9,8 @@ it, a cancel cancels it, a lost lease leaves it to the kernel that took it over.
 
 A drive is a unit of work (``ITaskStore.unit_of_work``) that the executor's steps and a wait
 for a human stand apart from (``independent_work``): what is written around them (the
-``run`` span, approval requests) commits with the move that follows, so a task's start and
-its ending cost one commit each.
+``run`` span, approval requests) commits with the move that follows, so a task's ending costs
+one commit; what ``prepare`` writes is held there until it flushes it.
 
 The run is also held to the task's usage limits here: its wall time (a deadline around the
 run, ``failed`` when it passes, not ``canceled``), and for the session's limits, the usage the

@@ -12,7 +12,7 @@ task's creation to its end, with its status and usage, and what the kernel adds 
 (``on_end``: the session's turn). They follow the move (``ITaskStore.transition``'s
 ``then``): stored in its transaction, after it, only if it is, so only the kernel whose move
 was stored writes them, and a crash cannot leave a task ended without its turn. The start
-likewise takes along what the task does before its first step (``start``'s ``then``).
+likewise takes its route along (``start``'s ``then``).
 """
 
 from __future__ import annotations
@@ -147,8 +147,8 @@ class TaskLifecycle:
     ) -> None:
         """``queued`` to ``running`` with the strategy the task runs with.
 
-        ``then`` is what the task does before its first step (recording its route, recalling
-        memories): its writes commit with the move.
+        ``then`` writes what goes with the start (the route the task takes): its writes
+        commit with the move.
         """
         self._strategy = strategy
         await self.move(
