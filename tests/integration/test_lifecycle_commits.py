@@ -1,4 +1,4 @@
-"""A task's start and its ending each commit as one transaction: real SQLite, real statements.
+"""A task's ending commits as one transaction, its start with its route: real SQLite statements.
 
 What a user would notice otherwise: a process that dies between the ending's writes leaves a
 task ``succeeded`` whose turn is missing from its session's history (the next task of the
@@ -56,7 +56,9 @@ def with_(transaction: list[str], *fragments: str) -> bool:
     return all(any(fragment in statement for statement in transaction) for fragment in fragments)
 
 
-async def test_a_tasks_start_and_its_ending_each_commit_once(settings: AgentSettings) -> None:
+async def test_a_tasks_ending_commits_once_and_its_start_with_its_route(
+    settings: AgentSettings,
+) -> None:
     container = KernelContainer()
     container.settings.override(settings)
     container.tool_registry.override(ToolRegistry([note]))
