@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -133,6 +133,7 @@ class FakeTaskStore(ITaskStore):
         output: str | None = None,
         error: str | None = None,
         usage: TokenUsage | None = None,
+        then: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         task = await self.get_task(task_id)
         if task.status != from_status:
@@ -149,6 +150,8 @@ class FakeTaskStore(ITaskStore):
         self.tasks[task_id] = task.model_copy(update=update)
         if event is not None:
             self._record(event)
+        if then is not None:
+            await then()
 
     async def append_event(self, event: BaseModel) -> None:
         self._record(event)

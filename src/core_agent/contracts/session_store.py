@@ -116,6 +116,8 @@ class ISessionStore(abc.ABC):
 
         The entries get the session's next turn number. Idempotent per task: when
         ``task_id`` already has entries, nothing is added and the existing ones are returned.
+        A store whose writes join a unit of work (``ITaskStore.unit_of_work``, so a task's
+        turn commits with its ending) returns an empty list for a write it held back.
         """
 
     @abc.abstractmethod

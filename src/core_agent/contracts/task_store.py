@@ -78,9 +78,9 @@ class ITaskStore(abc.ABC):
 
         Events appended inside are held back, and so are the writes of stores sharing this
         store's database (spans, checkpoints, messages). Status moves (``transition``) and
-        lease changes are never held back. The writes are committed when the block ends,
-        also when it raises; ``after_commit`` callbacks run after. This default commits every
-        write at once (no grouping).
+        lease changes are never held back (a move commits with what is held so far). The
+        writes are committed when the block ends, also when it raises; ``after_commit``
+        callbacks run after. This default commits every write at once (no grouping).
         """
         yield
 
@@ -230,11 +230,21 @@ class ITaskStore(abc.ABC):
         output: str | None = None,
         error: str | None = None,
         usage: TokenUsage | None = None,
+        then: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """Move a task from ``from_status`` to ``to_status`` and append ``event``, atomically.
 
         The store checks that the task is still in ``from_status`` (compare-and-set), so two
-        writers can never both move the same task.
+        writers can never both move the same task. Inside a unit of work the move is not held
+        back: it commits at once, together with what the unit holds so far.
+
+        ``then`` is what follows from the move (the writes of a task's start before its first
+        step, the root span and session turn of its end): what it writes is stored with the
+        move, after it, only if the move is, and its ``after_commit`` callbacks run once that
+        is durable. A write of it that fails is logged and left out; the move stands. If
+        ``then`` raises, the move and what it wrote so far are stored, then the error
+        propagates. A store may run ``then`` before it knows whether the move will succeed
+        (what it writes waits for the move); it awaits it once unless the move fails first.
 
         Raises:
             TaskNotFoundError: No such task.

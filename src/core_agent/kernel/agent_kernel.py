@@ -1338,9 +1338,15 @@ class AgentKernel:
     ) -> TaskResult:
         state = lifecycle.state
         decision, executor, routed_at, routed_until = routing or await self._routing(state.request)
-        await lifecycle.start(executor.strategy)
         tracer = Tracer.of(self._trace_store, state)
-        async with self._task_store.unit_of_work():
+        context = self._context(lifecycle, response_model, sandbox=sandbox)
+        sessions = self._sessions
+
+        # A nested agent's task neither recalls nor takes a conversation's history: its
+        # sub-task was written by its parent, which did both (see ``nested_agents``).
+        nested = state.request.parent is not None
+
+        async def route() -> None:
             await tracer.record(
                 "planning",
                 "route",
@@ -1359,14 +1365,8 @@ class AgentKernel:
                 reason=decision.reason,
                 features=decision.features,
             )
-        context = self._context(lifecycle, response_model, sandbox=sandbox)
-        sessions = self._sessions
 
-        # A nested agent's task neither recalls nor takes a conversation's history: its
-        # sub-task was written by its parent, which did both (see ``nested_agents``).
-        nested = state.request.parent is not None
-
-        async def prepare() -> None:
+        async def before_first_step() -> None:
             link = state.request.parent
             if link is not None and link.tainted:
                 await context.taint(
@@ -1377,6 +1377,15 @@ class AgentKernel:
             await self._capabilities.add_context(state, context, self._trace_store)
             if sessions is not None and not nested:
                 await sessions.prepare(state, context, self._specs(state.request))
+
+        async def prepare() -> None:
+            # Two commits: the move to running with its route, then (in the driver's unit of
+            # work) what the task does before its first step. One commit for both would come
+            # after the recall's reads, where many tasks started at once no longer arrive
+            # together and their commits are no longer grouped (``SqliteDatabase.transact``).
+            await lifecycle.start(executor.strategy, then=route)
+            await before_first_step()
+            await self._task_store.flush()
 
         return await self._drive(lifecycle, executor, context, prepare=prepare)
 
@@ -1398,6 +1407,15 @@ class AgentKernel:
             self._response_models[task_id] = context.task.output_type
         result: TaskResult | None = None
         self._nested.started(context)
+        record = self._sessions is not None and lifecycle.state.request.parent is None
+        if record and self._sessions is not None:
+            sessions, state = self._sessions, lifecycle.state
+
+            async def add_turn(ended: TaskResult) -> None:
+                await sessions.record(state, context, ended)
+
+            # Stored with the ending move: a crash cannot leave the task ended without it.
+            lifecycle.on_end = add_turn
         try:
             result = await self._driver.drive(lifecycle, executor, context, prepare=prepare)
         finally:
@@ -1406,7 +1424,8 @@ class AgentKernel:
             # leaves its entry behind (one class reference per such task).
             if result is None or result.status is not TaskStatus.WAITING_APPROVAL:
                 self._response_models.pop(task_id, None)
-        if self._sessions is not None and lifecycle.state.request.parent is None:
+        if record and self._sessions is not None and not lifecycle.ended_here:
+            # Ended elsewhere (canceled by another process): its turn is added here.
             await self._sessions.record(lifecycle.state, context, result)
         return result
 

@@ -14,8 +14,10 @@ When the task ends (succeeded, failed or canceled), ``record`` appends its turn
 (``session_history``). A task waiting for a human adds nothing until it ends; the session
 takes no other task meanwhile (``ITaskStore.create_task`` with ``exclusive``).
 
-A turn is recorded after the task's ending is stored: a process that dies in between leaves
-the task ended and its turn missing from the history.
+The kernel records the turn with the move that ends the task (``TaskLifecycle.on_end``): on
+SQLite both commit in one transaction, so a process that dies at the end leaves either both
+or neither. A task ended by another process gets its turn from its host afterwards, and a
+task whose caller was cancelled (it gets no result) adds none.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ executor returns or raises becomes one move of the task's ``TaskLifecycle``: an 
 succeeds, a question for a human or calls waiting for approval suspend it, a run error fails
 it, a cancel cancels it, a lost lease leaves it to the kernel that took it over.
 
+A drive is a unit of work (``ITaskStore.unit_of_work``) that the executor's steps and a wait
+for a human stand apart from (``independent_work``): what is written around them (the
+``run`` span, approval requests) commits with the move that follows, so a task's ending costs
+one commit; what ``prepare`` writes is held there until it flushes it.
+
 The run is also held to the task's usage limits here: its wall time (a deadline around the
 run, ``failed`` when it passes, not ``canceled``), and for the session's limits, the usage the
 session's other tasks have stored, read when the run starts (the executors check tokens, cost
@@ -22,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 
 import anyio
+import anyio.lowlevel
 
 from core_agent.contracts.errors import (
     ApprovalPendingError,
@@ -199,6 +205,20 @@ class TaskDriver:
         context: ExecutionContext,
         prepare: Callable[[], Awaitable[None]] | None,
     ) -> TaskResult:
+        # The run's ending commits as one unit: the ``run`` span, the move that ends the
+        # task and what follows it (``TaskLifecycle``). The executor's steps are apart
+        # from it (each commits its own), and so is a wait for a human.
+        async with self._task_store.unit_of_work():
+            return await self._drive_in_unit(run, lifecycle, executor, context, prepare)
+
+    async def _drive_in_unit(
+        self,
+        run: _Run,
+        lifecycle: TaskLifecycle,
+        executor: IExecutor,
+        context: ExecutionContext,
+        prepare: Callable[[], Awaitable[None]] | None,
+    ) -> TaskResult:
         state, stats = lifecycle.state, context.run.stats
         tracer = Tracer.of(self._trace_store, state)
         watch = self._watch(state.task_id)
@@ -226,12 +246,17 @@ class TaskDriver:
                                 )
                             context.task = replace(context.task, parent_span_id=span.span_id)
                             try:
-                                outcome = await _run_within_time(executor, context)
+                                with self._task_store.independent_work():
+                                    outcome = await _run_within_time(executor, context)
                             except UsageLimitExceededError as exc:
                                 span.attributes["usage_limit"] = f"{exc.scope}:{exc.limit}"
                                 raise
                             finally:
                                 _count_run(span, before, stats.usage)
+                        # A cancel asked for while the run went on without yielding is
+                        # carried out: the run's writes join the ending, which no longer
+                        # gives it a chance to arrive.
+                        await anyio.lowlevel.checkpoint_if_cancelled()
                     except Exception as exc:
                         # Raised past the group it would arrive wrapped in an ExceptionGroup.
                         failure = exc
@@ -249,6 +274,9 @@ class TaskDriver:
             # A damaged checkpoint fails its task with the reason, like a run failure.
             return await lifecycle.fail(str(exc) or type(exc).__name__, type(exc).__name__, stats)
         except anyio.get_cancelled_exc_class():
+            # The caller gets no result: no session turn either (a retry it canceled leaves
+            # the turn it retried retryable).
+            lifecycle.on_end = None
             with anyio.CancelScope(shield=True):
                 if self.left_alone(state.task_id):
                     await lifecycle.release()
@@ -259,6 +287,7 @@ class TaskDriver:
             raise
         except Exception as exc:
             # A bug, not a run failure: still record it so nothing is left "running".
+            lifecycle.on_end = None
             with anyio.CancelScope(shield=True):
                 await lifecycle.fail(str(exc) or type(exc).__name__, type(exc).__name__, stats)
             raise
@@ -302,6 +331,19 @@ class TaskDriver:
         waiting = await lifecycle.wait_for(
             pending.requests, stats, error=f"waiting for a human to approve: {names}"
         )
+        with self._task_store.independent_work():
+            return await self._ask_approver(run, lifecycle, context, pending, waiting)
+
+    async def _ask_approver(
+        self,
+        run: _Run,
+        lifecycle: TaskLifecycle,
+        context: ExecutionContext,
+        pending: ApprovalPendingError,
+        waiting: TaskResult,
+    ) -> TaskResult:
+        """The rest of ``_suspend``, apart from the run's unit: a human may take long."""
+        stats = context.run.stats
         if not self._has_approver():
             with anyio.CancelScope(shield=True):
                 await lifecycle.release()
@@ -336,6 +378,7 @@ class TaskDriver:
         except anyio.get_cancelled_exc_class():
             # The caller went away while its approver was asked: the task must not stay
             # waiting, held by nobody, for a decision that would run the call later.
+            lifecycle.on_end = None
             with anyio.CancelScope(shield=True):
                 if self.left_alone(lifecycle.task_id):
                     await lifecycle.release()

@@ -8,14 +8,17 @@ moved the task first (a cancel from another process, a kernel that took it over)
 error for the host: the task's stored ending is reported instead.
 
 The move that ends a task also writes the root span of its trace (``task_span``): from the
-task's creation to its end, with its status and usage. It is written after the move, so
-only the kernel whose move was stored writes it.
+task's creation to its end, with its status and usage, and what the kernel adds to an ending
+(``on_end``: the session's turn). They follow the move (``ITaskStore.transition``'s
+``then``): stored in its transaction, after it, only if it is, so only the kernel whose move
+was stored writes them, and a crash cannot leave a task ended without its turn. The start
+likewise takes its route along (``start``'s ``then``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from core_agent.contracts.errors import CoreAgentError, InvalidTransitionError
@@ -93,6 +96,10 @@ class TaskLifecycle:
         self.owner = owner
         self._lease_s = lease_s
         self._strategy: str | None = state.strategy
+        self.on_end: Callable[[TaskResult], Awaitable[None]] | None = None
+        """What else an ending move of this kernel writes with it (the session's turn)."""
+        self.ended_here = False
+        """Whether an ending move (with ``on_end``) was stored by this lifecycle."""
 
     @property
     def task_id(self) -> str:
@@ -100,28 +107,79 @@ class TaskLifecycle:
         return self.state.task_id
 
     async def move(
-        self, current: TaskStatus, target: TaskStatus, event: TaskEvent, **fields: Any
+        self,
+        current: TaskStatus,
+        target: TaskStatus,
+        event: TaskEvent,
+        *,
+        then: Callable[[], Awaitable[None]] | None = None,
+        **fields: Any,
     ) -> None:
         """Move the task from ``current`` to ``target``, storing ``event`` and ``fields``.
+
+        An ending move writes the task's root span with it; ``then`` writes what else follows
+        from the move, stored with it (see the module).
 
         Raises:
             InvalidTransitionError: The move is not allowed, or the stored task is no longer
                 ``current`` (someone else moved it).
         """
         check_transition(self.task_id, current, target)
-        await self._task_store.transition(
-            self.task_id, from_status=current, to_status=target, event=event, **fields
-        )
-        if target.is_terminal:
-            await self._ended(target, fields.get("usage"), fields.get("error"))
-        await self.events.publish(event)
 
-    async def start(self, strategy: str) -> None:
-        """``queued`` to ``running`` with the strategy the task runs with."""
-        await self.move(
-            TaskStatus.QUEUED, TaskStatus.RUNNING, self.events.make(TaskStarted), strategy=strategy
+        async def publish() -> None:
+            await self.events.publish(event)
+
+        async def follow() -> None:
+            # Heard of once stored, before anything written after it.
+            if not self._task_store.after_commit(publish):
+                await publish()
+            if target.is_terminal:
+                await self._ended(target, fields.get("usage"), fields.get("error"))
+            if then is not None:
+                await then()
+
+        await self._task_store.transition(
+            self.task_id, from_status=current, to_status=target, event=event, then=follow, **fields
         )
+
+    async def start(
+        self, strategy: str, *, then: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        """``queued`` to ``running`` with the strategy the task runs with.
+
+        ``then`` writes what goes with the start (the route the task takes): its writes
+        commit with the move.
+        """
         self._strategy = strategy
+        await self.move(
+            TaskStatus.QUEUED,
+            TaskStatus.RUNNING,
+            self.events.make(TaskStarted),
+            then=then,
+            strategy=strategy,
+        )
+
+    async def _end(
+        self,
+        current: TaskStatus,
+        event: TaskEvent,
+        result: TaskResult,
+        stats: RunStats,
+        **fields: Any,
+    ) -> TaskResult:
+        """Move the task to ``result.status`` with ``on_end``; the stored result if refused."""
+        on_end = self.on_end
+
+        async def then() -> None:
+            if on_end is not None:
+                await on_end(result)
+
+        try:
+            await self.move(current, result.status, event, then=then, **fields)
+        except InvalidTransitionError:
+            return await self.stored_result(stats)
+        self.ended_here = on_end is not None
+        return result
 
     async def _ended(self, status: TaskStatus, usage: Any, error: Any) -> None:
         """Write the task's root span (see the module)."""
@@ -139,18 +197,15 @@ class TaskLifecycle:
     async def succeed(self, outcome: ExecutionOutcome, stats: RunStats) -> TaskResult:
         """End the running task with its answer."""
         usage = stats.usage
-        try:
-            await self.move(
-                TaskStatus.RUNNING,
-                TaskStatus.SUCCEEDED,
-                self.events.make(TaskSucceeded, output=outcome.output, usage=usage),
-                output=outcome.output,
-                usage=usage,
-            )
-        except InvalidTransitionError:
-            return await self.stored_result(stats)
-        return self.result(
-            TaskStatus.SUCCEEDED, stats, output=outcome.output, structured=outcome.structured
+        return await self._end(
+            TaskStatus.RUNNING,
+            self.events.make(TaskSucceeded, output=outcome.output, usage=usage),
+            self.result(
+                TaskStatus.SUCCEEDED, stats, output=outcome.output, structured=outcome.structured
+            ),
+            stats,
+            output=outcome.output,
+            usage=usage,
         )
 
     async def fail(
@@ -163,34 +218,28 @@ class TaskLifecycle:
     ) -> TaskResult:
         """End the task ``failed`` with ``error`` (``error_type`` names its kind)."""
         usage = stats.usage
-        try:
-            await self.move(
-                current,
-                TaskStatus.FAILED,
-                self.events.make(TaskFailed, error=error, error_type=error_type, usage=usage),
-                error=error,
-                usage=usage,
-            )
-        except InvalidTransitionError:
-            return await self.stored_result(stats)
-        return self.result(TaskStatus.FAILED, stats, error=error, error_type=error_type)
+        return await self._end(
+            current,
+            self.events.make(TaskFailed, error=error, error_type=error_type, usage=usage),
+            self.result(TaskStatus.FAILED, stats, error=error, error_type=error_type),
+            stats,
+            error=error,
+            usage=usage,
+        )
 
     async def cancel(
         self, reason: str, stats: RunStats, *, current: TaskStatus = TaskStatus.RUNNING
     ) -> TaskResult:
         """End the task ``canceled`` with ``reason``."""
         usage = stats.usage
-        try:
-            await self.move(
-                current,
-                TaskStatus.CANCELED,
-                self.events.make(TaskCanceled, reason=reason, usage=usage),
-                error=reason,
-                usage=usage,
-            )
-        except InvalidTransitionError:
-            return await self.stored_result(stats)
-        return self.result(TaskStatus.CANCELED, stats, error=reason)
+        return await self._end(
+            current,
+            self.events.make(TaskCanceled, reason=reason, usage=usage),
+            self.result(TaskStatus.CANCELED, stats, error=reason),
+            stats,
+            error=reason,
+            usage=usage,
+        )
 
     async def wait_for(
         self, requests: Sequence[ApprovalRequest], stats: RunStats, *, error: str

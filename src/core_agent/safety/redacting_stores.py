@@ -116,6 +116,7 @@ class RedactingTaskStore(ITaskStore):
         output: str | None = None,
         error: str | None = None,
         usage: TokenUsage | None = None,
+        then: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """See ``ITaskStore.transition``."""
         text = self._redactor.text
@@ -128,6 +129,7 @@ class RedactingTaskStore(ITaskStore):
             output=text(output) if output is not None else None,
             error=text(error) if error is not None else None,
             usage=usage,
+            then=then,
         )
 
     async def append_event(self, event: TaskEvent) -> None:

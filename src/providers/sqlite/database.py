@@ -421,6 +421,22 @@ class SqliteDatabase:
         finally:
             _UNIT.reset(token)
 
+    @contextmanager
+    def held_apart(self) -> Iterator[_Unit]:
+        """Hold the block's writes and ``after_commit`` callbacks in a unit of their own.
+
+        Nothing commits that unit: the caller applies its ``writes`` in a transaction of its
+        own and runs its ``after_commit`` callbacks once that is durable (a status move and
+        what follows from it, ``SqliteTaskStore.transition``).
+        """
+        unit = _Unit(self)
+        token = _UNIT.set(unit)
+        try:
+            yield unit
+        finally:
+            _UNIT.reset(token)
+            unit.closed = True
+
     async def flush(self) -> None:
         """Commit what the unit of work open on this database holds so far; it stays open.
 

@@ -436,10 +436,15 @@ class SqliteSessionStore(ISessionStore):
         tainted: bool,
         at: datetime,
     ) -> list[SessionEntry]:
-        """See ``ISessionStore.append_turn``."""
-        created = _iso(at)
+        """See ``ISessionStore.append_turn``.
 
-        def write(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+        Inside a unit of work on this database (a task's ending move) the write joins it,
+        and the entries, not numbered yet, are not returned (an empty list).
+        """
+        created = _iso(at)
+        stored: list[tuple[Any, ...]] = []
+
+        def add(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
             with transaction(conn):
                 existing = conn.execute(
                     f"SELECT {_ENTRY_COLUMNS} FROM agent_session_entries"
@@ -475,7 +480,11 @@ class SqliteSessionStore(ISessionStore):
                 )
                 return rows
 
-        return [_entry(session_id, row) for row in await self._db.transact(write)]
+        def write(conn: sqlite3.Connection) -> None:
+            stored[:] = add(conn)
+
+        await self._db.write(write)
+        return [_entry(session_id, row) for row in stored]
 
     async def history(self, session_id: str) -> SessionHistory:
         """See ``ISessionStore.history``."""

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 from pydantic import TypeAdapter, ValidationError
 
 from core_agent.contracts.errors import (
@@ -435,11 +436,17 @@ class SqliteTaskStore(ITaskStore):
         output: str | None = None,
         error: str | None = None,
         usage: TokenUsage | None = None,
+        then: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        """Compare-and-set the status, update the outcome fields, append the event: atomically."""
+        """Compare-and-set the status, update the outcome fields, append the event: atomically.
+
+        One transaction with what the open unit of work holds so far (``commit_with``), and
+        with what ``then`` writes, held apart while it runs and applied after the move, each
+        write in a savepoint of its own (see ``ITaskStore.transition``).
+        """
         now = _iso(datetime.now(UTC))
 
-        def write(conn: sqlite3.Connection) -> None:
+        def move(conn: sqlite3.Connection) -> None:
             with transaction(conn):
                 cursor = conn.execute(
                     "UPDATE agent_tasks SET status = ?, updated_at = ?,"
@@ -477,7 +484,35 @@ class SqliteTaskStore(ITaskStore):
                 if event is not None:
                     _insert_event(conn, event)
 
-        await self._db.transact(write)
+        if then is None:
+            await self._db.commit_with(move)
+            return
+        failure: BaseException | None = None
+        with self._db.held_apart() as held:
+            try:
+                await then()
+            except BaseException as exc:  # the move and what came before it stand
+                failure = exc
+
+        def write(conn: sqlite3.Connection) -> None:
+            move(conn)
+            for fn in held.writes:
+                conn.execute("SAVEPOINT followed")
+                try:
+                    fn(conn)
+                except Exception:
+                    conn.execute("ROLLBACK TO followed")
+                    log.exception("task %s: a write after its move failed", task_id)
+                conn.execute("RELEASE followed")
+
+        # Shielded: the move is applied whatever happens to the caller meanwhile, and who
+        # watches hears of it.
+        with anyio.CancelScope(shield=True):
+            await self._db.commit_with(write)
+            for callback in held.after_commit:
+                await callback()
+        if failure is not None:
+            raise failure
 
     async def append_event(self, event: TaskEvent) -> None:
         """Append one event to its task's log (with the open unit of work, if any)."""

@@ -1,0 +1,156 @@
+"""A task's ending commits as one transaction, its start with its route: real SQLite statements.
+
+What a user would notice otherwise: a process that dies between the ending's writes leaves a
+task ``succeeded`` whose turn is missing from its session's history (the next task of the
+conversation does not see it), or a root span saying the task still runs. The statements
+the kernel's connection runs are watched through SQLite's trace callback and split into
+transactions; the move to ``succeeded`` must share its transaction with the session's turn
+and the root span, the move to ``running`` with the route and the strategy event. Events
+still reach subscribers in their order, once stored.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from core_agent import tool
+from core_agent.container import KernelContainer
+from core_agent.contracts.settings import AgentSettings
+from core_agent.tooling.registry import ToolRegistry
+from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from providers.sqlite.database import SqliteDatabase
+from shared.agent_protocol import TaskEvent, TaskRequest, TaskStatus
+
+pytestmark = pytest.mark.anyio
+
+
+@tool
+def note(text: str) -> str:
+    """Note something down.
+
+    Args:
+        text: What to note.
+    """
+    return f"noted {text}"
+
+
+def transactions(statements: list[str]) -> list[list[str]]:
+    """The writes of each committed transaction, in order."""
+    done: list[list[str]] = []
+    current: list[str] | None = None
+    for statement in statements:
+        head = statement.lstrip().split(" ", 1)[0].upper()
+        if head == "BEGIN":
+            current = []
+        elif head == "COMMIT" and current is not None:
+            done.append(current)
+            current = None
+        elif current is not None and head in ("INSERT", "UPDATE", "DELETE"):
+            current.append(statement)
+    return done
+
+
+def with_(transaction: list[str], *fragments: str) -> bool:
+    return all(any(fragment in statement for statement in transaction) for fragment in fragments)
+
+
+async def test_a_tasks_ending_commits_once_and_its_start_with_its_route(
+    settings: AgentSettings,
+) -> None:
+    container = KernelContainer()
+    container.settings.override(settings)
+    container.tool_registry.override(ToolRegistry([note]))
+    container.llm_gateway.override(
+        ScriptedLLMGateway(
+            [
+                ScriptedTurn(tool_calls=[ScriptedToolCall(name="note", arguments={"text": "a"})]),
+                ScriptedTurn(content="done"),
+            ]
+        )
+    )
+    kernel = container.kernel()
+    heard: list[TaskEvent] = []
+    async with kernel:
+        kernel.event_bus.subscribe(None, lambda event: heard.append(event))  # type: ignore[arg-type]
+        database = SqliteDatabase.open(settings.database_path)
+        statements: list[str] = []
+        try:
+            database.call(lambda conn: conn.set_trace_callback(statements.append))
+            result = await kernel.execute_task(
+                TaskRequest(task="note a", session_id="s1", force_mode="react")
+            )
+        finally:
+            database.call(lambda conn: conn.set_trace_callback(None))
+            await database.close()
+        transcript = await kernel.session_transcript("s1")
+
+    assert result.status is TaskStatus.SUCCEEDED
+    assert [entry.task_id for entry in transcript.entries][-1] == result.task_id
+    done = transactions(statements)
+    started = [t for t in done if with_(t, "UPDATE agent_tasks SET status = 'running'")]
+    ended = [t for t in done if with_(t, "UPDATE agent_tasks SET status = 'succeeded'")]
+    assert len(started) == 1 and len(ended) == 1
+    # The start: the move, its event, the route span and the strategy event; the recall
+    # (after reads, apart: see ``AgentKernel._start_held``) follows in one commit.
+    assert with_(started[0], "'task.started'", "'route','planning'", "'task.strategy_selected'")
+    after_start = done[done.index(started[0]) + 1]
+    assert with_(after_start, "'memory.recall','memory'")
+    assert not with_(after_start, "agent_tool_calls")
+    # The ending: the run span, the move and its event, the root span, the session's turn.
+    assert with_(
+        ended[0],
+        "'run','run'",
+        "'task.succeeded'",
+        "NULL,'task','task'",
+        "INSERT INTO agent_session_entries",
+        "UPDATE agent_sessions",
+    )
+    # Creation, start, recall, the step's intent and result, the final answer, the ending
+    # (eleven before the lifecycle's writes were grouped).
+    assert len(done) == 7
+    # Published once stored, in the order they were numbered.
+    mine = [event for event in heard if getattr(event, "task_id", None) == result.task_id]
+    assert [event.seq for event in mine] == sorted(event.seq for event in mine)
+    assert mine[-1].kind == "task.succeeded"
+
+
+async def test_a_failed_write_after_the_ending_move_leaves_the_move_standing(
+    settings: AgentSettings,
+) -> None:
+    """A session turn that cannot be written is logged; the task's ending stands, as before."""
+    container = KernelContainer()
+    container.settings.override(settings)
+    container.llm_gateway.override(ScriptedLLMGateway([ScriptedTurn(content="done")]))
+    kernel = container.kernel()
+    async with kernel:
+        database = SqliteDatabase.open(settings.database_path)
+        try:
+            database.call(
+                lambda conn: conn.execute(
+                    "CREATE TRIGGER no_turns BEFORE INSERT ON agent_session_entries"
+                    " BEGIN SELECT RAISE(ABORT, 'no room for turns'); END"
+                )
+            )
+        finally:
+            await database.close()
+        result = await kernel.execute_task(TaskRequest(task="hi", session_id="s2"))
+        stored = await kernel.get_task(result.task_id)
+        spans = await kernel.task_spans(result.task_id)
+        transcript = await kernel.session_transcript("s2")
+    assert result.status is stored.status is TaskStatus.SUCCEEDED
+    assert any(span.kind == "task" for span in spans)
+    assert transcript.entries == []
+
+
+def test_trace_callback_sees_sqlite_statements(tmp_path: object) -> None:
+    """The helper above splits real statements into transactions."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    seen: list[str] = []
+    conn.set_trace_callback(seen.append)
+    conn.execute("CREATE TABLE t (x)")
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO t VALUES (1)")
+    conn.execute("COMMIT")
+    assert transactions(seen) == [["INSERT INTO t VALUES (1)"]]
