@@ -256,3 +256,16 @@ def test_opening_a_database_loads_sqlite_vec_without_importing_numpy(tmp_path: P
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("v")
+
+
+def test_none_is_stored_as_null(tmp_path) -> None:
+    # None adapts to itself (bound quickly, see ``connect``): still SQL NULL, found by IS NULL.
+    conn = connect(tmp_path / "nulls.db")
+    conn.execute("CREATE TABLE t (a TEXT, b INTEGER)")
+    conn.execute("INSERT INTO t VALUES (?, ?)", (None, None))
+    assert conn.execute("SELECT typeof(a), typeof(b) FROM t").fetchone() == ("null", "null")
+    assert (
+        conn.execute("SELECT count(*) FROM t WHERE a IS NULL AND b IS ?", (None,)).fetchone()[0]
+        == 1
+    )
+    conn.close()
