@@ -11,6 +11,7 @@ readers (``trace``, replay, stats, the viewer, the OTLP export) read these rows.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import sqlite3
@@ -72,13 +73,11 @@ def call(name: str, **arguments: Any) -> ScriptedTurn:
     return ScriptedTurn(tool_calls=[ScriptedToolCall(name=name, arguments=arguments)])
 
 
-async def run_known_task(tmp_path: Path) -> tuple[Any, Path]:
+async def run_known_task(tmp_path: Path, patterns: tuple[str, ...]) -> tuple[Any, Path]:
     container = KernelContainer()
     container.settings.override(
         AgentSettings(
-            data_dir=tmp_path / "data",
-            trace_content_max_chars=100,
-            redact_patterns=(rf"^{PIN}$",),
+            data_dir=tmp_path / "data", trace_content_max_chars=100, redact_patterns=patterns
         )
     )
     container.tool_registry.override(ToolRegistry([lookup, pin, essay, broken]))
@@ -100,7 +99,7 @@ async def run_known_task(tmp_path: Path) -> tuple[Any, Path]:
     return result, tmp_path / "data" / "core_agent.db"
 
 
-def stored_rows(path: Path, task_id: str) -> list[dict[str, Any]]:
+def stored_rows(path: Path, task_id: str, *, pin_redacted: bool) -> list[dict[str, Any]]:
     """The task's rows in insertion order, ids replaced by the row that holds them."""
     with sqlite3.connect(path) as conn:
         conn.row_factory = sqlite3.Row
@@ -111,7 +110,8 @@ def stored_rows(path: Path, task_id: str) -> list[dict[str, Any]]:
             )
         ]
     labels = {row["id"]: f"{row['kind']}#{n}" for n, row in enumerate(rows)}
-    assert KEY not in repr(rows) and PIN not in repr(rows)
+    assert KEY not in repr(rows)
+    assert (PIN in repr(rows)) is not pin_redacted
     kept = []
     for row in rows:
         assert ISO.match(row["started_at"]) and ISO.match(row["ended_at"]), row
@@ -137,10 +137,15 @@ def stored_rows(path: Path, task_id: str) -> list[dict[str, Any]]:
     return kept
 
 
-async def test_a_known_task_leaves_the_same_rows(tmp_path: Path) -> None:
-    result, path = await run_known_task(tmp_path)
-    rows = stored_rows(path, result.task_id)
-    assert rows == EXPECTED
+@pytest.mark.parametrize("patterns", [(rf"^{PIN}$",), ()], ids=["user pattern", "none"])
+async def test_a_known_task_leaves_the_same_rows(tmp_path: Path, patterns: tuple[str, ...]) -> None:
+    result, path = await run_known_task(tmp_path, patterns)
+    rows = stored_rows(path, result.task_id, pin_redacted=bool(patterns))
+    expected = copy.deepcopy(EXPECTED)
+    if not patterns:  # the PIN, the whole of its tool's result, matches no built-in format
+        expected[7]["payload"]["result"] = PIN
+        expected[8]["payload"]["input_messages"][0]["content"] = PIN
+    assert rows == expected
 
 
 EXPECTED: list[dict[str, Any]] = [
