@@ -141,10 +141,11 @@ async def test_redacting_a_span_keeps_every_field_it_does_not_redact(container, 
 async def test_secrets_are_redacted_wherever_they_sit_in_a_spans_attributes(
     container, tmp_path, monkeypatch, patterns
 ) -> None:
-    # A host secret with a quote and a bearer token after a tab are escaped in JSON, where a
-    # search of a span's whole payload would not find them as they are.
-    quoted = 'pa"ss-w0rd-4471'
+    # Host secrets with a quote or a backslash and a bearer token after a tab are escaped in
+    # JSON, where a search of a span's whole payload would not find them as they are.
+    quoted, slashed = 'pa"ss-w0rd-4471', "back\\slash-5521"
     monkeypatch.setenv("SERVICE_PASSWORD", quoted)
+    monkeypatch.setenv("SERVICE_TOKEN", slashed)
     container.settings.override(
         AgentSettings(
             data_dir=tmp_path / "data", trace_content_max_chars=100, redact_patterns=patterns
@@ -155,6 +156,7 @@ async def test_secrets_are_redacted_wherever_they_sit_in_a_spans_attributes(
     tracer = Tracer(container.redacted_trace_store(), trace_id="t" * 32, task_id="task")
     cases = [
         ({"arguments": f'{{"password": "{quoted}"}}'}, {"arguments": '{"password": "[REDACTED]"}'}),
+        ({"result": f"token {slashed}"}, {"result": "token [REDACTED]"}),
         (
             {"input_messages": [{"role": "tool", "content": "auth Bearer\t" + "Tk9" * 10}]},
             {"input_messages": [{"role": "tool", "content": "auth [REDACTED]"}]},

@@ -231,10 +231,10 @@ class RedactingTraceStore(ITraceStore):
     span in which it finds nothing to redact or cut (almost every span) goes on as it came,
     without a search of each of its strings and a copy. That is sound when the redactor's
     patterns find in a JSON text whatever they find in one of its strings: true of literal
-    secrets and the built-in key formats as long as no string needed escaping (no backslash
-    in the text: each string is then in it as it is), not of a user's pattern that depends
-    on what surrounds a match (``^``, ``$``, look-arounds). The container turns it on when
-    there is no user pattern.
+    secrets and the built-in key formats as long as each string is in the text as it is
+    (the escaped quotes put back, and no other character escaped), not of a user's pattern
+    that depends on what surrounds a match (``^``, ``$``, look-arounds). The container turns
+    it on when there is no user pattern.
     """
 
     def __init__(
@@ -289,7 +289,9 @@ class RedactingTraceStore(ITraceStore):
             text = to_json(attributes, fallback=str).decode()
         except PydanticSerializationError:
             return False  # searched string by string, as the store will find it
-        # No string is longer than the whole text; a backslash means one was escaped.
+        # Quotes put back (JSON texts within a span's JSON: tool arguments), every string is
+        # in the text as it is, unless another character was escaped: a backslash is left.
+        text = text.replace('\\"', '"')
         return len(text) <= limit and "\\" not in text and not self._redactor.contains_secret(text)
 
     async def list_spans(
