@@ -478,14 +478,6 @@ def build_redactor(settings: AgentSettings) -> Redactor:
     )
 
 
-def finds_secrets_in_json(settings: AgentSettings) -> bool:
-    """Whether ``build_redactor``'s redactor finds in a JSON text what it finds in its strings.
-
-    Not when the user gave patterns: one may depend on what surrounds a match (``^``, ``$``).
-    """
-    return not settings.redact_patterns
-
-
 def mcp_server_secrets(settings: AgentSettings) -> list[str]:
     """The credentials of the MCP servers ``AGENT_MCP_FILE`` and ``AGENT_MCP_SERVERS`` declare.
 
@@ -599,7 +591,6 @@ class KernelContainer(containers.DeclarativeContainer):
         RedactingTraceStore,
         providers.Singleton(RecordingTraceStore, exporting_trace_store, trace_recording),
         redactor,
-        scan_whole_payload=providers.Callable(finds_secrets_in_json, settings),
     )
 
     embedder = providers.Singleton(

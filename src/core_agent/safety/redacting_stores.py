@@ -229,22 +229,29 @@ class RedactingTraceStore(ITraceStore):
     cut to the inner store's ``recording.content_max_chars``: here, since a cut made before
     the redaction could leave the head of a secret behind.
 
-    With ``scan_whole_payload`` the attributes are first searched as one JSON text, and a
-    span in which it finds nothing to redact or cut (almost every span) goes on as it came,
-    without a search of each of its strings and a copy. That is sound when the redactor's
-    patterns find in a JSON text whatever they find in one of its strings: true of literal
-    secrets and the built-in key formats as long as each string is in the text as it is
-    (the escaped quotes put back, and no other character escaped), not of a user's pattern
-    that depends on what surrounds a match (``^``, ``$``, look-arounds). The container turns
-    it on when there is no user pattern.
+    When the redactor's search of a JSON text is as good as one of its strings
+    (``Redactor.searches_json_whole``: no user pattern), the attributes are first searched
+    as one JSON text, and a span in which it finds nothing to redact or cut (almost every
+    span) goes on as it came, without a search of each of its strings and a copy. That holds
+    as long as each string is in the text as it is: the escaped quotes are put back, and a
+    text with any other character escaped (a newline, a tab, a backslash) is searched string
+    by string.
     """
 
     def __init__(
-        self, inner: ITraceStore, redactor: Redactor, *, scan_whole_payload: bool = False
+        self, inner: ITraceStore, redactor: Redactor, *, scan_whole_payload: bool | None = None
     ) -> None:
+        """Wrap ``inner``; ``scan_whole_payload`` says whether to search attributes whole.
+
+        By default they are when the redactor allows it; ``False`` searches them string by
+        string always.
+        """
         self._inner = inner
         self._redactor = redactor
-        self._scan_whole_payload = scan_whole_payload
+        allowed = redactor.searches_json_whole
+        self._scan_whole_payload = (
+            allowed if scan_whole_payload is None else (scan_whole_payload and allowed)
+        )
 
     @property
     def recording(self) -> TraceRecording:

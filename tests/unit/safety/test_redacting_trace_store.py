@@ -146,3 +146,25 @@ def test_the_built_in_key_formats_match_a_key_whatever_surrounds_it(key_format: 
     # The whole-payload search finds a key in a span's JSON text only because no shipped
     # format looks at what is around it (text bounds, word bounds, look-arounds).
     assert not re.search(r"\^|\$|\\[AZbB]|\(\?<?[=!]", key_format)
+
+
+def test_a_redactor_with_user_patterns_is_searched_string_by_string() -> None:
+    # Whoever builds the store (the container, or a host overriding the redactor), a user's
+    # pattern turns the whole-text search off: ``^PIN\\d+$`` matches a whole string only,
+    # never inside the span's JSON text.
+    redactor = Redactor([], [r"^PIN\d+$"])
+    assert not redactor.searches_json_whole and Redactor().searches_json_whole
+    inner = CappedTraceStore(4000)
+    store = RedactingTraceStore(inner, redactor, scan_whole_payload=True)
+    span = Span(
+        span_id="s1",
+        trace_id="t1",
+        task_id="task",
+        kind="tool",
+        name="lookup",
+        started_at=MOMENT,
+        ended_at=MOMENT,
+        status="ok",
+        attributes={"result": "PIN4242"},
+    )
+    assert stored(store, inner, span)[0] == b'{"result":"[REDACTED]"}'
