@@ -135,3 +135,55 @@ async def test_redacting_a_span_keeps_every_field_it_does_not_redact(container, 
     assert {f.name: getattr(kept, f.name) for f in dataclasses.fields(Span)} == {
         f.name: getattr(span, f.name) for f in dataclasses.fields(Span)
     }
+
+
+@pytest.mark.parametrize("patterns", [(), (r"ACME-\d{6}",)], ids=["built-in", "user pattern"])
+async def test_secrets_are_redacted_wherever_they_sit_in_a_spans_attributes(
+    container, tmp_path, monkeypatch, patterns
+) -> None:
+    # Host secrets with a quote or a backslash and a bearer token after a tab are escaped in
+    # JSON, where a search of a span's whole payload would not find them as they are.
+    quoted, slashed = 'pa"ss-w0rd-4471', "back\\slash-5521"
+    monkeypatch.setenv("SERVICE_PASSWORD", quoted)
+    monkeypatch.setenv("SERVICE_TOKEN", slashed)
+    container.settings.override(
+        AgentSettings(
+            data_dir=tmp_path / "data", trace_content_max_chars=100, redact_patterns=patterns
+        )
+    )
+    traces = FakeTraceStore()
+    container.trace_store.override(traces)
+    tracer = Tracer(container.redacted_trace_store(), trace_id="t" * 32, task_id="task")
+    cases = [
+        ({"arguments": f'{{"password": "{quoted}"}}'}, {"arguments": '{"password": "[REDACTED]"}'}),
+        ({"result": f"token {slashed}"}, {"result": "token [REDACTED]"}),
+        (
+            {"input_messages": [{"role": "tool", "content": "auth Bearer\t" + "Tk9" * 10}]},
+            {"input_messages": [{"role": "tool", "content": "auth [REDACTED]"}]},
+        ),
+        (
+            {"result": [{"text": f"key {SECRET}"}, 3, None, True]},
+            {"result": [{"text": "key [REDACTED]"}, 3, None, True]},
+        ),
+        ({"long": "y" * 150}, {"long": "y" * 100 + "… [50 more characters not recorded]"}),
+        ({"plain": "nothing to hide"}, {"plain": "nothing to hide"}),
+    ]
+    for attributes, _ in cases:
+        async with tracer.span("tool", "fetch") as span:
+            span.attributes.update(attributes)
+    assert [span.attributes for span in traces.spans] == [kept for _, kept in cases]
+
+
+async def test_a_span_with_nothing_to_redact_is_kept_as_the_tracer_wrote_it(
+    container, tmp_path
+) -> None:
+    container.settings.override(AgentSettings(data_dir=tmp_path / "data"))
+    traces = FakeTraceStore()
+    container.trace_store.override(traces)
+    tracer = Tracer(container.redacted_trace_store(), trace_id="t" * 32, task_id="task")
+    async with tracer.span("tool", "fetch") as span:
+        span.attributes.update({"unproven": ("a", "b"), "n": 1, "text": "中文 é"})
+        span.error = "it failed"
+    (kept,) = traces.spans
+    assert kept.attributes == {"unproven": ("a", "b"), "n": 1, "text": "中文 é"}
+    assert kept.error == "it failed" and kept.status == "error" and kept.name == "fetch"

@@ -14,12 +14,15 @@ from typing import Any
 from core_agent.observability.tracer import Tracer
 from shared.agent_protocol import AssistantMessage, ChatMessage, ToolCall, ToolMessage
 
+_ARGUMENTS = json.JSONEncoder(ensure_ascii=False, default=str)
+"""``json.dumps`` with these options, without building an encoder at every call."""
+
 
 def call_arguments(call: ToolCall) -> str:
     """A call's arguments as the model sent them (JSON text, or what it sent instead)."""
     if call.raw_arguments is not None:
         return call.raw_arguments
-    return json.dumps(call.arguments, ensure_ascii=False, default=str)
+    return _ARGUMENTS.encode(call.arguments)
 
 
 def message_record(tracer: Tracer, message: ChatMessage) -> dict[str, Any]:

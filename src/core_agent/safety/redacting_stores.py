@@ -18,6 +18,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from pydantic_core import PydanticSerializationError, to_json
+
 from core_agent.contracts.checkpoint_store import C, Checkpoint, ICheckpointStore
 from core_agent.contracts.memory_store import IMemoryStore, MemoryItem, MemoryScope
 from core_agent.contracts.metrics import MetricsScope, SpanMetrics, TaskMetrics
@@ -226,11 +228,30 @@ class RedactingTraceStore(ITraceStore):
     they are not searched: a span is written at every step. Then every text of the span is
     cut to the inner store's ``recording.content_max_chars``: here, since a cut made before
     the redaction could leave the head of a secret behind.
+
+    When the redactor's search of a JSON text is as good as one of its strings
+    (``Redactor.searches_json_whole``: no user pattern), the attributes are first searched
+    as one JSON text, and a span in which it finds nothing to redact or cut (almost every
+    span) goes on as it came, without a search of each of its strings and a copy. That holds
+    as long as each string is in the text as it is: the escaped quotes are put back, and a
+    text with any other character escaped (a newline, a tab, a backslash) is searched string
+    by string.
     """
 
-    def __init__(self, inner: ITraceStore, redactor: Redactor) -> None:
+    def __init__(
+        self, inner: ITraceStore, redactor: Redactor, *, scan_whole_payload: bool | None = None
+    ) -> None:
+        """Wrap ``inner``; ``scan_whole_payload`` says whether to search attributes whole.
+
+        By default they are when the redactor allows it; ``False`` searches them string by
+        string always.
+        """
         self._inner = inner
         self._redactor = redactor
+        allowed = redactor.searches_json_whole
+        self._scan_whole_payload = (
+            allowed if scan_whole_payload is None else (scan_whole_payload and allowed)
+        )
 
     @property
     def recording(self) -> TraceRecording:
@@ -242,6 +263,12 @@ class RedactingTraceStore(ITraceStore):
         redact = self._redactor
         limit = self._inner.recording.content_max_chars
         error = span.error
+        name = redact.text(span.name)
+        if error is not None:
+            error = cut_text(redact.text(error), limit)
+        if name is span.name and error is span.error and self._clean(span.attributes, limit):
+            await self._inner.record(span)
+            return
         # Built whole rather than with dataclasses.replace, which costs more (every step).
         await self._inner.record(
             Span(
@@ -249,7 +276,7 @@ class RedactingTraceStore(ITraceStore):
                 trace_id=span.trace_id,
                 task_id=span.task_id,
                 kind=span.kind,
-                name=redact.text(span.name),
+                name=name,
                 started_at=span.started_at,
                 ended_at=span.ended_at,
                 status=span.status,
@@ -257,10 +284,24 @@ class RedactingTraceStore(ITraceStore):
                 tokens_in=span.tokens_in,
                 tokens_out=span.tokens_out,
                 cost_usd=span.cost_usd,
-                error=cut_text(redact.text(error), limit) if error is not None else None,
+                error=error,
                 attributes=redact.data(span.attributes, max_chars=limit, keys=False),
             )
         )
+
+    def _clean(self, attributes: dict[str, Any], limit: int) -> bool:
+        """Whether no string of ``attributes`` would be redacted or cut (see the class)."""
+        if not self._scan_whole_payload:
+            return False
+        try:
+            # As the trace stores encode them (non-JSON values by ``str``): what they write.
+            text = to_json(attributes, fallback=str).decode()
+        except PydanticSerializationError:
+            return False  # searched string by string, as the store will find it
+        # Quotes put back (JSON texts within a span's JSON: tool arguments), every string is
+        # in the text as it is, unless another character was escaped: a backslash is left.
+        text = text.replace('\\"', '"')
+        return len(text) <= limit and "\\" not in text and not self._redactor.contains_secret(text)
 
     async def list_spans(
         self, *, task_id: str | None = None, trace_id: str | None = None

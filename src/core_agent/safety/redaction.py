@@ -106,6 +106,7 @@ class Redactor:
                     f"AGENT_REDACT_PATTERNS: {pattern!r} is not a regular expression: {exc}"
                 ) from exc
             parts.append(f"(?:{pattern})")
+        self._user_patterns = patterns
         self._regex = re.compile("|".join(parts)) if parts else None
         # Without user patterns, a text with none of these holds no secret (KEY_FORMAT_ANCHORS).
         self._anchors = None if patterns else (*KEY_FORMAT_ANCHORS, *literals)
@@ -113,6 +114,18 @@ class Redactor:
         # redacted are names and ids, so they are let through without running it. The
         # user's patterns may match anything, however short.
         self._shortest = 0 if patterns else min([*map(len, literals), SHORTEST_KEY_FORMAT])
+
+    @property
+    def searches_json_whole(self) -> bool:
+        """Whether a search of a JSON text finds whatever a search of its strings would.
+
+        True without user patterns: literal secrets and the built-in key formats match
+        wherever a string sits, never by what surrounds it (no anchors, word boundaries or
+        look-arounds; a test holds them to it). A user's pattern may depend on the edges of
+        the string it is given. Lets a caller search a span's attributes as one text
+        (``RedactingTraceStore``), as long as each string is in the text as it is.
+        """
+        return self._user_patterns == ()
 
     def text(self, value: str) -> str:
         """``value`` with every secret replaced by ``[REDACTED]``."""

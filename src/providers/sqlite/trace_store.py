@@ -34,12 +34,27 @@ _COLUMNS = (
     "id, trace_id, task_id, parent_id, span, kind, status, started_at, ended_at, latency_ms,"
     " token_in, token_out, cost_usd, error_text, payload_json"
 )
+_INSERT = f"INSERT INTO agent_traces ({_COLUMNS}) VALUES ({','.join('?' * 15)})"
+
+
+_SECONDS: dict[tuple[int, ...], str] = {}
+"""The ISO text of the last few seconds spans started or ended in, by their fields."""
 
 
 def _iso(moment: datetime) -> str:
+    """``moment.isoformat(timespec="microseconds")`` in UTC, in a third of its time.
+
+    Two per span written: the text of the second is made once for all the spans in it.
+    """
     if moment.tzinfo is not UTC:  # the kernel's moments are in UTC already
         moment = moment.astimezone(UTC)
-    return moment.isoformat(timespec="microseconds")
+    key = (moment.second, moment.minute, moment.hour, moment.day, moment.month, moment.year)
+    second = _SECONDS.get(key)
+    if second is None:
+        if len(_SECONDS) >= 16:
+            _SECONDS.clear()
+        second = _SECONDS[key] = moment.replace(microsecond=0, tzinfo=None).isoformat()
+    return f"{second}.{moment.microsecond:06d}+00:00"
 
 
 def _row_to_span(row: tuple[Any, ...]) -> Span:
@@ -92,6 +107,7 @@ class SqliteTraceStore(ITraceStore):
 
     async def record(self, span: Span) -> None:
         """Insert the span, with the task store's open unit of work if there is one."""
+        started, ended = span.started_at, span.ended_at
         row = (
             span.span_id,
             span.trace_id,
@@ -100,9 +116,9 @@ class SqliteTraceStore(ITraceStore):
             span.name,
             span.kind,
             span.status,
-            _iso(span.started_at),
-            _iso(span.ended_at),
-            span.latency_ms,
+            _iso(started),
+            _iso(ended),
+            (ended - started).total_seconds() * 1000.0,
             span.tokens_in,
             span.tokens_out,
             span.cost_usd,
@@ -113,9 +129,10 @@ class SqliteTraceStore(ITraceStore):
         )
 
         def write(conn: sqlite3.Connection) -> None:
-            conn.execute(
-                f"INSERT INTO agent_traces ({_COLUMNS}) VALUES ({','.join('?' * 15)})", row
-            )
+            # One statement for every span, its empty columns bound as None: a second text
+            # (NULL written in it) was cheaper to bind but cost the step more than it saved,
+            # the tool-call ledger's statements then taking twice as long.
+            conn.execute(_INSERT, row)
 
         await self._db.write(write)
 
