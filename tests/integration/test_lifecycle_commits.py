@@ -188,9 +188,7 @@ async def test_a_tainted_parents_child_is_tainted_in_the_commit_that_starts_it(
         stored = await kernel.get_task(result.task_id)
     assert stored.tainted
     started = [
-        t
-        for t in transactions(statements)
-        if with_(t, "UPDATE agent_tasks SET status = 'running'")
+        t for t in transactions(statements) if with_(t, "UPDATE agent_tasks SET status = 'running'")
     ]
     assert len(started) == 1
     assert with_(started[0], "'task.started'", "'task.tainted'")
