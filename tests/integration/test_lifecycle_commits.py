@@ -21,7 +21,7 @@ from core_agent.contracts.settings import AgentSettings
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
 from providers.sqlite.database import SqliteDatabase
-from shared.agent_protocol import TaskEvent, TaskRequest, TaskStatus
+from shared.agent_protocol import ParentTask, TaskEvent, TaskRequest, TaskStatus
 
 pytestmark = pytest.mark.anyio
 
@@ -154,3 +154,41 @@ def test_trace_callback_sees_sqlite_statements(tmp_path: object) -> None:
     conn.execute("INSERT INTO t VALUES (1)")
     conn.execute("COMMIT")
     assert transactions(seen) == [["INSERT INTO t VALUES (1)"]]
+
+
+async def test_a_tainted_parents_child_is_tainted_in_the_commit_that_starts_it(
+    settings: AgentSettings,
+) -> None:
+    """A crash after the start leaves a child of a tainted parent tainted, not clean.
+
+    A task killed once it is ``running`` resumes without running its start again: the taint
+    its parent handed down must be stored with the move, or the resumed child's calls are
+    graded as if it had never seen untrusted content.
+    """
+    container = KernelContainer()
+    container.settings.override(settings)
+    container.llm_gateway.override(ScriptedLLMGateway([ScriptedTurn(content="done")]))
+    kernel = container.kernel()
+    async with kernel:
+        parent = await kernel.execute_task(TaskRequest(task="parent", force_mode="react"))
+        database = SqliteDatabase.open(settings.database_path)
+        statements: list[str] = []
+        try:
+            database.call(lambda conn: conn.set_trace_callback(statements.append))
+            result = await kernel.execute_task(
+                TaskRequest(
+                    task="child",
+                    force_mode="react",
+                    parent=ParentTask(task_id=parent.task_id, depth=1, agent="a", tainted=True),
+                )
+            )
+        finally:
+            database.call(lambda conn: conn.set_trace_callback(None))
+            await database.close()
+        stored = await kernel.get_task(result.task_id)
+    assert stored.tainted
+    started = [
+        t for t in transactions(statements) if with_(t, "UPDATE agent_tasks SET status = 'running'")
+    ]
+    assert len(started) == 1
+    assert with_(started[0], "'task.started'", "'task.tainted'")

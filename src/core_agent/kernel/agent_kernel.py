@@ -1365,13 +1365,15 @@ class AgentKernel:
                 reason=decision.reason,
                 features=decision.features,
             )
-
-        async def before_first_step() -> None:
+            # With the move: a task resumed after a crash does not run its start again,
+            # and a child of a tainted parent must not carry on as if it were clean.
             link = state.request.parent
             if link is not None and link.tainted:
                 await context.taint(
                     f"task {link.task_id}", reason="its parent task held untrusted content"
                 )
+
+        async def before_first_step() -> None:
             if not nested:
                 await self._recall(state, context)
             await self._capabilities.add_context(state, context, self._trace_store)
