@@ -741,3 +741,31 @@ async def test_a_workflow_killed_after_its_agent_node_reuses_the_finished_child(
     assert len(children) == 1 and children[0].request.parent is not None
     assert child_events.count("task.started") == 1  # it ran once, before the kill
     assert result.task.usage == children[0].usage  # counted once, after the resume too
+
+
+@pytest.mark.parametrize("session", ["own", "other"])
+async def test_an_agent_node_naming_a_session_is_refused_clearly(tmp_path, session) -> None:
+    # A nested agent's task never joins a session: its parent's holds the conversation, and
+    # the child's usage already counts there through its parent (joining would count it
+    # twice in the session's limits, or find the session busy with the parent itself).
+    settings = AgentSettings(
+        data_dir=tmp_path / "data",
+        scripted_model_script=_script(tmp_path, [{"content": "Done by the agent."}]),
+    )
+    workflow = Workflow("sessions", Notes).agent(
+        "ask",
+        lambda s: TaskRequest(task="Say done", session_id="会话-1" if session else None),
+        output="answer",
+    )
+    forget("sessions")
+    async with create_kernel(settings) as kernel:
+        request = workflow_request(
+            workflow, Notes(), session_id="会话-1" if session == "own" else None
+        )
+        result = await kernel.execute_task(request)
+        children = [
+            task for task in await kernel.list_tasks(limit=50) if task.request.parent is not None
+        ]
+    assert result.status is TaskStatus.FAILED
+    assert "never joins a session" in (result.error or "")
+    assert children == []  # refused before any child task was made

@@ -260,7 +260,8 @@ class NestedAgents:
         starts a new child.
 
         Raises:
-            ToolExecutionError: The child would be deeper than the depth limit (nothing ran).
+            ToolExecutionError: The child would be deeper than the depth limit, or its
+                request names a session (nothing ran).
         """
         parent_task = parent.task.task_id
         link = parent.task.request.parent
@@ -283,6 +284,15 @@ class NestedAgents:
                 tainted=parent.run.tainted,
             ),
         )
+        if request.session_id is not None:
+            # Its parent's session holds the conversation, and the child's usage counts there
+            # through its parent: in a session of its own it would count twice against that
+            # session's limits (and its parent's own session is busy with the parent).
+            raise ToolExecutionError(
+                f"{delegate.name} names a session ({request.session_id}): a nested agent's "
+                "task never joins a session; leave session_id unset",
+                tool_name=delegate.name,
+            )
         # A resumed parent's call finds the child it started: that one ran (or runs) under
         # the limits it was given then, and what it spent is owed to the parent whatever
         # the parent has left now; only a new child is bounded, or refused.
