@@ -21,7 +21,13 @@ from core_agent.contracts.settings import AgentSettings
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
 from providers.sqlite.database import SqliteDatabase
-from shared.agent_protocol import ParentTask, TaskEvent, TaskRequest, TaskStatus
+from shared.agent_protocol import (
+    EPHEMERAL_EVENT_KINDS,
+    ParentTask,
+    TaskEvent,
+    TaskRequest,
+    TaskStatus,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -192,3 +198,34 @@ async def test_a_tainted_parents_child_is_tainted_in_the_commit_that_starts_it(
     ]
     assert len(started) == 1
     assert with_(started[0], "'task.started'", "'task.tainted'")
+
+
+async def test_an_event_whose_write_after_the_move_failed_is_never_published(
+    settings: AgentSettings,
+) -> None:
+    """Subscribers hear only stored events: a skipped write's event is not announced."""
+    container = KernelContainer()
+    container.settings.override(settings)
+    container.llm_gateway.override(ScriptedLLMGateway([ScriptedTurn(content="完成了")]))
+    kernel = container.kernel()
+    heard: list[TaskEvent] = []
+    kernel.event_bus.subscribe(None, heard.append)
+    async with kernel:
+        database = SqliteDatabase.open(settings.database_path)
+        try:
+            database.call(
+                lambda conn: conn.execute(
+                    "CREATE TRIGGER no_strategy BEFORE INSERT ON agent_task_events"
+                    " WHEN NEW.event_type = 'task.strategy_selected'"
+                    " BEGIN SELECT RAISE(ABORT, 'no strategy events'); END"
+                )
+            )
+        finally:
+            await database.close()
+        result = await kernel.execute_task(TaskRequest(task="你好", force_mode="react"))
+        stored = await kernel.task_events(result.task_id)
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    mine = [e for e in heard if getattr(e, "task_id", None) == result.task_id]
+    assert "task.strategy_selected" not in [e.kind for e in mine]
+    # Every event heard is one that was stored.
+    assert {e.seq for e in mine if e.kind not in EPHEMERAL_EVENT_KINDS} <= {e.seq for e in stored}

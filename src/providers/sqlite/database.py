@@ -174,6 +174,10 @@ class _Unit:
         """Set once its block ends. Work that outlives the block and still sees the unit in
         its context (a worker thread's late report, a task started from inside) writes
         directly: appended here, its write would never be committed."""
+        self.owners: list[int] | None = None
+        """In a unit held apart: for each ``after_commit`` callback, the index of the write
+        queued just before it (an event's publication follows its insert; -1 for none), so
+        the caller can leave out the callbacks of a write it skipped."""
 
 
 def _open_unit(database: SqliteDatabase) -> _Unit | None:
@@ -424,6 +428,8 @@ class SqliteDatabase:
         if unit is None:
             return False
         unit.after_commit.append(callback)
+        if unit.owners is not None:
+            unit.owners.append(len(unit.writes) - 1)
         return True
 
     @contextmanager
@@ -443,10 +449,12 @@ class SqliteDatabase:
         """Hold the block's writes and ``after_commit`` callbacks in a unit of their own.
 
         Nothing commits that unit: the caller applies its ``writes`` in a transaction of its
-        own and runs its ``after_commit`` callbacks once that is durable (a status move and
-        what follows from it, ``SqliteTaskStore.transition``).
+        own and runs its ``after_commit`` callbacks once that is durable, but not those of a
+        write it skipped (``_Unit.owners``; a status move and what follows from it,
+        ``SqliteTaskStore.transition``).
         """
         unit = _Unit(self)
+        unit.owners = []
         token = _UNIT.set(unit)
         try:
             yield unit

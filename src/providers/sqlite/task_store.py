@@ -494,23 +494,29 @@ class SqliteTaskStore(ITaskStore):
             except BaseException as exc:  # the move and what came before it stand
                 failure = exc
 
+        skipped: set[int] = set()
+
         def write(conn: sqlite3.Connection) -> None:
+            skipped.clear()  # a retry of the transaction starts again
             move(conn)
-            for fn in held.writes:
+            for index, fn in enumerate(held.writes):
                 conn.execute("SAVEPOINT followed")
                 try:
                     fn(conn)
                 except Exception:
                     conn.execute("ROLLBACK TO followed")
+                    skipped.add(index)
                     log.exception("task %s: a write after its move failed", task_id)
                 conn.execute("RELEASE followed")
 
         # Shielded: the move is applied whatever happens to the caller meanwhile, and who
-        # watches hears of it.
+        # watches hears of it; not of an event whose write was skipped (it is not stored).
         with anyio.CancelScope(shield=True):
             await self._db.commit_with(write)
-            for callback in held.after_commit:
-                await callback()
+            owners = held.owners or [-1] * len(held.after_commit)
+            for callback, owner in zip(held.after_commit, owners, strict=True):
+                if owner not in skipped:
+                    await callback()
         if failure is not None:
             raise failure
 
