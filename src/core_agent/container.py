@@ -830,6 +830,7 @@ class KernelContainer(containers.DeclarativeContainer):
         limits=settings.provided.task_limits,
         session_limits=settings.provided.session_limits,
         warm_up=model_gateway.provided.warm_up,
+        connections=model_gateway.provided.connections,
         capabilities=capabilities,
         ingestion=ingestion.provider,
         knowledge_namespace=settings.provided.knowledge_namespace,

@@ -13,23 +13,31 @@ the server's status and body, a stream that ends without the server's finish rea
 without ``[DONE]``), an empty body, an empty answer or tool-call arguments cut off by the
 token limit a retryable ``ModelIncompleteError``, and ``Retry-After`` passed on.
 
-Each call opens its own HTTP client and closes it when the call ends: a client's pooled
-connections belong to the event loop that opened them, and one gateway serves whatever loop
-calls it (a host's, a sync facade's thread, a test's). A model call lasts seconds; a new
-connection to the server costs a TCP (and TLS) handshake, and the TLS settings are built once.
+Connections are kept for the calling event loop while a ``connections()`` scope is open on
+it (the kernel holds one while it is entered): against a remote ``https`` server a new
+connection costs a TCP and a TLS handshake, tens to hundreds of milliseconds a call. A
+client's pooled connections belong to the loop that opened them and one gateway serves
+whatever loop calls it (a host's, a sync facade's thread, a test's), so outside a scope a call
+opens its own client and closes it when it ends. A kept connection that the server closed
+meanwhile fails like any dropped connection: a retryable error the kernel's retry takes care
+of. The TLS settings are built once.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import ssl
 import threading
+import weakref
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import httpx
 from httpx_sse import EventSource
 
@@ -116,6 +124,10 @@ class OpenAIHttpGateway(ILLMGateway):
         self._api_key = api_key
         self._timeout = httpx.Timeout(timeout_s)
         self._temperature = temperature
+        self._pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+        """The client kept for each loop with a ``connections()`` scope open."""
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> OpenAIHttpGateway:
@@ -186,9 +198,45 @@ class OpenAIHttpGateway(ILLMGateway):
             body["stream_options"] = {"include_usage": True}
         return body
 
-    def _client(self) -> httpx.AsyncClient:
+    def _new_client(self) -> httpx.AsyncClient:
         verify: ssl.SSLContext | bool = _tls_context() if self._url.startswith("https:") else True
-        return httpx.AsyncClient(timeout=self._timeout, verify=verify, trust_env=True)
+        return httpx.AsyncClient(
+            timeout=self._timeout,
+            verify=verify,
+            trust_env=True,
+            # As many calls at once as the tasks make (each had its own connection before
+            # connections were kept); only how many idle ones are kept is bounded.
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=32),
+        )
+
+    @asynccontextmanager
+    async def connections(self) -> AsyncIterator[None]:
+        """Keep connections for calls from this event loop until the block ends.
+
+        A scope opened inside another on the same loop leaves them to the outer one.
+        """
+        loop = asyncio.get_running_loop()
+        if loop in self._pools:
+            yield
+            return
+        client = self._new_client()
+        self._pools[loop] = client
+        try:
+            yield
+        finally:
+            if self._pools.get(loop) is client:
+                del self._pools[loop]
+            await client.aclose()
+
+    @asynccontextmanager
+    async def _client(self) -> AsyncIterator[httpx.AsyncClient]:
+        """The loop's kept client; else one for this call, closed when it ends."""
+        kept = self._pools.get(asyncio.get_running_loop())
+        if kept is not None and not kept.is_closed:
+            yield kept
+            return
+        async with self._new_client() as client:
+            yield client
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """One non-streamed completion."""
@@ -234,7 +282,8 @@ class OpenAIHttpGateway(ILLMGateway):
                         yield LLMTextDelta(whole.message.content)
                     yield checked_response(whole)
                     return
-                async for event in EventSource(response).aiter_sse():
+                events = EventSource(response).aiter_sse()
+                async for event in events:
                     if event.data.strip() == "[DONE]":
                         turn.done = True
                         break
@@ -243,6 +292,8 @@ class OpenAIHttpGateway(ILLMGateway):
                     text = turn.take(_chunk(event.data))
                     if text:
                         yield LLMTextDelta(text)
+                if turn.done:
+                    await _read_to_the_end(events)
         except httpx.HTTPError as exc:
             raise transport_error(exc) from exc
         if not turn.chunks:
@@ -383,6 +434,25 @@ class _StreamedTurn:
             model=self.model,
             finish_reason=self.finish_reason,
         )
+
+
+DRAIN_AFTER_DONE_S = 0.25
+"""How long to wait, after ``[DONE]``, for the rest of the body (its chunked ending)."""
+
+
+async def _read_to_the_end(events: AsyncIterator[Any]) -> None:
+    """Read what the server sends after ``[DONE]``, briefly, and stop there.
+
+    A connection is kept for the next call only once its response was read to its end; a
+    server that leaves the body open after ``[DONE]`` is not waited for (its connection is
+    closed instead). The answer is complete either way.
+    """
+    with anyio.move_on_after(DRAIN_AFTER_DONE_S):
+        try:
+            async for _ in events:
+                pass
+        except httpx.HTTPError:
+            pass  # the answer is whole; only the connection is lost
 
 
 def _count(value: Any) -> int:

@@ -36,6 +36,9 @@ class CannedServer:
         self.content_type = "text/event-stream"
         self.body = b""
         self.requests: list[dict[str, Any]] = []
+        self.held_open = False
+        """Promise more body than is sent and keep the connection open (until closed)."""
+        self._closing = threading.Event()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -47,9 +50,13 @@ class CannedServer:
                 server.requests.append(json.loads(self.rfile.read(length)))
                 self.send_response(server.status)
                 self.send_header("Content-Type", server.content_type)
-                self.send_header("Content-Length", str(len(server.body)))
+                promised = len(server.body) + (64 if server.held_open else 0)
+                self.send_header("Content-Length", str(promised))
                 self.end_headers()
                 self.wfile.write(server.body)
+                self.wfile.flush()
+                if server.held_open:
+                    server._closing.wait()
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -65,6 +72,7 @@ class CannedServer:
         self.body = "".join(f"{line}\n\n" for line in lines).encode()
 
     def close(self) -> None:
+        self._closing.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -175,3 +183,68 @@ def test_the_gateway_follows_the_model_unless_one_is_named(tmp_path) -> None:
     assert name(model="ollama/llama3.2", model_api_base=local) == "litellm"
     assert name(model="openai/qwen", model_api_base=local, llm_gateway="litellm") == "litellm"
     assert name() == "scripted"
+
+
+async def test_a_kernel_keeps_its_connection_to_the_server_across_calls(tmp_path) -> None:
+    # Against a remote https server each new connection is a TCP and a TLS handshake: the
+    # kernel's calls share one while it is entered, and close it when it closes.
+    from core_agent import create_kernel
+    from shared.agent_protocol import TaskRequest, TaskStatus
+    from support.openai_server import OpenAIServer
+
+    with OpenAIServer(chunked=True) as server:
+        calculate = {"name": "calculator", "arguments": {"expression": "6 * 7"}}
+        server.reply(tool_calls=[calculate])
+        server.reply(tool_calls=[calculate])
+        server.reply("四十二")
+        settings = AgentSettings(
+            data_dir=tmp_path / "data",
+            model="openai/local-model",
+            model_api_base=server.base_url,
+            llm_gateway="openai_http",
+            model_max_retries=0,
+        )
+        async with create_kernel(settings) as kernel:
+            result = await kernel.execute_task(TaskRequest(task="算一下", force_mode="react"))
+        assert result.status is TaskStatus.SUCCEEDED, result.error
+        assert len(server.requests) == 3
+        assert server.connections == 1
+
+
+async def test_calls_outside_a_connections_scope_close_what_they_open() -> None:
+    # Used on its own (no kernel), the gateway leaves no socket behind: the suite turns an
+    # unclosed one into an error.
+    from support.openai_server import OpenAIServer
+
+    with OpenAIServer(chunked=True) as server:
+        gateway = OpenAIHttpGateway("openai/local-model", api_base=server.base_url)
+        for text in ("一", "二"):
+            server.reply(text)
+            response = await gateway.complete(LLMRequest(messages=[UserMessage(content="hi")]))
+            assert response.message.content == text
+        assert server.connections == 2
+        async with gateway.connections():
+            for text in ("三", "四"):
+                server.reply(text)
+                items = [
+                    item
+                    async for item in gateway.stream(
+                        LLMRequest(messages=[UserMessage(content="hi")])
+                    )
+                ]
+                assert isinstance(items[-1], LLMResponse) and items[-1].message.content == text
+        assert server.connections == 3
+
+
+async def test_a_body_left_open_after_done_is_not_waited_for(canned) -> None:
+    # The answer is whole at [DONE]: a server that keeps the body open after it costs the
+    # call a moment, not the read timeout (the connection is then not kept).
+    import anyio
+
+    canned.events(chunk({"content": "完整的回答"}, "stop"), "data: [DONE]")
+    canned.held_open = True
+    gateway = OpenAIHttpGateway("openai/m", api_base=canned.base_url, timeout_s=60)
+    with anyio.fail_after(30):  # a guard against a hang, far below the 60 s timeout
+        async with gateway.connections():
+            texts, final = await streamed(gateway)
+    assert "".join(texts) == "完整的回答" and final.finish_reason == "stop"

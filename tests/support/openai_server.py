@@ -72,6 +72,8 @@ class OpenAIServer:
         self.chunked = chunked
         self._closing = threading.Event()
         self.requests: list[dict[str, Any]] = []
+        self.connections = 0
+        """TCP connections accepted so far (a client that keeps them opens fewer)."""
         self.authorizations: list[str | None] = []
         """The ``Authorization`` header of each chat request."""
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
@@ -88,6 +90,11 @@ class OpenAIServer:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server.connections += 1
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
@@ -183,7 +190,10 @@ class OpenAIServer:
                     if server.chunked:
                         self.wfile.write(b"0\r\n\r\n")
                         self.wfile.flush()
-                self.close_connection = True
+                # A chunked answer that ended leaves the connection open for the next request,
+                # as servers do; the other ways end with the connection.
+                if not server.chunked or reply.fault in ("reset", "cut"):
+                    self.close_connection = True
 
             def _send(self, data: bytes) -> None:
                 if server.chunked:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import abc
+import contextlib
 from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +88,16 @@ class ILLMGateway(abc.ABC):
         nothing to load keep this default.
         """
         return None
+
+    def connections(self) -> AbstractAsyncContextManager[None]:
+        """A scope in which calls from the calling event loop may keep their connections.
+
+        Connections the gateway opens in it are reused by later calls from the same loop
+        and closed when it ends; outside one, a call closes what it opened. The kernel holds
+        one open while it is entered (``async with kernel``). Gateways that keep nothing
+        keep this default.
+        """
+        return contextlib.nullcontext()
 
     @abc.abstractmethod
     async def complete(self, request: LLMRequest) -> LLMResponse:

@@ -13,7 +13,7 @@ import os
 import threading
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from contextlib import aclosing, asynccontextmanager, suppress
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager, suppress
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar, overload
@@ -164,6 +164,7 @@ class AgentKernel:
         session_limits: UsageLimits | None = None,
         tool_hooks: Sequence[ToolHook] = (),
         warm_up: Callable[[], None] | None = None,
+        connections: Callable[[], AbstractAsyncContextManager[None]] | None = None,
         capabilities: Sequence[IBusinessCapabilityProvider] = (),
         ingestion: Callable[[], IngestionPipeline] | None = None,
         knowledge_namespace: str = "default",
@@ -194,6 +195,8 @@ class AgentKernel:
         self._session_limits = session_limits or UsageLimits()
         self._tool_hooks: list[ToolHook] = list(tool_hooks)
         self._warm_up = warm_up
+        self._connections = connections
+        self._connections_kept: AbstractAsyncContextManager[None] | None = None
         """Loads the model's libraries (``ILLMGateway.warm_up``); started by the first run."""
         self._capabilities = BusinessCapabilities(capabilities)
         self._tools_listed = False
@@ -287,6 +290,12 @@ class AgentKernel:
         ``async with kernel:``, or from another thread
         ``BlockingPortal.wrap_async_context_manager(kernel)``.
         """
+        if self._connections is not None and self._connections_kept is None:
+            # The model's connections are kept while the kernel is entered (a TLS handshake
+            # per call otherwise), and closed with it.
+            kept = self._connections()
+            await kept.__aenter__()
+            self._connections_kept = kept
         if self._recovery_mode != "off" and self._background is None:
             # Also where streamed runs live (``stream_task``), so a consumer that stops
             # iterating without closing the stream does not tear a task group of its own.
@@ -353,8 +362,11 @@ class AgentKernel:
         self._driver.leaving = True
 
     async def aclose(self) -> None:
-        """Stop background recovery, close the stores and stop the sandbox's processes."""
+        """Stop recovery; close the model's kept connections, the stores, the sandbox."""
         await self._stop_background()
+        kept, self._connections_kept = self._connections_kept, None
+        if kept is not None:
+            await kept.__aexit__(None, None, None)
         await self._task_store.close()
         await self._trace_store.close()
         for closable in self._closables:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
 from core_agent.contracts.llm_gateway import (
@@ -44,6 +45,10 @@ class EstimatedUsageGateway(ILLMGateway):
     def warm_up(self) -> None:
         """Warms the inner gateway (the counter loads when an answer first needs it)."""
         self.inner.warm_up()
+
+    def connections(self) -> AbstractAsyncContextManager[None]:
+        """The inner gateway's (see ``ILLMGateway.connections``)."""
+        return self.inner.connections()
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """The inner gateway's answer, with estimated counts when it reported none."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -102,6 +103,14 @@ class ResilientGateway(ILLMGateway):
     def warm_up(self) -> None:
         """Warms the primary model only: a fallback's libraries load if it is ever needed."""
         self.models[0].warm_up()
+
+    @asynccontextmanager
+    async def connections(self) -> AsyncIterator[None]:
+        """Every model's connection scope, the fallbacks' too (``ILLMGateway.connections``)."""
+        async with AsyncExitStack() as stack:
+            for model in self.models:
+                await stack.enter_async_context(model.connections())
+            yield
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """One completion, tried as the module docstring says.
