@@ -22,7 +22,6 @@ task whose caller was cancelled (it gets no result) adds none.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
@@ -35,6 +34,7 @@ from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.contracts.tool import ToolSpec
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.memory.conversation_compaction import ConversationCompactor
+from core_agent.memory.prompt_window import tool_definitions_text
 from core_agent.memory.session_history import (
     SessionTurn,
     history_messages,
@@ -111,10 +111,7 @@ class SessionConversations:
         messages = context.run.messages
         fixed = compactor.tokens(messages)
         if tools:
-            schema = json.dumps(
-                [[t.name, t.description, t.parameters] for t in tools], ensure_ascii=False
-            )
-            fixed += compactor.counter.count_text(schema)
+            fixed += compactor.counter.count_text(tool_definitions_text(tools))
         budget = max(self.window_tokens - fixed, 0)
         summary = history.summary
         text = summary.content if summary is not None else None

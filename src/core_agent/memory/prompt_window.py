@@ -24,6 +24,7 @@ import bisect
 import json
 import operator
 from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from core_agent.contracts.errors import UsageError
 from core_agent.contracts.llm_gateway import ToolDefinition
@@ -110,11 +111,23 @@ class PromptWindow:
         cached, text = self._schema
         if len(cached) == len(tools) and all(map(operator.is_, cached, tools)):
             return text
-        text = json.dumps(
-            [[t.name, t.description, t.parameters] for t in tools], ensure_ascii=False
-        )
+        text = tool_definitions_text(tools)
         self._schema = (tuple(tools), text)
         return text
+
+
+class _Described(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def parameters(self) -> dict[str, Any]: ...
+
+
+def tool_definitions_text(tools: Sequence[_Described]) -> str:
+    """The tools' names, descriptions and schemas as one text, as prompt budgets count them."""
+    return json.dumps([[t.name, t.description, t.parameters] for t in tools], ensure_ascii=False)
 
 
 class _Measured:

@@ -24,6 +24,7 @@ from core_agent.contracts.llm_gateway import (
     LLMStreamItem,
 )
 from core_agent.contracts.token_counter import ITokenCounter
+from core_agent.memory.prompt_window import tool_definitions_text
 
 
 class EstimatedUsageGateway(ILLMGateway):
@@ -66,12 +67,7 @@ class EstimatedUsageGateway(ILLMGateway):
         counter = self._counter()
         prompt = counter.count_messages(request.messages)
         if request.tools:
-            prompt += counter.count_text(
-                json.dumps(
-                    [[tool.name, tool.description, tool.parameters] for tool in request.tools],
-                    ensure_ascii=False,
-                )
-            )
+            prompt += counter.count_text(tool_definitions_text(request.tools))
         message = response.message
         answer = counter.count_text(message.content or "")
         for call in message.tool_calls:

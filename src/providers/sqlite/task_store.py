@@ -513,8 +513,8 @@ class SqliteTaskStore(ITaskStore):
         # watches hears of it; not of an event whose write was skipped (it is not stored).
         with anyio.CancelScope(shield=True):
             await self._db.commit_with(write)
-            owners = held.owners or [-1] * len(held.after_commit)
-            for callback, owner in zip(held.after_commit, owners, strict=True):
+            assert held.owners is not None  # a unit held apart keeps them
+            for callback, owner in zip(held.after_commit, held.owners, strict=True):
                 if owner not in skipped:
                     await callback()
         if failure is not None:
