@@ -22,10 +22,9 @@ import anyio
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
+from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from core_agent import create_kernel
@@ -135,7 +134,20 @@ def _follow(browser: webdriver.Chrome, element: WebElement) -> None:
     """Click a link or button and wait for the page it leads to."""
     page = browser.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(browser, WAIT_S).until(expected_conditions.staleness_of(page))
+
+    def left(_: webdriver.Chrome) -> bool:
+        try:
+            page.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as exc:
+            # What Chrome answers about a node of the page it is tearing down.
+            if "does not belong to the document" in str(exc):
+                return True
+            raise
+        return False
+
+    WebDriverWait(browser, WAIT_S).until(left)
 
 
 def _filter(browser: webdriver.Chrome, *, status: str = "", text: str = "") -> None:

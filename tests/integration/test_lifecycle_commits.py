@@ -11,7 +11,10 @@ still reach subscribers in their order, once stored.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import sqlite3
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -19,10 +22,17 @@ from core_agent import tool
 from core_agent.container import KernelContainer
 from core_agent.contracts.settings import AgentSettings
 from core_agent.tooling.registry import ToolRegistry
-from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from providers.scripted_gateway import (
+    ScriptedConversation,
+    ScriptedError,
+    ScriptedLLMGateway,
+    ScriptedToolCall,
+    ScriptedTurn,
+)
 from providers.sqlite.database import SqliteDatabase
 from shared.agent_protocol import (
     EPHEMERAL_EVENT_KINDS,
+    ApprovalDecision,
     ParentTask,
     TaskEvent,
     TaskRequest,
@@ -58,6 +68,19 @@ def transactions(statements: list[str]) -> list[list[str]]:
     return done
 
 
+@contextlib.asynccontextmanager
+async def statements_run(settings: AgentSettings) -> AsyncIterator[list[str]]:
+    """The statements the kernel's connection runs inside the block, as SQLite traces them."""
+    database = SqliteDatabase.open(settings.database_path)
+    statements: list[str] = []
+    try:
+        database.call(lambda conn: conn.set_trace_callback(statements.append))
+        yield statements
+    finally:
+        database.call(lambda conn: conn.set_trace_callback(None))
+        await database.close()
+
+
 def with_(transaction: list[str], *fragments: str) -> bool:
     return all(any(fragment in statement for statement in transaction) for fragment in fragments)
 
@@ -80,16 +103,10 @@ async def test_a_tasks_ending_commits_once_and_its_start_with_its_route(
     heard: list[TaskEvent] = []
     async with kernel:
         kernel.event_bus.subscribe(None, lambda event: heard.append(event))  # type: ignore[arg-type]
-        database = SqliteDatabase.open(settings.database_path)
-        statements: list[str] = []
-        try:
-            database.call(lambda conn: conn.set_trace_callback(statements.append))
+        async with statements_run(settings) as statements:
             result = await kernel.execute_task(
                 TaskRequest(task="note a", session_id="s1", force_mode="react")
             )
-        finally:
-            database.call(lambda conn: conn.set_trace_callback(None))
-            await database.close()
         transcript = await kernel.session_transcript("s1")
 
     assert result.status is TaskStatus.SUCCEEDED
@@ -177,10 +194,7 @@ async def test_a_tainted_parents_child_is_tainted_in_the_commit_that_starts_it(
     kernel = container.kernel()
     async with kernel:
         parent = await kernel.execute_task(TaskRequest(task="parent", force_mode="react"))
-        database = SqliteDatabase.open(settings.database_path)
-        statements: list[str] = []
-        try:
-            database.call(lambda conn: conn.set_trace_callback(statements.append))
+        async with statements_run(settings) as statements:
             result = await kernel.execute_task(
                 TaskRequest(
                     task="child",
@@ -188,9 +202,6 @@ async def test_a_tainted_parents_child_is_tainted_in_the_commit_that_starts_it(
                     parent=ParentTask(task_id=parent.task_id, depth=1, agent="a", tainted=True),
                 )
             )
-        finally:
-            database.call(lambda conn: conn.set_trace_callback(None))
-            await database.close()
         stored = await kernel.get_task(result.task_id)
     assert stored.tainted
     started = [
@@ -229,3 +240,95 @@ async def test_an_event_whose_write_after_the_move_failed_is_never_published(
     assert "task.strategy_selected" not in [e.kind for e in mine]
     # Every event heard is one that was stored.
     assert {e.seq for e in mine if e.kind not in EPHEMERAL_EVENT_KINDS} <= {e.seq for e in stored}
+
+
+def plan(step: str) -> str:
+    return json.dumps(
+        {"steps": [{"id": step, "goal": f"do {step}", "depends_on": [], "success_criterion": "ok"}]}
+    )
+
+
+def failing_everywhere() -> list[ScriptedConversation]:
+    """Plan, step, replan and the ReAct fallback all fail: the task asks a human."""
+    offline = ScriptedTurn(error=ScriptedError(message="source offline", status_code=500))
+    return [
+        ScriptedConversation(match=r"^Plan this task:", turns=[ScriptedTurn(content=plan("a"))]),
+        ScriptedConversation(match=r"^Your step", turns=[offline]),
+        ScriptedConversation(match=r"^Collect the reports", turns=[offline]),
+    ]
+
+
+async def test_a_question_answered_no_ends_the_task_in_the_decisions_commit(
+    settings: AgentSettings,
+) -> None:
+    """The decision, the move to ``failed`` and its event, the decision's span, the root span
+    and the session's turn: one transaction, so a crash cannot store some without the rest
+    (a task failed with no ``task.failed`` event, no root span, its turn missing)."""
+    container = KernelContainer()
+    container.settings.override(settings)
+    container.llm_gateway.override(ScriptedLLMGateway(conversations=failing_everywhere()))
+    kernel = container.kernel()
+    heard: list[TaskEvent] = []
+    async with kernel:
+        asked = await kernel.execute_task(
+            TaskRequest(task="Collect the reports", session_id="s3", force_mode="plan_execute")
+        )
+        assert asked.status is TaskStatus.WAITING_APPROVAL, asked.error
+        assert asked.pending_approval is not None
+        kernel.event_bus.subscribe(None, lambda event: heard.append(event))  # type: ignore[arg-type]
+        async with statements_run(settings) as statements:
+            denied = await kernel.resolve_approval(
+                asked.pending_approval,
+                ApprovalDecision(
+                    request_id=asked.pending_approval, approved=False, reason="not worth it"
+                ),
+            )
+        events = await kernel.task_events(asked.task_id)
+        transcript = await kernel.session_transcript("s3")
+
+    assert denied.status is TaskStatus.FAILED and "not worth it" in (denied.error or "")
+    (answer,) = transactions(statements)
+    assert with_(
+        answer,
+        "UPDATE agent_approvals SET status = 'denied'",
+        "'approval.resolved'",
+        "UPDATE agent_tasks SET status = 'failed'",
+        "'task.failed'",
+        "'question','approval'",
+        "NULL,'task','task'",
+        "INSERT INTO agent_session_entries",
+    )
+    # Numbered without a gap, the failure last; heard once stored, in that order.
+    assert [event.seq for event in events] == list(range(1, len(events) + 1))
+    assert [event.kind for event in events][-2:] == ["approval.resolved", "task.failed"]
+    mine = [event.kind for event in heard if getattr(event, "task_id", None) == asked.task_id]
+    assert mine == ["approval.resolved", "task.failed"]
+    assert transcript.entries[-1].task_id == asked.task_id
+
+
+async def test_a_cancel_of_a_task_nobody_runs_ends_it_in_one_commit(
+    settings: AgentSettings,
+) -> None:
+    """A task waiting for a human, canceled by whoever calls ``cancel_task``: the move, its
+    event and the root span commit together (a crash between left a canceled task whose
+    trace said it still ran)."""
+    container = KernelContainer()
+    container.settings.override(settings)
+    container.llm_gateway.override(ScriptedLLMGateway(conversations=failing_everywhere()))
+    kernel = container.kernel()
+    async with kernel:
+        asked = await kernel.execute_task(
+            TaskRequest(task="Collect the reports", force_mode="plan_execute")
+        )
+        assert asked.status is TaskStatus.WAITING_APPROVAL, asked.error
+        async with statements_run(settings) as statements:
+            await kernel.cancel_task(asked.task_id, "不需要了")
+        stored = await kernel.get_task(asked.task_id)
+        spans = await kernel.task_spans(asked.task_id)
+    assert stored.status is TaskStatus.CANCELED
+    (cancel,) = transactions(statements)
+    assert with_(cancel, "UPDATE agent_tasks SET status = 'canceled'", "'task.canceled'")
+    assert with_(cancel, "NULL,'task','task'")
+    (root,) = [span for span in spans if span.parent_span_id is None]
+    assert root.attributes["task_status"] == "canceled"
+    assert root.attributes["reason"] == "不需要了"

@@ -52,10 +52,12 @@ class ApprovalDecided:
         event: The ``approval.resolved`` event as stored (with the ``seq`` it got).
         still_open: Requests of the task that still wait for a decision; at 0 the task was
             moved out of ``waiting_approval``.
+        ended: The ``ending`` event as stored, when the decision moved the task with one.
     """
 
     event: TaskEvent
     still_open: int
+    ended: TaskEvent | None = None
 
 
 class ITaskStore(abc.ABC):
@@ -355,6 +357,8 @@ class ITaskStore(abc.ABC):
         owner: str | None = None,
         lease_until: datetime | None = None,
         error: str | None = None,
+        ending: TaskEvent | None = None,
+        follow: Callable[[], Awaitable[None]] | None = None,
     ) -> ApprovalDecided | None:
         """Record a human's decision on a pending request, once.
 
@@ -365,6 +369,15 @@ class ITaskStore(abc.ABC):
         ``error``; with ``owner`` holding it until ``lease_until`` when ``then`` is
         ``running``). So of two concurrent decisions on one request exactly one is recorded,
         and of decisions on two requests of one turn exactly one moves the task on.
+
+        When the decision moves the task, ``ending`` (the move's own event, ``task.failed``
+        for a question answered no) is appended right after ``resolved``, numbered after it,
+        and what ``follow`` writes (the root span and session turn of a task that ends) is
+        stored in the same transaction, after them, as ``transition``'s ``then``: a write of it
+        that fails is logged and left out, its ``after_commit`` callbacks run once all is
+        durable. When the decision does not move the task, neither is stored. ``follow`` may
+        run before the store knows which; if it raises, what was decided stands and the error
+        propagates.
 
         Returns ``None`` when the request is unknown or already decided (nothing is written).
 
@@ -394,17 +407,26 @@ class ITaskStore(abc.ABC):
         still_open = sum(1 for r in records if r.decision is None) - 1
         if still_open:
             await self.append_event(stored)
-        else:
-            await self.transition(
-                state.task_id,
-                from_status=TaskStatus.WAITING_APPROVAL,
-                to_status=then,
-                event=stored,
-                error=error,
-            )
-            if then is TaskStatus.RUNNING and owner is not None and lease_until is not None:
-                await self.acquire_lease(state.task_id, owner=owner, until=lease_until)
-        return ApprovalDecided(stored, still_open)
+            return ApprovalDecided(stored, still_open)
+        ended = ending.model_copy(update={"seq": stored.seq + 1}) if ending else None
+
+        async def then_writes() -> None:
+            if ended is not None:
+                await self.append_event(ended)
+            if follow is not None:
+                await follow()
+
+        await self.transition(
+            state.task_id,
+            from_status=TaskStatus.WAITING_APPROVAL,
+            to_status=then,
+            event=stored,
+            error=error,
+            then=then_writes,
+        )
+        if then is TaskStatus.RUNNING and owner is not None and lease_until is not None:
+            await self.acquire_lease(state.task_id, owner=owner, until=lease_until)
+        return ApprovalDecided(stored, still_open, ended)
 
     async def _records(self, task_id: str) -> list[ApprovalRecord]:
         """The approval requests in a task's log, with their decisions, oldest first."""

@@ -92,7 +92,6 @@ from shared.agent_protocol import (
     SystemMessage,
     TaskCanceled,
     TaskEvent,
-    TaskFailed,
     TaskQueued,
     TaskRequest,
     TaskResult,
@@ -600,17 +599,46 @@ class AgentKernel:
             )
         if request.tool_call is not None:
             return await self._resume_tool_call(state, request, decision, output_type)
-        error = None
-        if not decision.approved:
-            error = f"a human declined to continue: {decision.reason or 'no reason given'}"
-        then = TaskStatus.RUNNING if decision.approved else TaskStatus.FAILED
         lifecycle = self._lifecycle(
             state, TaskEventLog(self._task_store, self._event_bus, state.task_id)
         )
-        await self._decide(lifecycle, decision, then=then, error=error)
+        if not decision.approved:
+            return await self._deny_question(lifecycle, request, decision, output_type)
+        await self._decide(lifecycle, decision, then=TaskStatus.RUNNING)
         async with self._until_driven(lifecycle):
             await self._trace_decision(state, request, decision)
-            return await self._after_answer(lifecycle, request, decision, output_type, error)
+            return await self._after_answer(lifecycle, request, decision, output_type)
+
+    async def _deny_question(
+        self,
+        lifecycle: TaskLifecycle,
+        request: ApprovalRequest,
+        decision: ApprovalDecision,
+        output_type: type[BaseModel] | None,
+    ) -> TaskResult:
+        """Fail the task whose question a human answered no.
+
+        The decision, the task's move to ``failed`` with its event, the decision's span, the
+        root span and the session's turn are one transaction: a crash cannot leave the task
+        failed without the rest.
+        """
+        state = lifecycle.state
+        error = f"a human declined to continue: {decision.reason or 'no reason given'}"
+        context = self._context(lifecycle, output_type)
+        stats = context.run.stats
+        stats.usage = state.usage
+        denied = lifecycle.result(
+            TaskStatus.FAILED, stats, error=error, error_type="ApprovalDenied"
+        )
+
+        async def follow() -> None:
+            await self._trace_decision(state, request, decision)
+            if self._sessions is not None:
+                await self._sessions.record(state, context, denied)
+
+        await self._decide(lifecycle, decision, then=TaskStatus.FAILED, error=error, follow=follow)
+        self._response_models.pop(state.task_id, None)
+        return denied
 
     async def _after_answer(
         self,
@@ -618,24 +646,11 @@ class AgentKernel:
         request: ApprovalRequest,
         decision: ApprovalDecision,
         output_type: type[BaseModel] | None,
-        error: str | None,
     ) -> TaskResult:
-        """Fail a task whose question was answered no, or carry it on with the guidance."""
+        """Carry on a task whose question a human answered yes, with their guidance."""
         state = lifecycle.state
         context = self._context(lifecycle, output_type)
-        stats = context.run.stats
-        stats.usage = state.usage
-        if error is not None:
-            self._response_models.pop(state.task_id, None)
-            await lifecycle.events(
-                TaskFailed, error=error, error_type="ApprovalDenied", usage=state.usage
-            )
-            denied = lifecycle.result(
-                TaskStatus.FAILED, stats, error=error, error_type="ApprovalDenied"
-            )
-            if self._sessions is not None:
-                await self._sessions.record(state, context, denied)
-            return denied
+        context.run.stats.usage = state.usage
         context.run.guidance = (
             f"A human reviewed earlier failures of this task.\n{request.question}\n"
             f"Their guidance: {decision.reason or '(none: retry as you see fit)'}"
@@ -689,6 +704,7 @@ class AgentKernel:
         *,
         then: TaskStatus,
         error: str | None = None,
+        follow: Callable[[], Awaitable[None]] | None = None,
     ) -> ApprovalDecided:
         """Record ``decision`` once (see ``TaskLifecycle.decide``).
 
@@ -699,7 +715,7 @@ class AgentKernel:
         """
         check_transition(lifecycle.task_id, TaskStatus.WAITING_APPROVAL, then)
         try:
-            decided = await lifecycle.decide(decision, then=then, error=error)
+            decided = await lifecycle.decide(decision, then=then, error=error, follow=follow)
         except InvalidTransitionError as exc:
             raise UsageError(
                 f"task {lifecycle.task_id} no longer waits for a decision ({exc.current})"
@@ -1135,16 +1151,25 @@ class AgentKernel:
             self._task_store, self._event_bus, task_id, await self._task_store.list_events(task_id)
         )
         event = events.make(TaskCanceled, reason=reason, usage=state.usage)
+
+        async def root_span() -> None:  # stored with the move, only if it is
+            await task_span(
+                self._trace_store, state, TaskStatus.CANCELED, state.usage, error=reason
+            )
+
         try:
             await self._task_store.transition(
-                task_id, from_status=state.status, to_status=TaskStatus.CANCELED, event=event
+                task_id,
+                from_status=state.status,
+                to_status=TaskStatus.CANCELED,
+                event=event,
+                then=root_span,
             )
         except (InvalidTransitionError, StorageError):
             # Its owner carried the request out meanwhile: canceled either way.
             if (await self._task_store.get_task(task_id)).status is TaskStatus.CANCELED:
                 return
             raise
-        await task_span(self._trace_store, state, TaskStatus.CANCELED, state.usage, error=reason)
         await self._event_bus.publish(event)
 
     async def _stream(

@@ -260,29 +260,56 @@ class TaskLifecycle:
         return self.result(TaskStatus.WAITING_APPROVAL, stats, error=error, pending_approval=first)
 
     async def decide(
-        self, decision: ApprovalDecision, *, then: TaskStatus, error: str | None = None
+        self,
+        decision: ApprovalDecision,
+        *,
+        then: TaskStatus,
+        error: str | None = None,
+        error_type: str = "ApprovalDenied",
+        follow: Callable[[], Awaitable[None]] | None = None,
     ) -> ApprovalDecided | None:
         """Record a human's ``decision`` once (``ITaskStore.decide_approval``) and publish it.
 
         When it is the task's last open request the task moves to ``then``, held by this
-        kernel when that is ``running``. ``None`` when the request was already decided.
+        kernel when that is ``running``. A decision that ends the task (``failed`` with
+        ``error`` of ``error_type``, or ``canceled``) stores with it, in its transaction, the
+        ending's event, the task's root span and what ``follow`` writes (the session's turn).
+        ``None`` when the request was already decided.
 
         Raises:
             InvalidTransitionError: The task no longer waits for a decision.
             TaskHeldError: The task's live host is asking its own approver about it.
         """
+        resolved = self.events.make(ApprovalResolved, decision=decision)
+        usage = self.state.usage
+        ending: TaskEvent | None = None
+        if then is TaskStatus.FAILED:
+            error = error or "a human declined"
+            ending = self.events.make(TaskFailed, error=error, error_type=error_type, usage=usage)
+        elif then is TaskStatus.CANCELED:
+            error = error or "a human canceled the task"
+            ending = self.events.make(TaskCanceled, reason=error, usage=usage)
+
+        async def ended() -> None:
+            await self._ended(then, usage, error)
+            if follow is not None:
+                await follow()
+
         decided = await self._task_store.decide_approval(
-            self.events.make(ApprovalResolved, decision=decision),
+            resolved,
             then=then,
             owner=self.owner,
             lease_until=lease_until(self._lease_s),
             error=error,
+            ending=ending,
+            follow=ended if then.is_terminal else None,
         )
         if decided is not None:
             self.events.follow(decided.event)
-            if then.is_terminal and decided.still_open == 0:
-                await self._ended(then, self.state.usage, error)
             await self.events.publish(decided.event)
+            if decided.ended is not None:
+                self.events.follow(decided.ended)
+                await self.events.publish(decided.ended)
         return decided
 
     async def release(self) -> None:

@@ -202,14 +202,21 @@ class RedactingTaskStore(ITaskStore):
         owner: str | None = None,
         lease_until: datetime | None = None,
         error: str | None = None,
+        ending: TaskEvent | None = None,
+        follow: Callable[[], Awaitable[None]] | None = None,
     ) -> ApprovalDecided | None:
-        """See ``ITaskStore.decide_approval``; the decision's reason is redacted."""
+        """See ``ITaskStore.decide_approval``; the reason and the ending's error redacted.
+
+        What ``follow`` writes goes through the redacting stores it uses.
+        """
         return await self._inner.decide_approval(
             self._redactor.model(resolved),
             then=then,
             owner=owner,
             lease_until=lease_until,
             error=self._redactor.text(error) if error is not None else None,
+            ending=self._redactor.model(ending) if ending is not None else None,
+            follow=follow,
         )
 
     async def task_metrics(self, scope: MetricsScope) -> TaskMetrics:

@@ -243,6 +243,44 @@ def _mark_decided(conn: sqlite3.Connection, event: ApprovalResolved) -> bool:
     return cursor.rowcount > 0
 
 
+class _Followed:
+    """What follows from a status move, held apart while it ran, to apply after the move.
+
+    Each write in a savepoint of its own: one that fails is logged and left out, the move and
+    the others stand. The ``after_commit`` callbacks run once the move is durable, except
+    those that follow a write left out (an event not stored is not heard of).
+    """
+
+    def __init__(
+        self,
+        writes: Sequence[Callable[[sqlite3.Connection], None]] = (),
+        callbacks: Sequence[Callable[[], Awaitable[None]]] = (),
+        owners: Sequence[int] | None = None,
+    ) -> None:
+        self._writes = writes
+        self._callbacks = list(zip(callbacks, owners or (), strict=True))
+        self._skipped: set[int] = set()
+
+    def apply(self, conn: sqlite3.Connection, what: str) -> None:
+        """Apply the writes inside the move's transaction (again, if it is retried)."""
+        self._skipped.clear()
+        for index, fn in enumerate(self._writes):
+            conn.execute("SAVEPOINT followed")
+            try:
+                fn(conn)
+            except Exception:
+                conn.execute("ROLLBACK TO followed")
+                self._skipped.add(index)
+                log.exception("%s failed", what)
+            conn.execute("RELEASE followed")
+
+    async def published(self) -> None:
+        """Run the callbacks of the writes that were stored (after the commit)."""
+        for callback, owner in self._callbacks:
+            if owner not in self._skipped:
+                await callback()
+
+
 class SqliteTaskStore(ITaskStore):
     """Tasks in ``agent_tasks``, events in ``agent_task_events``, sessions in ``agent_sessions``."""
 
@@ -493,30 +531,17 @@ class SqliteTaskStore(ITaskStore):
                 await then()
             except BaseException as exc:  # the move and what came before it stand
                 failure = exc
-
-        skipped: set[int] = set()
+        followed = _Followed(held.writes, held.after_commit, held.owners)
 
         def write(conn: sqlite3.Connection) -> None:
-            skipped.clear()  # a retry of the transaction starts again
             move(conn)
-            for index, fn in enumerate(held.writes):
-                conn.execute("SAVEPOINT followed")
-                try:
-                    fn(conn)
-                except Exception:
-                    conn.execute("ROLLBACK TO followed")
-                    skipped.add(index)
-                    log.exception("task %s: a write after its move failed", task_id)
-                conn.execute("RELEASE followed")
+            followed.apply(conn, f"task {task_id}: a write after its move")
 
         # Shielded: the move is applied whatever happens to the caller meanwhile, and who
         # watches hears of it; not of an event whose write was skipped (it is not stored).
         with anyio.CancelScope(shield=True):
             await self._db.commit_with(write)
-            assert held.owners is not None  # a unit held apart keeps them
-            for callback, owner in zip(held.after_commit, held.owners, strict=True):
-                if owner not in skipped:
-                    await callback()
+            await followed.published()
         if failure is not None:
             raise failure
 
@@ -695,11 +720,27 @@ class SqliteTaskStore(ITaskStore):
         owner: str | None = None,
         lease_until: datetime | None = None,
         error: str | None = None,
+        ending: TaskEvent | None = None,
+        follow: Callable[[], Awaitable[None]] | None = None,
     ) -> ApprovalDecided | None:
-        """See ``ITaskStore.decide_approval``: one ``BEGIN IMMEDIATE`` transaction."""
+        """See ``ITaskStore.decide_approval``: one ``BEGIN IMMEDIATE`` transaction.
+
+        What ``follow`` writes is held apart while it runs, then applied in that transaction
+        when the decision moves the task, each write in a savepoint of its own (as
+        ``transition``'s ``then``).
+        """
         if not isinstance(resolved, ApprovalResolved):
             raise TypeError("decide_approval records approval.resolved events")
         now = datetime.now(UTC)
+        failure: BaseException | None = None
+        followed = _Followed()
+        if follow is not None:
+            with self._db.held_apart() as held:
+                try:
+                    await follow()
+                except BaseException as exc:  # the decision stands without what is left
+                    failure = exc
+            followed = _Followed(held.writes, held.after_commit, held.owners)
 
         def write(conn: sqlite3.Connection) -> ApprovalDecided | None:
             with transaction(conn):
@@ -740,24 +781,38 @@ class SqliteTaskStore(ITaskStore):
                     "SELECT COUNT(*) FROM agent_approvals WHERE task_id = ? AND status = 'pending'",
                     (resolved.task_id,),
                 ).fetchone()
-                if still_open == 0:
-                    running = then is TaskStatus.RUNNING
-                    conn.execute(
-                        "UPDATE agent_tasks SET status = ?, updated_at = ?,"
-                        " error_text = COALESCE(?, error_text), owner = ?, lease_expires_at = ?"
-                        " WHERE id = ?",
-                        (
-                            then.value,
-                            _iso(now),
-                            error,
-                            owner if running else None,
-                            _iso(lease_until) if running and lease_until else None,
-                            resolved.task_id,
-                        ),
-                    )
-                return ApprovalDecided(stored, still_open)
+                if still_open:
+                    return ApprovalDecided(stored, still_open)
+                running = then is TaskStatus.RUNNING
+                conn.execute(
+                    "UPDATE agent_tasks SET status = ?, updated_at = ?,"
+                    " error_text = COALESCE(?, error_text), owner = ?, lease_expires_at = ?"
+                    " WHERE id = ?",
+                    (
+                        then.value,
+                        _iso(now),
+                        error,
+                        owner if running else None,
+                        _iso(lease_until) if running and lease_until else None,
+                        resolved.task_id,
+                    ),
+                )
+                ended = None
+                if ending is not None:
+                    ended = ending.model_copy(update={"seq": stored.seq + 1})
+                    _insert_event(conn, ended)
+                followed.apply(conn, f"task {stored.task_id}: a write after its decision")
+                return ApprovalDecided(stored, 0, ended)
 
-        return await self._db.run(write)
+        # Shielded, as a move: what was decided is followed through whatever happens to the
+        # caller meanwhile.
+        with anyio.CancelScope(shield=True):
+            decided = await self._db.run(write)
+            if decided is not None and decided.still_open == 0:
+                await followed.published()
+        if failure is not None:
+            raise failure
+        return decided
 
     async def task_metrics(self, scope: MetricsScope) -> TaskMetrics:
         """See ``ITaskStore.task_metrics``: three aggregate queries in one read transaction.
