@@ -14,6 +14,7 @@ from core_agent.observability.tracer import new_span_id, new_trace_id
 from core_agent.tooling.registry import ToolRegistry
 from fakes.span_exporters import FakeSpanExporter
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from providers.sqlite.database import SqliteDatabase
 from shared.agent_protocol import TaskRequest, TaskStatus
 
 pytestmark = pytest.mark.anyio
@@ -52,6 +53,29 @@ async def test_the_collector_gets_the_spans_the_trace_store_keeps(container) -> 
     assert exporter.closed
     assert sorted(s.span_id for s in exporter.spans) == sorted(s.span_id for s in stored)
     assert {s.kind for s in exporter.spans} >= {"task", "llm", "tool"}
+
+
+async def test_a_span_the_database_left_out_is_never_sent(container, settings) -> None:
+    """Export follows the commit: a root span whose write failed (the task's ending stands
+    without it) is not sent, and neither is any span of a step before the step commits."""
+    exporter = FakeSpanExporter()
+    kernel = kernel_exporting_to(container, exporter)
+    async with kernel:
+        database = SqliteDatabase.open(settings.database_path)
+        try:
+            database.call(
+                lambda conn: conn.execute(
+                    "CREATE TRIGGER no_roots BEFORE INSERT ON agent_traces WHEN NEW.kind = 'task'"
+                    " BEGIN SELECT RAISE(ABORT, 'no root spans'); END"
+                )
+            )
+        finally:
+            await database.close()
+        result = await kernel.execute_task(TaskRequest(task="Capital of France?"))
+        stored = await kernel.task_spans(result.task_id)
+    assert result.status is TaskStatus.SUCCEEDED
+    assert "task" not in {s.kind for s in stored} and {"llm", "tool"} <= {s.kind for s in stored}
+    assert sorted(s.span_id for s in exporter.spans) == sorted(s.span_id for s in stored)
 
 
 async def test_a_collector_that_does_not_answer_does_not_hold_the_task(container) -> None:

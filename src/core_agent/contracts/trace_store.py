@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import abc
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -121,6 +122,16 @@ class ITraceStore(abc.ABC):
         Read once per task step by the tracers: must not block.
         """
         return TraceRecording()
+
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
+        """Queue ``callback`` for once the span written just before is durable.
+
+        A store whose writes join a unit of work (a step's, a task's ending) holds them until
+        it commits; what acts on a stored span (an exporter) waits for that, so it never acts
+        on a span that was then left out. Returns ``False`` when nothing is held (the caller
+        runs it now). This default holds nothing back.
+        """
+        return False
 
     @abc.abstractmethod
     async def record(self, span: Span) -> None:

@@ -8,6 +8,8 @@ secrets in them are replaced, and with tracing off this store drops whatever sti
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from core_agent.contracts.metrics import MetricsScope, SpanMetrics
 from core_agent.contracts.trace_store import ITraceStore, Span, TraceRecording
 
@@ -26,6 +28,10 @@ class RecordingTraceStore(ITraceStore):
     def recording(self) -> TraceRecording:
         """What the tracers write here (``AGENT_TRACING``, ``AGENT_TRACE_CONTENT*``)."""
         return self._recording
+
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
+        """See ``ITraceStore.after_commit``."""
+        return self._inner.after_commit(callback)
 
     async def record(self, span: Span) -> None:
         """See ``ITraceStore.record``; dropped when tracing is off."""

@@ -20,7 +20,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
@@ -206,10 +206,23 @@ class ExportingTraceStore(ITraceStore):
         self.exports = exports
         self._close_timeout_s = close_timeout_s
 
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
+        """See ``ITraceStore.after_commit``."""
+        return self._inner.after_commit(callback)
+
     async def record(self, span: Span) -> None:
-        """See ``ITraceStore.record``; the span is queued for export once it is stored."""
+        """See ``ITraceStore.record``; the span is queued for export once it is stored.
+
+        Stored means committed: a span written inside a unit of work is queued when the unit
+        commits, and never when its write is left out or the unit fails.
+        """
         await self._inner.record(span)
-        self.exports.submit(span)
+
+        async def stored() -> None:
+            self.exports.submit(span)
+
+        if not self._inner.after_commit(stored):
+            self.exports.submit(span)
 
     async def list_spans(
         self, *, task_id: str | None = None, trace_id: str | None = None

@@ -265,6 +265,10 @@ class RedactingTraceStore(ITraceStore):
         """The inner store's (see ``ITraceStore.recording``)."""
         return self._inner.recording
 
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
+        """See ``ITraceStore.after_commit``."""
+        return self._inner.after_commit(callback)
+
     async def record(self, span: Span) -> None:
         """See ``ITraceStore.record``."""
         redact = self._redactor

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,10 @@ class SqliteTraceStore(ITraceStore):
     def from_settings(cls, settings: AgentSettings) -> SqliteTraceStore:
         """The store in ``AGENT_DATA_DIR``'s database."""
         return cls(settings.database_path)
+
+    def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
+        """See ``ITraceStore.after_commit``: after the open unit of work on this database."""
+        return self._db.after_commit(callback)
 
     async def record(self, span: Span) -> None:
         """Insert the span, with the task store's open unit of work if there is one."""
