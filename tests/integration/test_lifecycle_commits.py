@@ -21,6 +21,7 @@ import pytest
 from core_agent import tool
 from core_agent.container import KernelContainer
 from core_agent.contracts.settings import AgentSettings
+from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import (
     ScriptedConversation,
@@ -332,3 +333,35 @@ async def test_a_cancel_of_a_task_nobody_runs_ends_it_in_one_commit(
     (root,) = [span for span in spans if span.parent_span_id is None]
     assert root.attributes["task_status"] == "canceled"
     assert root.attributes["reason"] == "不需要了"
+
+
+async def test_a_decision_is_heard_of_even_when_what_follows_it_fails(
+    settings: AgentSettings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The decision and the task's failure are stored and published; the failing part of its
+    bookkeeping (here the decision's span) is logged and left out."""
+
+    async def broken(*_: object) -> None:
+        raise RuntimeError("span builder broke")
+
+    monkeypatch.setattr(AgentKernel, "_trace_decision", broken)
+    container = KernelContainer()
+    container.settings.override(settings)
+    container.llm_gateway.override(ScriptedLLMGateway(conversations=failing_everywhere()))
+    kernel = container.kernel()
+    heard: list[TaskEvent] = []
+    async with kernel:
+        asked = await kernel.execute_task(
+            TaskRequest(task="Collect the reports", session_id="s4", force_mode="plan_execute")
+        )
+        assert asked.pending_approval is not None
+        kernel.event_bus.subscribe(None, lambda event: heard.append(event))  # type: ignore[arg-type]
+        denied = await kernel.resolve_approval(
+            asked.pending_approval,
+            ApprovalDecision(request_id=asked.pending_approval, approved=False, reason="算了"),
+        )
+        stored = await kernel.get_task(asked.task_id)
+    assert denied.status is stored.status is TaskStatus.FAILED
+    mine = [event.kind for event in heard if getattr(event, "task_id", None) == asked.task_id]
+    assert mine == ["approval.resolved", "task.failed"]
+    assert "what follows its decision failed" in caplog.text

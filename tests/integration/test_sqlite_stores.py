@@ -319,6 +319,36 @@ async def test_a_writer_locked_out_by_another_process_waits_off_the_event_loop(t
     assert len(await store.list_events("t1")) == 1
 
 
+def test_a_wal_a_reader_kept_from_being_copied_is_not_restarted_on_the_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The restart runs on the kernel's connection while the event loop's calls wait: it must
+    # only copy what came after a checkpoint that copied everything else, never the backlog a
+    # reader's snapshot held back (that is for a background checkpoint, once it is gone).
+    monkeypatch.setattr(database, "WAL_SIZE_LIMIT_BYTES", 2 << 20)
+    monkeypatch.setattr(database, "CHECKPOINT_WAL_BYTES", 1 << 20)
+    path = tmp_path / "k.db"
+    db = SqliteDatabase(path)
+
+    def checkpoint() -> None:
+        db.checkpoint_soon()
+        with db._checkpoint_lock:  # held by the background checkpoint until it is done
+            pass
+
+    db.call(lambda conn: conn.execute("CREATE TABLE blobs (data BLOB)"))
+    reader = sqlite_driver().connect(str(path), isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT COUNT(*) FROM blobs").fetchone()  # a snapshot from before the writes
+    for _ in range(300):
+        db.call(lambda conn: conn.execute("INSERT INTO blobs VALUES (randomblob(8000))"))
+    checkpoint()
+    assert not db._restart_due
+    reader.execute("COMMIT")
+    reader.close()
+    checkpoint()
+    assert db._restart_due
+
+
 async def test_the_wal_starts_over_while_a_kernel_keeps_writing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

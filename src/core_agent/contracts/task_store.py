@@ -386,7 +386,8 @@ class ITaskStore(abc.ABC):
             TaskHeldError: Another live process holds the task (it asks its own approver).
 
         This default is atomic only within one event loop; stores shared by processes must
-        override it.
+        override it. It stores ``ending`` as one of ``transition``'s ``then`` writes, which that
+        contract lets a store leave out: such a store must override it too.
         """
         assert isinstance(resolved, ApprovalResolved)
         state = await self.get_task(resolved.task_id)

@@ -21,6 +21,8 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import anyio
+
 from core_agent.contracts.errors import CoreAgentError, InvalidTransitionError
 from core_agent.contracts.executor import ExecutionOutcome, RunStats
 from core_agent.contracts.task_store import ApprovalDecided, ITaskStore
@@ -291,25 +293,32 @@ class TaskLifecycle:
             ending = self.events.make(TaskCanceled, reason=error, usage=usage)
 
         async def ended() -> None:
-            await self._ended(then, usage, error)
-            if follow is not None:
-                await follow()
+            # Bookkeeping of a decision that is taken anyway: its failure is logged, so the
+            # stored decision and ending are still heard of.
+            try:
+                await self._ended(then, usage, error)
+                if follow is not None:
+                    await follow()
+            except Exception:
+                log.exception("task %s: what follows its decision failed", self.task_id)
 
-        decided = await self._task_store.decide_approval(
-            resolved,
-            then=then,
-            owner=self.owner,
-            lease_until=lease_until(self._lease_s),
-            error=error,
-            ending=ending,
-            follow=ended if then.is_terminal else None,
-        )
-        if decided is not None:
-            self.events.follow(decided.event)
-            await self.events.publish(decided.event)
-            if decided.ended is not None:
-                self.events.follow(decided.ended)
-                await self.events.publish(decided.ended)
+        # Shielded: a decision stored is heard of, whatever happens to the caller meanwhile.
+        with anyio.CancelScope(shield=True):
+            decided = await self._task_store.decide_approval(
+                resolved,
+                then=then,
+                owner=self.owner,
+                lease_until=lease_until(self._lease_s),
+                error=error,
+                ending=ending,
+                follow=ended if then.is_terminal else None,
+            )
+            if decided is not None:
+                self.events.follow(decided.event)
+                await self.events.publish(decided.event)
+                if decided.ended is not None:
+                    self.events.follow(decided.ended)
+                    await self.events.publish(decided.ended)
         return decided
 
     async def release(self) -> None:
