@@ -701,8 +701,9 @@ class SqliteDatabase:
         next write starts the WAL over from its beginning (SQLite does so by itself), which
         happens when the kernel pauses; a writer that never pauses keeps appending, because
         the frames committed while a checkpoint runs (it fsyncs twice) are never all copied.
-        So once the WAL nears ``WAL_SIZE_LIMIT_BYTES``, the next call on an event loop makes
-        it start over (``_restart_wal``). That is the only part the loop's calls wait for
+        So once the WAL nears ``WAL_SIZE_LIMIT_BYTES`` and this checkpoint copied all it saw,
+        the next call on an event loop makes it start over (``_restart_wal``), copying only
+        what came meanwhile. That is the only part the loop's calls wait for
         (milliseconds: it fsyncs too); done after every checkpoint, it was in one step out of
         twenty. Copied frames cost readers nothing (a reader looks only at the frames written
         after the last checkpoint), so a WAL kept up to that size reads as fast as an empty
