@@ -23,6 +23,7 @@ from core_agent.container import KernelContainer
 from core_agent.contracts.settings import AgentSettings
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.tooling.registry import ToolRegistry
+from fakes.stores import FakeTraceStore
 from providers.scripted_gateway import (
     ScriptedConversation,
     ScriptedError,
@@ -39,6 +40,7 @@ from shared.agent_protocol import (
     TaskRequest,
     TaskStatus,
 )
+from support.database_faults import refuse_inserts
 
 pytestmark = pytest.mark.anyio
 
@@ -149,16 +151,7 @@ async def test_a_failed_write_after_the_ending_move_leaves_the_move_standing(
     container.llm_gateway.override(ScriptedLLMGateway([ScriptedTurn(content="done")]))
     kernel = container.kernel()
     async with kernel:
-        database = SqliteDatabase.open(settings.database_path)
-        try:
-            database.call(
-                lambda conn: conn.execute(
-                    "CREATE TRIGGER no_turns BEFORE INSERT ON agent_session_entries"
-                    " BEGIN SELECT RAISE(ABORT, 'no room for turns'); END"
-                )
-            )
-        finally:
-            await database.close()
+        await refuse_inserts(settings.database_path, "no_turns", "agent_session_entries")
         result = await kernel.execute_task(TaskRequest(task="hi", session_id="s2"))
         stored = await kernel.get_task(result.task_id)
         spans = await kernel.task_spans(result.task_id)
@@ -223,17 +216,12 @@ async def test_an_event_whose_write_after_the_move_failed_is_never_published(
     heard: list[TaskEvent] = []
     kernel.event_bus.subscribe(None, heard.append)
     async with kernel:
-        database = SqliteDatabase.open(settings.database_path)
-        try:
-            database.call(
-                lambda conn: conn.execute(
-                    "CREATE TRIGGER no_strategy BEFORE INSERT ON agent_task_events"
-                    " WHEN NEW.event_type = 'task.strategy_selected'"
-                    " BEGIN SELECT RAISE(ABORT, 'no strategy events'); END"
-                )
-            )
-        finally:
-            await database.close()
+        await refuse_inserts(
+            settings.database_path,
+            "no_strategy",
+            "agent_task_events",
+            when="NEW.event_type = 'task.strategy_selected'",
+        )
         result = await kernel.execute_task(TaskRequest(task="你好", force_mode="react"))
         stored = await kernel.task_events(result.task_id)
     assert result.status is TaskStatus.SUCCEEDED, result.error
@@ -259,16 +247,23 @@ def failing_everywhere() -> list[ScriptedConversation]:
     ]
 
 
+def kernel_asking_a_human(settings: AgentSettings, **overrides: object) -> AgentKernel:
+    """A kernel whose plan-and-execute tasks fail everywhere and end up asking a human."""
+    container = KernelContainer()
+    container.settings.override(settings)
+    container.llm_gateway.override(ScriptedLLMGateway(conversations=failing_everywhere()))
+    for name, replacement in overrides.items():
+        getattr(container, name).override(replacement)
+    return container.kernel()
+
+
 async def test_a_question_answered_no_ends_the_task_in_the_decisions_commit(
     settings: AgentSettings,
 ) -> None:
     """The decision, the move to ``failed`` and its event, the decision's span, the root span
     and the session's turn: one transaction, so a crash cannot store some without the rest
     (a task failed with no ``task.failed`` event, no root span, its turn missing)."""
-    container = KernelContainer()
-    container.settings.override(settings)
-    container.llm_gateway.override(ScriptedLLMGateway(conversations=failing_everywhere()))
-    kernel = container.kernel()
+    kernel = kernel_asking_a_human(settings)
     heard: list[TaskEvent] = []
     async with kernel:
         asked = await kernel.execute_task(
@@ -313,10 +308,7 @@ async def test_a_cancel_of_a_task_nobody_runs_ends_it_in_one_commit(
     """A task waiting for a human, canceled by whoever calls ``cancel_task``: the move, its
     event and the root span commit together (a crash between left a canceled task whose
     trace said it still ran)."""
-    container = KernelContainer()
-    container.settings.override(settings)
-    container.llm_gateway.override(ScriptedLLMGateway(conversations=failing_everywhere()))
-    kernel = container.kernel()
+    kernel = kernel_asking_a_human(settings)
     async with kernel:
         asked = await kernel.execute_task(
             TaskRequest(task="Collect the reports", force_mode="plan_execute")
@@ -336,19 +328,11 @@ async def test_a_cancel_of_a_task_nobody_runs_ends_it_in_one_commit(
 
 
 async def test_a_decision_is_heard_of_even_when_what_follows_it_fails(
-    settings: AgentSettings, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    settings: AgentSettings, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The decision and the task's failure are stored and published; the failing part of its
     bookkeeping (here the decision's span) is logged and left out."""
-
-    async def broken(*_: object) -> None:
-        raise RuntimeError("span builder broke")
-
-    monkeypatch.setattr(AgentKernel, "_trace_decision", broken)
-    container = KernelContainer()
-    container.settings.override(settings)
-    container.llm_gateway.override(ScriptedLLMGateway(conversations=failing_everywhere()))
-    kernel = container.kernel()
+    kernel = kernel_asking_a_human(settings, trace_store=FakeTraceStore(fail_on_kind="approval"))
     heard: list[TaskEvent] = []
     async with kernel:
         asked = await kernel.execute_task(

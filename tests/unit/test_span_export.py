@@ -14,8 +14,8 @@ from core_agent.observability.tracer import new_span_id, new_trace_id
 from core_agent.tooling.registry import ToolRegistry
 from fakes.span_exporters import FakeSpanExporter
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
-from providers.sqlite.database import SqliteDatabase
 from shared.agent_protocol import TaskRequest, TaskStatus
+from support.database_faults import refuse_inserts
 
 pytestmark = pytest.mark.anyio
 
@@ -61,16 +61,9 @@ async def test_a_span_the_database_left_out_is_never_sent(container, settings) -
     exporter = FakeSpanExporter()
     kernel = kernel_exporting_to(container, exporter)
     async with kernel:
-        database = SqliteDatabase.open(settings.database_path)
-        try:
-            database.call(
-                lambda conn: conn.execute(
-                    "CREATE TRIGGER no_roots BEFORE INSERT ON agent_traces WHEN NEW.kind = 'task'"
-                    " BEGIN SELECT RAISE(ABORT, 'no root spans'); END"
-                )
-            )
-        finally:
-            await database.close()
+        await refuse_inserts(
+            settings.database_path, "no_roots", "agent_traces", "NEW.kind = 'task'"
+        )
         result = await kernel.execute_task(TaskRequest(task="Capital of France?"))
         stored = await kernel.task_spans(result.task_id)
     assert result.status is TaskStatus.SUCCEEDED
