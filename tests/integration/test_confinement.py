@@ -1,5 +1,6 @@
 """The operating system's confinement of commands, through the sandbox and the kernel."""
 
+import dataclasses
 import fcntl
 import json
 import logging
@@ -20,9 +21,10 @@ from core_agent.container import KernelContainer
 from core_agent.contracts.errors import ConfinementUnavailableError
 from core_agent.contracts.tool import CallPermit
 from core_agent.kernel.call_check import check_call
-from providers.sandbox import confinement, launcher
+from providers.sandbox import confinement, launcher, pids_cgroups
 from providers.sandbox.confinement import (
     SYSTEM_HIDDEN_PATHS,
+    CommandLimits,
     carved_paths,
     command_environment,
     command_policy,
@@ -207,6 +209,27 @@ async def test_a_machine_that_cannot_confine_is_told_once_as_a_warning(
     assert "no Landlock" in told[0].getMessage()
 
 
+class NoProcessLimit(CommandLauncher):
+    """A launcher run by root where no pids cgroup can be made (a read-only cgroup fs)."""
+
+    async def info(self) -> LauncherInfo:
+        return dataclasses.replace(await super().info(), process_limit="none")
+
+
+async def test_root_without_a_pids_cgroup_is_warned_once_and_commands_still_run(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    box = LocalToolSandbox(roots=[tmp_path], launcher=NoProcessLimit())
+    try:
+        results = [await box.run_command("echo 你好") for _ in range(3)]
+    finally:
+        await box.close()
+    assert [r.stdout for r in results] == ["你好\n"] * 3
+    assert "pids-cgroup" not in box.confinement
+    told = [r for r in caplog.records if "without a process limit" in r.getMessage()]
+    assert len(told) == 1 and told[0].levelno == logging.WARNING
+
+
 def runs(command: str):
     def model(messages: Sequence[ChatMessage]) -> ScriptedTurn:
         if any(isinstance(m, ToolMessage) for m in messages):
@@ -307,7 +330,7 @@ async def test_a_deep_chain_of_process_groups_is_killed_whole(
     # Each level in a process group of its own, so killing groups reaches one level at a time.
     chain = (
         "python3 -c 'import os, time\n"
-        "for _ in range(600):\n"
+        "for _ in range(400):\n"
         "    os.setpgid(0, 0)\n"
         "    if os.fork(): time.sleep(1000)\n"
         'os.execvp("sleep", ["sleep", "5436"])\' & sleep 2; echo started'
@@ -316,6 +339,89 @@ async def test_a_deep_chain_of_process_groups_is_killed_whole(
     assert "started" in result.stdout
     assert leftovers("sleep 5436") == []
     assert leftovers("import os, time") == []
+
+
+FORK_SLEEPERS = (
+    "python3 -c 'import os, time\n"
+    "forked = 0\n"
+    "for _ in range(1000):\n"
+    "    try:\n"
+    "        pid = os.fork()\n"
+    "    except OSError:\n"
+    "        break\n"
+    "    if pid == 0:\n"
+    "        time.sleep(20); os._exit(0)\n"
+    "    forked += 1\n"
+    'print("forked", forked)\''
+)
+
+
+@pytest.mark.parametrize("namespaces", ["auto", "off"])
+async def test_a_command_cannot_start_more_processes_than_its_limit(
+    tmp_path: Path, namespaces: str
+) -> None:
+    # Linux exempts root from RLIMIT_NPROC: as root (this suite in CI) only the command's
+    # pids cgroup holds the line; as another user the rlimit does.
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    box = LocalToolSandbox(
+        roots=[workspace],
+        command_timeout_s=20,
+        namespaces=namespaces,
+        limits=CommandLimits(processes=40),
+    )
+    try:
+        result = await box.run_command(FORK_SLEEPERS, permit=CallPermit(write=True))
+        again = await box.run_command(FORK_SLEEPERS, permit=CallPermit(write=True))
+        layers = box.confinement
+        launcher_pid = (await box._launcher.info()).pid
+    finally:
+        await box.close()
+    # The command itself is one of the 40.
+    assert result.stdout.split() == ["forked", "39"], (result.stdout, result.stderr)
+    assert again.stdout.split() == ["forked", "39"], "the limit is per command, not shared"
+    assert ("pids-cgroup" in layers) == (os.geteuid() == 0), layers
+    assert leftovers("time.sleep(20)", wait_s=2.0) == []
+    if os.geteuid() == 0:
+        assert launcher_cgroups_removed(launcher_pid)
+
+
+@pytest.mark.parametrize("namespaces", ["auto", "off"])
+async def test_background_jobs_that_come_and_go_do_not_use_up_the_limit(
+    tmp_path: Path, namespaces: str
+) -> None:
+    # Each job outlives the subshell that started it, so it ends as somebody's orphan; its
+    # zombie would count against the 40 processes until reaped.
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    box = LocalToolSandbox(
+        roots=[workspace],
+        command_timeout_s=30,
+        namespaces=namespaces,
+        limits=CommandLimits(processes=40),
+    )
+    try:
+        result = await box.run_command(
+            "for i in $(seq 120); do (sleep 0.005 &); sleep 0.01; done; echo finished",
+            permit=CallPermit(write=True),
+        )
+    finally:
+        await box.close()
+    assert result.stdout.strip() == "finished" and not result.timed_out, result
+    assert result.stderr == "", result.stderr
+
+
+def launcher_cgroups_removed(launcher_pid: int) -> bool:
+    """Whether the launcher's pids cgroups are gone (it removes them when it ends)."""
+    hierarchy = pids_cgroups.parse_hierarchy(
+        Path("/proc/self/mountinfo").read_text(), Path("/proc/self/cgroup").read_text()
+    )
+    assert hierarchy is not None
+    base = Path(hierarchy.own) / f"{pids_cgroups.PREFIX}{launcher_pid}"
+    deadline = time.monotonic() + 2
+    while base.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not base.exists()
 
 
 async def test_a_fork_storm_is_killed_whole(sandbox: LocalToolSandbox) -> None:

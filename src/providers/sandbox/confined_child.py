@@ -685,14 +685,32 @@ def _below(path: str, root: str) -> bool:
 
 
 def _watch(sock: socket.socket, child: int, namespaces: bool, *, scoped: bool) -> int:
-    """Wait for the command or for the kernel; leave nothing running; the exit code."""
+    """Wait for the command or for the kernel; leave nothing running; the exit code.
+
+    Without namespaces this keeper is the subreaper of the command's orphans: it reaps them
+    as they end, or their zombies would count against the command's process limit until it
+    ends (a command whose background jobs come and go would run out of processes).
+    """
     pidfd = os.pidfd_open(child)
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
     poller.register(sock.fileno(), select.POLLIN | select.POLLHUP)
+    ended = -1
+    if not namespaces:
+        ended, wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        poller.register(ended, select.POLLIN)
     code: int | None = None
     while code is None:
         for fd, _ in poller.poll():
+            if fd == ended:
+                with contextlib.suppress(OSError):
+                    os.read(ended, 4096)
+                code = _reap_orphans_but(child)
+                if code is not None:
+                    break
+                continue
             if fd == pidfd:
                 code = _reap(child)
                 break
@@ -707,6 +725,21 @@ def _watch(sock: socket.socket, child: int, namespaces: bool, *, scoped: bool) -
     _kill_tree(child, namespaces, scoped=scoped)
     os.close(pidfd)
     return code
+
+
+def _reap_orphans_but(child: int) -> int | None:
+    """Reap every ended child; the command's exit code if ``child`` was one of them."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        except InterruptedError:
+            continue
+        if pid == 0:
+            return None
+        if pid == child:
+            return os.waitstatus_to_exitcode(status)
 
 
 def _reap(pid: int) -> int:

@@ -9,7 +9,9 @@ whatever the kernel's size, and needs no code between ``fork`` and ``exec`` in a
 multi-threaded process.
 
 The launcher ends when the kernel's end of the socket closes. It never runs a command
-unconfined: a policy it cannot apply fails that command.
+unconfined: a policy it cannot apply fails that command. Run as root, it forks each keeper
+inside a pids cgroup of its own (``pids_cgroups``), since Linux lets root pass
+``RLIMIT_NPROC``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,10 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from providers.sandbox.pids_cgroups import PidsCgroups
 
 MAX_MESSAGE_BYTES = 1 << 20
 GRANTS_TTL_S = 60.0
@@ -184,9 +189,13 @@ def serve(control: socket.socket) -> None:
     (else to a keeper forked for it), and a new spare is forked right after.
     """
     from providers.sandbox import confined_child, landlock, seccomp
+    from providers.sandbox.pids_cgroups import PidsCgroups
 
     abi = landlock.abi_version()
     namespaces = probe_namespaces()
+    # RLIMIT_NPROC binds every user but root; root's commands get a pids cgroup instead.
+    cgroups = PidsCgroups.open() if os.geteuid() == 0 else None
+    process_limit = "rlimit" if os.geteuid() != 0 else "cgroup" if cgroups else "none"
     # Commands inherit ignored signals across execve: start them from the defaults, except
     # for the few the keepers reset themselves (confined_child.RESET_SIGNALS).
     for number in signal.valid_signals():
@@ -201,20 +210,35 @@ def serve(control: socket.socket) -> None:
         "abi": abi,
         "namespaces": namespaces,
         "seccomp": seccomp.supported(),
+        "process_limit": process_limit,
     }
     control.send(json.dumps(hello).encode())
     # Keepers are forked from this process and live for one command: a collection in one
     # would touch (and so copy) every page it shares with the launcher. The launcher itself
     # collects now and then, between requests.
     gc.disable()
-    served = 0
     grants = SystemGrants()
     if seccomp.supported():
         for network, modes, times in itertools.product((False, True), repeat=3):
             seccomp.build(network=network, modes=modes, times=times)  # kept for the keepers
     network_namespace = 0 if seccomp.supported() else confined_child.CLONE_NEWNET
     base = confined_child.SPARE_NAMESPACES | network_namespace
-    spare = Spare.start(control, abi, base if namespaces else 0, grants)
+    spare = Spare.start(control, abi, base if namespaces else 0, grants, cgroups)
+    spare = _serve_requests(control, abi, namespaces, grants, cgroups, spare)
+    if spare is not None:
+        spare.channel.close()  # it exits, leaving its cgroup empty
+    if cgroups is not None:
+        cgroups.close(wait_s=0.2)
+
+
+def _serve_requests(
+    control: socket.socket, abi: int, namespaces: bool, grants: SystemGrants,
+    cgroups: PidsCgroups | None, spare: Spare | None,
+) -> Spare | None:  # fmt: skip
+    """The launcher's loop; returns the spare it has when the kernel's end closes."""
+    from providers.sandbox import confined_child
+
+    served = 0
     while True:
         try:
             # Close-on-exec: no command may inherit its keeper's socket (it could forge the
@@ -225,9 +249,9 @@ def serve(control: socket.socket) -> None:
         except InterruptedError:
             continue
         except OSError:
-            return
+            return spare
         if not data:
-            return
+            return spare
         if len(fds) != 3:
             for fd in fds:
                 os.close(fd)
@@ -242,8 +266,9 @@ def serve(control: socket.socket) -> None:
             wanted = confined_child.SPARE_NAMESPACES
             if not policy.get("network") and not policy.get("seccomp", True):
                 wanted |= confined_child.CLONE_NEWNET
-        if spare is None or not spare.hand_over(data, fds, wanted):
-            _fork_keeper(control, data, fds, abi, use_namespaces, grants)
+        limit = _process_limit(policy)
+        if spare is None or not spare.hand_over(data, fds, wanted, limit):
+            _fork_keeper(control, data, fds, abi, use_namespaces, grants, cgroups, limit)
         for fd in fds:
             os.close(fd)
         if isinstance(policy, dict):
@@ -256,7 +281,18 @@ def serve(control: socket.socket) -> None:
         served += 1
         if served % COLLECT_EVERY == 0:
             gc.collect()
-        spare = Spare.start(control, abi, wanted if use_namespaces else 0, grants)
+        if cgroups is not None:
+            cgroups.sweep()
+        spare = Spare.start(control, abi, wanted if use_namespaces else 0, grants, cgroups)
+
+
+def _process_limit(policy: Any) -> int | None:
+    """The ``pids.max`` of a request's keeper cgroup: its process limit and the keeper."""
+    try:
+        processes = int(policy["limits"]["processes"])
+    except (TypeError, KeyError, ValueError):
+        return None  # malformed: its keeper reports it; no limit is needed for that
+    return processes + 1 if processes > 0 else None
 
 
 class Spare:
@@ -266,42 +302,57 @@ class Spare:
     the launcher waits for the next request, so a command starts without them.
     """
 
-    def __init__(self, pid: int, channel: socket.socket, flags: int) -> None:
+    def __init__(
+        self, pid: int, channel: socket.socket, flags: int, cgroup: str | None = None
+    ) -> None:
         self.pid = pid
         self.channel = channel
         self.flags = flags
+        self.cgroup = cgroup
 
     @classmethod
     def start(
-        cls, control: socket.socket, abi: int, flags: int, grants: SystemGrants
-    ) -> Spare | None:
-        """Fork a spare keeper entering ``flags`` (``None`` if it cannot be forked)."""
+        cls, control: socket.socket, abi: int, flags: int, grants: SystemGrants,
+        cgroups: PidsCgroups | None = None,
+    ) -> Spare | None:  # fmt: skip
+        """Fork a spare keeper entering ``flags`` (``None`` if it cannot be forked).
+
+        With ``cgroups`` the spare is born in a cgroup of its own, limited when its request
+        comes (``None`` if that cgroup cannot be made).
+        """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            pid = os.fork()
+            cgroup = cgroups.make(None) if cgroups is not None else None
+            with cgroups.joined(cgroup) if cgroups and cgroup else contextlib.nullcontext():
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        os.close(control.fileno())
+                        ours.close()
+                        _wait_as_spare(theirs, abi, flags, grants)
+                    finally:
+                        os._exit(_EXIT_SETUP_FAILED)  # never back into the launcher's loop
         except OSError:
             ours.close()
             theirs.close()
             return None
-        if pid == 0:
-            try:
-                os.close(control.fileno())
-                ours.close()
-                _wait_as_spare(theirs, abi, flags, grants)
-            finally:
-                os._exit(_EXIT_SETUP_FAILED)  # never back into the launcher's loop
         theirs.close()
-        return cls(pid, ours, flags)
+        return cls(pid, ours, flags, cgroup)
 
-    def hand_over(self, data: bytes, fds: list[int], wanted: int) -> bool:
+    def hand_over(self, data: bytes, fds: list[int], wanted: int, limit: int | None) -> bool:
         """Give the request to this spare if it entered the namespaces it needs.
 
-        The spare ends either way: with a request it becomes its keeper, without one (its
-        channel closed) it exits.
+        ``limit`` is the ``pids.max`` of the spare's cgroup, set before the request reaches
+        it. The spare ends either way: with a request it becomes its keeper, without one
+        (its channel closed) it exits.
         """
+        from providers.sandbox.pids_cgroups import PidsCgroups
+
         try:
             if self.flags != wanted:
                 return False
+            if self.cgroup is not None and limit is not None:
+                PidsCgroups.limit(self.cgroup, limit)
             socket.send_fds(self.channel, [data], fds)
             return True
         except OSError:
@@ -340,16 +391,26 @@ def _wait_as_spare(channel: socket.socket, abi: int, flags: int, grants: SystemG
 
 def _fork_keeper(
     control: socket.socket, data: bytes, fds: list[int], abi: int, namespaces: bool,
-    grants: SystemGrants,
+    grants: SystemGrants, cgroups: PidsCgroups | None = None, limit: int | None = None,
 ) -> None:  # fmt: skip
-    """Start a keeper for a request no spare could take."""
-    if os.fork() != 0:
-        return
+    """Start a keeper for a request no spare could take (in a cgroup of its own, if any).
+
+    A keeper that cannot be put in its cgroup is not started: its command fails.
+    """
     try:
-        os.close(control.fileno())
-        _keep_request(data, fds, abi, namespaces, grants, entered=0, started=None)
-    finally:
-        os._exit(_EXIT_SETUP_FAILED)  # never back into the launcher's loop
+        cgroup = cgroups.make(limit) if cgroups is not None else None
+        with cgroups.joined(cgroup) if cgroups and cgroup else contextlib.nullcontext():
+            if os.fork() == 0:
+                try:
+                    os.close(control.fileno())
+                    _keep_request(data, fds, abi, namespaces, grants, entered=0, started=None)
+                finally:
+                    os._exit(_EXIT_SETUP_FAILED)  # never back into the launcher's loop
+    except OSError as exc:
+        failure = f"the command's process limit cannot be set: {exc}"
+        # A duplicate: the launcher closes the descriptors it received itself.
+        with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fds[0])) as command:
+            command.send(json.dumps({"setup_error": failure}).encode())
 
 
 def _keep_request(

@@ -39,6 +39,10 @@ class LauncherInfo:
     landlock_abi: int
     namespaces: bool
     seccomp: bool
+    process_limit: str = "rlimit"
+    """How commands' process limit holds: ``rlimit`` (``RLIMIT_NPROC``, any user but root),
+    ``cgroup`` (a pids cgroup per command, for root), or ``none`` (root, and no cgroup could
+    be made: the limit does not hold)."""
 
 
 class ConfinedProcess:
@@ -206,6 +210,7 @@ class CommandLauncher:
                 landlock_abi=int(hello["abi"]),
                 namespaces=bool(hello["namespaces"]),
                 seccomp=bool(hello["seccomp"]),
+                process_limit=str(hello.get("process_limit", "none")),
             )
             return self._info
 

@@ -131,6 +131,7 @@ class LocalToolSandbox(IToolSandbox):
         self._command_timeout_s = command_timeout_s
         self._mode: SandboxMode = mode
         self._told_unconfinable = False
+        self._told_no_process_limit = False
         self._namespaces: NamespaceUse = namespaces
         self._limits = limits or CommandLimits()
         self._read_paths = tuple(str(Path(p).resolve()) for p in read_paths)
@@ -261,6 +262,8 @@ class LocalToolSandbox(IToolSandbox):
             layers.append("namespaces")
         if info.seccomp:
             layers.append("seccomp")
+        if info.process_limit == "cgroup":
+            layers.append("pids-cgroup")
         return "+".join(layers)
 
     # -- files ------------------------------------------------------------------------------
@@ -362,6 +365,14 @@ class LocalToolSandbox(IToolSandbox):
         if problem:
             raise ConfinementUnavailableError(
                 f"commands run only under operating-system confinement, and {problem}. {_OPT_OUT}"
+            )
+        if info.process_limit == "none" and not self._told_no_process_limit:
+            self._told_no_process_limit = True
+            log.warning(
+                "commands run as root without a process limit: Linux exempts root from "
+                "RLIMIT_NPROC and no pids cgroup could be made here (a read-only cgroup file "
+                "system?); a command can fork until the machine runs out of process ids. "
+                "Run the kernel as another user, or give it a writable pids cgroup."
             )
         return info
 
