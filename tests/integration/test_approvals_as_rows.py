@@ -6,7 +6,6 @@ started so that they decide at the same instant.
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 from core_agent import create_kernel
 from core_agent.contracts.errors import CorruptStateError, UsageError
 from core_agent.contracts.settings import AgentSettings
+from providers.sqlite.database import sqlite_driver
 from shared.agent_protocol import ApprovalDecision, TaskRequest, TaskStatus
 
 pytestmark = pytest.mark.anyio
@@ -131,7 +131,7 @@ async def test_a_damaged_task_does_not_hide_or_break_the_others(tmp_path) -> Non
     settings, _ = two_secret_reads(tmp_path, "damaged")
     damaged, damaged_requests = await waiting_task(settings)
     _, healthy_requests = await waiting_task(settings)
-    with sqlite3.connect(settings.database_path) as conn:
+    with sqlite_driver().connect(str(settings.database_path)) as conn:
         conn.execute(
             'UPDATE agent_task_events SET payload_json = \'{"kind": "garbage\' '
             "WHERE task_id = ? AND seq = 2",
@@ -169,7 +169,9 @@ async def test_requests_recorded_before_the_table_existed_are_carried_over(tmp_p
         await kernel.resolve_approval(
             requests[0], ApprovalDecision(request_id=requests[0], approved=False)
         )
-    with sqlite3.connect(settings.database_path) as conn:  # back to the schema before it
+    with sqlite_driver().connect(
+        str(settings.database_path)
+    ) as conn:  # back to the schema before it
         conn.execute("DROP TABLE agent_approvals")
         conn.execute("PRAGMA user_version = 5")
     async with create_kernel(settings) as kernel:  # migrates, filling it from the events

@@ -3,7 +3,6 @@ rule asks for before a highlight is saved, and its articles in the kernel's retr
 
 import json
 import re
-import sqlite3
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.memory.ingestion import IngestionPipeline
 from fakes.gateways import FakeRecordingGateway
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from providers.sqlite.database import sqlite_driver
 from shared.agent_protocol import (
     ApprovalDecision,
     ChatMessage,
@@ -111,7 +111,7 @@ def test_the_schema_is_created_once_and_survives_a_reopen(tmp_path: Path) -> Non
 def test_a_library_from_a_newer_version_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "library.db"
     ReaderLibrary(path).add_article("t", "b")
-    with sqlite3.connect(path) as conn:
+    with sqlite_driver().connect(str(path)) as conn:
         conn.execute("PRAGMA user_version = 99")
     with pytest.raises(UsageError, match="schema version 99"):
         ReaderLibrary(path).get_article(1)

@@ -7,7 +7,6 @@ gateway, what the model was sent by the tasks that come after.
 from __future__ import annotations
 
 import io
-import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 
@@ -257,7 +256,7 @@ async def test_a_fork_or_retry_that_fails_half_way_leaves_nothing_half_made(sett
             await kernel.retry_from_turn(session, 2)
         assert await kernel.session_transcript(session) == before
         assert [s.session_id for s in await kernel.list_sessions()] == [session]
-    conn = sqlite3.connect(settings.database_path)
+    conn = sqlite_driver().connect(str(settings.database_path))
     count = conn.execute("SELECT COUNT(*) FROM agent_session_entries WHERE session_id = 'doomed'")
     assert count.fetchone() == (0,)
     conn.close()

@@ -6,7 +6,6 @@ sees: results, errors, transcripts, spans, and what the model was sent.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -107,7 +106,7 @@ async def test_a_session_is_created_listed_shown_closed_and_deleted(settings) ->
             await kernel.get_task(first.task_id)
         assert await kernel.task_spans(first.task_id) == []
         assert [s.session_id for s in await kernel.list_sessions()] == ["bobs"]
-    conn = sqlite3.connect(settings.database_path)
+    conn = sqlite_driver().connect(str(settings.database_path))
     for table in ("agent_task_events", "agent_traces", "agent_checkpoints", "agent_task_messages"):
         count = conn.execute(f"SELECT COUNT(*) FROM {table} WHERE task_id = ?", (first.task_id,))
         assert count.fetchone() == (0,), table

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import sqlite3
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from core_agent.container import KernelContainer
 from core_agent.contracts.settings import AgentSettings
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from providers.sqlite.database import sqlite_driver
 from shared.agent_protocol import TaskRequest, TaskStatus
 
 pytestmark = pytest.mark.anyio
@@ -101,8 +101,8 @@ async def run_known_task(tmp_path: Path, patterns: tuple[str, ...]) -> tuple[Any
 
 def stored_rows(path: Path, task_id: str, *, pin_redacted: bool) -> list[dict[str, Any]]:
     """The task's rows in insertion order, ids replaced by the row that holds them."""
-    with sqlite3.connect(path) as conn:
-        conn.row_factory = sqlite3.Row
+    with sqlite_driver().connect(str(path)) as conn:
+        conn.row_factory = sqlite_driver().Row
         rows = [
             dict(row)
             for row in conn.execute(

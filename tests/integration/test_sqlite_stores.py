@@ -92,7 +92,8 @@ async def test_a_task_from_before_response_models_were_recorded_reads_back(tmp_p
     structured = structured.model_copy(update=recorded)
     await store.create_task(structured, queued)
     await store.close()
-    with sqlite3.connect(tmp_path / "k.db") as conn:  # back to the schema before migration 8
+    # Back to the schema before migration 8.
+    with sqlite_driver().connect(str(tmp_path / "k.db")) as conn:
         conn.execute("ALTER TABLE agent_tasks DROP COLUMN response_schema_json")
         conn.execute("ALTER TABLE agent_tasks DROP COLUMN response_model")
         conn.execute("PRAGMA user_version = 7")

@@ -9,7 +9,6 @@ the database through a connection of their own, as another process would.
 """
 
 import json
-import sqlite3
 from pathlib import Path
 
 import anyio
@@ -22,6 +21,7 @@ from core_agent.contracts.settings import AgentSettings
 from core_agent.orchestration.react_executor import ReActExecutor
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from providers.sqlite.database import sqlite_driver
 from shared.agent_protocol import TaskRequest, TaskStatus
 
 pytestmark = pytest.mark.anyio
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.anyio
 
 def committed(database: Path) -> tuple[list[str], dict[str, str]]:
     """Event kinds and ledger statuses (by tool) another connection sees now."""
-    conn = sqlite3.connect(database)
+    conn = sqlite_driver().connect(str(database))
     try:
         kinds = [
             row[0]
@@ -142,7 +142,7 @@ async def test_each_result_of_a_turn_is_committed_when_its_call_ends(tmp_path: P
     ((kinds, calls),) = seen_by_slow
     assert calls == {"fast": "finished", "slow": "started"}
     assert kinds.count("tool.completed") == 1
-    conn = sqlite3.connect(database)
+    conn = sqlite_driver().connect(str(database))
     try:
         (payload,) = conn.execute(
             "SELECT result_json FROM agent_tool_calls WHERE tool = 'fast'"

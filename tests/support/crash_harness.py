@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import sqlite3
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from providers.sqlite.database import sqlite_driver
 from shared.agent_protocol import TaskStatus
 from support.crash_host import kernel_for
 
@@ -98,12 +98,12 @@ def active_at_kill(data_dir: Path) -> int:
     database = data_dir / "core_agent.db"
     if not database.exists():
         return 0
-    check = sqlite3.connect(database)
+    check = sqlite_driver().connect(str(database))
     try:
         (count,) = check.execute(
             "SELECT count(*) FROM agent_tasks WHERE status IN ('queued', 'running')"
         ).fetchone()
-    except sqlite3.OperationalError:  # killed before the schema was written
+    except sqlite_driver().OperationalError:  # killed before the schema was written
         count = 0
     finally:
         check.close()
@@ -112,7 +112,7 @@ def active_at_kill(data_dir: Path) -> int:
 
 def integrity(data_dir: Path) -> str:
     """``PRAGMA integrity_check`` of the data directory's database."""
-    check = sqlite3.connect(data_dir / "core_agent.db")
+    check = sqlite_driver().connect(str(data_dir / "core_agent.db"))
     try:
         return str(check.execute("PRAGMA integrity_check").fetchone()[0])
     finally:
