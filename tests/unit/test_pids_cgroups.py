@@ -44,12 +44,17 @@ def test_a_dead_launcher_s_empty_cgroups_are_removed_and_a_live_one_s_kept(
     tmp_path: Path,
 ) -> None:
     # Plain directories stand in for cgroups here: the removal only uses rmdir.
-    dead = tmp_path / f"{pids_cgroups.PREFIX}999999999"
+    namespace = pids_cgroups._pid_namespace()
+    dead = tmp_path / f"{pids_cgroups.PREFIX}999999999-{namespace}-1"
     (dead / "3").mkdir(parents=True)
-    live = tmp_path / f"{pids_cgroups.PREFIX}{os.getpid()}"
+    reused = tmp_path / f"{pids_cgroups.PREFIX}{os.getpid()}-{namespace}-1"  # another start
+    reused.mkdir()
+    live = tmp_path / f"{pids_cgroups.PREFIX}{pids_cgroups._identity(os.getpid())}"
     (live / "1").mkdir(parents=True)
+    elsewhere = tmp_path / f"{pids_cgroups.PREFIX}999999999-1-1"  # another PID namespace
+    elsewhere.mkdir()
     other = tmp_path / "someone-else"
     other.mkdir()
     pids_cgroups._remove_dead_launchers(str(tmp_path))
-    assert not dead.exists()
-    assert live.exists() and other.exists()
+    assert not dead.exists() and not reused.exists()
+    assert live.exists() and other.exists() and elsewhere.exists()

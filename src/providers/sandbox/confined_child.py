@@ -698,7 +698,7 @@ def _watch(sock: socket.socket, child: int, namespaces: bool, *, scoped: bool) -
     ended = -1
     if not namespaces:
         ended, wake = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(wake)
+        signal.set_wakeup_fd(wake, warn_on_full_buffer=False)  # one byte is enough
         signal.signal(signal.SIGCHLD, lambda *_: None)
         poller.register(ended, select.POLLIN)
     code: int | None = None

@@ -228,7 +228,7 @@ def serve(control: socket.socket) -> None:
     if spare is not None:
         spare.channel.close()  # it exits, leaving its cgroup empty
     if cgroups is not None:
-        cgroups.close(wait_s=0.2)
+        cgroups.close(wait_s=2.5)  # keepers killing their commands take up to 2 s
 
 
 def _serve_requests(

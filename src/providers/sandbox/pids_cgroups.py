@@ -6,10 +6,13 @@ until the machine has no process ids left, and every other program on it fails t
 There the launcher puts each keeper, and with it its command and everything the command
 starts, in a cgroup of its own whose ``pids.max`` is the command's process limit plus the
 keeper. The cgroup comes from ``/proc/self/mountinfo``: the v1 ``pids`` hierarchy, or the
-unified (v2) one when the launcher's own cgroup can hand the ``pids`` controller down (its
-root, or a delegated cgroup with no other process). Where neither can be written (a container
-whose cgroup file system is read-only) the launcher says so and the limit does not hold for
-root.
+unified (v2) one when the launcher lives at its root (a cgroup that holds processes cannot
+hand a controller down, so a systemd service or a container with a cgroup namespace of its
+own gets no v2 cgroup). Where none can be made (a container whose cgroup file system is
+read-only) the launcher says so and the limit does not hold for root. A confined command
+cannot leave its cgroup: the cgroup files are outside what Landlock lets it write, and the
+seccomp filter refuses ``clone3``, whose ``CLONE_INTO_CGROUP`` names a v2 cgroup by a
+descriptor Landlock does not check.
 
 The launcher joins a command's cgroup for the instant of the fork and then goes back, so the
 keeper is born inside it: there is no moment in which it could fork outside. Cgroups of ended
@@ -90,6 +93,10 @@ def _unescape(text: str) -> str:
     return text
 
 
+class StuckInCgroupError(Exception):
+    """The launcher could not go back to its own cgroup: it must end (not an ``OSError``)."""
+
+
 class PidsCgroups:
     """The launcher's cgroups, one per keeper, below a directory of its own."""
 
@@ -110,14 +117,12 @@ class PidsCgroups:
         if hierarchy is None:
             return None
         _remove_dead_launchers(hierarchy.own)
-        base = os.path.join(hierarchy.own, f"{PREFIX}{os.getpid()}")
+        base = os.path.join(hierarchy.own, f"{PREFIX}{_identity(os.getpid())}")
         try:
             if hierarchy.version == 2:
                 _write(os.path.join(hierarchy.own, "cgroup.subtree_control"), "+pids")
-            os.mkdir(base, 0o755)
-            if hierarchy.version == 2:
-                _write(os.path.join(base, "cgroup.subtree_control"), "+pids")
             cgroups = cls(hierarchy, base)
+            cgroups._make_base()
             # Proves the whole round before any command relies on it.
             with cgroups.joined(cgroups.make(8)):
                 pass
@@ -136,11 +141,20 @@ class PidsCgroups:
         """
         self._made += 1
         path = os.path.join(self._base, str(self._made))
-        os.mkdir(path, 0o755)
+        try:
+            os.mkdir(path, 0o755)
+        except FileNotFoundError:  # the base was removed under us: make it again
+            self._make_base()
+            os.mkdir(path, 0o755)
         self._live.append(path)
         if limit is not None:
             self.limit(path, limit)
         return path
+
+    def _make_base(self) -> None:
+        os.mkdir(self._base, 0o755)
+        if self._hierarchy.version == 2:
+            _write(os.path.join(self._base, "cgroup.subtree_control"), "+pids")
 
     @staticmethod
     def limit(path: str, limit: int) -> None:
@@ -157,12 +171,17 @@ class PidsCgroups:
 
         Raises:
             OSError: The process cannot be moved into the cgroup.
+            StuckInCgroupError: It cannot be moved back out.
         """
         _write(os.path.join(path, "cgroup.procs"), "0")
         try:
             yield
         finally:
-            _write(os.path.join(self._hierarchy.own, "cgroup.procs"), "0")
+            try:
+                _write(os.path.join(self._hierarchy.own, "cgroup.procs"), "0")
+            except OSError as exc:
+                # Left in a command's cgroup, every later keeper would be born there.
+                raise StuckInCgroupError(f"cannot leave {path}: {exc}") from exc
 
     def sweep(self) -> None:
         """Remove the cgroups whose processes have all ended."""
@@ -198,10 +217,27 @@ def _remove_dead_launchers(own: str) -> None:
     for entry in entries:
         if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
             continue
-        pid = entry.name[len(PREFIX) :]
-        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+        pid, _, rest = entry.name[len(PREFIX) :].partition("-")
+        namespace = rest.partition("-")[0]
+        if not pid.isdigit() or namespace != str(_pid_namespace()):
+            continue  # a launcher of another PID namespace: its pid means nothing here
+        if _identity(int(pid)) != entry.name[len(PREFIX) :]:  # ended (or its pid reused)
             with contextlib.suppress(OSError):
                 _remove_tree(entry.path)
+
+
+def _pid_namespace() -> int:
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+def _identity(pid: int) -> str:
+    """``pid``, this PID namespace and the process's start time: unique while it runs."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            started = stat.read().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        started = "gone"
+    return f"{pid}-{_pid_namespace()}-{started}"
 
 
 def _remove_tree(base: str) -> None:

@@ -35,6 +35,7 @@ _RET_ERRNO = 0x00050000
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _AF_UNIX = 1
 _X32_BIT = 0x40000000
+_CLONE3 = 435  # the same on x86-64 and aarch64
 _BPF_ALU_AND_K = 0x54
 # Inode metadata also changes through ioctls, which need no writable descriptor: flags
 # (chattr), generation numbers, XFS-style attributes, ext4's own. Every ioctl of the file
@@ -129,6 +130,9 @@ def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
     if machine == "x86_64":
         emit(_BPF_JGE_K, _X32_BIT, jt="deny")
     emit(_BPF_JGE_K, NEWEST_KNOWN + 1, jt="unknown")
+    # clone3 can start a child in any cgroup v2 it can name (CLONE_INTO_CGROUP, an O_PATH
+    # descriptor Landlock does not check): out of its pids cgroup. ENOSYS: libc uses clone.
+    emit(_BPF_JEQ_K, _CLONE3, jt="unknown")
     for number in denied:
         emit(_BPF_JEQ_K, number, jt="deny")
     emit(_BPF_JEQ_K, socket_nr, jt="socket")
