@@ -356,20 +356,24 @@ FORK_SLEEPERS = (
 )
 
 
+def sandbox_of_40_processes(tmp_path: Path, namespaces: str) -> LocalToolSandbox:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    return LocalToolSandbox(
+        roots=[workspace],
+        command_timeout_s=30,
+        namespaces=namespaces,
+        limits=CommandLimits(processes=40),
+    )
+
+
 @pytest.mark.parametrize("namespaces", ["auto", "off"])
 async def test_a_command_cannot_start_more_processes_than_its_limit(
     tmp_path: Path, namespaces: str
 ) -> None:
     # Linux exempts root from RLIMIT_NPROC: as root (this suite in CI) only the command's
     # pids cgroup holds the line; as another user the rlimit does.
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    box = LocalToolSandbox(
-        roots=[workspace],
-        command_timeout_s=20,
-        namespaces=namespaces,
-        limits=CommandLimits(processes=40),
-    )
+    box = sandbox_of_40_processes(tmp_path, namespaces)
     try:
         result = await box.run_command(FORK_SLEEPERS, permit=CallPermit(write=True))
         again = await box.run_command(FORK_SLEEPERS, permit=CallPermit(write=True))
@@ -395,14 +399,7 @@ async def test_background_jobs_that_come_and_go_do_not_use_up_the_limit(
 ) -> None:
     # Each job outlives the subshell that started it, so it ends as somebody's orphan; its
     # zombie would count against the 40 processes until reaped.
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    box = LocalToolSandbox(
-        roots=[workspace],
-        command_timeout_s=30,
-        namespaces=namespaces,
-        limits=CommandLimits(processes=40),
-    )
+    box = sandbox_of_40_processes(tmp_path, namespaces)
     try:
         result = await box.run_command(
             "for i in $(seq 120); do (sleep 0.005 &); sleep 0.01; done; echo finished",
