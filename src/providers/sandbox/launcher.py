@@ -25,7 +25,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -322,8 +322,7 @@ class Spare:
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            cgroup = cgroups.make(None) if cgroups is not None else None
-            with cgroups.joined(cgroup) if cgroups and cgroup else contextlib.nullcontext():
+            with _in_new_cgroup(cgroups, None) as cgroup:
                 pid = os.fork()
                 if pid == 0:
                     try:
@@ -389,6 +388,23 @@ def _wait_as_spare(channel: socket.socket, abi: int, flags: int, grants: SystemG
     _keep_request(data, fds, abi, bool(flags), grants, entered=flags, started=started)
 
 
+@contextlib.contextmanager
+def _in_new_cgroup(cgroups: PidsCgroups | None, limit: int | None) -> Iterator[str | None]:
+    """The launcher in a new cgroup of ``cgroups`` for the block (fork in it); its path.
+
+    Without cgroups, nothing (``None``).
+
+    Raises:
+        OSError: The cgroup cannot be made or joined.
+    """
+    if cgroups is None:
+        yield None
+        return
+    cgroup = cgroups.make(limit)
+    with cgroups.joined(cgroup):
+        yield cgroup
+
+
 def _fork_keeper(
     control: socket.socket, data: bytes, fds: list[int], abi: int, namespaces: bool,
     grants: SystemGrants, cgroups: PidsCgroups | None = None, limit: int | None = None,
@@ -398,8 +414,7 @@ def _fork_keeper(
     A keeper that cannot be put in its cgroup is not started: its command fails.
     """
     try:
-        cgroup = cgroups.make(limit) if cgroups is not None else None
-        with cgroups.joined(cgroup) if cgroups and cgroup else contextlib.nullcontext():
+        with _in_new_cgroup(cgroups, limit):
             if os.fork() == 0:
                 try:
                     os.close(control.fileno())
