@@ -118,6 +118,7 @@ async def test_a_timeout_kills_everything_the_command_started(sandbox: LocalTool
         "setsid sleep 5431 > /dev/null 2>&1 & sleep 5432", timeout_s=1
     )
     assert result.timed_out
+    assert result.exit_code == -9  # the keeper killed it and reported so
     assert leftovers("sleep 543") == []
 
 
@@ -127,6 +128,79 @@ async def test_a_cancelled_call_kills_everything_the_command_started(
     with anyio.move_on_after(1):
         await sandbox.run_command("(sleep 5433 &) ; sleep 5434")
     assert leftovers("sleep 543") == []
+
+
+async def test_a_killed_keeper_leaves_no_process_behind_not_even_a_zombie(
+    sandbox: LocalToolSandbox,
+) -> None:
+    # The keeper's children (the command and, in a PID namespace, its reaper) outlive it
+    # for a moment; the launcher adopts and reaps them, rather than leave them to the
+    # host's init (which may never reap: the namespace's end would then wait forever).
+    # Without a namespace, what the command left in the background outlives a killed
+    # keeper (nothing else knows its processes): only a namespace ends with its reaper.
+    results = []
+
+    async def call() -> None:
+        command = "(sleep 5436 &); sleep 5437"
+        results.append(await sandbox.run_command(command, permit=CallPermit(write=True)))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(call)
+        found = await anyio.to_thread.run_sync(processes_running, "sleep 5437", 5.0)
+        assert found, "the command never started"
+        keeper = parent_of(found[0])
+        # The command, and in a namespace its reaper and all it started.
+        left = [found[0]]
+        if "namespaces" in sandbox.confinement:
+            left += [*children_of(keeper), *processes_running("sleep 543")]
+        os.kill(keeper, signal.SIGKILL)
+    assert results[0].exit_code is not None
+    assert still_there(left, wait_s=3.0) == []
+    leftovers("sleep 543", wait_s=0)
+
+
+def processes_running(mark: str, wait_s: float = 0.0) -> list[int]:
+    """The processes whose command line holds ``mark``, waiting up to ``wait_s`` for one."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        found = [
+            int(entry.name)
+            for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and mark in _cmdline(entry)
+        ]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+def still_there(pids: Sequence[int], wait_s: float) -> list[int]:
+    """Those of ``pids`` still in /proc (zombies too) after up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while (left := [pid for pid in pids if Path(f"/proc/{pid}").exists()]) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    return left
+
+
+def _cmdline(entry: Path) -> str:
+    try:
+        return (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def parent_of(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line for line in status.splitlines() if line.startswith("PPid:")).split()[1])
+
+
+def children_of(pid: int) -> list[int]:
+    return [
+        int(child)
+        for thread in Path(f"/proc/{pid}/task").iterdir()
+        for child in (thread / "children").read_text().split()
+    ]
 
 
 async def test_writes_follow_the_permit_and_never_reach_git_or_the_data_dir(
@@ -411,6 +485,37 @@ async def test_background_jobs_that_come_and_go_do_not_use_up_the_limit(
     assert result.stderr == "", result.stderr
 
 
+NEVER_WAITS = (
+    "python3 -c 'import os, time\n"
+    "for _ in range(120):\n"
+    "    pid = os.fork()\n"
+    "    if pid == 0:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(0.005)\n"
+    "        os._exit(0)\n"
+    "    os.waitpid(pid, 0)\n"
+    "    time.sleep(0.002)\n"
+    'print("finished")\''
+)
+
+
+@pytest.mark.parametrize("namespaces", ["auto", "off"])
+async def test_orphans_of_a_program_that_never_waits_do_not_use_up_the_limit(
+    tmp_path: Path, namespaces: str
+) -> None:
+    # The program waits for its children, never for the grandchildren they leave behind:
+    # those end as orphans of whoever reaps for the command. In a PID namespace that is its
+    # first process; were it the program itself (which never waits for them), 40 zombies
+    # would stop it.
+    box = sandbox_of_40_processes(tmp_path, namespaces)
+    try:
+        result = await box.run_command(NEVER_WAITS, permit=CallPermit(write=True))
+    finally:
+        await box.close()
+    assert result.stdout.strip() == "finished" and not result.timed_out, result
+    assert result.stderr == "", result.stderr
+
+
 async def test_clone3_is_refused_so_no_child_is_started_in_another_cgroup(
     sandbox: LocalToolSandbox,
 ) -> None:
@@ -461,14 +566,18 @@ async def test_a_fork_storm_is_killed_whole(sandbox: LocalToolSandbox) -> None:
 
 
 async def test_the_command_cannot_stop_or_kill_its_keeper(sandbox: LocalToolSandbox) -> None:
+    # In a PID namespace the keeper is out of sight (the parent pid reads 0: killing "0"
+    # would be the command's own process group); without one, Landlock refuses the signal.
     for signal_name in ("-9", "-STOP"):
         result = await sandbox.run_command(
-            f"(setsid sleep 5435 > /dev/null 2>&1 &); sleep 0.3; kill {signal_name} $PPID; "
+            "(setsid sleep 5435 > /dev/null 2>&1 &); sleep 0.3; "
+            f'if [ "$PPID" = 0 ]; then echo unseen; else kill {signal_name} $PPID; fi; '
             "echo sent=$?",
             permit=CallPermit(write=True),
             timeout_s=5,
         )
         assert result.exit_code is not None and not result.timed_out
+        assert "sent=" in result.stdout, (result.stdout, result.stderr)
         assert leftovers("sleep 543") == []
 
 

@@ -9,9 +9,15 @@ Two processes per command:
   read-only tmpfs); forks the command; reports its pid and how it ended on the command's
   socket; and kills everything the command started when it ends, when the kernel asks, or
   when the kernel's end of the socket closes (the kernel died);
-* the *command* (the keeper's child, PID 1 of its namespace when there is one) gets a new
-  session, its output pipes, default signal handling, resource limits, no capabilities,
-  ``no_new_privs``, its Landlock ruleset and the seccomp filter, then ``execve``.
+* the *command* (the keeper's child) gets a new session, its output pipes, default signal
+  handling, resource limits, no capabilities, ``no_new_privs``, its Landlock ruleset and the
+  seccomp filter, then ``execve``.
+
+In a PID namespace a third process comes first: its *reaper* (``NamespaceReaper``), PID 1,
+forked by the keeper as it enters the namespaces. Orphans of the command go to it, and it
+reaps them at once (a command that never waits for the children it did not start itself
+would otherwise keep their zombies, which count against its process limit); when it ends,
+the kernel kills every process of the namespace.
 
 Without namespaces the keeper is a child subreaper: orphans of the command come back to it
 and are killed, so nothing outlives the command either way; Landlock alone then keeps
@@ -85,6 +91,11 @@ def _call(result: int, what: str) -> None:
     if result != 0:
         code = ctypes.get_errno()
         raise SetupError(f"{what}: {os.strerror(code)}")
+
+
+def adopt_orphans() -> None:
+    """Make the caller a child subreaper: orphans below it come back to it, not to init."""
+    _call(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
 
 
 def unshare(flags: int) -> None:
@@ -394,8 +405,9 @@ def set_limits(
     """CPU seconds, data size, file size, open files, processes; no core dumps.
 
     The process limit counts per user namespace: in a namespace of its own the sandbox
-    starts from zero; otherwise every process of the user counts, so the limit is added to
-    how many the user already runs (``running``, counted now when not given).
+    starts from its reaper, which the limit leaves room for; otherwise every process of the
+    user counts, so the limit is added to how many the user already runs (``running``,
+    counted now when not given).
     """
     table = {
         "cpu_seconds": resource.RLIMIT_CPU,
@@ -407,8 +419,11 @@ def set_limits(
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     for name, which in table.items():
         value = limits.get(name)
-        if value and name == "processes" and not per_sandbox_processes:
-            value += running if running is not None else processes_of(os.getuid())
+        if value and name == "processes":
+            if per_sandbox_processes:
+                value += 1  # the namespace's reaper, not one of the command's
+            else:
+                value += running if running is not None else processes_of(os.getuid())
         if value:
             _, hard = resource.getrlimit(which)
             ceiling = value if hard == resource.RLIM_INFINITY else min(value, hard)
@@ -532,35 +547,113 @@ SPARE_NAMESPACES = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWNS
 there is no seccomp filter)."""
 
 
-def enter(flags: int) -> None:
-    """Enter new namespaces (``flags``) with the caller's ids mapped to themselves."""
+def enter(flags: int) -> NamespaceReaper | None:
+    """Enter new namespaces (``flags``) with the caller's ids mapped to themselves.
+
+    With a new PID namespace, its first process is started at once: the reaper returned.
+
+    Raises:
+        SetupError, OSError: A namespace could not be entered or the reaper not started.
+    """
     uid, gid = os.getuid(), os.getgid()
     unshare(flags)
     map_own_ids(uid, gid)
+    return NamespaceReaper.start() if flags & CLONE_NEWPID else None
+
+
+class NamespaceReaper:
+    """PID 1 of a command's PID namespace, started by its keeper: it reaps orphans.
+
+    A namespace's first process inherits every orphan in it. Were that the command, a
+    program that never waits for children it did not start itself (a plain ``python3 -c``
+    whose children leave grandchildren behind) would keep their zombies, which count against
+    its process limit, until it ran out. The reaper ignores ``SIGCHLD``, so the kernel reaps
+    the orphans handed to it; it holds no descriptor but the read end of a pipe whose write
+    end only the keeper has, and it ends when that pipe closes (the keeper ended it or died),
+    which makes the kernel kill every process of the namespace.
+
+    It is not confined: forked before the keeper confines itself, it does nothing but wait,
+    and the command cannot signal it (PID 1 of its namespace, outside its Landlock domain)
+    nor trace it (a less confined process), as it cannot the keeper.
+    """
+
+    def __init__(self, pid: int, alive: int) -> None:
+        self.pid = pid
+        self._alive = alive
+
+    @classmethod
+    def start(cls) -> NamespaceReaper:
+        """Fork the reaper (the first child since the PID namespace was entered)."""
+        alive_r, alive_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = os.fork()
+        except BaseException:
+            os.close(alive_r)
+            os.close(alive_w)
+            raise
+        if pid == 0:
+            _reap_until_closed(alive_r)
+        os.close(alive_r)
+        return cls(pid, alive_w)
+
+    def end(self) -> None:
+        """Tell the reaper to end (it exits, the kernel kills the namespace); do not wait.
+
+        The keeper cannot signal the reaper once Landlock scopes its signals; closing the
+        pipe needs no right. Calling it again does nothing.
+        """
+        if self._alive >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._alive)
+            self._alive = -1
+
+    def wait(self) -> None:
+        """``end``, then wait until the reaper, and so every process of the namespace, is gone.
+
+        Only once the command is reaped: the reaper's exit waits for every process of the
+        namespace to be reaped, the command (the keeper's child) included.
+        """
+        self.end()
+        _reap(self.pid)
+
+
+def _reap_until_closed(alive: int) -> NoReturn:
+    """In the reaper: drop every other descriptor, let the kernel reap, wait for the pipe."""
+    try:
+        # Ignoring SIGCHLD makes the kernel reap ended children at once, orphans handed to
+        # this process included (already-ended ones as they arrive).
+        signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+        os.closerange(0, alive)
+        os.closerange(alive + 1, 1 << 16)
+        while os.read(alive, 1):
+            pass
+    finally:
+        os._exit(0)
 
 
 def keep(
     policy: Mapping[str, Any], sock: socket.socket, stdout: int, stderr: int, abi: int,
     namespaces: bool, prepared: Mapping[str, Any] | None = None, running: int | None = None,
-    entered: int = 0,
+    entered: int = 0, reaper: NamespaceReaper | None = None,
 ) -> NoReturn:  # fmt: skip
     """In the keeper process: set up, confine itself, fork the command, watch it.
 
     ``prepared`` and ``running`` are the launcher's cached system rules and count of the
     user's processes (used without namespaces); ``entered`` the namespaces a spare keeper
-    already entered. Never returns.
+    already entered, and ``reaper`` the first process of its PID namespace. Never returns.
     """
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the launcher ignores it; we wait
     mounted = False
     try:
         if namespaces:
             # The host's /dev/shm is granted only when a private tmpfs covers it.
-            mounted, write_dirs = _enter_namespaces(policy, entered)
+            mounted, write_dirs, started = _enter_namespaces(policy, entered)
+            reaper = reaper or started
             policy = {**policy, "write": write_dirs}
         else:
             policy = {**policy, "write": [w for w in policy["write"] if w != "/dev/shm"]}
         if not namespaces:
-            _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+            adopt_orphans()
     except Exception as exc:
         _send(sock, {"setup_error": f"{type(exc).__name__}: {exc}"})
         os._exit(_EXIT_SETUP_FAILED)
@@ -580,12 +673,14 @@ def keep(
     os.close(stderr)
     _send(sock, {"started": me, "child": child, "namespaces": namespaces})
     # Landlock (ABI 6+) lets this keeper signal its own command's processes and no other.
-    code = _watch(sock, child, namespaces, scoped=abi >= 6)
+    code = _watch(sock, child, reaper if namespaces else None, scoped=abi >= 6)
     _send(sock, {"exit": code})
     os._exit(0)
 
 
-def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool, list[str]]:
+def _enter_namespaces(
+    policy: Mapping[str, Any], entered: int = 0
+) -> tuple[bool, list[str], NamespaceReaper | None]:
     """New user, PID and IPC namespaces, and a mount namespace when mounts are needed.
 
     Mounts are needed when the command may write the workspace (everything read-only but the
@@ -598,8 +693,8 @@ def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool
     it), and a symbolic link is covered through its target, which is protected itself when it
     lies in a root.
 
-    Returns whether the mounts (or the lack of any need for them) protect the command, and
-    the directories it may write.
+    Returns whether the mounts (or the lack of any need for them) protect the command, the
+    directories it may write, and the reaper of the PID namespace when this entered it.
     """
     writable = bool(policy["writable"])
     write_dirs = [w for w in policy["write"] if w != "/dev/shm"]
@@ -630,6 +725,7 @@ def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool
     ]
     needs_mounts = bool(writable or hidden)
     flags = entered
+    reaper = None
     if not entered:
         flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC
         if needs_mounts:
@@ -638,10 +734,10 @@ def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool
             # Without the seccomp filter an empty network namespace keeps UDP and raw
             # sockets off the network (it costs half a millisecond per command otherwise).
             flags |= CLONE_NEWNET
-        enter(flags)
+        reaper = enter(flags)
     if not needs_mounts or not flags & CLONE_NEWNS:
         # Nothing to protect by mounts: no workspace writes, no readable secret below a grant.
-        return True, write_dirs
+        return True, write_dirs, reaper
     private_shm = bool(policy.get("private_shm")) and os.path.isdir("/dev/shm")
     pinned = _parents_between([p for p in (*readonly, *hidden) if os.path.lexists(p)], write_dirs)
     try:
@@ -652,8 +748,8 @@ def _enter_namespaces(policy: Mapping[str, Any], entered: int = 0) -> tuple[bool
             private_shm=private_shm,
         )
     except (SetupError, OSError):
-        return False, write_dirs
-    return True, [*write_dirs, "/dev/shm"] if private_shm else write_dirs
+        return False, write_dirs, reaper
+    return True, [*write_dirs, "/dev/shm"] if private_shm else write_dirs, reaper
 
 
 def _below_any(path: str, roots: Iterable[str]) -> bool:
@@ -684,13 +780,15 @@ def _below(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def _watch(sock: socket.socket, child: int, namespaces: bool, *, scoped: bool) -> int:
+def _watch(sock: socket.socket, child: int, reaper: NamespaceReaper | None, *, scoped: bool) -> int:
     """Wait for the command or for the kernel; leave nothing running; the exit code.
 
+    ``reaper``: the first process of the command's PID namespace (``None`` without one).
     Without namespaces this keeper is the subreaper of the command's orphans: it reaps them
     as they end, or their zombies would count against the command's process limit until it
     ends (a command whose background jobs come and go would run out of processes).
     """
+    namespaces = reaper is not None
     pidfd = os.pidfd_open(child)
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
@@ -719,10 +817,12 @@ def _watch(sock: socket.socket, child: int, namespaces: bool, *, scoped: bool) -
             except OSError:
                 message = b""
             if not message or message == b"kill":
-                _kill_tree(child, namespaces, scoped=scoped)
+                _kill_tree(child, reaper, scoped=scoped)
                 code = _reap(child)
                 break
-    _kill_tree(child, namespaces, scoped=scoped)
+    _kill_tree(child, reaper, scoped=scoped)
+    if reaper is not None:
+        reaper.wait()  # the command is reaped by now
     os.close(pidfd)
     return code
 
@@ -753,19 +853,21 @@ def _reap(pid: int) -> int:
         return os.waitstatus_to_exitcode(status)
 
 
-def _kill_tree(child: int, namespaces: bool, *, scoped: bool) -> None:
+def _kill_tree(child: int, reaper: NamespaceReaper | None, *, scoped: bool) -> None:
     """SIGKILL the command and everything it started.
 
-    In a PID namespace killing its first process ends all of them. Otherwise, when Landlock
-    scopes signals (``scoped``), ``kill(-1)`` reaches exactly the processes of this keeper's
-    domain, wherever they moved, in one pass that no fork escapes. Without either, every
-    process below this keeper (a subreaper: orphans come back to it) is found by walking the
-    ``children`` lists, stopped so that none can fork while the others die, then killed.
-    Rounds repeat until nothing is left, or until ``_CLEANUP_SECONDS`` have passed.
+    In a PID namespace (``reaper``) ending its first process ends all of them. Otherwise,
+    when Landlock scopes signals (``scoped``), ``kill(-1)`` reaches exactly the processes of
+    this keeper's domain, wherever they moved, in one pass that no fork escapes. Without
+    either, every process below this keeper (a subreaper: orphans come back to it) is found
+    by walking the ``children`` lists, stopped so that none can fork while the others die,
+    then killed. Rounds repeat until nothing is left, or until ``_CLEANUP_SECONDS`` have
+    passed.
     """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(child, signal.SIGKILL)
-    if namespaces:
+    if reaper is not None:
+        reaper.end()
         return
     me = os.getpid()
     deadline = time.monotonic() + _CLEANUP_SECONDS

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from providers.sandbox.confined_child import NamespaceReaper
     from providers.sandbox.pids_cgroups import PidsCgroups
 
 MAX_MESSAGE_BYTES = 1 << 20
@@ -203,6 +204,11 @@ def serve(control: socket.socket) -> None:
             with contextlib.suppress(OSError, ValueError):
                 signal.signal(number, signal.SIG_DFL)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # Linux reaps the keepers itself
+    # And what a keeper or spare leaves when it ends first: a namespace's reaper (whose end
+    # waits for every process of its namespace to be reaped), or a command whose keeper was
+    # killed. Without this they would wait for the host's init, which may never reap.
+    with contextlib.suppress(confined_child.SetupError):
+        confined_child.adopt_orphans()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     hello = {
         "hello": True,
@@ -266,7 +272,7 @@ def _serve_requests(
             wanted = confined_child.SPARE_NAMESPACES
             if not policy.get("network") and not policy.get("seccomp", True):
                 wanted |= confined_child.CLONE_NEWNET
-        limit = _process_limit(policy)
+        limit = _process_limit(policy, use_namespaces)
         if spare is None or not spare.hand_over(data, fds, wanted, limit):
             _fork_keeper(control, data, fds, abi, use_namespaces, grants, cgroups, limit)
         for fd in fds:
@@ -286,13 +292,19 @@ def _serve_requests(
         spare = Spare.start(control, abi, wanted if use_namespaces else 0, grants, cgroups)
 
 
-def _process_limit(policy: Any) -> int | None:
-    """The ``pids.max`` of a request's keeper cgroup: its process limit and the keeper."""
+def _process_limit(policy: Any, namespaces: bool) -> int | None:
+    """The ``pids.max`` of a request's keeper cgroup: its process limit and the keeper's own.
+
+    Besides the command's processes the cgroup holds the keeper and, in namespaces, the
+    reaper (the PID namespace's first process).
+    """
     try:
         processes = int(policy["limits"]["processes"])
     except (TypeError, KeyError, ValueError):
         return None  # malformed: its keeper reports it; no limit is needed for that
-    return processes + 1 if processes > 0 else None
+    if processes <= 0:
+        return None
+    return processes + (2 if namespaces else 1)
 
 
 class Spare:
@@ -365,9 +377,10 @@ def _wait_as_spare(channel: socket.socket, abi: int, flags: int, grants: SystemG
     from providers.sandbox import confined_child
 
     failure = None
+    reaper = None
     try:
         if flags:
-            confined_child.enter(flags)
+            reaper = confined_child.enter(flags)
     except Exception as exc:  # reported to the command that comes, as its keeper would
         failure = f"{type(exc).__name__}: {exc}"
     started = None
@@ -385,7 +398,9 @@ def _wait_as_spare(channel: socket.socket, abi: int, flags: int, grants: SystemG
         with contextlib.suppress(OSError):
             socket.socket(fileno=fds[0]).send(json.dumps({"setup_error": failure}).encode())
         return
-    _keep_request(data, fds, abi, bool(flags), grants, entered=flags, started=started)
+    _keep_request(
+        data, fds, abi, bool(flags), grants, entered=flags, started=started, reaper=reaper
+    )
 
 
 @contextlib.contextmanager
@@ -418,7 +433,9 @@ def _fork_keeper(
             if os.fork() == 0:
                 try:
                     os.close(control.fileno())
-                    _keep_request(data, fds, abi, namespaces, grants, entered=0, started=None)
+                    _keep_request(
+                        data, fds, abi, namespaces, grants, entered=0, started=None, reaper=None
+                    )
                 finally:
                     os._exit(_EXIT_SETUP_FAILED)  # never back into the launcher's loop
     except OSError as exc:
@@ -430,11 +447,12 @@ def _fork_keeper(
 
 def _keep_request(
     data: bytes, fds: list[int], abi: int, namespaces: bool, grants: SystemGrants, *,
-    entered: int, started: Any,
+    entered: int, started: Any, reaper: NamespaceReaper | None,
 ) -> None:  # fmt: skip
     """In a keeper: read the request's policy and keep its command (never returns).
 
-    ``entered``: the namespaces a spare already entered; ``started``: its ``StartedRuleset``.
+    ``entered``: the namespaces a spare already entered; ``started``: its ``StartedRuleset``;
+    ``reaper``: the ``NamespaceReaper`` of the PID namespace it entered.
     """
     from providers.sandbox import confined_child
 
@@ -456,8 +474,9 @@ def _keep_request(
     except Exception:
         prepared = running = None  # the keeper plans for itself, and reports what is wrong
     confined_child.keep(
-        policy, command, stdout, stderr, abi, namespaces, prepared, running, entered=entered
-    )
+        policy, command, stdout, stderr, abi, namespaces, prepared, running,
+        entered=entered, reaper=reaper,
+    )  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
