@@ -86,6 +86,10 @@ from core_agent.safety.redacting_stores import (
 )
 from core_agent.safety.redaction import Redactor, host_secrets
 from core_agent.safety.tool_poisoning import poisoned_tool_reason
+from core_agent.tooling.discovered_tool_selection import (
+    DiscoveredToolSelection,
+    split_tool_list,
+)
 from core_agent.tooling.memory_tools import knowledge_search_tool, memory_tools
 from core_agent.tooling.registry import ToolRegistry
 from core_agent.tooling.tool_origins import check_deps, defined_at, host_tools, registry_of
@@ -182,14 +186,35 @@ def load_provider(group: str, name: str, settings: AgentSettings, port: type[T])
     return instance
 
 
+def tool_choice(settings: AgentSettings) -> tuple[list[str] | None, DiscoveredToolSelection | None]:
+    """``settings.tools`` split: the names to find now, and its choice of MCP servers' tools.
+
+    Names of declared MCP servers' tools (``<server>__<tool>``, ``<server>__*``) are checked
+    only once the servers are asked (``discovered_tool_selection``). ``(None, None)`` when
+    ``settings.tools`` is unset.
+
+    Raises:
+        ConfigurationError: ``AGENT_MCP_FILE`` cannot be read (see ``mcp_server_tables``).
+    """
+    if settings.tools is None:
+        return None, None
+    servers = settings.mcp_server_tables() if settings.mcp_servers or settings.mcp_file else {}
+    return split_tool_list(settings.tools, servers)
+
+
 def load_tools(
-    settings: AgentSettings, kernel_tools: Sequence[ITool] = (), code_tools: Sequence[ITool] = ()
+    settings: AgentSettings,
+    kernel_tools: Sequence[ITool] = (),
+    code_tools: Sequence[ITool] = (),
+    chosen_names: Sequence[str] | None = None,
 ) -> ToolRegistry:
     """A registry with the host's tools, the installed tools and the kernel's own tools.
 
     ``settings.tools`` picks among the installed and the kernel's own (all when unset); the
     kernel's own are memory and knowledge search. ``code_tools``, the tools the host passed
     to ``create_kernel``, are always in (``settings.tools`` may name them too).
+    ``chosen_names``: ``settings.tools`` without the MCP servers' tools it names
+    (``tool_choice``), which join later; taken from ``settings.tools`` when not given.
 
     Raises:
         ProviderNotFoundError: ``settings.tools`` names a tool that is none of these.
@@ -198,7 +223,9 @@ def load_tools(
     available = _entry_points(TOOLS)
     own = {tool.spec.name: tool for tool in kernel_tools}
     given = {tool.spec.name for tool in code_tools}
-    wanted = [*available, *own] if settings.tools is None else settings.tools
+    if chosen_names is None:
+        chosen_names = settings.tools
+    wanted = [*available, *own] if chosen_names is None else chosen_names
     chosen = [(tool, f"the tool {defined_at(tool)} passed to create_kernel") for tool in code_tools]
     for name in dict.fromkeys(wanted):
         if name in available:
@@ -232,10 +259,12 @@ def add_capability_tools(
     registry: ToolRegistry,
     settings: AgentSettings,
     capabilities: Sequence[IBusinessCapabilityProvider],
+    selection: DiscoveredToolSelection | None = None,
 ) -> ToolRegistry:
     """``registry`` with each capability's own tools and the installed tools it names.
 
-    The tools a capability discovers (``discovered_tools``) join when tools are first listed.
+    The tools a capability discovers (``discovered_tools``) join when tools are first listed:
+    all of them, or those ``selection`` chooses (``tool_choice``).
 
     Raises:
         ProviderNotFoundError: A capability names a tool that is not installed.
@@ -247,7 +276,10 @@ def add_capability_tools(
                 registry.register(load_provider(TOOLS, name, settings, ITool))  # type: ignore[type-abstract]
         for tool in capability.tools():
             registry.register(tool)
-        registry.defer(capability.discovered_tools, screen=poisoned_tool_reason)
+        discover = capability.discovered_tools
+        if selection is not None:
+            discover = selection.picking(discover)
+        registry.defer(discover, screen=poisoned_tool_reason)
     return registry
 
 
@@ -674,6 +706,8 @@ class KernelContainer(containers.DeclarativeContainer):
     """The host's objects for its tools (``ToolContext.deps``); this process's, never stored."""
     capabilities = providers.Singleton(load_capabilities, settings)
     """The business capabilities of ``AGENT_CAPABILITIES`` (closed with the kernel)."""
+    tools_chosen = providers.Singleton(tool_choice, settings)
+    """``AGENT_TOOLS`` split: names to find at start, and the MCP servers' tools it names."""
     tool_registry = providers.Singleton(
         add_capability_tools,
         providers.Singleton(
@@ -686,9 +720,11 @@ class KernelContainer(containers.DeclarativeContainer):
                 providers.Singleton(TracedRetriever, retriever).provider,
             ),
             host_tools,
+            tools_chosen.provided[0],
         ),
         settings,
         capabilities,
+        tools_chosen.provided[1],
     )
 
     checkpoint_store = providers.Singleton(

@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from core_agent.agent_files import AgentFileError
 from core_agent.container import create_kernel
 from core_agent.contracts.settings import AgentSettings
 from providers.mcp.server_connection import McpServerError
@@ -454,3 +455,76 @@ async def test_a_server_flooding_its_stderr_is_not_blocked_and_only_its_tail_is_
         await servers.close()
     quoted = str(crashed.value)
     assert "crashing on purpose" in quoted and len(quoted) < 2500
+
+
+def time_and_notes(settings: AgentSettings, notes_url: str, **updates: object) -> AgentSettings:
+    """``settings`` with the time server over stdio and the notes server over HTTP."""
+    servers = {
+        "time": {
+            "command": sys.executable,
+            "args": ["-m", "mcp_server_time", "--local-timezone", "UTC"],
+            "capabilities": ["read"],
+        },
+        "notes": {"url": notes_url, "capabilities": ["read", "write"]},
+    }
+    return settings.model_copy(update={"mcp_servers": servers, **updates})
+
+
+async def test_the_tool_list_chooses_among_the_servers_tools_by_name_or_whole_server(
+    litellm_settings, openai_server, notes_over_http, caplog
+) -> None:
+    # One tool of one server, all of another, and a tool no server has (reported, not fatal).
+    settings = time_and_notes(
+        litellm_settings,
+        notes_over_http,
+        tools=("calculator", "time__get_current_time", "notes__*", "time__no_such_tool"),
+    )
+    openai_server.reply(
+        None,
+        tool_calls=[{"id": "c1", "name": "notes__add_note", "arguments": {"text": "milk"}}],
+    )
+    openai_server.reply("Noted.")
+
+    with caplog.at_level(logging.WARNING):
+        async with create_kernel(settings) as kernel:
+            result = await kernel.execute_task(TaskRequest(task="Note: milk"))
+
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    offered = set(tool_names(openai_server.requests[0]))
+    assert "time__get_current_time" in offered and "time__convert_time" not in offered
+    assert {"notes__add_note", "notes__list_notes", "notes__echo"} <= offered
+    assert {name for name in offered if not name.startswith(("time__", "notes__"))} == {
+        "calculator"
+    }
+    assert "'time__no_such_tool', which no MCP server offers" in caplog.text
+
+
+async def test_a_tool_list_naming_none_of_the_servers_tools_keeps_them_all(
+    litellm_settings, openai_server, notes_over_http
+) -> None:
+    settings = time_and_notes(litellm_settings, notes_over_http, tools=("calculator",))
+    openai_server.reply("Hello.")
+
+    async with create_kernel(settings) as kernel:
+        await kernel.execute_task(TaskRequest(task="Hi"))
+
+    offered = set(tool_names(openai_server.requests[0]))
+    assert {"calculator", "time__convert_time", "notes__add_note"} <= offered
+
+
+async def test_an_agent_file_can_name_a_servers_tools_but_not_an_undeclared_servers(
+    litellm_settings, openai_server, notes_over_http, tmp_path: Path
+) -> None:
+    agent = tmp_path / "agent.yaml"
+    agent.write_text("tools: [current_time, notes__list_notes]\n", encoding="utf-8")
+    openai_server.reply("Nothing noted.")
+    settings = time_and_notes(litellm_settings, notes_over_http)
+
+    async with create_kernel(settings, agent=agent) as kernel:
+        await kernel.execute_task(TaskRequest(task="What did I note?"))
+
+    assert sorted(tool_names(openai_server.requests[0])) == ["current_time", "notes__list_notes"]
+
+    agent.write_text("tools: [current_time, mail__send]\n", encoding="utf-8")
+    with pytest.raises(AgentFileError, match=r"agent.yaml:1:\d+: no tool named 'mail__send'"):
+        create_kernel(settings, agent=agent)

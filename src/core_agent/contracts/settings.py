@@ -174,7 +174,9 @@ class AgentSettings(BaseSettings):
     """How often a running task looks for a cancel request made by another process."""
 
     tools: Annotated[tuple[str, ...] | None, NoDecode] = None
-    """Names of the installed tools to enable (comma-separated); all when unset."""
+    """Names of the installed tools to enable (comma-separated); all when unset. May name
+    declared MCP servers' tools (``<server>__<tool>``, ``<server>__*``): then only those of
+    the servers' tools join (``core_agent.tooling.discovered_tool_selection``)."""
     capabilities: Annotated[tuple[str, ...], NoDecode] = ()
     """Business capability providers to enable (``core_agent.capabilities`` entry points,
     comma-separated, e.g. ``reader,coding_assistant``): their tools, context, policy rules
