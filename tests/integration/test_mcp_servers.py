@@ -528,3 +528,40 @@ async def test_an_agent_file_can_name_a_servers_tools_but_not_an_undeclared_serv
     agent.write_text("tools: [current_time, mail__send]\n", encoding="utf-8")
     with pytest.raises(AgentFileError, match=r"agent.yaml:1:\d+: no tool named 'mail__send'"):
         create_kernel(settings, agent=agent)
+
+
+async def test_a_trusted_agent_file_declares_its_own_servers_and_an_untrusted_one_cannot(
+    litellm_settings, openai_server, tmp_path: Path
+) -> None:
+    agent = tmp_path / "agent.yaml"
+    agent.write_text(
+        "tools: [calculator, time__get_current_time]\n"
+        "mcp_servers:\n"
+        "  time:\n"
+        f"    command: {json.dumps(sys.executable)}\n"
+        "    args: [-m, mcp_server_time, --local-timezone, UTC]\n"
+        "    capabilities: [read]\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(AgentFileError, match=r"agent.yaml:2:1: mcp_servers: time: .*trust"):
+        create_kernel(litellm_settings, agent=agent)
+
+    openai_server.reply(
+        None,
+        tool_calls=[
+            {"id": "c1", "name": "time__get_current_time", "arguments": {"timezone": "UTC"}}
+        ],
+    )
+    openai_server.reply("It is late.")
+    trusted = litellm_settings.model_copy(update={"trust_agent_file": True})
+    async with create_kernel(trusted, agent=agent) as kernel:
+        result = await kernel.execute_task(TaskRequest(task="What time is it?"))
+        events = await kernel.task_events(result.task_id)
+
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    assert sorted(tool_names(openai_server.requests[0])) == [
+        "calculator",
+        "time__get_current_time",
+    ]
+    completed = [e.result for e in events if e.kind == "tool.completed"]
+    assert json.loads(completed[0].content)["timezone"] == "UTC"

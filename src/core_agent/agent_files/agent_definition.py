@@ -122,7 +122,8 @@ class AgentDefinition:
         files: The agent file and the files it names, links resolved: tools may not
             write them (``sandbox_protected_paths``), as they may not write the policy file.
         places: Line and column of keys checked when the file is applied, by dotted name.
-        needs_trust: What the file may only do when trusted (a rule that opens the network).
+        needs_trust: What the file may only do when trusted (a rule that opens the network,
+            MCP servers).
     """
 
     name: str
@@ -148,11 +149,17 @@ class AgentDefinition:
         trusted, a key of ``settings`` (or of the environment, which litellm would read) is
         not sent to a server the file chose: the placeholder key is (``withholds_key``).
 
+        ``mcp_servers`` join the settings' servers (a name in both is the file's).
+
         Raises:
             AgentFileError: The file is not trusted and would lower safety below
-                ``settings``: a higher approval threshold, a rule that opens the network.
+                ``settings``: a higher approval threshold, a rule that opens the network,
+                MCP servers.
         """
         updates = dict(self.settings_updates)
+        if "mcp_servers" in updates and "mcp_servers" not in self.explicit:
+            # The file's servers join the settings' (a name in both is the file's).
+            updates["mcp_servers"] = {**settings.mcp_servers, **updates["mcp_servers"]}
         if self.recall and "memory_recall_k" not in updates and settings.memory_recall_k < 1:
             updates["memory_recall_k"] = AgentSettings.model_fields["memory_recall_k"].default
         if not updates.get("trust_agent_file", settings.trust_agent_file):
@@ -401,6 +408,19 @@ class _Mapper:
             if script is not None:
                 self._set("scripted_model_script", script.path, ("model", "script"))
         rules = self._policy_rules()
+        if spec.mcp_servers:
+            self._set("mcp_servers", dict(spec.mcp_servers), ("mcp_servers",))
+            line, column = self.document.position(("mcp_servers",), key=True)
+            self.needs_trust.append(
+                AgentFileProblem(
+                    line,
+                    column,
+                    f"mcp_servers: {', '.join(spec.mcp_servers)}: an agent file may declare "
+                    f"MCP servers (programs it starts, addresses it reaches, how their calls "
+                    f"are graded) only when you trust it ({TRUST_OPT_IN}); or declare them "
+                    f"yourself (AGENT_MCP_SERVERS, AGENT_MCP_FILE)",
+                )
+            )
         memory = spec.memory
         if memory is not None and memory.recall is False:
             if memory.recall_k:

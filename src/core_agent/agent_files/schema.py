@@ -127,6 +127,11 @@ class AgentFileSpec(_Section):
     strategy: StrategySection | None = None
     capabilities: list[Name] | None = None
     """Business capability providers to enable, by name."""
+    mcp_servers: dict[Name, dict[str, Any]] | None = None
+    """MCP tool servers by name, each table as in ``AGENT_MCP_FILE`` (``command`` and
+    ``args``, or ``url``; ``capabilities``, ``tools``...). They join the servers of the
+    settings (a name in both is the file's); only a trusted file may declare any: a server
+    is a program started or an address reached, and its ``capabilities`` grade its calls."""
 
     @field_validator("model", mode="before")
     @classmethod
