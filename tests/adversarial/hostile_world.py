@@ -102,6 +102,17 @@ class _Sink:
         connection, _ = self.sock.accept()
         connection.close()
 
+    def settled(self, expected: int, wait_s: float = 5.0) -> int:
+        """``hits`` once it reaches ``expected`` or ``wait_s`` pass.
+
+        A connection the client saw accepted is counted by the serving thread a moment
+        later (under load, after the client's process has ended).
+        """
+        deadline = time.monotonic() + wait_s
+        while self.hits < expected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.hits
+
     def close(self) -> None:
         self._stop.set()
         self.sock.close()

@@ -405,9 +405,9 @@ def set_limits(
     """CPU seconds, data size, file size, open files, processes; no core dumps.
 
     The process limit counts per user namespace: in a namespace of its own the sandbox
-    starts from its reaper, which the limit leaves room for; otherwise every process of the
-    user counts, so the limit is added to how many the user already runs (``running``,
-    counted now when not given).
+    starts from its keeper and reaper, which the limit leaves room for; otherwise every
+    process of the user counts, so the limit is added to how many the user already runs
+    (``running``, counted now when not given).
     """
     table = {
         "cpu_seconds": resource.RLIMIT_CPU,
@@ -421,7 +421,7 @@ def set_limits(
         value = limits.get(name)
         if value and name == "processes":
             if per_sandbox_processes:
-                value += 1  # the namespace's reaper, not one of the command's
+                value += 2  # the keeper and the namespace's reaper, not the command's
             else:
                 value += running if running is not None else processes_of(os.getuid())
         if value:
@@ -611,10 +611,20 @@ class NamespaceReaper:
         """``end``, then wait until the reaper, and so every process of the namespace, is gone.
 
         Only once the command is reaped: the reaper's exit waits for every process of the
-        namespace to be reaped, the command (the keeper's child) included.
+        namespace to be reaped, those whose parent is the keeper included (the command, and
+        its siblings if it made any with ``CLONE_PARENT``, which seccomp refuses where it
+        runs): they are reaped here as they end.
         """
         self.end()
-        _reap(self.pid)
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, 0)
+            except ChildProcessError:
+                return
+            except InterruptedError:
+                continue
+            if pid == self.pid:
+                return
 
 
 def _reap_until_closed(alive: int) -> NoReturn:
@@ -810,15 +820,23 @@ def _watch(sock: socket.socket, child: int, reaper: NamespaceReaper | None, *, s
                     break
                 continue
             if fd == pidfd:
-                code = _reap(child)
+                code = _reap_now(child)
+                if code is None:
+                    # Ended, but a tracer (one of its own processes) holds its status back:
+                    # waiting for it would wait for the tracer. End everything first; then
+                    # the status comes back to this keeper.
+                    code = _kill_tree(child, reaper, scoped=scoped)
+                    if code is None:
+                        code = _reap(child)
                 break
             try:
                 message = sock.recv(64)
             except OSError:
                 message = b""
             if not message or message == b"kill":
-                _kill_tree(child, reaper, scoped=scoped)
-                code = _reap(child)
+                code = _kill_tree(child, reaper, scoped=scoped)
+                if code is None:
+                    code = _reap(child)
                 break
     _kill_tree(child, reaper, scoped=scoped)
     if reaper is not None:
@@ -853,7 +871,7 @@ def _reap(pid: int) -> int:
         return os.waitstatus_to_exitcode(status)
 
 
-def _kill_tree(child: int, reaper: NamespaceReaper | None, *, scoped: bool) -> None:
+def _kill_tree(child: int, reaper: NamespaceReaper | None, *, scoped: bool) -> int | None:
     """SIGKILL the command and everything it started.
 
     In a PID namespace (``reaper``) ending its first process ends all of them. Otherwise,
@@ -863,13 +881,16 @@ def _kill_tree(child: int, reaper: NamespaceReaper | None, *, scoped: bool) -> N
     by walking the ``children`` lists, stopped so that none can fork while the others die,
     then killed. Rounds repeat until nothing is left, or until ``_CLEANUP_SECONDS`` have
     passed.
+
+    Returns the command's exit code when this reaped it (without namespaces), else ``None``.
     """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(child, signal.SIGKILL)
     if reaper is not None:
         reaper.end()
-        return
+        return None
     me = os.getpid()
+    code: int | None = None
     deadline = time.monotonic() + _CLEANUP_SECONDS
     while True:
         if scoped:
@@ -883,27 +904,43 @@ def _kill_tree(child: int, reaper: NamespaceReaper | None, *, scoped: bool) -> N
                 for pid in alive:
                     with contextlib.suppress(ProcessLookupError, PermissionError):
                         os.kill(pid, number)
-        reaped = _reap_orphans(limit=len(alive) + _REAP_PER_ROUND)
+        reaped, found = _reap_orphans(limit=len(alive) + _REAP_PER_ROUND, child=child)
+        code = found if found is not None else code
         if not alive and not reaped:
-            return
+            return code
         if time.monotonic() > deadline:
-            return
+            return code
         if not reaped:
             time.sleep(0.001)  # killed processes take a moment to come back as orphans
 
 
-def _reap_orphans(limit: int) -> int:
-    """Reap up to ``limit`` ended children without waiting; how many were reaped."""
+def _reap_orphans(limit: int, child: int = -1) -> tuple[int, int | None]:
+    """Reap up to ``limit`` ended children without waiting; how many, and ``child``'s code."""
     reaped = 0
+    code = None
     while reaped < limit:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             break
         if pid == 0:
             break
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
         reaped += 1
-    return reaped
+    return reaped, code
+
+
+def _reap_now(pid: int) -> int | None:
+    """``pid``'s exit code if it can be reaped now (``None`` while a tracer holds it)."""
+    while True:
+        try:
+            found, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return -int(signal.SIGKILL)
+        except InterruptedError:
+            continue
+        return os.waitstatus_to_exitcode(status) if found == pid else None
 
 
 def _descendants(root: int) -> list[int]:

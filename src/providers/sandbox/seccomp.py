@@ -36,6 +36,9 @@ _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _AF_UNIX = 1
 _X32_BIT = 0x40000000
 _CLONE3 = 435  # the same on x86-64 and aarch64
+_CLONE = {"x86_64": 56, "aarch64": 220}
+_CLONE_PARENT = 0x00008000
+_BPF_JSET_K = 0x45
 _BPF_ALU_AND_K = 0x54
 # Inode metadata also changes through ioctls, which need no writable descriptor: flags
 # (chattr), generation numbers, XFS-style attributes, ext4's own. Every ioctl of the file
@@ -133,6 +136,9 @@ def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
     # clone3 can start a child in any cgroup v2 it can name (CLONE_INTO_CGROUP, an O_PATH
     # descriptor Landlock does not check): out of its pids cgroup. ENOSYS: libc uses clone.
     emit(_BPF_JEQ_K, _CLONE3, jt="unknown")
+    # CLONE_PARENT makes a sibling of the command, a child of its keeper: out of reach of the
+    # namespace's reaper, and the namespace's end would wait for the keeper to reap it.
+    emit(_BPF_JEQ_K, _CLONE[machine], jt="clone")
     for number in denied:
         emit(_BPF_JEQ_K, number, jt="deny")
     emit(_BPF_JEQ_K, socket_nr, jt="socket")
@@ -149,6 +155,10 @@ def build(*, network: bool, modes: bool = True, times: bool = True) -> bytes:
             emit(_BPF_JEQ_K, kind, jt="deny")
         labels["allow"] = len(program)
         emit(_BPF_RET_K, _RET_ALLOW)
+    labels["clone"] = len(program)
+    emit(_BPF_LD_W_ABS, 16)  # low half of args[0], the flags
+    emit(_BPF_JSET_K, _CLONE_PARENT, jt="deny")
+    emit(_BPF_RET_K, _RET_ALLOW)
     labels["socket"] = len(program)
     if network:
         emit(_BPF_LD_W_ABS, 16)  # low half of args[0], the address family
