@@ -195,8 +195,10 @@ PROCESSES = [
     "pkill -9 sleep",
     "python3 -c 'import os; os.kill({victim}, 9)'",
     "kill -9 {kernel}",
-    "(setsid sleep 987 > /dev/null 2>&1 &); sleep 0.3; kill -9 $PPID",
-    "(setsid sleep 987 > /dev/null 2>&1 &); sleep 0.3; kill -STOP $PPID",
+    # The keeper, where the command can see it: in a PID namespace its parent pid reads 0,
+    # and "kill -STOP 0" would stop the command's own process group until its timeout.
+    '(setsid sleep 987 > /dev/null 2>&1 &); sleep 0.3; [ "$PPID" = 0 ] || kill -9 $PPID',
+    '(setsid sleep 987 > /dev/null 2>&1 &); sleep 0.3; [ "$PPID" = 0 ] || kill -STOP $PPID',
     'printf \'{{"exit": 0}}\' >&3; printf \'{{"setup_error": "forged"}}\' >&3',
     "(sleep 987 &) ; echo started",
     "nohup sleep 987 > /dev/null 2>&1 &",

@@ -37,7 +37,7 @@ import select
 import signal
 import socket
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NoReturn
 
 from providers.sandbox import landlock, seccomp
@@ -912,6 +912,34 @@ def _kill_tree(child: int, reaper: NamespaceReaper | None, *, scoped: bool) -> i
             return code
         if not reaped:
             time.sleep(0.001)  # killed processes take a moment to come back as orphans
+
+
+def kill_adopted(own: Collection[int]) -> int:
+    """In the launcher: kill the children it adopted, and everything below them.
+
+    The launcher is a subreaper: when a keeper dies without cleaning up (killed from
+    outside), what its command started comes to the launcher. Its children that are not
+    ``own`` (the keepers and spares it forked) are such orphans; they and their descendants
+    are stopped, so that none can fork away, then killed, in rounds until none is left or
+    ``_CLEANUP_SECONDS`` have passed (the launcher ignores ``SIGCHLD``: the kernel reaps
+    them). Returns how many processes were signalled.
+    """
+    me = os.getpid()
+    deadline = time.monotonic() + _CLEANUP_SECONDS
+    signalled = 0
+    while True:
+        adopted = [pid for pid in _children(me) if pid not in own]
+        if not adopted:
+            return signalled
+        tree = [*adopted, *(below for pid in adopted for below in _descendants(pid))]
+        for number in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, number)
+        signalled += len(tree)
+        if time.monotonic() > deadline:
+            return signalled
+        time.sleep(0.001)  # killed processes take a moment to end and be reaped
 
 
 def _reap_orphans(limit: int, child: int = -1) -> tuple[int, int | None]:

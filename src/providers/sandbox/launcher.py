@@ -21,6 +21,7 @@ import gc
 import itertools
 import json
 import os
+import select
 import signal
 import socket
 import sys
@@ -229,8 +230,9 @@ def serve(control: socket.socket) -> None:
             seccomp.build(network=network, modes=modes, times=times)  # kept for the keepers
     network_namespace = 0 if seccomp.supported() else confined_child.CLONE_NEWNET
     base = confined_child.SPARE_NAMESPACES | network_namespace
-    spare = Spare.start(control, abi, base if namespaces else 0, grants, cgroups)
-    spare = _serve_requests(control, abi, namespaces, grants, cgroups, spare)
+    children = ForkedChildren()
+    spare = Spare.start(control, abi, base if namespaces else 0, grants, cgroups, children)
+    spare = _serve_requests(control, abi, namespaces, grants, cgroups, spare, children)
     if spare is not None:
         spare.channel.close()  # it exits, leaving its cgroup empty
     if cgroups is not None:
@@ -239,13 +241,21 @@ def serve(control: socket.socket) -> None:
 
 def _serve_requests(
     control: socket.socket, abi: int, namespaces: bool, grants: SystemGrants,
-    cgroups: PidsCgroups | None, spare: Spare | None,
+    cgroups: PidsCgroups | None, spare: Spare | None, children: ForkedChildren,
 ) -> Spare | None:  # fmt: skip
-    """The launcher's loop; returns the spare it has when the kernel's end closes."""
+    """The launcher's loop; returns the spare it has when the kernel's end closes.
+
+    Between requests it also wakes when a keeper or spare it forked ends, and kills what
+    such a process left to it (``confined_child.kill_adopted``).
+    """
     from providers.sandbox import confined_child
 
     served = 0
+    children.poller.register(control.fileno(), select.POLLIN | select.POLLHUP)
     while True:
+        if not children.wait_for(control.fileno()):
+            confined_child.kill_adopted(children.pids)
+            continue
         try:
             # Close-on-exec: no command may inherit its keeper's socket (it could forge the
             # keeper's reports) or another descriptor it was not given on purpose.
@@ -274,7 +284,7 @@ def _serve_requests(
                 wanted |= confined_child.CLONE_NEWNET
         limit = _process_limit(policy, use_namespaces)
         if spare is None or not spare.hand_over(data, fds, wanted, limit):
-            _fork_keeper(control, data, fds, abi, use_namespaces, grants, cgroups, limit)
+            _fork_keeper(control, data, fds, abi, use_namespaces, grants, cgroups, limit, children)
         for fd in fds:
             os.close(fd)
         if isinstance(policy, dict):
@@ -289,7 +299,58 @@ def _serve_requests(
             gc.collect()
         if cgroups is not None:
             cgroups.sweep()
-        spare = Spare.start(control, abi, wanted if use_namespaces else 0, grants, cgroups)
+        flags = wanted if use_namespaces else 0
+        spare = Spare.start(control, abi, flags, grants, cgroups, children)
+
+
+class ForkedChildren:
+    """The keepers and spares the launcher forked, each watched through a pidfd.
+
+    Any other child of the launcher (a subreaper) was left to it by one of them that ended
+    without cleaning up: a keeper killed from outside leaves its command's processes.
+    """
+
+    def __init__(self) -> None:
+        self.pids: set[int] = set()
+        self.poller = select.poll()
+        self._pidfds: dict[int, int] = {}
+
+    def close_in_child(self) -> None:
+        """In a keeper or spare just forked: close the launcher's pidfds of its siblings."""
+        for pidfd in self._pidfds:
+            with contextlib.suppress(OSError):
+                os.close(pidfd)
+
+    def watch(self, pid: int) -> None:
+        """Count ``pid`` as forked here, and wake ``wait_for`` when it ends."""
+        self.pids.add(pid)
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:
+            return  # stays counted as ours: nothing it leaves is mistaken for it
+        self._pidfds[pidfd] = pid
+        self.poller.register(pidfd, select.POLLIN)
+
+    def wait_for(self, fd: int) -> bool:
+        """Wait until ``fd`` is readable (``True``) or a watched child ended (``False``)."""
+        while True:
+            try:
+                ready = self.poller.poll()
+            except InterruptedError:
+                continue
+            ended = False
+            for ready_fd, _ in ready:
+                pid = self._pidfds.pop(ready_fd, None)
+                if pid is None:
+                    continue
+                self.poller.unregister(ready_fd)
+                os.close(ready_fd)
+                self.pids.discard(pid)
+                ended = True
+            if ended:
+                return False
+            if any(ready_fd == fd for ready_fd, _ in ready):
+                return True
 
 
 def _process_limit(policy: Any, namespaces: bool) -> int | None:
@@ -325,12 +386,12 @@ class Spare:
     @classmethod
     def start(
         cls, control: socket.socket, abi: int, flags: int, grants: SystemGrants,
-        cgroups: PidsCgroups | None = None,
+        cgroups: PidsCgroups | None, children: ForkedChildren,
     ) -> Spare | None:  # fmt: skip
         """Fork a spare keeper entering ``flags`` (``None`` if it cannot be forked).
 
         With ``cgroups`` the spare is born in a cgroup of its own, limited when its request
-        comes (``None`` if that cgroup cannot be made).
+        comes (``None`` if that cgroup cannot be made). It joins ``children``.
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -339,6 +400,7 @@ class Spare:
                 if pid == 0:
                     try:
                         os.close(control.fileno())
+                        children.close_in_child()
                         ours.close()
                         _wait_as_spare(theirs, abi, flags, grants)
                     finally:
@@ -348,6 +410,7 @@ class Spare:
             theirs.close()
             return None
         theirs.close()
+        children.watch(pid)
         return cls(pid, ours, flags, cgroup)
 
     def hand_over(self, data: bytes, fds: list[int], wanted: int, limit: int | None) -> bool:
@@ -422,17 +485,21 @@ def _in_new_cgroup(cgroups: PidsCgroups | None, limit: int | None) -> Iterator[s
 
 def _fork_keeper(
     control: socket.socket, data: bytes, fds: list[int], abi: int, namespaces: bool,
-    grants: SystemGrants, cgroups: PidsCgroups | None = None, limit: int | None = None,
+    grants: SystemGrants, cgroups: PidsCgroups | None, limit: int | None,
+    children: ForkedChildren,
 ) -> None:  # fmt: skip
     """Start a keeper for a request no spare could take (in a cgroup of its own, if any).
 
-    A keeper that cannot be put in its cgroup is not started: its command fails.
+    It joins ``children``. A keeper that cannot be put in its cgroup is not started: its
+    command fails.
     """
     try:
         with _in_new_cgroup(cgroups, limit):
-            if os.fork() == 0:
+            pid = os.fork()
+            if pid == 0:
                 try:
                     os.close(control.fileno())
+                    children.close_in_child()
                     _keep_request(
                         data, fds, abi, namespaces, grants, entered=0, started=None, reaper=None
                     )
@@ -443,6 +510,8 @@ def _fork_keeper(
         # A duplicate: the launcher closes the descriptors it received itself.
         with contextlib.suppress(OSError), socket.socket(fileno=os.dup(fds[0])) as command:
             command.send(json.dumps({"setup_error": failure}).encode())
+        return
+    children.watch(pid)
 
 
 def _keep_request(
