@@ -922,24 +922,62 @@ def kill_adopted(own: Collection[int]) -> int:
     ``own`` (the keepers and spares it forked) are such orphans; they and their descendants
     are stopped, so that none can fork away, then killed, in rounds until none is left or
     ``_CLEANUP_SECONDS`` have passed (the launcher ignores ``SIGCHLD``: the kernel reaps
-    them). Returns how many processes were signalled.
+    them). Each is signalled through a pidfd opened while its parent was seen to be the
+    launcher or a process already stopped here: a pid that ended meanwhile and was given
+    to another process on the host is never signalled (the launcher may signal anything).
+    Returns how many are left alive (0, unless the time ran out).
     """
     me = os.getpid()
     deadline = time.monotonic() + _CLEANUP_SECONDS
-    signalled = 0
     while True:
-        adopted = [pid for pid in _children(me) if pid not in own]
-        if not adopted:
-            return signalled
-        tree = [*adopted, *(below for pid in adopted for below in _descendants(pid))]
-        for number in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in tree:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, number)
-        signalled += len(tree)
+        held: list[int] = []
+        try:
+            pending = [(pid, me) for pid in _children(me) if pid not in own]
+            if not pending:
+                return 0
+            while pending:
+                pid, parent = pending.pop()
+                pidfd = _pidfd_of_child(pid, parent)
+                if pidfd is None:
+                    continue
+                held.append(pidfd)
+                if _signal(pidfd, signal.SIGSTOP):
+                    pending.extend((child, pid) for child in _children(pid))
+            for pidfd in held:
+                _signal(pidfd, signal.SIGKILL)
+        finally:
+            for pidfd in held:
+                os.close(pidfd)
         if time.monotonic() > deadline:
-            return signalled
+            return len([pid for pid in _children(me) if pid not in own])
         time.sleep(0.001)  # killed processes take a moment to end and be reaped
+
+
+def _pidfd_of_child(pid: int, parent: int) -> int | None:
+    """A pidfd of ``pid`` if it is (still) a child of ``parent``, else ``None``."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        ppid = -1
+    # Alive after the read, the pidfd's process is the one whose parent was read.
+    if ppid != parent or not _signal(pidfd, 0):
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
+def _signal(pidfd: int, number: int) -> bool:
+    """Send ``number`` through ``pidfd``; whether the process was there to get it."""
+    try:
+        signal.pidfd_send_signal(pidfd, number)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _reap_orphans(limit: int, child: int = -1) -> tuple[int, int | None]:

@@ -254,7 +254,7 @@ def _serve_requests(
     children.poller.register(control.fileno(), select.POLLIN | select.POLLHUP)
     while True:
         if not children.wait_for(control.fileno()):
-            confined_child.kill_adopted(children.pids)
+            children.recheck = confined_child.kill_adopted(children.pids) > 0
             continue
         try:
             # Close-on-exec: no command may inherit its keeper's socket (it could forge the
@@ -311,9 +311,21 @@ class ForkedChildren:
     """
 
     def __init__(self) -> None:
-        self.pids: set[int] = set()
         self.poller = select.poll()
         self._pidfds: dict[int, int] = {}
+        self._unwatched: set[int] = set()
+        self.recheck = False
+        """Set when the last ``kill_adopted`` left some alive: ``wait_for`` wakes in a second
+        to try again."""
+
+    @property
+    def pids(self) -> set[int]:
+        """The pids of the live children forked here.
+
+        Held by their pidfds, so a pid that ended and came back as another process (a
+        keeper forked while the one before ended) is ours as long as one pidfd holds it.
+        """
+        return {*self._pidfds.values(), *self._unwatched}
 
     def close_in_child(self) -> None:
         """In a keeper or spare just forked: close the launcher's pidfds of its siblings."""
@@ -323,21 +335,28 @@ class ForkedChildren:
 
     def watch(self, pid: int) -> None:
         """Count ``pid`` as forked here, and wake ``wait_for`` when it ends."""
-        self.pids.add(pid)
         try:
             pidfd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return  # it ended already (the kernel reaped it): nothing of ours has its pid
         except OSError:
-            return  # stays counted as ours: nothing it leaves is mistaken for it
+            self._unwatched.add(pid)  # stays ours: never mistaken for something it leaves
+            return
         self._pidfds[pidfd] = pid
         self.poller.register(pidfd, select.POLLIN)
 
     def wait_for(self, fd: int) -> bool:
-        """Wait until ``fd`` is readable (``True``) or a watched child ended (``False``)."""
+        """Wait until ``fd`` is readable (``True``) or a watched child ended (``False``).
+
+        With ``recheck`` set, a second without either is ``False`` too.
+        """
         while True:
             try:
-                ready = self.poller.poll()
+                ready = self.poller.poll(1000 if self.recheck else None)
             except InterruptedError:
                 continue
+            if not ready:
+                return False
             ended = False
             for ready_fd, _ in ready:
                 pid = self._pidfds.pop(ready_fd, None)
@@ -345,7 +364,6 @@ class ForkedChildren:
                     continue
                 self.poller.unregister(ready_fd)
                 os.close(ready_fd)
-                self.pids.discard(pid)
                 ended = True
             if ended:
                 return False
