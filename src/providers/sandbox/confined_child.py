@@ -37,7 +37,7 @@ import select
 import signal
 import socket
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
 from providers.sandbox import landlock, seccomp
@@ -58,7 +58,7 @@ _SECUREBITS_LOCKED_DOWN = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _EXIT_SETUP_FAILED = 126
 _EXIT_EXEC_FAILED = 127
-_CLEANUP_SECONDS = 2.0
+CLEANUP_SECONDS = 2.0
 _REAP_PER_ROUND = 256  # a round reaps at most this many more than it signalled
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -214,11 +214,11 @@ def _mount_points() -> list[str]:
         for line in mountinfo:
             fields = line.split()
             if len(fields) > 4:
-                points.append(_unescape_mount_path(fields[4]))
+                points.append(unescape_mount_path(fields[4]))
     return points
 
 
-def _unescape_mount_path(text: str) -> str:
+def unescape_mount_path(text: str) -> str:
     """Mount points escape space, tab, newline and backslash as octal (backslash 040)."""
     if "\\" not in text:
         return text
@@ -879,7 +879,7 @@ def _kill_tree(child: int, reaper: NamespaceReaper | None, *, scoped: bool) -> i
     this keeper's domain, wherever they moved, in one pass that no fork escapes. Without
     either, every process below this keeper (a subreaper: orphans come back to it) is found
     by walking the ``children`` lists, stopped so that none can fork while the others die,
-    then killed. Rounds repeat until nothing is left, or until ``_CLEANUP_SECONDS`` have
+    then killed. Rounds repeat until nothing is left, or until ``CLEANUP_SECONDS`` have
     passed.
 
     Returns the command's exit code when this reaped it (without namespaces), else ``None``.
@@ -891,7 +891,7 @@ def _kill_tree(child: int, reaper: NamespaceReaper | None, *, scoped: bool) -> i
         return None
     me = os.getpid()
     code: int | None = None
-    deadline = time.monotonic() + _CLEANUP_SECONDS
+    deadline = time.monotonic() + CLEANUP_SECONDS
     while True:
         if scoped:
             # It reports success whenever any process exists (those out of scope are skipped
@@ -912,72 +912,6 @@ def _kill_tree(child: int, reaper: NamespaceReaper | None, *, scoped: bool) -> i
             return code
         if not reaped:
             time.sleep(0.001)  # killed processes take a moment to come back as orphans
-
-
-def kill_adopted(own: Collection[int]) -> int:
-    """In the launcher: kill the children it adopted, and everything below them.
-
-    The launcher is a subreaper: when a keeper dies without cleaning up (killed from
-    outside), what its command started comes to the launcher. Its children that are not
-    ``own`` (the keepers and spares it forked) are such orphans; they and their descendants
-    are stopped, so that none can fork away, then killed, in rounds until none is left or
-    ``_CLEANUP_SECONDS`` have passed (the launcher ignores ``SIGCHLD``: the kernel reaps
-    them). Each is signalled through a pidfd opened while its parent was seen to be the
-    launcher or a process already stopped here: a pid that ended meanwhile and was given
-    to another process on the host is never signalled (the launcher may signal anything).
-    Returns how many are left alive (0, unless the time ran out).
-    """
-    me = os.getpid()
-    deadline = time.monotonic() + _CLEANUP_SECONDS
-    while True:
-        held: list[int] = []
-        try:
-            pending = [(pid, me) for pid in _children(me) if pid not in own]
-            if not pending:
-                return 0
-            while pending:
-                pid, parent = pending.pop()
-                pidfd = _pidfd_of_child(pid, parent)
-                if pidfd is None:
-                    continue
-                held.append(pidfd)
-                if _signal(pidfd, signal.SIGSTOP):
-                    pending.extend((child, pid) for child in _children(pid))
-            for pidfd in held:
-                _signal(pidfd, signal.SIGKILL)
-        finally:
-            for pidfd in held:
-                os.close(pidfd)
-        if time.monotonic() > deadline:
-            return len([pid for pid in _children(me) if pid not in own])
-        time.sleep(0.001)  # killed processes take a moment to end and be reaped
-
-
-def _pidfd_of_child(pid: int, parent: int) -> int | None:
-    """A pidfd of ``pid`` if it is (still) a child of ``parent``, else ``None``."""
-    try:
-        pidfd = os.pidfd_open(pid)
-    except OSError:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        ppid = -1
-    # Alive after the read, the pidfd's process is the one whose parent was read.
-    if ppid != parent or not _signal(pidfd, 0):
-        os.close(pidfd)
-        return None
-    return pidfd
-
-
-def _signal(pidfd: int, number: int) -> bool:
-    """Send ``number`` through ``pidfd``; whether the process was there to get it."""
-    try:
-        signal.pidfd_send_signal(pidfd, number)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
 
 
 def _reap_orphans(limit: int, child: int = -1) -> tuple[int, int | None]:
@@ -1016,7 +950,7 @@ def _descendants(root: int) -> list[int]:
     pending = [root]
     while pending:
         pid = pending.pop()
-        for child in _children(pid):
+        for child in children_of(pid):
             if child not in seen:
                 seen.add(child)
                 found.append(child)
@@ -1024,7 +958,7 @@ def _descendants(root: int) -> list[int]:
     return found
 
 
-def _children(pid: int) -> list[int]:
+def children_of(pid: int) -> list[int]:
     """The children of every thread of ``pid`` (none once it is gone)."""
     children: list[int] = []
     try:

@@ -26,7 +26,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -246,7 +246,7 @@ def _serve_requests(
     """The launcher's loop; returns the spare it has when the kernel's end closes.
 
     Between requests it also wakes when a keeper or spare it forked ends, and kills what
-    such a process left to it (``confined_child.kill_adopted``).
+    such a process left to it (``kill_adopted``).
     """
     from providers.sandbox import confined_child
 
@@ -254,7 +254,7 @@ def _serve_requests(
     children.poller.register(control.fileno(), select.POLLIN | select.POLLHUP)
     while True:
         if not children.wait_for(control.fileno()):
-            children.recheck = confined_child.kill_adopted(children.pids) > 0
+            children.recheck = kill_adopted(children.pids) > 0
             continue
         try:
             # Close-on-exec: no command may inherit its keeper's socket (it could forge the
@@ -369,6 +369,75 @@ class ForkedChildren:
                 return False
             if any(ready_fd == fd for ready_fd, _ in ready):
                 return True
+
+
+def kill_adopted(own: Collection[int]) -> int:
+    """Kill the launcher's children that it adopted, and everything below them.
+
+    The launcher is a subreaper: when a keeper dies without cleaning up (killed from
+    outside), what its command started comes to the launcher. Its children that are not
+    ``own`` (the keepers and spares it forked) are such orphans; they and their descendants
+    are stopped, so that none can fork away, then killed, in rounds until none is left or
+    ``confined_child.CLEANUP_SECONDS`` have passed (the launcher ignores ``SIGCHLD``: the
+    kernel reaps them). Each is signalled through a pidfd opened while its parent was seen
+    to be the launcher or a process already stopped here: a pid that ended meanwhile and was
+    given to another process on the host is never signalled (the launcher may signal
+    anything).
+    Returns how many are left alive (0, unless the time ran out).
+    """
+    from providers.sandbox import confined_child
+
+    me = os.getpid()
+    deadline = time.monotonic() + confined_child.CLEANUP_SECONDS
+    while True:
+        held: list[int] = []
+        try:
+            pending = [(pid, me) for pid in confined_child.children_of(me) if pid not in own]
+            if not pending:
+                return 0
+            while pending:
+                pid, parent = pending.pop()
+                pidfd = _pidfd_of_child(pid, parent)
+                if pidfd is None:
+                    continue
+                held.append(pidfd)
+                if _signal(pidfd, signal.SIGSTOP):
+                    pending.extend((child, pid) for child in confined_child.children_of(pid))
+            for pidfd in held:
+                _signal(pidfd, signal.SIGKILL)
+        finally:
+            for pidfd in held:
+                os.close(pidfd)
+        if time.monotonic() > deadline:
+            return len([pid for pid in confined_child.children_of(me) if pid not in own])
+        time.sleep(0.001)  # killed processes take a moment to end and be reaped
+
+
+def _pidfd_of_child(pid: int, parent: int) -> int | None:
+    """A pidfd of ``pid`` if it is (still) a child of ``parent``, else ``None``."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        ppid = -1
+    # Alive after the read, the pidfd's process is the one whose parent was read.
+    if ppid != parent or not _signal(pidfd, 0):
+        os.close(pidfd)
+        return None
+    return pidfd
+
+
+def _signal(pidfd: int, number: int) -> bool:
+    """Send ``number`` through ``pidfd``; whether the process was there to get it."""
+    try:
+        signal.pidfd_send_signal(pidfd, number)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def _process_limit(policy: Any, namespaces: bool) -> int | None:

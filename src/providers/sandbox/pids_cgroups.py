@@ -30,6 +30,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from providers.sandbox.confined_child import unescape_mount_path
+
 PREFIX = "core-agent-sandbox-"
 
 
@@ -65,7 +67,7 @@ def parse_hierarchy(mountinfo: str, cgroups: str) -> Hierarchy | None:
         dash = fields.index("-")
         if len(fields) < dash + 4 or dash < 5:
             continue
-        root, point = _unescape(fields[3]), _unescape(fields[4])
+        root, point = unescape_mount_path(fields[3]), unescape_mount_path(fields[4])
         kind, options = fields[dash + 1], fields[dash + 3].split(",")
         if kind == "cgroup" and "pids" in options and "pids" in paths:
             own = _below_mount(paths["pids"], root, point)
@@ -84,13 +86,6 @@ def _below_mount(path: str, root: str, point: str) -> str | None:
     if path != root and not path.startswith(root + "/"):
         return None  # this mount does not show the process's cgroup
     return (point.rstrip("/") + path[len(root) :]).rstrip("/") or "/"
-
-
-def _unescape(text: str) -> str:
-    # mountinfo writes space, tab, newline and backslash as octal escapes.
-    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        text = text.replace(code, char)
-    return text
 
 
 class StuckInCgroupError(Exception):
@@ -214,14 +209,15 @@ def _remove_dead_launchers(own: str) -> None:
         entries = list(os.scandir(own))
     except OSError:
         return
+    here = _pid_namespace()
     for entry in entries:
         if not entry.name.startswith(PREFIX) or not entry.is_dir(follow_symlinks=False):
             continue
         pid, _, rest = entry.name[len(PREFIX) :].partition("-")
         namespace = rest.partition("-")[0]
-        if not pid.isdigit() or namespace != str(_pid_namespace()):
+        if not pid.isdigit() or namespace != str(here):
             continue  # a launcher of another PID namespace: its pid means nothing here
-        if _identity(int(pid)) != entry.name[len(PREFIX) :]:  # ended (or its pid reused)
+        if _identity(int(pid), here) != entry.name[len(PREFIX) :]:  # ended, or pid reused
             with contextlib.suppress(OSError):
                 _remove_tree(entry.path)
 
@@ -230,14 +226,14 @@ def _pid_namespace() -> int:
     return os.stat("/proc/self/ns/pid").st_ino
 
 
-def _identity(pid: int) -> str:
+def _identity(pid: int, namespace: int | None = None) -> str:
     """``pid``, this PID namespace and the process's start time: unique while it runs."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
             started = stat.read().rpartition(")")[2].split()[19]
     except (OSError, IndexError):
         started = "gone"
-    return f"{pid}-{_pid_namespace()}-{started}"
+    return f"{pid}-{namespace or _pid_namespace()}-{started}"
 
 
 def _remove_tree(base: str) -> None:
