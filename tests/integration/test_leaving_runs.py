@@ -85,3 +85,60 @@ async def test_without_leaving_a_canceled_caller_cancels_the_task(tmp_path: Path
             await started.wait()
             group.cancel_scope.cancel()
         assert (await host.get_task("t1")).status is TaskStatus.CANCELED
+
+
+async def left_in_session(tmp_path: Path, session_id: str) -> str:
+    """A task of ``session_id`` that its host left running mid-tool; its id."""
+    started = anyio.Event()
+
+    async def slow_read() -> str:
+        """Read something slowly."""
+        started.set()
+        await anyio.sleep(3600)
+        return "never"
+
+    host = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
+    request = TaskRequest(task="把报告读一遍", session_id=session_id, force_mode="react")
+    async with host, anyio.create_task_group() as group:
+        group.start_soon(lambda: host.execute_task(request, task_id="left"))
+        await started.wait()
+        host.leave_runs()
+        group.cancel_scope.cancel()
+    return "left"
+
+
+@pytest.mark.parametrize("ending", ["recover_fail", "cancel"])
+async def test_a_left_task_ended_by_another_kernel_keeps_its_turn_in_the_session(
+    tmp_path: Path, ending: str
+) -> None:
+    # Nobody runs the task any more to add its turn: whoever ends it does, so the session's
+    # next task knows what was asked and that it got no answer.
+    task_id = await left_in_session(tmp_path, "s")
+    prompts: list[list[str]] = []
+
+    def answer(messages):  # type: ignore[no-untyped-def]
+        prompts.append([str(message.content) for message in messages])
+        return ScriptedTurn(content="noted")
+
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(update={"data_dir": tmp_path, "recovery": "off"})
+    )
+    container.llm_gateway.override(ScriptedLLMGateway(policy=answer))
+    successor = container.kernel()
+    async with successor:
+        if ending == "recover_fail":
+            (result,) = await successor.recover("fail")
+            assert result.status is TaskStatus.FAILED
+        else:
+            await successor.cancel_task(task_id, "用户关掉了窗口")
+        transcript = await successor.session_transcript("s")
+        later = await successor.execute_task(
+            TaskRequest(task="我刚才问了什么？", session_id="s", force_mode="react")
+        )
+    assert later.status is TaskStatus.SUCCEEDED
+    turn = [str(entry.message.content) for entry in transcript.entries if entry.task_id == task_id]
+    assert turn[0] == "把报告读一遍"
+    status = "failed" if ending == "recover_fail" else "canceled"
+    assert f"ended {status} without an answer" in turn[-1]
+    assert "把报告读一遍" in prompts[-1] and any(status in text for text in prompts[-1])

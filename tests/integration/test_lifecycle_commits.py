@@ -306,22 +306,28 @@ async def test_a_cancel_of_a_task_nobody_runs_ends_it_in_one_commit(
     settings: AgentSettings,
 ) -> None:
     """A task waiting for a human, canceled by whoever calls ``cancel_task``: the move, its
-    event and the root span commit together (a crash between left a canceled task whose
-    trace said it still ran)."""
+    event, the root span and the session's turn commit together (a crash between left a
+    canceled task whose trace said it still ran). Nobody runs the task to add its turn: the
+    cancel does, so the session's next task knows the question was asked and not answered."""
     kernel = kernel_asking_a_human(settings)
     async with kernel:
         asked = await kernel.execute_task(
-            TaskRequest(task="Collect the reports", force_mode="plan_execute")
+            TaskRequest(task="Collect the reports", session_id="s5", force_mode="plan_execute")
         )
         assert asked.status is TaskStatus.WAITING_APPROVAL, asked.error
         async with statements_run(settings) as statements:
             await kernel.cancel_task(asked.task_id, "不需要了")
         stored = await kernel.get_task(asked.task_id)
         spans = await kernel.task_spans(asked.task_id)
+        transcript = await kernel.session_transcript("s5")
     assert stored.status is TaskStatus.CANCELED
     (cancel,) = transactions(statements)
     assert with_(cancel, "UPDATE agent_tasks SET status = 'canceled'", "'task.canceled'")
-    assert with_(cancel, "NULL,'task','task'")
+    assert with_(cancel, "NULL,'task','task'", "INSERT INTO agent_session_entries")
+    turn = [entry.message for entry in transcript.entries if entry.task_id == asked.task_id]
+    assert [type(message).__name__ for message in turn] == ["UserMessage", "AssistantMessage"]
+    assert turn[0].content == "Collect the reports"
+    assert "canceled" in str(turn[1].content) and "不需要了" in str(turn[1].content)
     (root,) = [span for span in spans if span.parent_span_id is None]
     assert root.attributes["task_status"] == "canceled"
     assert root.attributes["reason"] == "不需要了"

@@ -242,6 +242,7 @@ class AgentKernel:
             lease_s=lease_s,
             resume=self.resume,
             trace_store=trace_store,
+            ended_unrun=self._record_ended_unrun,
         )
         self._background: anyio.abc.TaskGroup | None = None
         self._background_host: int | None = None
@@ -1156,6 +1157,8 @@ class AgentKernel:
             await task_span(
                 self._trace_store, state, TaskStatus.CANCELED, state.usage, error=reason
             )
+            # Nobody runs it here to add its turn: a later host never will either.
+            await self._record_ended_unrun(state, TaskStatus.CANCELED, reason)
 
         try:
             await self._task_store.transition(
@@ -1171,6 +1174,13 @@ class AgentKernel:
                 return
             raise
         await self._event_bus.publish(event)
+
+    async def _record_ended_unrun(
+        self, state: TaskState, status: TaskStatus, error: str | None
+    ) -> None:
+        """Add the session turn of a task ended where nobody ran it (with sessions on)."""
+        if self._sessions is not None:
+            await self._sessions.record_ended_unrun(state, status, error)
 
     async def _stream(
         self, task_id: str, run: Callable[[], Awaitable[TaskResult]]

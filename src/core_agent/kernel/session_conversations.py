@@ -17,7 +17,10 @@ takes no other task meanwhile (``ITaskStore.create_task`` with ``exclusive``).
 The kernel records the turn with the move that ends the task (``TaskLifecycle.on_end``): on
 SQLite both commit in one transaction, so a process that dies at the end leaves either both
 or neither. A task ended by another process gets its turn from its host afterwards, and a
-task whose caller was cancelled (it gets no result) adds none.
+task whose caller was cancelled (it gets no result) adds none. A task that ends where nobody
+runs it (canceled while queued or waiting for a human, or an orphan canceled or failed by
+recovery) gets a turn of its message and how it ended, stored with that move
+(``record_ended_unrun``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,13 @@ from core_agent.memory.session_history import (
 )
 from core_agent.observability.tracer import Tracer, usage_attributes
 from core_agent.prompts import PromptSet
-from shared.agent_protocol import ChatMessage, SessionSummary, TaskResult, TaskState
+from shared.agent_protocol import (
+    ChatMessage,
+    SessionSummary,
+    TaskResult,
+    TaskState,
+    TaskStatus,
+)
 
 log = logging.getLogger(__name__)
 
@@ -267,12 +276,40 @@ class SessionConversations:
             error=result.error,
             result_chars=self._result_chars,
         )
+        await self._append(state, messages, tainted=context.run.tainted)
+
+    async def record_ended_unrun(
+        self, state: TaskState, status: TaskStatus, error: str | None
+    ) -> None:
+        """Append the turn of a task ended where it was not running.
+
+        A task canceled while queued, waiting for a human or left by a dead process, or
+        failed by recovery (``AGENT_RECOVERY=fail``): its message and how it ended, so the
+        session's next task knows it was asked and not answered. The calls its run made are
+        not in the turn (its messages are its executor's, in its checkpoints). Nothing for a
+        nested task (its parent's turn holds it) or one that has not ended.
+        """
+        if not status.is_terminal or state.request.parent is not None:
+            return
+        messages = turn_messages(
+            state.request.task,
+            [],
+            output=None,
+            status=status.value,
+            error=error,
+            result_chars=self._result_chars,
+        )
+        await self._append(state, messages, tainted=False)
+
+    async def _append(
+        self, state: TaskState, messages: list[ChatMessage], *, tainted: bool
+    ) -> None:
         try:
             await self.store.append_turn(
                 state.session_id,
                 state.task_id,
                 messages,
-                tainted=context.run.tainted,
+                tainted=tainted,
                 at=datetime.now(UTC),
             )
         except CoreAgentError as exc:

@@ -51,8 +51,15 @@ class TaskRecovery:
         lease_s: float,
         resume: Callable[[str], Awaitable[TaskResult]],
         trace_store: ITraceStore | None = None,
+        ended_unrun: Callable[[TaskState, TaskStatus, str | None], Awaitable[None]] | None = None,
     ) -> None:
+        """Recovery for ``owner``.
+
+        ``ended_unrun`` writes what else a task failed here stores with its end (its
+        session's turn).
+        """
         self._task_store = task_store
+        self._ended_unrun = ended_unrun
         self._trace_store = trace_store
         self._event_bus = event_bus
         self._driver = driver
@@ -155,6 +162,12 @@ class TaskRecovery:
             )
             error = "the process running this task stopped before it ended (AGENT_RECOVERY=fail)"
             stats = RunStats(usage=state.usage)
+            ended_unrun = self._ended_unrun
+
+            async def session_turn() -> None:
+                if ended_unrun is not None:
+                    await ended_unrun(state, TaskStatus.FAILED, error)
+
             try:
                 await lifecycle.move(
                     state.status,
@@ -162,6 +175,7 @@ class TaskRecovery:
                     events.make(
                         TaskFailed, error=error, error_type="ProcessLost", usage=state.usage
                     ),
+                    then=session_turn,
                     error=error,
                 )
             except InvalidTransitionError as exc:
