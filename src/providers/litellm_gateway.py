@@ -48,6 +48,7 @@ from core_agent.contracts.settings import (
     AgentSettings,
 )
 from providers.openai_wire import (
+    StreamedAnswer,
     parse_tool_call,
     retry_after_seconds,
     to_openai_message,
@@ -218,7 +219,13 @@ class LiteLLMGateway(ILLMGateway):
         return checked_response(self._to_response(litellm, response))
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
-        """Streamed completion; the final item is rebuilt from all chunks by litellm.
+        """Streamed completion; the final item is assembled from all chunks.
+
+        Assembled here (``StreamedAnswer``) rather than by litellm's ``stream_chunk_builder``,
+        which merges parallel tool calls that a server numbers alike and, when the server
+        sends no usage, makes up a prompt count from the messages alone (the tool schemas
+        left out) that passes for the server's. Without the server's usage the counts are 0
+        here, and the kernel counts them itself (``EstimatedUsageGateway``).
 
         Raises:
             ModelIncompleteError: The stream ended without the provider's finish reason (a
@@ -228,16 +235,16 @@ class LiteLLMGateway(ILLMGateway):
         litellm = await litellm_off_the_loop()
         arguments = self._arguments(request)
         chunks: list[Any] = []
+        answer = StreamedAnswer()
         try:
             stream = await litellm.acompletion(
                 **arguments, stream=True, stream_options={"include_usage": True}
             )
             async for chunk in stream:
                 chunks.append(chunk)
-                for choice in getattr(chunk, "choices", None) or ():
-                    text = getattr(choice.delta, "content", None)
-                    if text:
-                        yield LLMTextDelta(text)
+                text = answer.take(_chunk_dict(chunk))
+                if text:
+                    yield LLMTextDelta(text)
             if not chunks:
                 raise ModelIncompleteError(
                     "the model's stream ended without any chunk", retryable=True
@@ -249,16 +256,30 @@ class LiteLLMGateway(ILLMGateway):
                     "finish reason): the answer was cut off",
                     retryable=True,
                 )
-            response = litellm.stream_chunk_builder(chunks, messages=arguments["messages"])
         except ModelError:
             raise
         except Exception as exc:
             raise map_litellm_error(litellm, exc) from exc
-        if response is None:
-            raise ModelIncompleteError(
-                "the model's stream could not be assembled into a response", retryable=True
+        usage = answer.usage or {}
+        input_tokens = _count(usage.get("prompt_tokens"))
+        output_tokens = _count(usage.get("completion_tokens"))
+        cached = _usage_detail(usage, "prompt_tokens_details", "cached_tokens")
+        yield checked_response(
+            LLMResponse(
+                message=AssistantMessage(content=answer.content(), tool_calls=answer.tool_calls()),
+                usage=TokenUsage(
+                    input_tokens=input_tokens,
+                    output_tokens=output_tokens,
+                    cost_usd=self._token_cost(litellm, input_tokens, output_tokens, cached),
+                    cache_read_tokens=cached,
+                    reasoning_tokens=_usage_detail(
+                        usage, "completion_tokens_details", "reasoning_tokens"
+                    ),
+                ),
+                model=answer.model or self._model,
+                finish_reason=finish_reason,
             )
-        yield checked_response(self._to_response(litellm, response))
+        )
 
     def _to_response(self, litellm: ModuleType, response: Any) -> LLMResponse:
         try:
@@ -286,6 +307,23 @@ class LiteLLMGateway(ILLMGateway):
             finish_reason=getattr(choice, "finish_reason", None),
         )
 
+    def _token_cost(
+        self, litellm: ModuleType, input_tokens: int, output_tokens: int, cached: int | None
+    ) -> float | None:
+        """What the tokens cost at litellm's prices for this model; ``None`` if it has none."""
+        if not (input_tokens or output_tokens):
+            return None
+        try:
+            prompt, completion = litellm.cost_per_token(
+                model=self._model,
+                prompt_tokens=input_tokens,
+                completion_tokens=output_tokens,
+                cache_read_input_tokens=cached or 0,
+            )
+        except Exception:
+            return None  # litellm has no price for this model (a local server, say)
+        return float(prompt) + float(completion)
+
     def _cost(self, litellm: ModuleType, response: Any) -> float | None:
         try:
             cost = litellm.completion_cost(completion_response=response, model=self._model)
@@ -300,12 +338,28 @@ def _usage_detail(usage: Any, part: str, name: str) -> int | None:
     ``None`` when the provider did not report it: litellm fills the parts with ``None`` then
     (or leaves them out), and may give them as objects or as dictionaries.
     """
-    details = getattr(usage, part, None)
+    details = usage.get(part) if isinstance(usage, dict) else getattr(usage, part, None)
     value = details.get(name) if isinstance(details, dict) else getattr(details, name, None)
     try:
         return max(int(value), 0) if value is not None else None
     except (TypeError, ValueError):
         return None
+
+
+def _chunk_dict(chunk: Any) -> dict[str, Any]:
+    """A litellm stream chunk as the wire's dictionary (what ``StreamedAnswer`` reads)."""
+    if isinstance(chunk, dict):
+        return chunk
+    dump = getattr(chunk, "model_dump", None)
+    found = dump() if callable(dump) else None
+    return found if isinstance(found, dict) else {}
+
+
+def _count(value: Any) -> int:
+    try:
+        return max(int(value or 0), 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def provider_finish_reason(stream: Any, chunks: list[Any]) -> str | None:

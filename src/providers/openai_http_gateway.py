@@ -34,7 +34,6 @@ import threading
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -65,6 +64,8 @@ from core_agent.contracts.settings import (
 )
 from providers import litellm_price_table
 from providers.openai_wire import (
+    StreamedAnswer,
+    message_text,
     parse_tool_call,
     retry_after_seconds,
     to_openai_message,
@@ -262,7 +263,8 @@ class OpenAIHttpGateway(ILLMGateway):
             ModelIncompleteError: The stream ended before the server's finish reason and
                 ``[DONE]`` (a connection cut mid-answer), or its answer is empty or cut.
         """
-        turn = _StreamedTurn()
+        turn = StreamedAnswer()
+        done = False
         try:
             async with (
                 self._client() as client,
@@ -277,34 +279,47 @@ class OpenAIHttpGateway(ILLMGateway):
                     await response.aread()
                     raise status_error(response.status_code, response.text, response.headers)
                 if "text/event-stream" not in response.headers.get("content-type", ""):
-                    whole = self._to_response(_json_body(await response.aread()))
-                    if whole.message.content:
-                        yield LLMTextDelta(whole.message.content)
-                    yield checked_response(whole)
-                    return
-                events = EventSource(response).aiter_sse()
-                async for event in events:
-                    if event.data.strip() == "[DONE]":
-                        turn.done = True
+                    body = await response.aread()
+                    if not body.lstrip().startswith((b"data:", b":", b"event:", b"id:")):
+                        whole = self._to_response(_json_body(body))
+                        if whole.message.content:
+                            yield LLMTextDelta(whole.message.content)
+                        yield checked_response(whole)
+                        return
+                    # An event stream labelled as something else (or not at all).
+                    events = _events_of(body)
+                else:
+                    events = _events(response)
+                async for data in events:
+                    if data.strip() == "[DONE]":
+                        done = True
                         break
-                    if not event.data.strip():
+                    if not data.strip():
                         continue
-                    text = turn.take(_chunk(event.data))
+                    text = turn.take(_chunk(data))
                     if text:
                         yield LLMTextDelta(text)
-                if turn.done:
+                if done:
                     await _read_to_the_end(events)
         except httpx.HTTPError as exc:
             raise transport_error(exc) from exc
         if not turn.chunks:
             raise ModelIncompleteError("the model's stream ended without any chunk", retryable=True)
-        if turn.finish_reason is None and not turn.done:
+        if turn.finish_reason is None and not done:
             raise ModelIncompleteError(
                 "the model's stream ended before the server said it was finished (no finish "
                 "reason, no [DONE]): the answer was cut off",
                 retryable=True,
             )
-        yield checked_response(turn.response(self))
+        yield checked_response(
+            self._response(
+                content=turn.content(),
+                calls=turn.tool_calls(),
+                usage=turn.usage,
+                model=turn.model,
+                finish_reason=turn.finish_reason,
+            )
+        )
 
     def _to_response(self, data: dict[str, Any]) -> LLMResponse:
         try:
@@ -314,16 +329,21 @@ class OpenAIHttpGateway(ILLMGateway):
             raise ModelError(
                 "the model returned no choices", body=json.dumps(data)[:2000], retryable=True
             ) from exc
+        if not isinstance(message, dict):
+            raise ModelError(
+                "the model's answer has no message", body=json.dumps(data)[:2000], retryable=True
+            )
         calls = tuple(
             parse_tool_call(
-                call.get("id") or f"call_{n}",
-                (call.get("function") or {}).get("name") or "",
+                str(call.get("id") or f"call_{n}"),
+                str((call.get("function") or {}).get("name") or ""),
                 (call.get("function") or {}).get("arguments"),
             )
             for n, call in enumerate(message.get("tool_calls") or (), start=1)
+            if isinstance(call, dict)
         )
         return self._response(
-            content=message.get("content") or None,
+            content=message_text(message.get("content")),
             calls=calls,
             usage=data.get("usage"),
             model=data.get("model"),
@@ -357,82 +377,6 @@ class OpenAIHttpGateway(ILLMGateway):
             # The configured name, as litellm reports it: traces and prices key on it.
             model=self._model if not model else f"{PROVIDER_PREFIX}{model}",
             finish_reason=str(finish_reason) if finish_reason else None,
-        )
-
-
-@dataclass
-class _ToolCallParts:
-    id: str | None = None
-    name: str = ""
-    arguments: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _StreamedTurn:
-    """A streamed answer as its chunks arrive: text, tool calls by index, usage, the end."""
-
-    chunks: int = 0
-    text: list[str] = field(default_factory=list)
-    calls: dict[int, _ToolCallParts] = field(default_factory=dict)
-    finish_reason: str | None = None
-    usage: dict[str, Any] | None = None
-    model: str | None = None
-    done: bool = False
-
-    def take(self, chunk: dict[str, Any]) -> str:
-        """Fold one chunk in; the text it adds to the answer."""
-        self.chunks += 1
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
-        if chunk.get("model"):
-            self.model = str(chunk["model"])
-        added: list[str] = []
-        for choice in chunk.get("choices") or ():
-            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-                continue
-            delta = choice.get("delta") or {}
-            content = delta.get("content")
-            if isinstance(content, str) and content:
-                added.append(content)
-            for position, part in enumerate(delta.get("tool_calls") or ()):
-                self._take_call(position, part)
-            if choice.get("finish_reason"):
-                self.finish_reason = str(choice["finish_reason"])
-        text = "".join(added)
-        if text:
-            self.text.append(text)
-        return text
-
-    def _take_call(self, position: int, part: dict[str, Any]) -> None:
-        index = part.get("index")
-        if not isinstance(index, int):
-            # No index (some servers): a new id starts a call, pieces without one continue it.
-            ids = [n for n, c in self.calls.items() if c.id is not None and c.id == part.get("id")]
-            index = ids[0] if ids else (len(self.calls) if part.get("id") else position)
-        call = self.calls.setdefault(index, _ToolCallParts())
-        if part.get("id"):
-            call.id = call.id or str(part["id"])
-        function = part.get("function") or {}
-        if function.get("name") and not call.name:
-            call.name = str(function["name"])
-        if isinstance(function.get("arguments"), str):
-            call.arguments.append(function["arguments"])
-
-    def response(self, gateway: OpenAIHttpGateway) -> LLMResponse:
-        calls = tuple(
-            parse_tool_call(
-                call.id or f"call_{n}",
-                call.name,
-                "".join(call.arguments) if call.arguments else None,
-            )
-            for n, (_, call) in enumerate(sorted(self.calls.items()), start=1)
-        )
-        return gateway._response(
-            content="".join(self.text) or None,
-            calls=calls,
-            usage=self.usage,
-            model=self.model,
-            finish_reason=self.finish_reason,
         )
 
 
@@ -482,7 +426,7 @@ def _json_body(content: bytes) -> dict[str, Any]:
         ) from exc
     if not isinstance(data, dict):
         raise ModelError("the model server's answer is not a JSON object", retryable=True)
-    if "error" in data and "choices" not in data:
+    if data.get("error") and "choices" not in data:
         raise stream_error(data)
     return data
 
@@ -498,9 +442,34 @@ def _chunk(data: str) -> dict[str, Any]:
         raise ModelIncompleteError(
             "the model's stream held a chunk that is not an object", retryable=True
         )
-    if "error" in chunk and not chunk.get("choices"):
+    if chunk.get("error") and not chunk.get("choices"):
         raise stream_error(chunk)
     return chunk
+
+
+async def _events(response: httpx.Response) -> AsyncIterator[str]:
+    """The data of each event of a streamed response, read as UTF-8 whatever its charset says.
+
+    JSON is UTF-8 (RFC 8259): a server that labels its stream ``charset=ISO-8859-1`` would
+    otherwise have its Chinese turned into mojibake.
+    """
+    response.encoding = "utf-8"
+    async for event in EventSource(response).aiter_sse():
+        yield event.data
+
+
+async def _events_of(body: bytes) -> AsyncIterator[str]:
+    """The data of each event of an event stream already read whole."""
+    data: list[str] = []
+    for line in body.decode("utf-8", errors="replace").splitlines():
+        if not line:
+            if data:
+                yield "\n".join(data)
+                data = []
+        elif line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+    if data:
+        yield "\n".join(data)
 
 
 def _error_message(text: str) -> str:

@@ -1,7 +1,8 @@
 """The OpenAI chat-completions wire format, shared by the gateways that speak it.
 
-Messages and tool definitions as the protocol spells them, tool calls read back (arguments that
-are not a JSON object kept raw), and the ``Retry-After`` a refusal carries. No vendor library
+Messages and tool definitions as the protocol spells them, answers read back (a streamed one
+assembled from its chunks, tool calls with arguments that are not a JSON object kept raw), and
+the ``Retry-After`` a refusal carries. No vendor library
 is imported here: both the litellm gateway and the plain HTTP one use these.
 """
 
@@ -11,6 +12,7 @@ import email.utils
 import json
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from core_agent.contracts.llm_gateway import ToolDefinition
@@ -62,8 +64,138 @@ def to_openai_tools(tools: Sequence[ToolDefinition]) -> list[dict[str, Any]]:
     ]
 
 
-def parse_tool_call(call_id: str, name: str, raw: str | None) -> ToolCall:
-    """A tool call; arguments that are not a JSON object are kept raw for the error message."""
+def arguments_text(value: Any) -> str | None:
+    """Tool-call arguments as the JSON text the protocol specifies.
+
+    Some servers send them as a JSON object rather than a string holding one (Ollama's
+    native shape, some proxies): that object is written back as text.
+    """
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def message_text(content: Any) -> str | None:
+    """A message's ``content`` as text: a string, or the text parts of a list of parts."""
+    if content is None or isinstance(content, str):
+        return content or None
+    if isinstance(content, list):
+        parts = [
+            str(part.get("text") or "")
+            for part in content
+            if isinstance(part, dict) and part.get("type", "text") == "text"
+        ]
+        return "".join(parts) or None
+    return str(content)
+
+
+@dataclass
+class _ToolCallParts:
+    id: str | None = None
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamedAnswer:
+    """A streamed answer assembled from its chunks (as dictionaries): text, tool calls, usage.
+
+    Tool-call pieces are matched to calls the way servers actually send them: by ``index``,
+    except that a piece bringing a new ``id`` at an index already used starts a new call
+    (servers that number every parallel call 0); without an index, by ``id``, and a piece
+    with neither continues the latest call (only the first piece of a call carries its id)
+    unless it names a function while that call already has one.
+    """
+
+    chunks: int = 0
+    text: list[str] = field(default_factory=list)
+    calls: list[_ToolCallParts] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    """The last usage the server sent; ``None`` when it sent none."""
+    model: str | None = None
+    _by_index: dict[int, int] = field(default_factory=dict)
+
+    def take(self, chunk: Mapping[str, Any]) -> str:
+        """Fold one chunk in; the text it adds to the answer."""
+        self.chunks += 1
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        if chunk.get("model"):
+            self.model = str(chunk["model"])
+        added: list[str] = []
+        for choice in chunk.get("choices") or ():
+            # The first choice (some servers send its index as null).
+            if not isinstance(choice, dict) or (choice.get("index") or 0) != 0:
+                continue
+            delta = choice.get("delta") or {}
+            content = message_text(delta.get("content"))
+            if content:
+                added.append(content)
+            for part in delta.get("tool_calls") or ():
+                if isinstance(part, dict):
+                    self._take_call(part)
+            if choice.get("finish_reason"):
+                self.finish_reason = str(choice["finish_reason"])
+        text = "".join(added)
+        if text:
+            self.text.append(text)
+        return text
+
+    def _take_call(self, part: Mapping[str, Any]) -> None:
+        call_id = str(part["id"]) if part.get("id") else None
+        function = part.get("function") or {}
+        name = str(function["name"]) if function.get("name") else None
+        index = part.get("index")
+        call: _ToolCallParts | None = None
+        if isinstance(index, int) and not isinstance(index, bool):
+            position = self._by_index.get(index)
+            if position is not None:
+                known = self.calls[position]
+                if call_id is None or known.id is None or known.id == call_id:
+                    call = known
+            if call is None:
+                call = self._new_call()
+                self._by_index[index] = len(self.calls) - 1
+        elif call_id is not None:
+            call = next((c for c in self.calls if c.id == call_id), None) or self._new_call()
+        elif self.calls and not (name and self.calls[-1].name):
+            call = self.calls[-1]
+        else:
+            call = self._new_call()
+        if call_id is not None and call.id is None:
+            call.id = call_id
+        if name and not call.name:
+            call.name = name
+        arguments = arguments_text(function.get("arguments"))
+        if arguments:
+            call.arguments.append(arguments)
+
+    def _new_call(self) -> _ToolCallParts:
+        self.calls.append(_ToolCallParts())
+        return self.calls[-1]
+
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The calls, in the order they began (ids the server left out are made up)."""
+        return tuple(
+            parse_tool_call(call.id or f"call_{n}", call.name, "".join(call.arguments) or None)
+            for n, call in enumerate(self.calls, start=1)
+        )
+
+    def content(self) -> str | None:
+        """The answer's text, if any."""
+        return "".join(self.text) or None
+
+
+def parse_tool_call(call_id: str, name: str, raw: Any) -> ToolCall:
+    """A tool call; arguments that are not a JSON object are kept raw for the error message.
+
+    ``raw`` is the arguments' JSON text (an object sent instead is taken as it is).
+    """
+    raw = arguments_text(raw)
     try:
         parsed = json.loads(raw) if raw and raw.strip() else {}
     except ValueError:

@@ -4,6 +4,7 @@
 the same verdicts, so every behaviour here is checked on both.
 """
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -130,6 +131,59 @@ async def test_streamed_tool_calls_are_reassembled(gateway, openai_server) -> No
     assert final.usage.input_tokens > 0 and final.usage.output_tokens > 0
     sent = openai_server.requests[0]
     assert sent["stream"] is True and sent["tools"][0]["function"]["name"] == "calculator"
+
+
+TWO_CALLS = [
+    {"id": "call_a", "name": "calculator", "arguments": {"expression": "2 + 3"}},
+    {"id": "call_b", "name": "calculator", "arguments": {"expression": "4 * 5"}},
+]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize(
+    "dialect",
+    ["index_zero", "no_index", "arguments_object", "error_null", "index_null", "latin1_events"],
+)
+async def test_tool_calls_in_other_servers_shapes_come_through_whole(
+    gateway, openai_server, dialect, stream
+) -> None:
+    # Valid answers as servers other than OpenAI's shape them: each call whole, none merged
+    # with another (every parallel call numbered 0, as Ollama does, made one call of both
+    # argument strings), none left empty.
+    openai_server.reply("算一下。", tool_calls=TWO_CALLS, dialect=dialect)
+    request = LLMRequest(messages=[UserMessage(content="2+3 和 4*5")], tools=[CALC])
+    with warnings.catch_warnings():
+        # The openai client under litellm warns about arguments given as an object (it
+        # passes them on whole), and this suite makes warnings errors.
+        warnings.simplefilter("ignore")
+        response = await consume(gateway, stream, request)
+    assert [(c.id, c.name, c.arguments) for c in response.message.tool_calls] == [
+        ("call_a", "calculator", {"expression": "2 + 3"}),
+        ("call_b", "calculator", {"expression": "4 * 5"}),
+    ]
+    assert response.message.content == "算一下。"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize(
+    ("make", "dialect"),
+    [
+        (OpenAIHttpGateway, "content_parts"),
+        (OpenAIHttpGateway, "plain_text_events"),
+        (OpenAIHttpGateway, "latin1_events"),
+        (LiteLLMGateway, "latin1_events"),
+    ],
+    ids=["openai_http-parts", "openai_http-text_plain", "openai_http-latin1", "litellm-latin1"],
+)
+async def test_text_in_other_servers_shapes_comes_through(
+    make, litellm_settings, openai_server, dialect, stream
+) -> None:
+    # Content as a list of parts and an event stream labelled text/plain are read by the
+    # HTTP gateway (they crashed it, or failed as "not JSON"); litellm parses those itself.
+    gateway = make(litellm_settings.model, api_base=litellm_settings.model_api_base, api_key="x")
+    openai_server.reply("北京是中国的首都。", dialect=dialect)
+    response = await consume(gateway, stream, LLMRequest(messages=[UserMessage(content="首都？")]))
+    assert response.message.content == "北京是中国的首都。"
 
 
 async def test_malformed_tool_arguments_are_kept_raw(gateway, openai_server) -> None:

@@ -29,6 +29,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 Fault = Literal["hang", "reset", "cut", "empty", "truncated_arguments"]
+Dialect = Literal[
+    "index_zero",
+    "no_index",
+    "arguments_object",
+    "content_parts",
+    "error_null",
+    "index_null",
+    "plain_text_events",
+    "latin1_events",
+]
+"""How servers other than OpenAI's shape valid answers (see ``Reply.dialect``)."""
 """How a reply goes wrong.
 
 * ``hang``: nothing is sent until the server closes (the client's timeout or deadline ends it);
@@ -58,6 +69,12 @@ class Reply:
     """Reported as ``usage.completion_tokens_details.reasoning_tokens`` when set."""
     report_usage: bool = True
     """``False``: no ``usage`` in the body and no usage chunk (servers that never count)."""
+    dialect: Dialect | None = None
+    """A shape other servers give the same answer: every parallel tool call numbered 0
+    (Ollama, some proxies); tool-call pieces with no index, the id on the first only;
+    arguments as a JSON object instead of a string; content as a list of text parts;
+    ``"error": null`` in every chunk; a choice's index null; an event stream labelled
+    ``text/plain``, or ``charset=ISO-8859-1``."""
 
 
 def _tokens(text: str) -> int:
@@ -166,7 +183,11 @@ class OpenAIServer:
 
             def _stream(self, body: dict[str, Any], reply: Reply) -> None:
                 self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
+                content_type = {
+                    "plain_text_events": "text/plain",
+                    "latin1_events": "text/event-stream; charset=ISO-8859-1",
+                }.get(reply.dialect or "", "text/event-stream")
+                self.send_header("Content-Type", content_type)
                 self.send_header("Cache-Control", "no-cache")
                 if server.chunked:
                     self.send_header("Transfer-Encoding", "chunked")
@@ -178,7 +199,7 @@ class OpenAIServer:
                     # Halfway through the answer, before any finish reason.
                     chunks = chunks[: max(2, len(chunks) // 2)]
                 for chunk in chunks:
-                    self._send(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self._send(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
                 if reply.fault == "reset":
                     # SO_LINGER 0: close() sends RST instead of FIN.
                     self.connection.setsockopt(
@@ -222,6 +243,7 @@ class OpenAIServer:
         cached_tokens: int | None = None,
         reasoning_tokens: int | None = None,
         report_usage: bool = True,
+        dialect: Dialect | None = None,
     ) -> None:
         self.replies.append(
             Reply(
@@ -234,6 +256,7 @@ class OpenAIServer:
                 cached_tokens,
                 reasoning_tokens,
                 report_usage,
+                dialect,
             )
         )
 
@@ -324,9 +347,15 @@ class OpenAIServer:
         return "tool_calls" if reply.tool_calls else "stop"
 
     def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        content: Any = reply.content
+        if reply.dialect == "content_parts" and content:
+            content = [{"type": "text", "text": part} for part in (content[:5], content[5:])]
+        message: dict[str, Any] = {"role": "assistant", "content": content}
         if reply.tool_calls:
             message["tool_calls"] = self._tool_calls(reply)
+            if reply.dialect == "arguments_object":
+                for call in message["tool_calls"]:
+                    call["function"]["arguments"] = json.loads(call["function"]["arguments"])
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
             "object": "chat.completion",
@@ -334,12 +363,13 @@ class OpenAIServer:
             "model": body.get("model", "test-model"),
             "choices": [
                 {
-                    "index": 0,
+                    "index": None if reply.dialect == "index_null" else 0,
                     "message": message,
                     "finish_reason": self._finish_reason(reply),
                 }
             ],
             **({"usage": self._usage(body, reply)} if reply.report_usage else {}),
+            **({"error": None} if reply.dialect == "error_null" else {}),
         }
 
     def _chunks(self, body: dict[str, Any], reply: Reply) -> list[dict[str, Any]]:
@@ -350,8 +380,18 @@ class OpenAIServer:
             "model": body.get("model", "test-model"),
         }
 
+        if reply.dialect == "error_null":
+            base["error"] = None
+        choice_index = None if reply.dialect == "index_null" else 0
+
         def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-            return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+            choice = {"index": choice_index, "delta": delta, "finish_reason": finish}
+            return {**base, "choices": [choice]}
+
+        def piece(index: int, part: dict[str, Any]) -> dict[str, Any]:
+            if reply.dialect == "no_index":
+                return part
+            return {"index": 0 if reply.dialect == "index_zero" else index, **part}
 
         chunks = [chunk({"role": "assistant", "content": ""})]
         text = reply.content or ""
@@ -359,34 +399,26 @@ class OpenAIServer:
             chunks.append(chunk({"content": text[start : start + 7]}))
         for index, call in enumerate(self._tool_calls(reply)):
             arguments = call["function"]["arguments"]
-            chunks.append(
-                chunk(
-                    {
-                        "tool_calls": [
-                            {
-                                "index": index,
-                                "id": call["id"],
-                                "type": "function",
-                                "function": {"name": call["function"]["name"], "arguments": ""},
-                            }
-                        ]
-                    }
-                )
-            )
+            first = {
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": call["function"]["name"], "arguments": ""},
+            }
+            if reply.dialect == "arguments_object":
+                first["function"]["arguments"] = json.loads(arguments)
+                chunks.append(chunk({"tool_calls": [piece(index, first)]}))
+                continue
+            chunks.append(chunk({"tool_calls": [piece(index, first)]}))
             for start in range(0, len(arguments), 5):
-                chunks.append(
-                    chunk(
-                        {
-                            "tool_calls": [
-                                {
-                                    "index": index,
-                                    "function": {"arguments": arguments[start : start + 5]},
-                                }
-                            ]
-                        }
-                    )
-                )
+                rest = {"function": {"arguments": arguments[start : start + 5]}}
+                chunks.append(chunk({"tool_calls": [piece(index, rest)]}))
         chunks.append(chunk({}, self._finish_reason(reply)))
         if (body.get("stream_options") or {}).get("include_usage") and reply.report_usage:
             chunks.append({**base, "choices": [], "usage": self._usage(body, reply)})
+        if reply.dialect == "content_parts":
+            for one in chunks:
+                for choice in one["choices"]:
+                    text = choice["delta"].get("content")
+                    if text:
+                        choice["delta"]["content"] = [{"type": "text", "text": text}]
         return chunks
