@@ -240,7 +240,7 @@ class LiteLLMGateway(ILLMGateway):
             stream = await litellm.acompletion(
                 **arguments, stream=True, stream_options={"include_usage": True}
             )
-            async for chunk in stream:
+            while (chunk := await _next_chunk(stream, answer)) is not None:
                 chunks.append(chunk)
                 text = answer.take(_chunk_dict(chunk))
                 if text:
@@ -344,6 +344,22 @@ def _usage_detail(usage: Any, part: str, name: str) -> int | None:
         return max(int(value), 0) if value is not None else None
     except (TypeError, ValueError):
         return None
+
+
+AFTER_FINISH_S = 2.0
+"""How long to wait, once the provider gave its finish reason, for the rest of the stream:
+the answer is whole, and a server that stalls there is not waited for until the timeout."""
+
+
+async def _next_chunk(stream: Any, answer: StreamedAnswer) -> Any | None:
+    """The stream's next chunk; ``None`` at its end, or once a finished answer's server stalls."""
+    finished = answer.finish_reason or getattr(stream, "received_finish_reason", None)
+    if not finished:
+        return await anext(stream, None)
+    with anyio.move_on_after(AFTER_FINISH_S):
+        return await anext(stream, None)
+    logger.debug("the provider sent nothing for %ss after its finish reason", AFTER_FINISH_S)
+    return None
 
 
 def _chunk_dict(chunk: Any) -> dict[str, Any]:

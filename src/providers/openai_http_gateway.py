@@ -290,7 +290,7 @@ class OpenAIHttpGateway(ILLMGateway):
                     events = _events_of(body)
                 else:
                     events = _events(response)
-                async for data in events:
+                while (data := await _next_event(events, finished=turn.finish_reason)) is not None:
                     if data.strip() == "[DONE]":
                         done = True
                         break
@@ -378,6 +378,22 @@ class OpenAIHttpGateway(ILLMGateway):
             model=self._model if not model else f"{PROVIDER_PREFIX}{model}",
             finish_reason=str(finish_reason) if finish_reason else None,
         )
+
+
+AFTER_FINISH_S = 2.0
+"""How long to wait, once the server gave its finish reason, for the rest of the stream (its
+usage, ``[DONE]``): the answer is whole, and a server that stalls there is not waited for
+until the call's timeout (which then threw the answer away and asked again)."""
+
+
+async def _next_event(events: AsyncIterator[str], *, finished: str | None) -> str | None:
+    """The next event's data; ``None`` at the end, or once a finished answer's server stalls."""
+    if finished is None:
+        return await anext(events, None)
+    with anyio.move_on_after(AFTER_FINISH_S):
+        return await anext(events, None)
+    logger.debug("the model server sent nothing for %ss after its finish reason", AFTER_FINISH_S)
+    return None
 
 
 DRAIN_AFTER_DONE_S = 0.25
@@ -522,7 +538,12 @@ def stream_error(payload: dict[str, Any]) -> ModelError:
 
 def transport_error(exc: httpx.HTTPError) -> ModelError:
     """The kernel's error for a failure below HTTP: connection refused or cut, a timeout."""
-    message = f"model call failed: {type(exc).__name__}: {exc}"
+    detail = str(exc) or (
+        "nothing from the server within AGENT_MODEL_TIMEOUT_S"
+        if isinstance(exc, httpx.TimeoutException)
+        else "no detail"
+    )
+    message = f"model call failed: {type(exc).__name__}: {detail}"
     if isinstance(exc, httpx.TimeoutException):
         return ModelTimeoutError(message, retryable=True)
     return ModelError(message, retryable=True)

@@ -186,6 +186,23 @@ async def test_text_in_other_servers_shapes_comes_through(
     assert response.message.content == "北京是中国的首都。"
 
 
+async def test_an_answer_whose_server_stalls_after_finishing_is_taken(
+    make, litellm_settings, openai_server
+) -> None:
+    # Finish reason and usage sent, then nothing: the answer is whole. It was thrown away at
+    # the call's timeout (here 30 s), and the whole generation asked for again.
+    gateway = make(
+        litellm_settings.model,
+        api_base=litellm_settings.model_api_base,
+        api_key="x",
+        timeout_s=30,
+    )
+    openai_server.reply("完整的回答。", fault="stall_after_finish")
+    response = await consume(gateway, True, LLMRequest(messages=[UserMessage(content="x")]))
+    assert response.message.content == "完整的回答。" and response.finish_reason == "stop"
+    assert len(openai_server.requests) == 1
+
+
 async def test_malformed_tool_arguments_are_kept_raw(gateway, openai_server) -> None:
     openai_server.reply(None, tool_calls=[{"name": "calculator", "arguments": '{"expression": '}])
     response = await gateway.complete(LLMRequest(messages=[UserMessage(content="x")], tools=[CALC]))

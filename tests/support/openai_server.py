@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-Fault = Literal["hang", "reset", "cut", "empty", "truncated_arguments"]
+Fault = Literal["hang", "reset", "cut", "empty", "truncated_arguments", "stall_after_finish"]
 Dialect = Literal[
     "index_zero",
     "no_index",
@@ -206,6 +206,11 @@ class OpenAIServer:
                         socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
                     )
                     self.connection.close()
+                elif reply.fault == "stall_after_finish":
+                    # The whole answer and its usage, then neither [DONE] nor the body's end.
+                    server._closing.wait()
+                    self.close_connection = True
+                    return
                 elif reply.fault != "cut":
                     self._send(b"data: [DONE]\n\n")
                     if server.chunked:
