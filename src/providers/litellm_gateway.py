@@ -260,7 +260,8 @@ class LiteLLMGateway(ILLMGateway):
             raise
         except Exception as exc:
             raise map_litellm_error(litellm, exc) from exc
-        usage = answer.usage or {}
+        usage = answer.usage if provider_sent_usage(stream) else None
+        usage = usage or {}
         input_tokens = _count(usage.get("prompt_tokens"))
         output_tokens = _count(usage.get("completion_tokens"))
         cached = _usage_detail(usage, "prompt_tokens_details", "cached_tokens")
@@ -376,6 +377,24 @@ def _count(value: Any) -> int:
         return max(int(value or 0), 0)
     except (TypeError, ValueError):
         return 0
+
+
+def provider_sent_usage(stream: Any) -> bool:
+    """Whether the provider's own chunks held token counts.
+
+    Asked to include usage, litellm ends every stream with a usage chunk, also when the
+    provider sent none: it then counts the prompt's messages itself, without the tool
+    schemas (8 tokens for a prompt of 1,800), and that count would pass for the server's.
+    The wrapper keeps the provider's chunks in ``chunks``; a litellm without it is trusted.
+    """
+    received = getattr(stream, "chunks", None)
+    if not isinstance(received, list):
+        return True
+    for chunk in received:
+        usage = chunk.get("usage") if isinstance(chunk, dict) else getattr(chunk, "usage", None)
+        if usage is not None:
+            return True
+    return False
 
 
 def provider_finish_reason(stream: Any, chunks: list[Any]) -> str | None:
