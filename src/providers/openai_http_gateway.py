@@ -471,7 +471,21 @@ async def _events(response: httpx.Response) -> AsyncIterator[str]:
     """
     response.encoding = "utf-8"
     async for event in EventSource(response).aiter_sse():
-        yield event.data
+        if event.event == "error":
+            yield _as_error(event.data)
+        else:
+            yield event.data
+
+
+def _as_error(data: str) -> str:
+    """An ``event: error`` event's data as an error chunk, whatever shape the server gave it."""
+    try:
+        payload: Any = json.loads(data)
+    except ValueError:
+        payload = data
+    if isinstance(payload, dict) and payload.get("error"):
+        return data
+    return json.dumps({"error": payload or "the server sent an error event"})
 
 
 async def _events_of(body: bytes) -> AsyncIterator[str]:

@@ -121,6 +121,18 @@ async def test_an_error_event_inside_a_stream_is_a_retryable_model_error(canned)
     assert caught.value.retryable and caught.value.status_code == 500
 
 
+@pytest.mark.parametrize(
+    "data", ['{"message": "the engine died", "code": 500}', "the engine died"], ids=["json", "text"]
+)
+async def test_an_error_event_says_what_the_server_said(canned, data: str) -> None:
+    # ``event: error`` whose data has no "error" member: it was taken for a cut stream.
+    canned.events(chunk({"content": "Par"}), f"event: error\ndata: {data}")
+    gateway = OpenAIHttpGateway("openai/m", api_base=canned.base_url)
+    with pytest.raises(ModelError, match="the engine died") as caught:
+        await streamed(gateway)
+    assert caught.value.retryable
+
+
 async def test_tool_call_chunks_without_an_index_are_reassembled(canned) -> None:
     canned.events(
         ": keep-alive",
