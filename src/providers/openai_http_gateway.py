@@ -280,7 +280,7 @@ class OpenAIHttpGateway(ILLMGateway):
                     raise status_error(response.status_code, response.text, response.headers)
                 if "text/event-stream" not in response.headers.get("content-type", ""):
                     body = await response.aread()
-                    if not body.lstrip().startswith((b"data:", b":", b"event:", b"id:")):
+                    if not body.lstrip().startswith((b"data:", b":", b"event:", b"id:", b"retry:")):
                         whole = self._to_response(_json_body(body))
                         if whole.message.content:
                             yield LLMTextDelta(whole.message.content)
@@ -290,7 +290,7 @@ class OpenAIHttpGateway(ILLMGateway):
                     events = _events_of(body)
                 else:
                     events = _events(response)
-                while (data := await _next_event(events, finished=turn.finish_reason)) is not None:
+                while (data := await _next_event(events, ended=turn.ended)) is not None:
                     if data.strip() == "[DONE]":
                         done = True
                         break
@@ -333,13 +333,15 @@ class OpenAIHttpGateway(ILLMGateway):
             raise ModelError(
                 "the model's answer has no message", body=json.dumps(data)[:2000], retryable=True
             )
+        listed = message.get("tool_calls") or ()
+        listed = [listed] if isinstance(listed, dict) else listed
         calls = tuple(
             parse_tool_call(
                 str(call.get("id") or f"call_{n}"),
-                str((call.get("function") or {}).get("name") or ""),
-                (call.get("function") or {}).get("arguments"),
+                str(_function(call).get("name") or ""),
+                _function(call).get("arguments"),
             )
-            for n, call in enumerate(message.get("tool_calls") or (), start=1)
+            for n, call in enumerate(listed if isinstance(listed, list) else (), start=1)
             if isinstance(call, dict)
         )
         return self._response(
@@ -381,14 +383,15 @@ class OpenAIHttpGateway(ILLMGateway):
 
 
 AFTER_FINISH_S = 2.0
-"""How long to wait, once the server gave its finish reason, for the rest of the stream (its
-usage, ``[DONE]``): the answer is whole, and a server that stalls there is not waited for
-until the call's timeout (which then threw the answer away and asked again)."""
+"""How long to wait, once the server said the answer is over (``StreamedAnswer.ended``), for
+the rest of the stream (``[DONE]``, the body's end): the answer is whole, and a server that
+stalls there is not waited for until the call's timeout (which then threw the answer away
+and asked again)."""
 
 
-async def _next_event(events: AsyncIterator[str], *, finished: str | None) -> str | None:
-    """The next event's data; ``None`` at the end, or once a finished answer's server stalls."""
-    if finished is None:
+async def _next_event(events: AsyncIterator[str], *, ended: bool) -> str | None:
+    """The next event's data; ``None`` at the end, or once an ended answer's server stalls."""
+    if not ended:
         return await anext(events, None)
     with anyio.move_on_after(AFTER_FINISH_S):
         return await anext(events, None)
@@ -488,18 +491,30 @@ def _as_error(data: str) -> str:
     return json.dumps({"error": payload or "the server sent an error event"})
 
 
+def _function(call: dict[str, Any]) -> dict[str, Any]:
+    """A wire tool call's ``function`` member (an empty one when it is not an object)."""
+    function = call.get("function")
+    return function if isinstance(function, dict) else {}
+
+
 async def _events_of(body: bytes) -> AsyncIterator[str]:
-    """The data of each event of an event stream already read whole."""
-    data: list[str] = []
-    for line in body.decode("utf-8", errors="replace").splitlines():
+    """The data of each event of an event stream already read whole.
+
+    Lines end at CR or LF only, as the event-stream format says (not at the other breaks
+    ``splitlines`` knows, which a model's text may hold).
+    """
+    text = body.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
+    kind, data = "", list[str]()
+    for line in [*text.split("\n"), ""]:
         if not line:
             if data:
-                yield "\n".join(data)
-                data = []
+                joined = "\n".join(data)
+                yield _as_error(joined) if kind == "error" else joined
+            kind, data = "", []
         elif line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
-    if data:
-        yield "\n".join(data)
+        elif line.startswith("event:"):
+            kind = line[6:].strip()
 
 
 def _error_message(text: str) -> str:

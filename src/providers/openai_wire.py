@@ -103,11 +103,14 @@ class _ToolCallParts:
 class StreamedAnswer:
     """A streamed answer assembled from its chunks (as dictionaries): text, tool calls, usage.
 
-    Tool-call pieces are matched to calls the way servers actually send them: by ``index``,
-    except that a piece bringing a new ``id`` at an index already used starts a new call
-    (servers that number every parallel call 0); without an index, by ``id``, and a piece
-    with neither continues the latest call (only the first piece of a call carries its id)
-    unless it names a function while that call already has one.
+    Tool-call pieces are matched to calls the way servers actually send them: a piece whose
+    id is known continues that call; otherwise one numbered with an ``index`` continues that
+    index's call, and one without continues the latest call (only the first piece of a call
+    carries its id). A piece starts a new call when nothing matches, or when it names a
+    function while the call it would continue already has a name and either another one or
+    whole JSON arguments: servers that number every parallel call 0 (Ollama, some proxies)
+    or send calls whole without index, as against servers that repeat the name, or give a
+    call a new id, on every piece.
     """
 
     chunks: int = 0
@@ -117,13 +120,15 @@ class StreamedAnswer:
     usage: dict[str, Any] | None = None
     """The last usage the server sent; ``None`` when it sent none."""
     model: str | None = None
+    ended: bool = False
+    """The server said the answer is over: a finish reason in a chunk that brought nothing
+    else, or usage after one. What may still come is bookkeeping (``[DONE]``, the body's
+    end), not more of the answer."""
     _by_index: dict[int, int] = field(default_factory=dict)
 
     def take(self, chunk: Mapping[str, Any]) -> str:
         """Fold one chunk in; the text it adds to the answer."""
         self.chunks += 1
-        if isinstance(chunk.get("usage"), dict):
-            self.usage = chunk["usage"]
         if chunk.get("model"):
             self.model = str(chunk["model"])
         added: list[str] = []
@@ -131,15 +136,26 @@ class StreamedAnswer:
             # The first choice (some servers send its index as null).
             if not isinstance(choice, dict) or (choice.get("index") or 0) != 0:
                 continue
-            delta = choice.get("delta") or {}
+            delta = choice.get("delta")
+            delta = delta if isinstance(delta, dict) else {}
             content = message_text(delta.get("content"))
             if content:
                 added.append(content)
-            for part in delta.get("tool_calls") or ():
+            parts = delta.get("tool_calls") or ()
+            parts = [parts] if isinstance(parts, dict) else parts
+            if not isinstance(parts, list):
+                parts = []
+            for part in parts:
                 if isinstance(part, dict):
                     self._take_call(part)
             if choice.get("finish_reason"):
                 self.finish_reason = str(choice["finish_reason"])
+                if not content and not parts:
+                    self.ended = True
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+            if self.finish_reason is not None:
+                self.ended = True
         text = "".join(added)
         if text:
             self.text.append(text)
@@ -147,25 +163,24 @@ class StreamedAnswer:
 
     def _take_call(self, part: Mapping[str, Any]) -> None:
         call_id = str(part["id"]) if part.get("id") else None
-        function = part.get("function") or {}
+        function = part.get("function")
+        function = function if isinstance(function, dict) else {}
         name = str(function["name"]) if function.get("name") else None
-        index = part.get("index")
-        call: _ToolCallParts | None = None
-        if isinstance(index, int) and not isinstance(index, bool):
-            position = self._by_index.get(index)
-            if position is not None:
+        raw_index = part.get("index")
+        index = (
+            raw_index if isinstance(raw_index, int) and not isinstance(raw_index, bool) else None
+        )
+        call = next((c for c in self.calls if c.id == call_id), None) if call_id else None
+        if call is None:
+            position = self._by_index.get(index) if index is not None else len(self.calls) - 1
+            if position is not None and position >= 0:
                 known = self.calls[position]
-                if call_id is None or known.id is None or known.id == call_id:
+                if not _starts_another(known, name):
                     call = known
-            if call is None:
-                call = self._new_call()
-                self._by_index[index] = len(self.calls) - 1
-        elif call_id is not None:
-            call = next((c for c in self.calls if c.id == call_id), None) or self._new_call()
-        elif self.calls and not (name and self.calls[-1].name):
-            call = self.calls[-1]
-        else:
+        if call is None:
             call = self._new_call()
+            if index is not None:
+                self._by_index[index] = len(self.calls) - 1
         if call_id is not None and call.id is None:
             call.id = call_id
         if name and not call.name:
@@ -188,6 +203,18 @@ class StreamedAnswer:
     def content(self) -> str | None:
         """The answer's text, if any."""
         return "".join(self.text) or None
+
+
+def _starts_another(known: _ToolCallParts, name: str | None) -> bool:
+    """Whether a piece naming ``name`` begins a call after ``known`` rather than continuing it."""
+    if name is None or not known.name:
+        return False
+    if name != known.name:
+        return True
+    try:
+        return isinstance(json.loads("".join(known.arguments)), dict)
+    except ValueError:
+        return False
 
 
 def parse_tool_call(call_id: str, name: str, raw: Any) -> ToolCall:

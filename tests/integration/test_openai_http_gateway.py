@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -19,7 +20,7 @@ import pytest
 from core_agent.contracts.errors import ModelError, ModelIncompleteError
 from core_agent.contracts.llm_gateway import LLMRequest, LLMResponse, LLMTextDelta
 from core_agent.contracts.settings import AgentSettings
-from providers import litellm_price_table
+from providers import litellm_price_table, openai_http_gateway
 from providers.openai_http_gateway import OpenAIHttpGateway
 from shared.agent_protocol import UserMessage
 
@@ -38,6 +39,8 @@ class CannedServer:
         self.requests: list[dict[str, Any]] = []
         self.held_open = False
         """Promise more body than is sent and keep the connection open (until closed)."""
+        self.pause_s = 0.0
+        """Wait this long between events (a slow model)."""
         self._closing = threading.Event()
         server = self
 
@@ -53,8 +56,11 @@ class CannedServer:
                 promised = len(server.body) + (64 if server.held_open else 0)
                 self.send_header("Content-Length", str(promised))
                 self.end_headers()
-                self.wfile.write(server.body)
-                self.wfile.flush()
+                for event in server.body.split(b"\n\n"):
+                    if event:
+                        self.wfile.write(event + b"\n\n")
+                        self.wfile.flush()
+                        time.sleep(server.pause_s)
                 if server.held_open:
                     server._closing.wait()
 
@@ -131,6 +137,50 @@ async def test_an_error_event_says_what_the_server_said(canned, data: str) -> No
     with pytest.raises(ModelError, match="the engine died") as caught:
         await streamed(gateway)
     assert caught.value.retryable
+
+
+def piece(**part: Any) -> str:
+    return chunk({"tool_calls": [part]})
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [
+        # A new id on every piece of one call, at one index (mlx and other servers).
+        [
+            piece(index=0, id="a1", function={"name": "calc", "arguments": ""}),
+            piece(index=0, id="b2", function={"arguments": '{"x":'}),
+            piece(index=0, id="c3", function={"arguments": " 1}"}),
+        ],
+        # No index and no id, the name repeated on every piece.
+        [
+            piece(function={"name": "calc", "arguments": '{"x":'}),
+            piece(function={"name": "calc", "arguments": " 1}"}),
+        ],
+    ],
+    ids=["new_id_every_piece", "name_every_piece"],
+)
+async def test_the_pieces_of_one_call_stay_one_call(canned, pieces: list[str]) -> None:
+    canned.events(*pieces, chunk({}, "tool_calls"), "data: [DONE]")
+    _, final = await streamed(OpenAIHttpGateway("openai/m", api_base=canned.base_url))
+    (call,) = final.message.tool_calls
+    assert (call.name, call.arguments) == ("calc", {"x": 1})
+
+
+async def test_a_finish_reason_before_the_end_does_not_cut_a_slow_answer(
+    canned, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Some servers put the finish reason on every chunk: only a finish that ends the answer
+    # (nothing else in its chunk, or usage after it) lets a pause cut the rest short.
+    monkeypatch.setattr(openai_http_gateway, "AFTER_FINISH_S", 0.1)
+    canned.pause_s = 0.3
+    canned.events(
+        chunk({"content": "北京"}, "stop"),
+        chunk({"content": "是首都。"}, "stop"),
+        "data: [DONE]",
+    )
+    deltas, final = await streamed(OpenAIHttpGateway("openai/m", api_base=canned.base_url))
+    assert final.message.content == "北京是首都。" and deltas == ["北京", "是首都。"]
 
 
 async def test_tool_call_chunks_without_an_index_are_reassembled(canned) -> None:
