@@ -68,8 +68,8 @@ async def test_a_left_run_keeps_its_task_for_the_next_kernel(tmp_path: Path) -> 
     assert calls == ["slow_read", "slow_read"]  # idempotent and unfinished: run again
 
 
-async def test_without_leaving_a_canceled_caller_cancels_the_task(tmp_path: Path) -> None:
-    started = anyio.Event()
+def endless_read(started: anyio.Event) -> FunctionTool:
+    """A read that tells ``started`` it began, and never ends."""
 
     async def slow_read() -> str:
         """Read something slowly."""
@@ -77,7 +77,12 @@ async def test_without_leaving_a_canceled_caller_cancels_the_task(tmp_path: Path
         await anyio.sleep(3600)
         return "never"
 
-    host = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
+    return FunctionTool(slow_read, idempotent=True, capabilities={"read"})
+
+
+async def test_without_leaving_a_canceled_caller_cancels_the_task(tmp_path: Path) -> None:
+    started = anyio.Event()
+    host = kernel_on(tmp_path, endless_read(started))
     async with host:
         async with anyio.create_task_group() as group:
             request = TaskRequest(task="read slowly", force_mode="react")
@@ -90,14 +95,7 @@ async def test_without_leaving_a_canceled_caller_cancels_the_task(tmp_path: Path
 async def left_in_session(tmp_path: Path, session_id: str) -> str:
     """A task of ``session_id`` that its host left running mid-tool; its id."""
     started = anyio.Event()
-
-    async def slow_read() -> str:
-        """Read something slowly."""
-        started.set()
-        await anyio.sleep(3600)
-        return "never"
-
-    host = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
+    host = kernel_on(tmp_path, endless_read(started))
     request = TaskRequest(task="把报告读一遍", session_id=session_id, force_mode="react")
     async with host, anyio.create_task_group() as group:
         group.start_soon(lambda: host.execute_task(request, task_id="left"))

@@ -8,6 +8,7 @@ import pytest
 from core_agent.container import KernelContainer
 from core_agent.contracts.errors import InvalidTransitionError, StorageError, TaskNotFoundError
 from core_agent.contracts.trace_store import Span
+from core_agent.kernel.agent_kernel import AgentKernel
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedTurn
 from providers.sqlite import database
 from providers.sqlite.database import (
@@ -350,6 +351,14 @@ def test_a_wal_a_reader_kept_from_being_copied_is_not_restarted_on_the_loop(
     assert db._restart_due
 
 
+def answering_kernel(data_dir: Path) -> tuple[AgentKernel, Path]:
+    """A kernel on ``data_dir`` whose model answers every task at once; its WAL's path."""
+    container = KernelContainer()
+    container.settings.override(container.settings().model_copy(update={"data_dir": data_dir}))
+    container.llm_gateway.override(ScriptedLLMGateway(policy=lambda _: ScriptedTurn(content="ok")))
+    return container.kernel(), data_dir / "core_agent.db-wal"
+
+
 async def test_the_wal_starts_over_while_a_kernel_keeps_writing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -359,13 +368,7 @@ async def test_the_wal_starts_over_while_a_kernel_keeps_writing(
     limit = 8 << 20
     monkeypatch.setattr(database, "WAL_SIZE_LIMIT_BYTES", limit)
     monkeypatch.setattr(database, "CHECKPOINT_WAL_BYTES", 2 << 20)
-    container = KernelContainer()
-    container.settings.override(
-        container.settings().model_copy(update={"data_dir": tmp_path / "data"})
-    )
-    container.llm_gateway.override(ScriptedLLMGateway(policy=lambda _: ScriptedTurn(content="ok")))
-    kernel = container.kernel()
-    wal = tmp_path / "data" / "core_agent.db-wal"
+    kernel, wal = answering_kernel(tmp_path / "data")
 
     def wal_state() -> tuple[int, int]:
         # The WAL header's checkpoint sequence number (bytes 12-15, big-endian) goes up each
@@ -395,13 +398,7 @@ async def test_the_wal_keeps_its_bound_when_background_checkpoints_fall_behind(
     limit = 4 << 20
     monkeypatch.setattr(database, "WAL_SIZE_LIMIT_BYTES", limit)
     monkeypatch.setattr(database.SqliteDatabase, "checkpoint_soon", lambda self: None)
-    container = KernelContainer()
-    container.settings.override(
-        container.settings().model_copy(update={"data_dir": tmp_path / "data"})
-    )
-    container.llm_gateway.override(ScriptedLLMGateway(policy=lambda _: ScriptedTurn(content="ok")))
-    kernel = container.kernel()
-    wal = tmp_path / "data" / "core_agent.db-wal"
+    kernel, wal = answering_kernel(tmp_path / "data")
     sizes: list[int] = []
     async with kernel:
         for number in range(100):  # about 20 MiB of WAL frames
