@@ -776,6 +776,7 @@ class KernelContainer(containers.DeclarativeContainer):
         trace_store=redacted_trace_store,
         tool_timeout_s=settings.provided.tool_timeout_s,
         temperature=settings.provided.model_temperature,
+        max_tokens=settings.provided.model_max_tokens,
         limits=providers.Factory(
             ReActLimits,
             max_observation_chars=settings.provided.max_observation_chars,
@@ -796,6 +797,7 @@ class KernelContainer(containers.DeclarativeContainer):
         max_attempts=settings.provided.plan_max_attempts,
         max_steps=settings.provided.plan_max_steps,
         temperature=settings.provided.model_temperature,
+        max_tokens=settings.provided.model_max_tokens,
         prompts=prompts,
     )
     react_executor = providers.Singleton(

@@ -75,6 +75,9 @@ class Reply:
     arguments as a JSON object instead of a string; content as a list of text parts;
     ``"error": null`` in every chunk; a choice's index null; an event stream labelled
     ``text/plain``, or ``charset=ISO-8859-1``."""
+    finish_reason: str | None = None
+    """Sent instead of the usual one (``length``: the output token limit cut the answer
+    off; ``content_filter``: the provider's filter stopped it)."""
 
 
 def _tokens(text: str) -> int:
@@ -249,6 +252,7 @@ class OpenAIServer:
         reasoning_tokens: int | None = None,
         report_usage: bool = True,
         dialect: Dialect | None = None,
+        finish_reason: str | None = None,
     ) -> None:
         self.replies.append(
             Reply(
@@ -262,6 +266,7 @@ class OpenAIServer:
                 reasoning_tokens,
                 report_usage,
                 dialect,
+                finish_reason,
             )
         )
 
@@ -347,6 +352,8 @@ class OpenAIServer:
 
     @staticmethod
     def _finish_reason(reply: Reply) -> str:
+        if reply.finish_reason is not None:
+            return reply.finish_reason
         if reply.fault == "truncated_arguments":
             return "length"
         return "tool_calls" if reply.tool_calls else "stop"

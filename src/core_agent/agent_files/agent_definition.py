@@ -75,6 +75,7 @@ _SETTINGS: Mapping[Loc, str] = {
     ("model", "api_base"): "model_api_base",
     ("model", "gateway"): "llm_gateway",
     ("model", "temperature"): "model_temperature",
+    ("model", "max_tokens"): "model_max_tokens",
     ("model", "timeout_s"): "model_timeout_s",
     ("model", "max_retries"): "model_max_retries",
     ("model", "fallbacks"): "model_fallbacks",

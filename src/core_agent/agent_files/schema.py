@@ -38,6 +38,8 @@ class ModelSection(_Section):
     script: Name | None = None
     """The scripted model's JSON script, in the agent file's folder or below."""
     temperature: float | None = None
+    max_tokens: int | None = None
+    """Most tokens in one answer (``AGENT_MODEL_MAX_TOKENS``)."""
     timeout_s: float | None = None
     max_retries: int | None = None
     fallbacks: list[Name] | None = None

@@ -309,8 +309,10 @@ class ModelIncompleteError(ModelError):
     """The provider's answer was cut short or empty.
 
     A stream that ended without a finish reason, a completion with neither text nor tool
-    calls, or tool-call arguments cut off by the token limit. Retryable: it is a transport or
-    provider fault, not an answer.
+    calls, or tool-call arguments cut off by the token limit: retryable, a transport or
+    provider fault, not an answer. Not retryable when the same request would be cut again:
+    an answer the provider's content filter stopped, or a text answer the output token limit
+    kept cutting off after the model was asked to go on with it.
     """
 
 

@@ -42,6 +42,9 @@ class LLMResponse:
     usage: TokenUsage
     model: str
     finish_reason: str | None = None
+    """Why the model stopped, in OpenAI's words where the provider's map to them (``stop``,
+    ``tool_calls``, ``length``: the output token limit, ``content_filter``); other values
+    as the server sent them."""
     usage_estimated: bool = False
     """The server reported no token counts: ``usage`` was counted offline by the kernel
     (``EstimatedUsageGateway``). Gateways leave it ``False``."""
@@ -132,21 +135,40 @@ class ILLMGateway(abc.ABC):
         """
 
 
+TOKEN_LIMIT_FINISH_REASONS = frozenset({"length", "max_tokens", "max_output_tokens"})
+"""Finish reasons that say the output token limit cut the answer off (``length`` is
+OpenAI's; servers that pass their own through use the others)."""
+
+
 def checked_response(response: LLMResponse) -> LLMResponse:
     """``response``, unless it is no real answer (whatever gateway produced it).
+
+    A text answer the token limit cut off is returned: whoever asked decides (the reason-act
+    loop has the model go on with it; a summary asked to fit ``max_tokens`` keeps it).
 
     Raises:
         ModelIncompleteError: (retryable) The answer has neither text nor tool calls, or the
             token limit cut it inside a tool call's arguments (``finish_reason: length`` with
             arguments that are not JSON). Arguments a model wrote badly but finished are not
-            an error here: they go back to the model as the tool's error.
+            an error here: they go back to the model as the tool's error. Not retryable: the
+            provider's content filter stopped the answer (``finish_reason:
+            content_filter``), which the same request would meet again.
     """
     message = response.message
-    if not (message.content or "").strip() and not message.tool_calls:
+    if response.finish_reason == "content_filter":
         raise ModelIncompleteError(
-            "the model returned an empty answer (no text and no tool calls)", retryable=True
+            "the provider's content filter stopped the model's answer "
+            "(finish_reason: content_filter)",
+            retryable=False,
         )
-    if response.finish_reason == "length" and any(
+    if not (message.content or "").strip() and not message.tool_calls:
+        cut = response.finish_reason in TOKEN_LIMIT_FINISH_REASONS
+        raise ModelIncompleteError(
+            "the model returned an empty answer (no text and no tool calls"
+            + (": its output token limit was reached first)" if cut else ")"),
+            retryable=True,
+        )
+    if response.finish_reason in TOKEN_LIMIT_FINISH_REASONS and any(
         call.arguments is None for call in message.tool_calls
     ):
         raise ModelIncompleteError(

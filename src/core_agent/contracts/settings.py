@@ -122,6 +122,9 @@ class AgentSettings(BaseSettings):
     key as ``model``, by ``llm_gateway`` when it is set, else by the gateway its own name
     calls for (see ``gateway_name``)."""
     model_temperature: float | None = Field(default=None, ge=0, le=2)
+    model_max_tokens: int | None = Field(default=None, ge=1)
+    """Most tokens the model may write in one answer of a task or plan; unset, the
+    provider's default. An answer the limit cuts off is continued (see ``react_loop``)."""
 
     llm_gateway: str | None = None
     """Entry-point name of the gateway (``litellm``, ``openai_http``, ``scripted``); when unset,

@@ -71,6 +71,11 @@ class LoopCheckpoint(Checkpoint):
     max_sent_turns: int | None = None
     """Set once the provider refused a prompt as too long: the most turns sent since, so a
     resumed loop does not send (and pay for) the refused length again."""
+    cut_answer: str = ""
+    """The text so far of an answer the model's output token limit cut off, which the
+    model was asked to go on with (see ``react_loop``)."""
+    continuations: int = 0
+    """Times the model was asked to go on with ``cut_answer``."""
     output: str | None = None
     structured: dict[str, object] | None = None
 

@@ -69,6 +69,7 @@ class LLMPlanner(IPlanner):
         max_attempts: int = 3,
         max_steps: int = 8,
         temperature: float | None = None,
+        max_tokens: int | None = None,
         prompts: PromptSet | None = None,
     ) -> None:
         self._llm = llm
@@ -79,6 +80,7 @@ class LLMPlanner(IPlanner):
         self._max_attempts = max_attempts
         self._max_steps = max_steps
         self._temperature = temperature
+        self._max_tokens = max_tokens
 
     async def plan(
         self,
@@ -128,7 +130,11 @@ class LLMPlanner(IPlanner):
     ) -> str:
         response = await traced_model_call(
             self._llm,
-            LLMRequest(messages=tuple(messages), temperature=self._temperature),
+            LLMRequest(
+                messages=tuple(messages),
+                temperature=self._temperature,
+                max_tokens=self._max_tokens,
+            ),
             context,
             tracer,
             parent_span_id=context.task.parent_span_id,

@@ -12,6 +12,10 @@
 * the tool calls of one model turn run concurrently, with a bound;
 * with a response model, a ``final_answer`` tool carries the typed answer, and a text answer
   is extracted, repaired and validated, with one self-correction round;
+* an answer cut off by the model's output token limit (finish reason ``length``) is not
+  taken as the answer: the model is asked to go on from where it stopped, up to
+  ``ReActLimits.answer_continuations`` times, and the pieces are joined; still cut after
+  that, the loop fails (``ModelIncompleteError``) rather than answer with half a text;
 * with a journal (``loop_journal``), every step is checkpointed with its events and spans in
   one unit of work, tool calls go through the ledger (``call_ledger``), and a loop resumed
   in any process carries on from its last step without repeating a finished call.
@@ -49,12 +53,14 @@ from core_agent.contracts.errors import (
     ApprovalDeniedError,
     ApprovalPendingError,
     ModelContextWindowError,
+    ModelIncompleteError,
     StructuredOutputError,
     ToolNotFoundError,
     TurnLimitExceededError,
 )
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import (
+    TOKEN_LIMIT_FINISH_REASONS,
     ILLMGateway,
     LLMRequest,
     LLMResponse,
@@ -105,6 +111,8 @@ class ReActLimits:
     max_observation_chars: int = 8000
     max_parallel_tools: int = 4
     error_streak_warning: int = 3
+    answer_continuations: int = 3
+    """Times the model is asked to go on with an answer its output token limit cut off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +165,11 @@ class _LoopState:
     traced_messages: int | None = None
     """How many messages of the conversation the ``llm`` spans of this run recorded (the
     answers included); ``None`` before its first model call."""
+    cut_answer: str = ""
+    """The text so far of an answer the output token limit cut off, while the model goes on
+    with it."""
+    continuations: int = 0
+    """Times the model was asked to go on with the answer in ``cut_answer``."""
 
 
 def truncate_observation(text: str, limit: int) -> str:
@@ -191,6 +204,7 @@ class ReActLoop:
         trace_store: ITraceStore,
         tool_timeout_s: float,
         temperature: float | None = None,
+        max_tokens: int | None = None,
         limits: ReActLimits | None = None,
         sandbox: IToolSandbox | None = None,
         gate: ToolCallGate | None = None,
@@ -209,6 +223,7 @@ class ReActLoop:
         self._runner = ToolRunner(tools, default_timeout_s=tool_timeout_s)
         self._trace_store = trace_store
         self._temperature = temperature
+        self._max_tokens = max_tokens
         self._limits = limits or ReActLimits()
 
     @property
@@ -262,6 +277,8 @@ class ReActLoop:
             state.error_streak = restored.error_streak
             state.corrections_left = restored.corrections_left
             state.max_sent_turns = restored.max_sent_turns
+            state.cut_answer = restored.cut_answer
+            state.continuations = restored.continuations
             if restored.phase == "answered":
                 return LoopResult(restored.output or "", restored.structured)
             if restored.phase == "tools":
@@ -298,9 +315,14 @@ class ReActLoop:
                 messages.append(response.message)
                 state.traced_messages = len(messages)  # the answer is in the span
                 calls = list(response.message.tool_calls)
-                answer = self._answer(
-                    calls, response.message.content or "", output_type, state, messages
-                )
+                text = response.message.content or ""
+                if not calls and response.finish_reason in TOKEN_LIMIT_FINISH_REASONS:
+                    self._ask_to_go_on(text, state, messages)
+                    await self._checkpoint(context, state, messages, "model")
+                    continue
+                # A turn that calls tools instead of going on leaves the cut text behind.
+                text, state.cut_answer, state.continuations = state.cut_answer + text, "", 0
+                answer = self._answer(calls, text, output_type, state, messages)
                 if answer is not None:
                     await self._checkpoint(context, state, messages, "answered", answer=answer)
                     return answer
@@ -318,6 +340,30 @@ class ReActLoop:
             raise state.last_output_error
         raise TurnLimitExceededError(
             f"no final answer after {max_turns} turns (raise max_turns or simplify the task)"
+        )
+
+    def _ask_to_go_on(self, text: str, state: _LoopState, messages: list[ChatMessage]) -> None:
+        """Keep the cut-off ``text`` and ask the model to continue it.
+
+        Raises:
+            ModelIncompleteError: The answer was cut off once more than the loop continues.
+        """
+        if state.continuations >= self._limits.answer_continuations:
+            raise ModelIncompleteError(
+                f"the model's answer was cut off by its output token limit "
+                f"{state.continuations + 1} times (finish_reason: length, "
+                f"{len(state.cut_answer) + len(text)} characters so far): ask for a shorter "
+                f"answer, or allow the model more (AGENT_MODEL_MAX_TOKENS)",
+                retryable=False,
+            )
+        state.cut_answer += text
+        state.continuations += 1
+        messages.append(
+            UserMessage(
+                content=f"{NOTICE_PREFIX} Your answer was cut off by the output token limit. "
+                "Continue it exactly where it stopped, even mid-word: no repetition, no "
+                "apology, no recap."
+            )
         )
 
     def _answer(
@@ -373,6 +419,8 @@ class ReActLoop:
             error_streak=state.error_streak,
             corrections_left=state.corrections_left,
             max_sent_turns=state.max_sent_turns,
+            cut_answer=state.cut_answer,
+            continuations=state.continuations,
             output=answer.output if answer is not None else None,
             structured=answer.structured if answer is not None else None,
         )
@@ -448,7 +496,10 @@ class ReActLoop:
             if omitted:
                 attributes["omitted_messages"] = omitted
             request = LLMRequest(
-                messages=tuple(sent), tools=definitions, temperature=self._temperature
+                messages=tuple(sent),
+                tools=definitions,
+                temperature=self._temperature,
+                max_tokens=self._max_tokens,
             )
             recorded = state.traced_messages
             try:
