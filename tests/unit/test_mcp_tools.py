@@ -349,6 +349,33 @@ def test_credentials_in_the_mcp_file_never_reach_the_stores(tmp_path, suffix: st
     assert redactor.text(echoed) == "服务器回显：[REDACTED] 和 [REDACTED]"
 
 
+def test_the_mcp_file_is_read_once_so_the_redactor_knows_the_credentials_used(
+    tmp_path,
+) -> None:
+    # Edited while the kernel starts: the servers must not run with a credential the
+    # redactor, built first, never learned.
+    path = tmp_path / "servers.toml"
+    path.write_text(
+        '[mcp_servers.files]\ncommand = "srv"\nenv = { FILES_TOKEN = "old-plainsecret1" }\n'
+    )
+    settings = AgentSettings(mcp_file=path)
+    redactor = build_redactor(settings)
+    path.write_text(
+        '[mcp_servers.files]\ncommand = "srv"\nenv = { FILES_TOKEN = "new-plainsecret2" }\n'
+    )
+
+    tables = settings.mcp_server_tables()
+    assert tables["files"]["env"] == {"FILES_TOKEN": "old-plainsecret1"}
+    assert redactor.text("old-plainsecret1") == "[REDACTED]"
+    tables["files"]["env"]["FILES_TOKEN"] = "changed by a caller"
+    copied = settings.model_copy(update={"max_turns": 3})
+    assert copied.mcp_server_tables()["files"]["env"] == {"FILES_TOKEN": "old-plainsecret1"}
+    # Settings naming another file read that one.
+    other = tmp_path / "other.toml"
+    other.write_text('[mcp_servers.wiki]\nurl = "http://127.0.0.1:1/mcp"\n')
+    assert list(settings.model_copy(update={"mcp_file": other}).mcp_server_tables()) == ["wiki"]
+
+
 def test_an_unreadable_mcp_file_leaves_the_redactor_to_the_other_secrets(tmp_path) -> None:
     # The MCP provider reports the broken file when it loads; the stores still open.
     path = tmp_path / "servers.toml"

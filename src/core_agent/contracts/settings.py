@@ -10,6 +10,7 @@ the same place.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import os
@@ -20,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 import platformdirs
 from dotenv import dotenv_values
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     DotEnvSettingsSource,
@@ -192,6 +193,8 @@ class AgentSettings(BaseSettings):
     mcp_servers: dict[str, dict[str, Any]] = Field(default_factory=dict)
     """MCP tool servers by name (JSON), declared like the tables of ``mcp_file``; a name
     in both is taken from here."""
+    _mcp_file_read: tuple[Path, dict[str, Any]] | None = PrivateAttr(default=None)
+    """``mcp_file`` and its tables as first read (see ``mcp_server_tables``)."""
 
     strategy_mode: Literal["adaptive", "react", "plan_execute"] = "adaptive"
     max_turns: int = Field(default=12, ge=1, le=1000)
@@ -486,7 +489,10 @@ class AgentSettings(BaseSettings):
         """The MCP servers declared, by name: ``mcp_file``'s tables, then ``mcp_servers``'s.
 
         A name in both is taken from ``mcp_servers``. The tables are as the user wrote them
-        (the MCP provider validates them).
+        (the MCP provider validates them). The file is read once for these settings (and
+        their copies naming the same file): the redactor, which learns the servers'
+        credentials here, the MCP provider and the tool list all see one version of it, even
+        when it is edited while the kernel starts.
 
         Raises:
             ConfigurationError: ``mcp_file`` cannot be read or parsed, or does not map
@@ -494,7 +500,10 @@ class AgentSettings(BaseSettings):
         """
         tables: dict[str, Any] = {}
         if self.mcp_file is not None:
-            tables.update(_read_mcp_file(self.mcp_file))
+            read = self._mcp_file_read
+            if read is None or read[0] != self.mcp_file:
+                read = self._mcp_file_read = (self.mcp_file, _read_mcp_file(self.mcp_file))
+            tables.update(copy.deepcopy(read[1]))
         tables.update(self.mcp_servers)
         return tables
 
