@@ -61,6 +61,7 @@ from core_agent.observability.span_export import ExportingTraceStore, SpanExport
 from core_agent.observability.traced_retrieval import TracedRetriever
 from core_agent.orchestration.circuit_breaker import BreakerSettings
 from core_agent.orchestration.estimated_usage import EstimatedUsageGateway
+from core_agent.orchestration.inline_reasoning import InlineReasoningGateway
 from core_agent.orchestration.model_classifier import ModelAssistedClassifier
 from core_agent.orchestration.model_retry import RetryPolicy
 from core_agent.orchestration.plan_execute_executor import (
@@ -368,10 +369,12 @@ def build_resilient_gateway(
     """The gateway the kernel calls: ``primary``, then ``fallbacks`` in order.
 
     With the kernel's retry policy, call deadline and a circuit breaker per model, as the
-    ``AGENT_MODEL_*`` settings say.
+    ``AGENT_MODEL_*`` settings say. Each model's inline reasoning (``<think>`` blocks) is
+    taken out of its answers before they are judged, so an answer that was all thinking is
+    tried again like any empty one (``InlineReasoningGateway``).
     """
     return ResilientGateway(
-        [primary, *fallbacks],
+        [InlineReasoningGateway(gateway) for gateway in (primary, *fallbacks)],
         policy=RetryPolicy(
             max_retries=settings.model_max_retries,
             base_delay_s=settings.model_retry_base_s,

@@ -267,7 +267,11 @@ class LiteLLMGateway(ILLMGateway):
         cached = _usage_detail(usage, "prompt_tokens_details", "cached_tokens")
         yield checked_response(
             LLMResponse(
-                message=AssistantMessage(content=answer.content(), tool_calls=answer.tool_calls()),
+                message=AssistantMessage(
+                    content=answer.content(),
+                    tool_calls=answer.tool_calls(),
+                    reasoning=answer.reasoning(),
+                ),
                 usage=TokenUsage(
                     input_tokens=input_tokens,
                     output_tokens=output_tokens,
@@ -294,7 +298,11 @@ class LiteLLMGateway(ILLMGateway):
         )
         usage = getattr(response, "usage", None)
         return LLMResponse(
-            message=AssistantMessage(content=message.content or None, tool_calls=calls),
+            message=AssistantMessage(
+                content=message.content or None,
+                tool_calls=calls,
+                reasoning=getattr(message, "reasoning_content", None) or None,
+            ),
             usage=TokenUsage(
                 input_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
                 output_tokens=int(getattr(usage, "completion_tokens", 0) or 0),

@@ -67,6 +67,7 @@ from providers.openai_wire import (
     StreamedAnswer,
     message_text,
     parse_tool_call,
+    reasoning_text,
     retry_after_seconds,
     to_openai_message,
     to_openai_tools,
@@ -314,6 +315,7 @@ class OpenAIHttpGateway(ILLMGateway):
         yield checked_response(
             self._response(
                 content=turn.content(),
+                reasoning=turn.reasoning(),
                 calls=turn.tool_calls(),
                 usage=turn.usage,
                 model=turn.model,
@@ -346,6 +348,7 @@ class OpenAIHttpGateway(ILLMGateway):
         )
         return self._response(
             content=message_text(message.get("content")),
+            reasoning=reasoning_text(message),
             calls=calls,
             usage=data.get("usage"),
             model=data.get("model"),
@@ -356,6 +359,7 @@ class OpenAIHttpGateway(ILLMGateway):
         self,
         *,
         content: str | None,
+        reasoning: str | None,
         calls: tuple[Any, ...],
         usage: Any,
         model: Any,
@@ -366,7 +370,7 @@ class OpenAIHttpGateway(ILLMGateway):
         output_tokens = _count(usage.get("completion_tokens"))
         cached = _detail(usage, "prompt_tokens_details", "cached_tokens")
         return LLMResponse(
-            message=AssistantMessage(content=content, tool_calls=calls),
+            message=AssistantMessage(content=content, tool_calls=calls, reasoning=reasoning),
             usage=TokenUsage(
                 input_tokens=input_tokens,
                 output_tokens=output_tokens,

@@ -92,6 +92,19 @@ def message_text(content: Any) -> str | None:
     return str(content)
 
 
+def reasoning_text(message: Mapping[str, Any]) -> str | None:
+    """The reasoning a message or delta carries apart from its text, if any.
+
+    ``reasoning_content`` (DeepSeek, vLLM and llama.cpp with a reasoning parser, LM Studio,
+    litellm) or ``reasoning`` (OpenRouter, Ollama).
+    """
+    for name in ("reasoning_content", "reasoning"):
+        text = message_text(message.get(name))
+        if text:
+            return text
+    return None
+
+
 @dataclass
 class _ToolCallParts:
     id: str | None = None
@@ -101,7 +114,10 @@ class _ToolCallParts:
 
 @dataclass
 class StreamedAnswer:
-    """A streamed answer assembled from its chunks (as dictionaries): text, tool calls, usage.
+    """A streamed answer assembled from its chunks (as dictionaries): text, reasoning, calls.
+
+    Reasoning is what the server sends apart from the text (``reasoning_text``); usage and
+    the finish reason are kept too.
 
     Tool-call pieces are matched to calls the way servers actually send them: a piece whose
     id is known continues that call; otherwise one numbered with an ``index`` continues that
@@ -115,6 +131,8 @@ class StreamedAnswer:
 
     chunks: int = 0
     text: list[str] = field(default_factory=list)
+    thoughts: list[str] = field(default_factory=list)
+    """Reasoning the server sends apart from the text (see ``reasoning_text``)."""
     calls: list[_ToolCallParts] = field(default_factory=list)
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
@@ -141,6 +159,9 @@ class StreamedAnswer:
             content = message_text(delta.get("content"))
             if content:
                 added.append(content)
+            thought = reasoning_text(delta)
+            if thought:
+                self.thoughts.append(thought)
             parts = delta.get("tool_calls") or ()
             parts = [parts] if isinstance(parts, dict) else parts
             if not isinstance(parts, list):
@@ -203,6 +224,10 @@ class StreamedAnswer:
     def content(self) -> str | None:
         """The answer's text, if any."""
         return "".join(self.text) or None
+
+    def reasoning(self) -> str | None:
+        """The reasoning the server sent apart from the text, if any."""
+        return "".join(self.thoughts) or None
 
 
 def _starts_another(known: _ToolCallParts, name: str | None) -> bool:

@@ -75,6 +75,9 @@ class Reply:
     arguments as a JSON object instead of a string; content as a list of text parts;
     ``"error": null`` in every chunk; a choice's index null; an event stream labelled
     ``text/plain``, or ``charset=ISO-8859-1``."""
+    reasoning: str | None = None
+    """Sent apart from the text as ``reasoning_content`` (DeepSeek, vLLM and llama.cpp with a
+    reasoning parser), before it when streamed."""
     finish_reason: str | None = None
     """Sent instead of the usual one (``length``: the output token limit cut the answer
     off; ``content_filter``: the provider's filter stopped it)."""
@@ -253,6 +256,7 @@ class OpenAIServer:
         report_usage: bool = True,
         dialect: Dialect | None = None,
         finish_reason: str | None = None,
+        reasoning: str | None = None,
     ) -> None:
         self.replies.append(
             Reply(
@@ -266,6 +270,7 @@ class OpenAIServer:
                 reasoning_tokens,
                 report_usage,
                 dialect,
+                reasoning,
                 finish_reason,
             )
         )
@@ -363,6 +368,8 @@ class OpenAIServer:
         if reply.dialect == "content_parts" and content:
             content = [{"type": "text", "text": part} for part in (content[:5], content[5:])]
         message: dict[str, Any] = {"role": "assistant", "content": content}
+        if reply.reasoning is not None:
+            message["reasoning_content"] = reply.reasoning
         if reply.tool_calls:
             message["tool_calls"] = self._tool_calls(reply)
             if reply.dialect == "arguments_object":
@@ -406,6 +413,9 @@ class OpenAIServer:
             return {"index": 0 if reply.dialect == "index_zero" else index, **part}
 
         chunks = [chunk({"role": "assistant", "content": ""})]
+        thought = reply.reasoning or ""
+        for start in range(0, len(thought), 7):
+            chunks.append(chunk({"reasoning_content": thought[start : start + 7]}))
         text = reply.content or ""
         for start in range(0, len(text), 7):
             chunks.append(chunk({"content": text[start : start + 7]}))

@@ -26,8 +26,10 @@ def call_arguments(call: ToolCall) -> str:
 
 
 def message_record(tracer: Tracer, message: ChatMessage) -> dict[str, Any]:
-    """``message`` as it is recorded: its role, text, tool calls or the call it answers."""
+    """``message`` as recorded: role, text, reasoning, tool calls or the call it answers."""
     entry: dict[str, Any] = {"role": message.kind}
+    if isinstance(message, AssistantMessage) and message.reasoning:
+        entry["reasoning"] = tracer.text(message.reasoning)
     if message.content is not None:
         entry["content"] = tracer.text(message.content)
     if isinstance(message, AssistantMessage) and message.tool_calls:

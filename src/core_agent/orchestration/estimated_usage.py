@@ -69,7 +69,7 @@ class EstimatedUsageGateway(ILLMGateway):
         if request.tools:
             prompt += counter.count_text(tool_definitions_text(request.tools))
         message = response.message
-        answer = counter.count_text(message.content or "")
+        answer = counter.count_text((message.reasoning or "") + (message.content or ""))
         for call in message.tool_calls:
             arguments = call.raw_arguments or json.dumps(call.arguments, ensure_ascii=False)
             answer += counter.count_text(call.name) + counter.count_text(arguments)

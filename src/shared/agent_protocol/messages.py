@@ -56,6 +56,10 @@ class AssistantMessage(_Frozen):
     kind: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
+    reasoning: str | None = None
+    """What the model thought before it answered, where the server returned it apart
+    (``reasoning_content``) or the model wrote it inline (``<think>…</think>``). Kept for
+    the trace and the host; never sent back to the model."""
 
 
 class ToolMessage(_Frozen):

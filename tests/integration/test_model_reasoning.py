@@ -1,0 +1,138 @@
+"""A reasoning model's thinking is kept apart from its answer, whichever way the server sends it.
+
+Qwen3, QwQ and the DeepSeek-R1 distills served raw write ``<think>…</think>`` into the text;
+servers with a reasoning parser send ``reasoning_content`` apart. Either way the task's
+output, the streamed text and the prompts that follow hold the answer only, and the trace
+keeps the reasoning. Through both gateways' real client code and the loopback server.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from core_agent.container import create_kernel
+from core_agent.contracts.settings import AgentSettings
+from core_agent.orchestration.inline_reasoning import split_reasoning
+from shared.agent_protocol import LLMCompleted, LLMDelta, TaskRequest, TaskStatus
+from support.openai_server import OpenAIServer, Reply
+
+pytestmark = pytest.mark.anyio
+
+REQUEST = TaskRequest(task="长城有多长？", force_mode="react")
+THOUGHT = "用户问长城的长度。我记得官方测量是两万多公里，应该简短回答。"
+ANSWER = "长城全长两万一千多公里。"
+
+
+@pytest.fixture(params=["litellm", "openai_http"])
+def settings(request, litellm_settings: AgentSettings) -> AgentSettings:
+    return litellm_settings.model_copy(update={"llm_gateway": request.param})
+
+
+async def run(settings: AgentSettings, request: TaskRequest = REQUEST):  # type: ignore[no-untyped-def]
+    async with create_kernel(settings) as kernel:
+        events = [event async for event in kernel.stream_task(request)]
+        result = await kernel.get_task(events[0].task_id)
+        spans = await kernel.task_spans(result.task_id)
+    return result, events, spans
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"<think>{THOUGHT}</think>\n\n{ANSWER}",
+        # The tag split across streamed pieces (the server cuts the text every 7 characters).
+        f"\n<think>\n{THOUGHT}\n</think>\n\n{ANSWER}",
+        # Templates that open the block in the prompt (DeepSeek-R1, QwQ): only the close.
+        f"{THOUGHT}\n</think>\n\n{ANSWER}",
+    ],
+    ids=["tagged", "tag-split", "opened-in-the-prompt"],
+)
+async def test_inline_thinking_stays_out_of_the_answer(
+    settings: AgentSettings, openai_server: OpenAIServer, text: str
+) -> None:
+    openai_server.reply(text)
+
+    result, events, spans = await run(settings)
+
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    assert result.output == ANSWER
+    (completed,) = [e for e in events if isinstance(e, LLMCompleted)]
+    assert completed.message.content == ANSWER and completed.message.reasoning == THOUGHT
+    streamed = "".join(e.text for e in events if isinstance(e, LLMDelta))
+    if text.lstrip().startswith("<think>"):
+        assert streamed == ANSWER  # held back while the model thinks
+    else:
+        assert streamed.endswith(ANSWER)  # its thinking could not be told apart until the end
+    (llm,) = [s for s in spans if s.kind == "llm"]
+    assert THOUGHT in str(llm.attributes["output_message"])  # the trace keeps it
+
+
+async def test_reasoning_sent_apart_is_kept_and_never_sent_back(
+    settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    openai_server.reply(
+        "<think>要算一下</think>",
+        tool_calls=[{"id": "c1", "name": "calculator", "arguments": {"expression": "6 * 7"}}],
+    )
+    openai_server.reply("6 * 7 = 42", reasoning="工具说是42。")
+
+    result, events, _ = await run(settings)
+
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "6 * 7 = 42"
+    first, second = [e.message for e in events if isinstance(e, LLMCompleted)]
+    assert (first.content, first.reasoning) == (None, "要算一下")
+    assert (second.content, second.reasoning) == ("6 * 7 = 42", "工具说是42。")
+    assert "工具说是42。" not in "".join(e.text for e in events if isinstance(e, LLMDelta))
+    # The model gets its calls back, not its thinking.
+    sent = openai_server.requests[1]["messages"]
+    assistant = next(m for m in sent if m["role"] == "assistant")
+    assert not assistant.get("content") and "reasoning_content" not in assistant
+    assert "要算一下" not in str(sent)
+
+
+async def test_an_answer_that_was_all_thinking_is_tried_again(
+    settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    openai_server.reply(f"<think>{THOUGHT}", finish_reason="length")
+    openai_server.reply(f"<think>短一点。</think>{ANSWER}")
+    retrying = settings.model_copy(update={"model_max_retries": 1, "model_retry_base_s": 0.01})
+
+    result, _, spans = await run(retrying)
+
+    assert result.status is TaskStatus.SUCCEEDED and result.output == ANSWER
+    (failed,) = [s for s in spans if s.kind == "llm_attempt" and s.error]
+    assert "only its reasoning" in failed.error and "token limit" in failed.error
+
+
+async def test_a_plan_reads_past_the_planners_thinking(
+    settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    # The planner's call is not streamed: the whole answer is split the same way.
+    plan = '{"steps": [{"id": "s1", "goal": "回答长城有多长"}]}'
+    openai_server.reply(f"<think>{THOUGHT}</think>\n{plan}")
+    openai_server.responder = lambda body: Reply(f"<think>简单。</think>{ANSWER}")
+
+    result, events, _ = await run(
+        settings, TaskRequest(task="长城有多长？", force_mode="plan_execute")
+    )
+
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    assert [e.kind for e in events].count("plan.created") == 1  # the plan was read
+    assert "<think>" not in (result.output or "") and ANSWER in (result.output or "")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Wrap it as <think>x</think> in the template.",
+        "答案：使用</think>标签之前先写<think>。",
+        "no reasoning here",
+        "",
+    ],
+)
+def test_text_that_only_mentions_the_tags_is_left_alone(text: str) -> None:
+    assert split_reasoning(text) == (None, text)
+
+
+def test_a_block_never_closed_is_all_reasoning() -> None:
+    assert split_reasoning("<thinking>\n还在想") == ("还在想", None)
