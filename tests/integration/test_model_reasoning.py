@@ -90,6 +90,26 @@ async def test_reasoning_sent_apart_is_kept_and_never_sent_back(
     assert "要算一下" not in str(sent)
 
 
+async def test_the_sessions_history_holds_no_reasoning(
+    litellm_settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    openai_server.reply(
+        "<think>先算一下</think>",
+        tool_calls=[{"id": "c1", "name": "calculator", "arguments": {"expression": "6 * 7"}}],
+    )
+    openai_server.reply("<think>好了</think>42")
+    async with create_kernel(litellm_settings) as kernel:
+        result = await kernel.execute_task(
+            TaskRequest(task="6 乘 7？", session_id="s", force_mode="react")
+        )
+        transcript = await kernel.session_transcript("s")
+
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "42"
+    kept = [entry.message for entry in transcript.entries]
+    assert any(getattr(m, "tool_calls", ()) for m in kept)  # the call is in the history
+    assert "先算一下" not in str(kept) and "好了" not in str(kept)
+
+
 async def test_an_answer_that_was_all_thinking_is_tried_again(
     settings: AgentSettings, openai_server: OpenAIServer
 ) -> None:

@@ -3,9 +3,10 @@
 A session is a conversation. Each task that ends adds one *turn* to the session's history:
 
 * the user's message (the task's text);
-* each model message of the run that called tools, with the results of those calls, each
-  result cut to a bound (head and tail kept, like a tool's output in the run), so the
-  history says what was looked up or changed without carrying whole files;
+* each model message of the run that called tools (without the model's reasoning, which
+  stays in the task's trace), with the results of those calls, each result cut to a bound
+  (head and tail kept, like a tool's output in the run), so the history says what was
+  looked up or changed without carrying whole files;
 * the answer, as an assistant message; for a task that ended without one (failed,
   canceled), an assistant note saying so and why, so a later "try again" has its context.
 
@@ -139,7 +140,8 @@ def turn_messages(
             continue
         if not all(call.id in results for call in message.tool_calls):
             continue  # a call whose result never came (or the typed answer's own call)
-        messages.append(message)
+        # What the model thought stays in the task's trace: later tasks are never sent it.
+        messages.append(message.model_copy(update={"reasoning": None}))
         for call in message.tool_calls:
             result = results[call.id]
             messages.append(
