@@ -449,7 +449,7 @@ def _json_body(content: bytes) -> dict[str, Any]:
         ) from exc
     if not isinstance(data, dict):
         raise ModelError("the model server's answer is not a JSON object", retryable=True)
-    if data.get("error") and "choices" not in data:
+    if data.get("error"):
         raise stream_error(data)
     return data
 
@@ -465,7 +465,7 @@ def _chunk(data: str) -> dict[str, Any]:
         raise ModelIncompleteError(
             "the model's stream held a chunk that is not an object", retryable=True
         )
-    if chunk.get("error") and not chunk.get("choices"):
+    if chunk.get("error"):  # also beside choices (OpenRouter's error mid-stream)
         raise stream_error(chunk)
     return chunk
 

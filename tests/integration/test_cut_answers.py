@@ -7,6 +7,7 @@ being cut fails the task; one the content filter stopped fails it at once.
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -15,7 +16,8 @@ import pytest
 
 from core_agent.container import create_kernel
 from core_agent.contracts.settings import AgentSettings
-from shared.agent_protocol import TaskRequest, TaskStatus
+from core_agent.replay.rerun import rerun_task
+from shared.agent_protocol import LLMDelta, TaskRequest, TaskStatus
 from support.openai_server import OpenAIServer, Reply
 
 pytestmark = pytest.mark.anyio
@@ -135,3 +137,63 @@ async def test_a_run_left_while_continuing_a_cut_answer_resumes_with_the_text_so
     assert result.status is TaskStatus.SUCCEEDED, result.error
     assert result.output == "长城是中国古代的军事防御工程。"
     assert sent_messages(openai_server, 2)[-2] == ("assistant", "长城是中国古代的")
+
+
+async def test_a_continued_answer_keeps_its_indentation_and_thinking_stays_out(
+    settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    openai_server.reply("<think>写函数</think>\n\n```python\ndef f(x):\n", finish_reason="length")
+    openai_server.reply("<think>接着写</think>\n\n    return x + 1\n```")
+
+    async with create_kernel(settings) as kernel:
+        events = [e async for e in kernel.stream_task(REQUEST)]
+        result = await kernel.get_task(events[0].task_id)
+
+    assert result.output == "```python\ndef f(x):\n    return x + 1\n```"
+    assert "".join(e.text for e in events if isinstance(e, LLMDelta)) == result.output
+
+
+async def test_thinking_cut_before_a_template_opened_block_closed_is_not_the_answer(
+    settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    # DeepSeek-R1 and QwQ: the chat template opens the block, the model only closes it. The
+    # first piece, cut mid-thought, had no tag at all: it was thinking, not the answer.
+    openai_server.reply("用户问长城。我记得它", finish_reason="length")
+    openai_server.reply("大约两万公里。\n</think>\n\n长城全长两万一千多公里。")
+
+    async with create_kernel(settings) as kernel:
+        result = await kernel.execute_task(REQUEST)
+
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "长城全长两万一千多公里。"
+
+
+async def test_a_plan_cut_by_the_token_limit_is_asked_for_again_not_run_short(
+    settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    steps = [{"id": f"s{n}", "goal": f"第{n}步"} for n in (1, 2, 3)]
+    whole = json.dumps({"steps": steps}, ensure_ascii=False)
+    openai_server.reply(whole[: whole.index("s3") + 8], finish_reason="length")
+    openai_server.reply(whole)
+    openai_server.responder = lambda body: Reply("做完了")
+    request = TaskRequest(task="分三步整理报告", force_mode="plan_execute")
+
+    async with create_kernel(settings) as kernel:
+        events = [e async for e in kernel.stream_task(request)]
+
+    (created,) = [e for e in events if e.kind == "plan.created"]
+    assert [step["id"] for step in created.steps] == ["s1", "s2", "s3"]
+    assert "cut off by the output token limit" in str(openai_server.requests[1]["messages"])
+
+
+async def test_a_rerun_continues_the_answer_as_the_run_did(
+    litellm_settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    openai_server.reply("长城是中国古代的军事防御工", finish_reason="length")
+    openai_server.reply("程。")
+    async with create_kernel(litellm_settings) as kernel:
+        result = await kernel.execute_task(REQUEST)
+
+    report = await rerun_task(result.task_id, settings=litellm_settings)
+
+    assert result.output == "长城是中国古代的军事防御工程。"
+    assert report.output == result.output and report.reproduced

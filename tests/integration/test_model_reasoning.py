@@ -121,7 +121,7 @@ async def test_an_answer_that_was_all_thinking_is_tried_again(
 
     assert result.status is TaskStatus.SUCCEEDED and result.output == ANSWER
     (failed,) = [s for s in spans if s.kind == "llm_attempt" and s.error]
-    assert "only its reasoning" in failed.error and "token limit" in failed.error
+    assert "only its reasoning" in failed.error and "AGENT_MODEL_MAX_TOKENS" in failed.error
 
 
 async def test_a_plan_reads_past_the_planners_thinking(
@@ -148,11 +148,22 @@ async def test_a_plan_reads_past_the_planners_thinking(
         "答案：使用</think>标签之前先写<think>。",
         "no reasoning here",
         "",
+        # A closing tag on its own line, but in a code block, or after a tag with attributes.
+        "In XML:\n```\nthe model thinks\n</think>\n```\nand then answers.",
+        '```xml\n<think id="1">\n  hi\n</think>\n```',
     ],
 )
 def test_text_that_only_mentions_the_tags_is_left_alone(text: str) -> None:
-    assert split_reasoning(text) == (None, text)
+    split = split_reasoning(text)
+    assert (split.reasoning, split.answer) == (None, text)
 
 
 def test_a_block_never_closed_is_all_reasoning() -> None:
-    assert split_reasoning("<thinking>\n还在想") == ("还在想", None)
+    split = split_reasoning("<thinking>\n还在想")
+    assert (split.reasoning, split.answer) == ("还在想", None)
+
+
+def test_the_answers_own_indentation_stays() -> None:
+    split = split_reasoning("<think>写个函数</think>\n\n    return x + 1\n")
+    assert (split.reasoning, split.answer) == ("写个函数", "    return x + 1\n")
+    assert split_reasoning("<think>短</think> 答案").answer == "答案"

@@ -139,6 +139,35 @@ async def test_an_error_event_says_what_the_server_said(canned, data: str) -> No
     assert caught.value.retryable
 
 
+async def test_an_error_beside_choices_is_not_an_answer(canned) -> None:
+    # OpenRouter reports an upstream failure mid-stream as a chunk with both an error and a
+    # choice ended by ``finish_reason: error``: the text before it "succeeded".
+    failed = {"message": "upstream provider overloaded", "code": 502}
+    canned.events(
+        chunk({"content": "The Great Wall is about"}),
+        chunk({"content": ""}, "error", error=failed),
+        "data: [DONE]",
+    )
+    gateway = OpenAIHttpGateway("openai/m", api_base=canned.base_url)
+    with pytest.raises(ModelError, match="upstream provider overloaded") as caught:
+        await streamed(gateway)
+    assert caught.value.retryable
+
+
+@pytest.mark.parametrize(
+    ("finish", "retryable"), [("error", True), ("sensitive", False), ("content_filter", False)]
+)
+async def test_an_answer_ended_by_an_error_or_a_filter_is_not_an_answer(
+    canned, finish: str, retryable: bool
+) -> None:
+    # ``sensitive``: Zhipu GLM's filter, passed through by OpenAI-compatible servers.
+    canned.events(chunk({"content": "The Great Wall is about"}), chunk({}, finish), "data: [DONE]")
+    gateway = OpenAIHttpGateway("openai/m", api_base=canned.base_url)
+    with pytest.raises(ModelError, match=f"finish_reason: {finish}") as caught:
+        await streamed(gateway)
+    assert caught.value.retryable is retryable
+
+
 def piece(**part: Any) -> str:
     return chunk({"tool_calls": [part]})
 

@@ -48,6 +48,10 @@ class LLMResponse:
     usage_estimated: bool = False
     """The server reported no token counts: ``usage`` was counted offline by the kernel
     (``EstimatedUsageGateway``). Gateways leave it ``False``."""
+    reasoning_opened_in_prompt: bool = False
+    """The model closed a thinking block it never opened (its chat template opens one in
+    every prompt): the text of an earlier answer this one goes on with was thinking too
+    (``InlineReasoningGateway``). Gateways leave it ``False``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +143,10 @@ TOKEN_LIMIT_FINISH_REASONS = frozenset({"length", "max_tokens", "max_output_toke
 """Finish reasons that say the output token limit cut the answer off (``length`` is
 OpenAI's; servers that pass their own through use the others)."""
 
+FILTERED_FINISH_REASONS = frozenset({"content_filter", "sensitive"})
+"""Finish reasons that say the provider's filter stopped the answer (``sensitive`` is
+Zhipu GLM's)."""
+
 
 def checked_response(response: LLMResponse) -> LLMResponse:
     """``response``, unless it is no real answer (whatever gateway produced it).
@@ -150,16 +158,21 @@ def checked_response(response: LLMResponse) -> LLMResponse:
         ModelIncompleteError: (retryable) The answer has neither text nor tool calls, or the
             token limit cut it inside a tool call's arguments (``finish_reason: length`` with
             arguments that are not JSON). Arguments a model wrote badly but finished are not
-            an error here: they go back to the model as the tool's error. Not retryable: the
-            provider's content filter stopped the answer (``finish_reason:
-            content_filter``), which the same request would meet again.
+            an error here: they go back to the model as the tool's error. The provider
+            ended the answer with ``finish_reason: error`` (OpenRouter, mid-stream). Not
+            retryable: the provider's content filter stopped the answer
+            (``FILTERED_FINISH_REASONS``), which the same request would meet again.
     """
     message = response.message
-    if response.finish_reason == "content_filter":
+    if response.finish_reason in FILTERED_FINISH_REASONS:
         raise ModelIncompleteError(
             "the provider's content filter stopped the model's answer "
-            "(finish_reason: content_filter)",
+            f"(finish_reason: {response.finish_reason})",
             retryable=False,
+        )
+    if response.finish_reason == "error":
+        raise ModelIncompleteError(
+            "the provider ended the answer with an error (finish_reason: error)", retryable=True
         )
     if not (message.content or "").strip() and not message.tool_calls:
         cut = response.finish_reason in TOKEN_LIMIT_FINISH_REASONS

@@ -139,6 +139,7 @@ async def traced_model_call(
         message=response.message,
         usage=response.usage,
         latency_ms=(time.perf_counter() - started) * 1000.0,
+        finish_reason=response.finish_reason,
     )
     check_after_model_call(context)
     return response

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from core_agent.contracts.errors import PlanningError
 from core_agent.contracts.executor import ExecutionContext
-from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest
+from core_agent.contracts.llm_gateway import TOKEN_LIMIT_FINISH_REASONS, ILLMGateway, LLMRequest
 from core_agent.contracts.planner import IPlanner, Plan
 from core_agent.contracts.tool import ToolSpec
 from core_agent.contracts.trace_store import ITraceStore
@@ -103,12 +103,20 @@ class LLMPlanner(IPlanner):
         tool_names = {t.name for t in available_tools}
         refusals: list[str] = []
         for attempt in range(1, self._max_attempts + 1):
-            text = await self._ask(context, tracer, messages, attempt)
-            try:
-                plan = parse_model_output(text, Plan)
-                problems = check_plan(plan, max_steps=self._max_steps)
-            except (OutputParseError, ValidationError) as exc:
-                problems = [f"not a valid plan object: {exc}"]
+            text, cut = await self._ask(context, tracer, messages, attempt)
+            if cut:
+                # Repairing the JSON would close it after the last whole step: a plan that
+                # silently leaves out the rest.
+                problems = [
+                    "it was cut off by the output token limit; write a shorter plan "
+                    "(fewer steps, shorter goals)"
+                ]
+            else:
+                try:
+                    plan = parse_model_output(text, Plan)
+                    problems = check_plan(plan, max_steps=self._max_steps)
+                except (OutputParseError, ValidationError) as exc:
+                    problems = [f"not a valid plan object: {exc}"]
             if not problems:
                 return _without_unknown_hints(plan, tool_names)
             refusal = "; ".join(problems)
@@ -127,7 +135,8 @@ class LLMPlanner(IPlanner):
 
     async def _ask(
         self, context: ExecutionContext, tracer: Tracer, messages: list[ChatMessage], attempt: int
-    ) -> str:
+    ) -> tuple[str, bool]:
+        """The model's plan as text, and whether its output token limit cut it off."""
         response = await traced_model_call(
             self._llm,
             LLMRequest(
@@ -141,9 +150,10 @@ class LLMPlanner(IPlanner):
             stream=False,
             attributes={"purpose": "plan", "attempt": attempt},
         )
-        return response.message.content or json.dumps(
+        text = response.message.content or json.dumps(
             [c.arguments for c in response.message.tool_calls]
         )
+        return text, response.finish_reason in TOKEN_LIMIT_FINISH_REASONS
 
 
 def _without_unknown_hints(plan: Plan, tool_names: set[str]) -> Plan:

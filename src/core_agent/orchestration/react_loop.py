@@ -320,7 +320,11 @@ class ReActLoop:
                     self._ask_to_go_on(text, state, messages)
                     await self._checkpoint(context, state, messages, "model")
                     continue
-                # A turn that calls tools instead of going on leaves the cut text behind.
+                if calls or response.reasoning_opened_in_prompt:
+                    # A turn that calls tools instead of going on leaves the cut text behind;
+                    # so does one that closes a thought its chat template opened: what came
+                    # before was thinking too (``inline_reasoning``).
+                    state.cut_answer = ""
                 text, state.cut_answer, state.continuations = state.cut_answer + text, "", 0
                 answer = self._answer(calls, text, output_type, state, messages)
                 if answer is not None:

@@ -80,7 +80,7 @@ class RecordedLLMGateway(ILLMGateway):
         usage = TokenUsage(
             input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens, cost_usd=0
         )
-        finish = "tool_calls" if turn.message.tool_calls else "stop"
+        finish = turn.finish_reason or ("tool_calls" if turn.message.tool_calls else "stop")
         return LLMResponse(
             message=turn.message, usage=usage, model=turn.model, finish_reason=finish
         )

@@ -33,6 +33,8 @@ class RecordedModelTurn:
     model: str
     message: AssistantMessage
     usage: TokenUsage
+    finish_reason: str | None = None
+    """As recorded; ``None`` for answers recorded before it was."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +70,9 @@ class Recording:
         decisions: dict[str, ApprovalDecision] = {}
         for event in events:
             if isinstance(event, LLMCompleted):
-                turns.append(RecordedModelTurn(event.model, event.message, event.usage))
+                turns.append(
+                    RecordedModelTurn(event.model, event.message, event.usage, event.finish_reason)
+                )
             elif isinstance(event, ToolCompleted):
                 result = event.result
                 if not (result.is_error and result.error_type in KERNEL_REFUSALS):

@@ -184,6 +184,10 @@ class LLMCompleted(TaskEvent):
     message: AssistantMessage
     usage: TokenUsage
     latency_ms: float
+    finish_reason: str | None = None
+    """Why the model stopped, as the provider said (``length``: its output token limit cut
+    the answer off, and the kernel asks it to go on); ``None`` in events stored before it
+    was recorded."""
 
 
 class ToolStarted(TaskEvent):
