@@ -8,6 +8,9 @@ keeps the reasoning. Through both gateways' real client code and the loopback se
 
 from __future__ import annotations
 
+import json
+import math
+
 import pytest
 
 from core_agent.container import create_kernel
@@ -117,11 +120,43 @@ async def test_an_answer_that_was_all_thinking_is_tried_again(
     openai_server.reply(f"<think>短一点。</think>{ANSWER}")
     retrying = settings.model_copy(update={"model_max_retries": 1, "model_retry_base_s": 0.01})
 
-    result, _, spans = await run(retrying)
+    result, events, spans = await run(retrying)
 
     assert result.status is TaskStatus.SUCCEEDED and result.output == ANSWER
     (failed,) = [s for s in spans if s.kind == "llm_attempt" and s.error]
     assert "only its reasoning" in failed.error and "AGENT_MODEL_MAX_TOKENS" in failed.error
+    # The try whose answer was thrown away was paid for: its tokens count.
+    (completed,) = [e for e in events if isinstance(e, LLMCompleted)]
+    assert completed.usage.output_tokens == tokens(f"<think>{THOUGHT}") + tokens(
+        f"<think>短一点。</think>{ANSWER}"
+    )
+    assert completed.usage.input_tokens == sum(prompt_tokens(r) for r in openai_server.requests)
+    assert result.usage.output_tokens == completed.usage.output_tokens
+
+
+async def test_a_call_that_fails_still_counts_the_answers_it_paid_for(
+    settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    for _ in range(2):
+        openai_server.reply(f"<think>{THOUGHT}", finish_reason="length")
+    retrying = settings.model_copy(update={"model_max_retries": 1, "model_retry_base_s": 0.01})
+
+    result, _, spans = await run(retrying)
+
+    assert result.status is TaskStatus.FAILED and "only its reasoning" in (result.error or "")
+    assert result.usage.output_tokens == 2 * tokens(f"<think>{THOUGHT}")
+    assert result.usage.input_tokens == sum(prompt_tokens(r) for r in openai_server.requests)
+    (llm,) = [s for s in spans if s.kind == "llm"]
+    assert llm.tokens_out == result.usage.output_tokens
+
+
+def tokens(text: str) -> int:
+    """The loopback server's count."""
+    return max(1, math.ceil(len(text) / 4))
+
+
+def prompt_tokens(request: dict) -> int:
+    return tokens(json.dumps(request["messages"]))
 
 
 async def test_a_plan_reads_past_the_planners_thinking(

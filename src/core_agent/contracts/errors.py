@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
     from pydantic import ValidationError
 
-    from shared.agent_protocol import ApprovalRequest, TaskResult
+    from shared.agent_protocol import ApprovalRequest, TaskResult, TokenUsage
 
 
 class CoreAgentError(Exception):
@@ -258,6 +258,10 @@ class ModelError(RunError):
         retryable: Whether the same call may succeed later; the kernel retries only these.
         retry_after_s: How long the provider asked to wait before trying again (its
             ``Retry-After`` header), when it said.
+        usage: What the failed call still cost, when the provider answered and counted
+            tokens for an answer that could not be used (empty, all thinking, filtered, tool
+            arguments cut); for a call tried several times, all its tries'. ``None`` when
+            nothing was counted.
     """
 
     def __init__(
@@ -268,11 +272,13 @@ class ModelError(RunError):
         body: str | None = None,
         retryable: bool = False,
         retry_after_s: float | None = None,
+        usage: TokenUsage | None = None,
     ) -> None:
         self.status_code = status_code
         self.body = body
         self.retryable = retryable
         self.retry_after_s = retry_after_s
+        self.usage = usage
         super().__init__(message)
 
 

@@ -169,10 +169,13 @@ def checked_response(response: LLMResponse) -> LLMResponse:
             "the provider's content filter stopped the model's answer "
             f"(finish_reason: {response.finish_reason})",
             retryable=False,
+            usage=response.usage,
         )
     if response.finish_reason == "error":
         raise ModelIncompleteError(
-            "the provider ended the answer with an error (finish_reason: error)", retryable=True
+            "the provider ended the answer with an error (finish_reason: error)",
+            retryable=True,
+            usage=response.usage,
         )
     if not (message.content or "").strip() and not message.tool_calls:
         cut = response.finish_reason in TOKEN_LIMIT_FINISH_REASONS
@@ -180,6 +183,7 @@ def checked_response(response: LLMResponse) -> LLMResponse:
             "the model returned an empty answer (no text and no tool calls"
             + (": its output token limit was reached first)" if cut else ")"),
             retryable=True,
+            usage=response.usage,
         )
     if response.finish_reason in TOKEN_LIMIT_FINISH_REASONS and any(
         call.arguments is None for call in message.tool_calls
@@ -188,5 +192,6 @@ def checked_response(response: LLMResponse) -> LLMResponse:
             "the model's tool-call arguments were cut off by the token limit "
             "(finish_reason: length)",
             retryable=True,
+            usage=response.usage,
         )
     return response

@@ -208,6 +208,7 @@ def _separated(response: LLMResponse) -> LLMResponse:
                 else ""
             ),
             retryable=True,
+            usage=response.usage,
         )
     reasoning = split.reasoning
     if message.reasoning and reasoning:

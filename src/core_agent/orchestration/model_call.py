@@ -84,7 +84,8 @@ async def traced_model_call(
     call.
 
     The task's usage limits are checked before the call and once its usage is counted
-    (``usage_limits``).
+    (``usage_limits``). Tries whose answer could not be used count too: in the answer's
+    usage (``ResilientGateway``), or, when the call fails, in the run's (``ModelError.usage``).
 
     Raises:
         ModelError: The call failed (the span records the error).
@@ -112,6 +113,14 @@ async def traced_model_call(
                             response = item
                 else:
                     response = await llm.complete(request)
+        except ModelError as exc:
+            if exc.usage is not None:
+                # Answers that could not be used were still paid for.
+                span.tokens_in = exc.usage.input_tokens
+                span.tokens_out = exc.usage.output_tokens
+                span.cost_usd = exc.usage.cost_usd
+                context.run.stats.usage = context.run.stats.usage + exc.usage
+            raise
         finally:
             if tries.attempts:
                 span.attributes["attempts"] = len(tries.attempts)

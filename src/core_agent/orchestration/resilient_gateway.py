@@ -30,7 +30,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import anyio
@@ -52,6 +52,7 @@ from core_agent.contracts.llm_gateway import (
 from core_agent.orchestration.circuit_breaker import BreakerSettings, CircuitBreaker
 from core_agent.orchestration.model_attempts import AttemptOutcome, ModelAttempt, report_attempt
 from core_agent.orchestration.model_retry import BackoffWait, RetryPolicy, is_retryable
+from shared.agent_protocol import TokenUsage
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -65,6 +66,8 @@ class _Call:
     started_at: datetime | None = None
     deadline_passed_by: float | None = None
     """The wait that would have ended past the deadline, when that stopped the retries."""
+    spent: TokenUsage | None = None
+    """What the tries that failed with an answer still cost (``ModelError.usage``)."""
 
 
 class ResilientGateway(ILLMGateway):
@@ -134,27 +137,32 @@ class ResilientGateway(ILLMGateway):
 
     async def _run(self, request: LLMRequest, *, stream: bool) -> AsyncIterator[LLMStreamItem]:
         call = _Call(deadline=self._clock() + self.policy.call_deadline_s)
-        last = len(self.models) - 1
-        for index, (model, breaker) in enumerate(zip(self.models, self.breakers, strict=True)):
-            try:
-                async for item in self._tries(model, breaker, request, call, stream=stream):
-                    yield item
-                return
-            except ModelCircuitOpenError as exc:
-                await self._report(call, model, "skipped", exc, started=False)
-                if index == last:
-                    raise
-            except ModelError as exc:
-                if isinstance(exc, ModelDeadlineError):
-                    await self._report(call, model, "failed", exc)
-                    raise
-                if call.deadline_passed_by is not None:
-                    await self._report(call, model, "failed", exc)
-                    raise self._deadline_error(exc, call.deadline_passed_by) from exc
-                moving_on = exc.retryable and index < last
-                await self._report(call, model, "fallback" if moving_on else "failed", exc)
-                if not moving_on:
-                    raise
+        try:
+            last = len(self.models) - 1
+            for index, (model, breaker) in enumerate(zip(self.models, self.breakers, strict=True)):
+                try:
+                    async for item in self._tries(model, breaker, request, call, stream=stream):
+                        yield item
+                    return
+                except ModelCircuitOpenError as exc:
+                    await self._report(call, model, "skipped", exc, started=False)
+                    if index == last:
+                        raise
+                except ModelError as exc:
+                    if isinstance(exc, ModelDeadlineError):
+                        await self._report(call, model, "failed", exc)
+                        raise
+                    if call.deadline_passed_by is not None:
+                        await self._report(call, model, "failed", exc)
+                        raise self._deadline_error(exc, call.deadline_passed_by) from exc
+                    moving_on = exc.retryable and index < last
+                    await self._report(call, model, "fallback" if moving_on else "failed", exc)
+                    if not moving_on:
+                        raise
+        except ModelError as exc:
+            # The call failed: the tries it paid for go with its error.
+            exc.usage = call.spent
+            raise
 
     async def _tries(
         self,
@@ -235,6 +243,8 @@ class ResilientGateway(ILLMGateway):
                     yield item
             checked = _checked(response)
         except ModelError as exc:
+            if exc.usage is not None:
+                call.spent = exc.usage if call.spent is None else call.spent + exc.usage
             if exc.retryable or isinstance(exc, ModelDeadlineError):
                 breaker.record_failure()
             else:
@@ -245,6 +255,8 @@ class ResilientGateway(ILLMGateway):
             raise
         breaker.record_success()
         await self._report(call, model, "ok", None)
+        if call.spent is not None:  # the answer's usage counts the tries before it too
+            checked = replace(checked, usage=checked.usage + call.spent)
         yield checked
 
     async def _one_try(
