@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
 from core_agent.contracts.llm_gateway import (
@@ -25,31 +24,15 @@ from core_agent.contracts.llm_gateway import (
 )
 from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.memory.prompt_window import tool_definitions_text
+from core_agent.orchestration.gateway_wrapper import GatewayWrapper
 
 
-class EstimatedUsageGateway(ILLMGateway):
+class EstimatedUsageGateway(GatewayWrapper):
     """``inner``, with the token counts of answers that came without any estimated."""
 
     def __init__(self, inner: ILLMGateway, counter: Callable[[], ITokenCounter]) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._counter = counter
-
-    @property
-    def model_name(self) -> str:
-        """The inner gateway's model."""
-        return self.inner.model_name
-
-    def context_window(self) -> int | None:
-        """The inner gateway's (see ``ILLMGateway.context_window``)."""
-        return self.inner.context_window()
-
-    def warm_up(self) -> None:
-        """Warms the inner gateway (the counter loads when an answer first needs it)."""
-        self.inner.warm_up()
-
-    def connections(self) -> AbstractAsyncContextManager[None]:
-        """The inner gateway's (see ``ILLMGateway.connections``)."""
-        return self.inner.connections()
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """The inner gateway's answer, with estimated counts when it reported none."""

@@ -30,18 +30,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 
 from core_agent.contracts.errors import ModelIncompleteError
 from core_agent.contracts.llm_gateway import (
     TOKEN_LIMIT_FINISH_REASONS,
-    ILLMGateway,
     LLMRequest,
     LLMResponse,
     LLMStreamItem,
     LLMTextDelta,
 )
+from core_agent.orchestration.gateway_wrapper import GatewayWrapper
 
 _OPENING = re.compile(r"\s*<(think|thinking)>", re.IGNORECASE)
 _ANY_OPENING = re.compile(r"<(think|thinking)[\s>]", re.IGNORECASE)
@@ -148,28 +147,8 @@ class _HeldReasoning:
 _OPENING_TAGS = ("<think>", "<thinking>")
 
 
-class InlineReasoningGateway(ILLMGateway):
+class InlineReasoningGateway(GatewayWrapper):
     """``inner``, with the reasoning its model writes inline moved out of the answer."""
-
-    def __init__(self, inner: ILLMGateway) -> None:
-        self.inner = inner
-
-    @property
-    def model_name(self) -> str:
-        """The inner gateway's model."""
-        return self.inner.model_name
-
-    def context_window(self) -> int | None:
-        """The inner gateway's (see ``ILLMGateway.context_window``)."""
-        return self.inner.context_window()
-
-    def warm_up(self) -> None:
-        """Warms the inner gateway."""
-        self.inner.warm_up()
-
-    def connections(self) -> AbstractAsyncContextManager[None]:
-        """The inner gateway's (see ``ILLMGateway.connections``)."""
-        return self.inner.connections()
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """The inner gateway's answer, its inline reasoning moved to ``reasoning``.
