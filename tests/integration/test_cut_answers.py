@@ -16,7 +16,7 @@ import pytest
 
 from core_agent.container import create_kernel
 from core_agent.contracts.settings import AgentSettings
-from core_agent.replay.rerun import rerun_task
+from core_agent.replay import TaskRecords, fork_task, rerun_task
 from shared.agent_protocol import LLMDelta, TaskRequest, TaskStatus
 from support.openai_server import OpenAIServer, Reply
 
@@ -197,3 +197,57 @@ async def test_a_rerun_continues_the_answer_as_the_run_did(
 
     assert result.output == "长城是中国古代的军事防御工程。"
     assert report.output == result.output and report.reproduced
+
+
+async def test_a_template_opened_model_going_on_keeps_the_answer_it_began(
+    settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    # The template opens a block in every prompt, the continuation's too: closing it again
+    # says nothing about the text before, which came after a thought of its own.
+    openai_server.reply("用户问长城。\n</think>\n\n长城全长两万一千", finish_reason="length")
+    openai_server.reply("接着写。\n</think>\n\n多公里。")
+
+    async with create_kernel(settings) as kernel:
+        result = await kernel.execute_task(REQUEST)
+
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "长城全长两万一千多公里。"
+
+
+async def test_a_rerun_drops_the_cut_thinking_as_the_run_did(
+    litellm_settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    openai_server.reply("用户问长城。我记得它", finish_reason="length")
+    openai_server.reply("大约两万公里。\n</think>\n\n长城全长两万一千多公里。")
+    async with create_kernel(litellm_settings) as kernel:
+        result = await kernel.execute_task(REQUEST)
+
+    report = await rerun_task(result.task_id, settings=litellm_settings)
+
+    assert result.output == "长城全长两万一千多公里。"
+    assert report.output == result.output and report.reproduced
+
+
+async def test_a_fork_at_a_cut_answer_goes_on_with_it(
+    litellm_settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    openai_server.reply("长城是中国古代的军事防御工", finish_reason="length")
+    openai_server.reply("程。")
+    async with create_kernel(litellm_settings) as kernel:
+        result = await kernel.execute_task(REQUEST)
+    async with TaskRecords(litellm_settings) as records:
+        replayed = await records.trajectory(result.task_id)
+    cut = next(
+        step.number
+        for step in replayed.steps
+        if step.kind == "model" and step.data.get("finish_reason") == "length"
+    )
+
+    openai_server.reply("程，绵延两万多公里。")
+    fork = await fork_task(result.task_id, cut, settings=litellm_settings)
+
+    assert fork.result.status is TaskStatus.SUCCEEDED
+    assert fork.result.output == "长城是中国古代的军事防御工程，绵延两万多公里。"
+    # The fork's model saw what the run's did: its cut answer, then the request to go on.
+    sent = sent_messages(openai_server, len(openai_server.requests) - 1)
+    assert sent[-2] == ("assistant", "长城是中国古代的军事防御工")
+    assert sent[-1][0] == "user" and "cut off" in sent[-1][1]

@@ -16,7 +16,7 @@ import pytest
 from core_agent.container import create_kernel
 from core_agent.contracts.settings import AgentSettings
 from core_agent.orchestration.inline_reasoning import split_reasoning
-from shared.agent_protocol import LLMCompleted, LLMDelta, TaskRequest, TaskStatus
+from shared.agent_protocol import LLMCompleted, LLMDelta, TaskRequest, TaskStatus, UsageLimits
 from support.openai_server import OpenAIServer, Reply
 
 pytestmark = pytest.mark.anyio
@@ -202,3 +202,30 @@ def test_the_answers_own_indentation_stays() -> None:
     split = split_reasoning("<think>写个函数</think>\n\n    return x + 1\n")
     assert (split.reasoning, split.answer) == ("写个函数", "    return x + 1\n")
     assert split_reasoning("<think>短</think> 答案").answer == "答案"
+
+
+async def test_a_retried_call_does_not_swell_the_next_prompts_forecast(
+    settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    # The input-token limit forecasts the next prompt from the latest one: that is the
+    # answer's own prompt, not every try's.
+    def script() -> None:
+        openai_server.reply(f"<think>{THOUGHT}", finish_reason="length")
+        openai_server.reply(
+            "<think>算一下</think>",
+            tool_calls=[{"id": "c1", "name": "calculator", "arguments": {"expression": "6*7"}}],
+        )
+        openai_server.reply("<think>好</think>42")
+
+    retrying = settings.model_copy(update={"model_max_retries": 1, "model_retry_base_s": 0.01})
+    script()
+    measured, _, _ = await run(retrying)
+    sent = sum(prompt_tokens(r) for r in openai_server.requests)
+    assert measured.usage.input_tokens == sent
+
+    script()
+    limited = REQUEST.model_copy(update={"limits": UsageLimits(input_tokens=sent + 5)})
+    result, _, _ = await run(retrying, limited)
+
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    assert result.output == "42"

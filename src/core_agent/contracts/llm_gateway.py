@@ -48,6 +48,10 @@ class LLMResponse:
     usage_estimated: bool = False
     """The server reported no token counts: ``usage`` was counted offline by the kernel
     (``EstimatedUsageGateway``). Gateways leave it ``False``."""
+    retried_usage: TokenUsage | None = None
+    """What the tries before this answer cost, whose answers could not be used
+    (``ResilientGateway``); apart from ``usage``, this answer's own, whose prompt is the one
+    the next call builds on. Gateways leave it ``None``."""
     reasoning_opened_in_prompt: bool = False
     """The model closed a thinking block it never opened (its chat template opens one in
     every prompt): the text of an earlier answer this one goes on with was thinking too
@@ -159,7 +163,8 @@ def checked_response(response: LLMResponse) -> LLMResponse:
             token limit cut it inside a tool call's arguments (``finish_reason: length`` with
             arguments that are not JSON). Arguments a model wrote badly but finished are not
             an error here: they go back to the model as the tool's error. The provider
-            ended the answer with ``finish_reason: error`` (OpenRouter, mid-stream). Not
+            ended the answer with ``finish_reason: error`` (OpenRouter, mid-stream) or
+            ``network_error`` (Zhipu GLM). Not
             retryable: the provider's content filter stopped the answer
             (``FILTERED_FINISH_REASONS``), which the same request would meet again.
     """
@@ -171,9 +176,10 @@ def checked_response(response: LLMResponse) -> LLMResponse:
             retryable=False,
             usage=response.usage,
         )
-    if response.finish_reason == "error":
+    if response.finish_reason in ("error", "network_error"):
         raise ModelIncompleteError(
-            "the provider ended the answer with an error (finish_reason: error)",
+            f"the provider ended the answer with an error (finish_reason: "
+            f"{response.finish_reason})",
             retryable=True,
             usage=response.usage,
         )

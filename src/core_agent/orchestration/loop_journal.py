@@ -74,6 +74,9 @@ class LoopCheckpoint(Checkpoint):
     cut_answer: str = ""
     """The text so far of an answer the model's output token limit cut off, which the
     model was asked to go on with (see ``react_loop``)."""
+    cut_pending: str = ""
+    """Cut text not yet known to be the answer's or the model's thinking (see
+    ``react_loop``)."""
     continuations: int = 0
     """Times the model was asked to go on with ``cut_answer``."""
     output: str | None = None

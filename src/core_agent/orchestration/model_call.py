@@ -10,10 +10,10 @@ from core_agent.contracts.errors import ModelError
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest, LLMResponse, LLMTextDelta
 from core_agent.observability.span_content import message_record, messages_record
-from core_agent.observability.tracer import Tracer, usage_attributes
+from core_agent.observability.tracer import OpenSpan, Tracer, usage_attributes
 from core_agent.orchestration.model_attempts import ModelAttempt, observe_attempts
 from core_agent.orchestration.usage_limits import check_after_model_call, check_before_model_call
-from shared.agent_protocol import ChatMessage, LLMCompleted, LLMDelta
+from shared.agent_protocol import ChatMessage, LLMCompleted, LLMDelta, TokenUsage
 
 
 class _AttemptSpans:
@@ -114,11 +114,8 @@ async def traced_model_call(
                 else:
                     response = await llm.complete(request)
         except ModelError as exc:
-            if exc.usage is not None:
-                # Answers that could not be used were still paid for.
-                span.tokens_in = exc.usage.input_tokens
-                span.tokens_out = exc.usage.output_tokens
-                span.cost_usd = exc.usage.cost_usd
+            if exc.usage is not None:  # answers that could not be used were still paid for
+                _count_on_span(span, exc.usage)
                 context.run.stats.usage = context.run.stats.usage + exc.usage
             raise
         finally:
@@ -126,10 +123,12 @@ async def traced_model_call(
                 span.attributes["attempts"] = len(tries.attempts)
         if response is None:
             raise ModelError("the model's stream ended without a final response")
-        span.tokens_in = response.usage.input_tokens
-        span.tokens_out = response.usage.output_tokens
-        span.cost_usd = response.usage.cost_usd
-        span.attributes.update(usage_attributes(response.usage))
+        usage = response.usage
+        if response.retried_usage is not None:
+            usage = usage + response.retried_usage
+            span.attributes["retried_input_tokens"] = response.retried_usage.input_tokens
+            span.attributes["retried_output_tokens"] = response.retried_usage.output_tokens
+        _count_on_span(span, usage)
         if response.usage_estimated:
             span.attributes["usage_estimated"] = True
         span.attributes["finish_reason"] = response.finish_reason
@@ -140,15 +139,25 @@ async def traced_model_call(
         if answered != llm.model_name:
             span.attributes["fallback_model"] = answered
     context.run.stats.llm_calls += 1
-    context.run.stats.usage = context.run.stats.usage + response.usage
+    context.run.stats.usage = context.run.stats.usage + usage
+    # The size of this answer's prompt, not of every try's: the next prompt builds on it.
     context.run.stats.last_input_tokens = response.usage.input_tokens
     await context.emit(
         LLMCompleted,
         model=response.model,
         message=response.message,
-        usage=response.usage,
+        usage=usage,
         latency_ms=(time.perf_counter() - started) * 1000.0,
         finish_reason=response.finish_reason,
+        reasoning_opened_in_prompt=response.reasoning_opened_in_prompt,
     )
     check_after_model_call(context)
     return response
+
+
+def _count_on_span(span: OpenSpan, usage: TokenUsage) -> None:
+    """Put a call's tokens and cost on its ``llm`` span."""
+    span.tokens_in = usage.input_tokens
+    span.tokens_out = usage.output_tokens
+    span.cost_usd = usage.cost_usd
+    span.attributes.update(usage_attributes(usage))

@@ -60,7 +60,6 @@ from core_agent.contracts.errors import (
 )
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import (
-    TOKEN_LIMIT_FINISH_REASONS,
     ILLMGateway,
     LLMRequest,
     LLMResponse,
@@ -76,6 +75,7 @@ from core_agent.memory.prompt_window import PromptWindow, newest_turns, turns_se
 from core_agent.observability.span_content import call_arguments
 from core_agent.observability.tracer import Tracer
 from core_agent.orchestration.call_ledger import LedgeredCalls
+from core_agent.orchestration.cut_answer import CutAnswer, was_cut
 from core_agent.orchestration.loop_journal import LoopCheckpoint, LoopJournal
 from core_agent.orchestration.model_call import traced_model_call
 from core_agent.orchestration.structured_output import (
@@ -102,6 +102,11 @@ from shared.agent_protocol import (
 
 FINAL_ANSWER_TOOL = "final_answer"
 NOTICE_PREFIX = "[core-agent notice]"
+GO_ON_NOTICE = (
+    f"{NOTICE_PREFIX} Your answer was cut off by the output token limit. Continue it exactly "
+    "where it stopped, even mid-word: no repetition, no apology, no recap."
+)
+"""What the model is told after an answer its output token limit cut off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +170,8 @@ class _LoopState:
     traced_messages: int | None = None
     """How many messages of the conversation the ``llm`` spans of this run recorded (the
     answers included); ``None`` before its first model call."""
-    cut_answer: str = ""
-    """The text so far of an answer the output token limit cut off, while the model goes on
-    with it."""
-    continuations: int = 0
-    """Times the model was asked to go on with the answer in ``cut_answer``."""
+    cut: CutAnswer = field(default_factory=CutAnswer)
+    """An answer the output token limit cut off, while the model goes on with it."""
 
 
 def truncate_observation(text: str, limit: int) -> str:
@@ -277,8 +279,7 @@ class ReActLoop:
             state.error_streak = restored.error_streak
             state.corrections_left = restored.corrections_left
             state.max_sent_turns = restored.max_sent_turns
-            state.cut_answer = restored.cut_answer
-            state.continuations = restored.continuations
+            state.cut = CutAnswer(restored.cut_answer, restored.cut_pending, restored.continuations)
             if restored.phase == "answered":
                 return LoopResult(restored.output or "", restored.structured)
             if restored.phase == "tools":
@@ -316,16 +317,17 @@ class ReActLoop:
                 state.traced_messages = len(messages)  # the answer is in the span
                 calls = list(response.message.tool_calls)
                 text = response.message.content or ""
-                if not calls and response.finish_reason in TOKEN_LIMIT_FINISH_REASONS:
-                    self._ask_to_go_on(text, state, messages)
+                thought = bool(response.message.reasoning)
+                state.cut.settle(
+                    thought=thought, opened_in_prompt=response.reasoning_opened_in_prompt
+                )
+                if was_cut(response.finish_reason, bool(calls)):
+                    self._ask_to_go_on(text, thought, state, messages)
                     await self._checkpoint(context, state, messages, "model")
                     continue
-                if calls or response.reasoning_opened_in_prompt:
-                    # A turn that calls tools instead of going on leaves the cut text behind;
-                    # so does one that closes a thought its chat template opened: what came
-                    # before was thinking too (``inline_reasoning``).
-                    state.cut_answer = ""
-                text, state.cut_answer, state.continuations = state.cut_answer + text, "", 0
+                if calls:  # the model called tools instead of going on: the cut text is left
+                    state.cut.clear()
+                text = state.cut.joined(text)
                 answer = self._answer(calls, text, output_type, state, messages)
                 if answer is not None:
                     await self._checkpoint(context, state, messages, "answered", answer=answer)
@@ -346,29 +348,28 @@ class ReActLoop:
             f"no final answer after {max_turns} turns (raise max_turns or simplify the task)"
         )
 
-    def _ask_to_go_on(self, text: str, state: _LoopState, messages: list[ChatMessage]) -> None:
+    def _ask_to_go_on(
+        self, text: str, thought: bool, state: _LoopState, messages: list[ChatMessage]
+    ) -> None:
         """Keep the cut-off ``text`` and ask the model to continue it.
+
+        ``thought``: the piece held reasoning of its own, so ``text`` is the answer's;
+        otherwise a later piece tells (``CutAnswer``).
 
         Raises:
             ModelIncompleteError: The answer was cut off once more than the loop continues.
         """
-        if state.continuations >= self._limits.answer_continuations:
+        cut = state.cut
+        if cut.continuations >= self._limits.answer_continuations:
             raise ModelIncompleteError(
                 f"the model's answer was cut off by its output token limit "
-                f"{state.continuations + 1} times (finish_reason: length, "
-                f"{len(state.cut_answer) + len(text)} characters so far): ask for a shorter "
+                f"{cut.continuations + 1} times (finish_reason: length, "
+                f"{cut.length + len(text)} characters so far): ask for a shorter "
                 f"answer, or allow the model more (AGENT_MODEL_MAX_TOKENS)",
                 retryable=False,
             )
-        state.cut_answer += text
-        state.continuations += 1
-        messages.append(
-            UserMessage(
-                content=f"{NOTICE_PREFIX} Your answer was cut off by the output token limit. "
-                "Continue it exactly where it stopped, even mid-word: no repetition, no "
-                "apology, no recap."
-            )
-        )
+        cut.keep(text, thought=thought)
+        messages.append(UserMessage(content=GO_ON_NOTICE))
 
     def _answer(
         self,
@@ -423,8 +424,9 @@ class ReActLoop:
             error_streak=state.error_streak,
             corrections_left=state.corrections_left,
             max_sent_turns=state.max_sent_turns,
-            cut_answer=state.cut_answer,
-            continuations=state.continuations,
+            cut_answer=state.cut.answer,
+            cut_pending=state.cut.pending,
+            continuations=state.cut.continuations,
             output=answer.output if answer is not None else None,
             structured=answer.structured if answer is not None else None,
         )

@@ -255,8 +255,8 @@ class ResilientGateway(ILLMGateway):
             raise
         breaker.record_success()
         await self._report(call, model, "ok", None)
-        if call.spent is not None:  # the answer's usage counts the tries before it too
-            checked = replace(checked, usage=checked.usage + call.spent)
+        if call.spent is not None:  # the tries before it were paid for too
+            checked = replace(checked, retried_usage=call.spent)
         yield checked
 
     async def _one_try(

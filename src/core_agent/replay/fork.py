@@ -33,9 +33,10 @@ from core_agent.kernel.business_capabilities import BusinessCapabilities
 from core_agent.kernel.task_events import now
 from core_agent.kernel.task_references import find_task_id
 from core_agent.observability.tracer import new_trace_id
+from core_agent.orchestration.cut_answer import CutAnswer, was_cut
 from core_agent.orchestration.loop_journal import LoopCheckpoint, LoopJournal
 from core_agent.orchestration.react_executor import CHECKPOINT_KEY
-from core_agent.orchestration.react_loop import spotlight
+from core_agent.orchestration.react_loop import GO_ON_NOTICE, spotlight
 from core_agent.replay.replay_container import replay_container
 from core_agent.replay.task_export import IMPORTED
 from core_agent.replay.trajectory import build_trajectory
@@ -100,6 +101,8 @@ class _Conversation:
     phase: Literal["model", "tools"] = "model"
     pending: list[ToolCall] = field(default_factory=list)
     finished: dict[int, ToolResult] = field(default_factory=dict)
+    cut: CutAnswer = field(default_factory=CutAnswer)
+    """An answer cut off by the token limit that the model was asked to go on with."""
 
 
 def _call_id(event: TaskEvent) -> str | None:
@@ -149,28 +152,34 @@ def rebuild_conversation(system: str, task: str, events: Sequence[TaskEvent]) ->
     Tool results come in the order of the calls (as the loop appends them), untrusted ones
     marked as the loop marks them.
 
+    An answer the token limit cut off is followed by the loop's request to go on, and its
+    text kept as the loop keeps it (``CutAnswer``).
+
     Raises:
         UsageError: The events end with the model's answer: there is nothing to carry on.
     """
     conversation = _Conversation([SystemMessage(content=system), UserMessage(content=task)])
     # Each model turn with the results of its calls and the injection warnings about them
     # (by call id within the turn: some servers number calls anew every turn).
-    turns: list[tuple[AssistantMessage, dict[str, ToolCompleted], dict[str, list[str]]]] = []
+    turns: list[tuple[LLMCompleted, dict[str, ToolCompleted], dict[str, list[str]]]] = []
     for event in events:
         if isinstance(event, LLMCompleted):
-            turns.append((event.message, {}, {}))
+            turns.append((event, {}, {}))
         elif isinstance(event, ToolCompleted) and turns:
             turns[-1][1][event.result.call_id] = event
         elif isinstance(event, InjectionSuspected) and turns:
             turns[-1][2][event.call_id] = list(event.signals)
     if not turns:
         return conversation
-    for message, results, signals in turns[:-1]:
-        conversation.messages.append(message)
-        _add_results(conversation, message, results, signals)
-    last, results, signals = turns[-1]
-    conversation.messages.append(last)
+    for turn, results, signals in turns[:-1]:
+        _add_turn(conversation, turn)
+        _add_results(conversation, turn.message, results, signals)
+    turn, results, signals = turns[-1]
+    _add_turn(conversation, turn)
+    last = turn.message
     conversation.turns = len(turns)
+    if was_cut(turn.finish_reason, bool(last.tool_calls)):
+        return conversation  # the model goes on with its cut answer
     if not last.tool_calls:
         raise UsageError("the step is at or after the model's answer: fork at an earlier step")
     finished = {
@@ -186,6 +195,20 @@ def rebuild_conversation(system: str, task: str, events: Sequence[TaskEvent]) ->
         conversation.pending = list(last.tool_calls)
         conversation.finished = finished
     return conversation
+
+
+def _add_turn(conversation: _Conversation, turn: LLMCompleted) -> None:
+    """A model turn as the loop added it: a cut answer with the request to go on."""
+    message = turn.message
+    conversation.messages.append(message)
+    cut = conversation.cut
+    thought = bool(message.reasoning)
+    cut.settle(thought=thought, opened_in_prompt=turn.reasoning_opened_in_prompt)
+    if was_cut(turn.finish_reason, bool(message.tool_calls)):
+        cut.keep(message.content or "", thought=thought)
+        conversation.messages.append(UserMessage(content=GO_ON_NOTICE))
+    elif message.tool_calls:
+        cut.clear()
 
 
 def _shown(call: ToolCall, done: ToolCompleted, signals: dict[str, list[str]]) -> ToolResult:
@@ -325,6 +348,9 @@ async def fork_task(
             tainted=state.tainted,
             pending_calls=conversation.pending,
             finished=conversation.finished,
+            cut_answer=conversation.cut.answer,
+            cut_pending=conversation.cut.pending,
+            continuations=conversation.cut.continuations,
         )
         journal = LoopJournal(container.redacted_checkpoint_store(), fork_id, CHECKPOINT_KEY)
         async with tasks.unit_of_work():

@@ -82,7 +82,11 @@ class RecordedLLMGateway(ILLMGateway):
         )
         finish = turn.finish_reason or ("tool_calls" if turn.message.tool_calls else "stop")
         return LLMResponse(
-            message=turn.message, usage=usage, model=turn.model, finish_reason=finish
+            message=turn.message,
+            usage=usage,
+            model=turn.model,
+            finish_reason=finish,
+            reasoning_opened_in_prompt=turn.reasoning_opened_in_prompt,
         )
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:

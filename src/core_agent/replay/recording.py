@@ -35,6 +35,7 @@ class RecordedModelTurn:
     usage: TokenUsage
     finish_reason: str | None = None
     """As recorded; ``None`` for answers recorded before it was."""
+    reasoning_opened_in_prompt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +72,13 @@ class Recording:
         for event in events:
             if isinstance(event, LLMCompleted):
                 turns.append(
-                    RecordedModelTurn(event.model, event.message, event.usage, event.finish_reason)
+                    RecordedModelTurn(
+                        event.model,
+                        event.message,
+                        event.usage,
+                        event.finish_reason,
+                        event.reasoning_opened_in_prompt,
+                    )
                 )
             elif isinstance(event, ToolCompleted):
                 result = event.result

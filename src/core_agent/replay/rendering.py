@@ -11,6 +11,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from core_agent.contracts.llm_gateway import TOKEN_LIMIT_FINISH_REASONS
 from core_agent.safety.terminal_text import printable
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ def step_text(step: ReplayStep) -> str:
             f"{data['model']}  {usage['input_tokens']}→{usage['output_tokens']} tokens  "
             f"{data['latency_ms']:.1f} ms"
         )
+        if data.get("finish_reason") in TOKEN_LIMIT_FINISH_REASONS:
+            head += "  cut off by the token limit"
         lines = [head]
         if data["content"]:
             lines.append(_clipped(data["content"]))

@@ -276,6 +276,7 @@ class TrajectoryBuilder:
                         "tool_calls": [_call(call) for call in message.tool_calls],
                         "usage": _usage(data.usage),
                         "latency_ms": round(data.latency_ms, 3),
+                        "finish_reason": data.finish_reason,
                     },
                 )
             ]

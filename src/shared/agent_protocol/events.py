@@ -188,6 +188,9 @@ class LLMCompleted(TaskEvent):
     """Why the model stopped, as the provider said (``length``: its output token limit cut
     the answer off, and the kernel asks it to go on); ``None`` in events stored before it
     was recorded."""
+    reasoning_opened_in_prompt: bool = False
+    """The model closed a thinking block its chat template opened, so the cut text before
+    this answer was thinking (see the kernel's ``inline_reasoning``); replays need it."""
 
 
 class ToolStarted(TaskEvent):
