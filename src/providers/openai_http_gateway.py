@@ -13,6 +13,13 @@ the server's status and body, a stream that ends without the server's finish rea
 without ``[DONE]``), an empty body, an empty answer or tool-call arguments cut off by the
 token limit a retryable ``ModelIncompleteError``, and ``Retry-After`` passed on.
 
+Servers differ in what they accept beside the messages: some refuse ``stream_options`` (a
+400 naming it: older servers, strict proxies), OpenAI's reasoning models refuse
+``max_tokens`` for ``max_completion_tokens``. A refusal that names one of them is not the
+request's fault: the request is sent again at once without it (or under the other name), and
+the gateway remembers it for its later calls (``_ServerQuirks``); such a resend is part of
+the call, not a retry.
+
 Connections are kept for the calling event loop while a ``connections()`` scope is open on
 it (the kernel holds one while it is entered): against a remote ``https`` server a new
 connection costs a TCP and a TLS handshake, tens to hundreds of milliseconds a call. A
@@ -76,6 +83,9 @@ from shared.agent_protocol import AssistantMessage, TokenUsage
 
 logger = logging.getLogger(__name__)
 
+_EVENT_STREAM_STARTS = (b"data:", b":", b"event:", b"id:", b"retry:")
+"""How a body that is an event stream, whatever its label, begins."""
+
 PROVIDER_PREFIX = "openai/"
 
 # Phrases servers use when a prompt does not fit (OpenAI, vLLM, llama.cpp, LM Studio...).
@@ -130,6 +140,7 @@ class OpenAIHttpGateway(ILLMGateway):
             weakref.WeakKeyDictionary()
         )
         """The client kept for each loop with a ``connections()`` scope open."""
+        self._quirks = _ServerQuirks()
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> OpenAIHttpGateway:
@@ -192,12 +203,13 @@ class OpenAIHttpGateway(ILLMGateway):
         if temperature is not None:
             body["temperature"] = temperature
         if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
+            body[self._quirks.max_tokens_name] = request.max_tokens
         if request.response_format is not None:
             body["response_format"] = request.response_format
         if stream:
             body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
+            if self._quirks.stream_options:
+                body["stream_options"] = {"include_usage": True}
         return body
 
     def _new_client(self) -> httpx.AsyncClient:
@@ -242,15 +254,18 @@ class OpenAIHttpGateway(ILLMGateway):
 
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """One non-streamed completion."""
-        try:
-            async with self._client() as client:
-                response = await client.post(
-                    self._url, json=self._body(request, stream=False), headers=self._headers()
-                )
-        except httpx.HTTPError as exc:
-            raise transport_error(exc) from exc
-        if response.status_code >= 400:
-            raise status_error(response.status_code, response.text, response.headers)
+        while True:  # sent again only when a refusal taught something (at most twice)
+            try:
+                async with self._client() as client:
+                    response = await client.post(
+                        self._url, json=self._body(request, stream=False), headers=self._headers()
+                    )
+            except httpx.HTTPError as exc:
+                raise transport_error(exc) from exc
+            if response.status_code < 400:
+                break
+            if not self._quirks.learn(response.status_code, response.text):
+                raise status_error(response.status_code, response.text, response.headers)
         return checked_response(self._to_response(_json_body(response.content)))
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
@@ -267,41 +282,45 @@ class OpenAIHttpGateway(ILLMGateway):
         turn = StreamedAnswer()
         done = False
         try:
-            async with (
-                self._client() as client,
-                client.stream(
-                    "POST",
-                    self._url,
-                    json=self._body(request, stream=True),
-                    headers=self._headers(),
-                ) as response,
-            ):
-                if response.status_code >= 400:
-                    await response.aread()
-                    raise status_error(response.status_code, response.text, response.headers)
-                if "text/event-stream" not in response.headers.get("content-type", ""):
-                    body = await response.aread()
-                    if not body.lstrip().startswith((b"data:", b":", b"event:", b"id:", b"retry:")):
-                        whole = self._to_response(_json_body(body))
-                        if whole.message.content:
-                            yield LLMTextDelta(whole.message.content)
-                        yield checked_response(whole)
-                        return
-                    # An event stream labelled as something else (or not at all).
-                    events = _events_of(body)
-                else:
-                    events = _events(response)
-                while (data := await _next_event(events, ended=turn.ended)) is not None:
-                    if data.strip() == "[DONE]":
-                        done = True
-                        break
-                    if not data.strip():
-                        continue
-                    text = turn.take(_chunk(data))
-                    if text:
-                        yield LLMTextDelta(text)
-                if done:
-                    await _read_to_the_end(events)
+            while True:  # sent again only when a refusal taught something (at most twice)
+                async with (
+                    self._client() as client,
+                    client.stream(
+                        "POST",
+                        self._url,
+                        json=self._body(request, stream=True),
+                        headers=self._headers(),
+                    ) as response,
+                ):
+                    if response.status_code >= 400:
+                        await response.aread()
+                        if self._quirks.learn(response.status_code, response.text):
+                            continue
+                        raise status_error(response.status_code, response.text, response.headers)
+                    if "text/event-stream" not in response.headers.get("content-type", ""):
+                        body = await response.aread()
+                        if not body.lstrip().startswith(_EVENT_STREAM_STARTS):
+                            whole = self._to_response(_json_body(body))
+                            if whole.message.content:
+                                yield LLMTextDelta(whole.message.content)
+                            yield checked_response(whole)
+                            return
+                        # An event stream labelled as something else (or not at all).
+                        events = _events_of(body)
+                    else:
+                        events = _events(response)
+                    while (data := await _next_event(events, ended=turn.ended)) is not None:
+                        if data.strip() == "[DONE]":
+                            done = True
+                            break
+                        if not data.strip():
+                            continue
+                        text = turn.take(_chunk(data))
+                        if text:
+                            yield LLMTextDelta(text)
+                    if done:
+                        await _read_to_the_end(events)
+                break
         except httpx.HTTPError as exc:
             raise transport_error(exc) from exc
         if not turn.chunks:
@@ -580,3 +599,30 @@ def transport_error(exc: httpx.HTTPError) -> ModelError:
     if isinstance(exc, httpx.TimeoutException):
         return ModelTimeoutError(message, retryable=True)
     return ModelError(message, retryable=True)
+
+
+class _ServerQuirks:
+    """What the server refused beside the messages, learnt from its refusals."""
+
+    def __init__(self) -> None:
+        self.stream_options = True
+        """Whether to ask for the usage chunk (``stream_options``)."""
+        self.max_tokens_name = "max_tokens"
+        """What the answer's token limit is called (``max_completion_tokens`` for OpenAI's
+        reasoning models)."""
+
+    def learn(self, status: int, body: str) -> bool:
+        """Take in a refusal; whether it named something to leave out or rename.
+
+        Each ``True`` changes one thing for good, so a call is sent again at most twice.
+        """
+        if status not in (400, 422):
+            return False
+        text = body.lower()
+        if self.stream_options and "stream_options" in text:
+            self.stream_options = False
+            return True
+        if self.max_tokens_name == "max_tokens" and "max_completion_tokens" in text:
+            self.max_tokens_name = "max_completion_tokens"
+            return True
+        return False

@@ -23,6 +23,7 @@ from core_agent.contracts.settings import AgentSettings
 from providers import litellm_price_table, openai_http_gateway
 from providers.openai_http_gateway import OpenAIHttpGateway
 from shared.agent_protocol import UserMessage
+from support.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.anyio
 
@@ -339,3 +340,42 @@ async def test_a_body_left_open_after_done_is_not_waited_for(canned) -> None:
         async with gateway.connections():
             texts, final = await streamed(gateway)
     assert "".join(texts) == "完整的回答" and final.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_a_member_the_server_refuses_is_left_out_from_then_on(
+    openai_server: OpenAIServer, stream: bool
+) -> None:
+    # Azure's and OpenAI's wordings: the call still succeeds, sent again without what was
+    # refused, and the gateway does not ask again.
+    openai_server.refused_parameters = {
+        "stream_options": "Unrecognized request argument supplied: stream_options",
+        "max_tokens": "Unsupported parameter: 'max_tokens' is not supported with this model. "
+        "Use 'max_completion_tokens' instead.",
+    }
+    gateway = OpenAIHttpGateway("openai/m", api_base=openai_server.base_url)
+    ask = LLMRequest(messages=[UserMessage(content="q")], max_tokens=64)
+    for answer in ("一", "二"):
+        openai_server.reply(answer)
+        if stream:
+            items = [item async for item in gateway.stream(ask)]
+            final = items[-1]
+        else:
+            final = await gateway.complete(ask)
+        assert isinstance(final, LLMResponse) and final.message.content == answer
+
+    assert all(
+        "max_tokens" not in r and r["max_completion_tokens"] == 64 for r in openai_server.requests
+    )
+    assert all("stream_options" not in r for r in openai_server.requests)
+    assert len(openai_server.refusals) == (2 if stream else 1)  # each member refused once
+
+
+async def test_a_refusal_naming_nothing_it_can_leave_out_is_an_error(
+    openai_server: OpenAIServer,
+) -> None:
+    openai_server.reply(status=400, error_message="messages: must not be empty")
+    gateway = OpenAIHttpGateway("openai/m", api_base=openai_server.base_url)
+    with pytest.raises(ModelError, match="must not be empty"):
+        await gateway.complete(ASK)
+    assert len(openai_server.requests) == 1

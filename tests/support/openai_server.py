@@ -99,6 +99,10 @@ class OpenAIServer:
         """TCP connections accepted so far (a client that keeps them opens fewer)."""
         self.authorizations: list[str | None] = []
         """The ``Authorization`` header of each chat request."""
+        self.refused_parameters: dict[str, str] = {}
+        """Request members the server refuses with a 400 carrying the given message (a strict
+        server); a refused request takes no reply and is kept in ``refusals``."""
+        self.refusals: list[dict[str, Any]] = []
         self.responder: Callable[[dict[str, Any]], Reply] | None = None
         """Answers a chat request when no reply is queued (given the request's body)."""
         self.embedding_requests: list[dict[str, Any]] = []
@@ -128,6 +132,13 @@ class OpenAIServer:
                     return
                 if not self.path.endswith("/chat/completions"):
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                refused = next((p for p in server.refused_parameters if p in body), None)
+                if refused is not None:  # a strict server: the queued reply stays queued
+                    with server._lock:
+                        server.refusals.append(body)
+                    message = server.refused_parameters[refused]
+                    self._json(400, {"error": {"message": message, "type": "invalid_request"}})
                     return
                 with server._lock:
                     server.requests.append(body)
