@@ -39,7 +39,7 @@ import os
 import ssl
 import threading
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -255,16 +255,15 @@ class OpenAIHttpGateway(ILLMGateway):
     async def complete(self, request: LLMRequest) -> LLMResponse:
         """One non-streamed completion."""
         while True:  # sent again only when a refusal taught something (at most twice)
+            body = self._body(request, stream=False)
             try:
                 async with self._client() as client:
-                    response = await client.post(
-                        self._url, json=self._body(request, stream=False), headers=self._headers()
-                    )
+                    response = await client.post(self._url, json=body, headers=self._headers())
             except httpx.HTTPError as exc:
                 raise transport_error(exc) from exc
             if response.status_code < 400:
                 break
-            if not self._quirks.learn(response.status_code, response.text):
+            if not self._quirks.learn(response.status_code, response.text, body):
                 raise status_error(response.status_code, response.text, response.headers)
         return checked_response(self._to_response(_json_body(response.content)))
 
@@ -283,18 +282,16 @@ class OpenAIHttpGateway(ILLMGateway):
         done = False
         try:
             while True:  # sent again only when a refusal taught something (at most twice)
+                sent = self._body(request, stream=True)
                 async with (
                     self._client() as client,
                     client.stream(
-                        "POST",
-                        self._url,
-                        json=self._body(request, stream=True),
-                        headers=self._headers(),
+                        "POST", self._url, json=sent, headers=self._headers()
                     ) as response,
                 ):
                     if response.status_code >= 400:
                         await response.aread()
-                        if self._quirks.learn(response.status_code, response.text):
+                        if self._quirks.learn(response.status_code, response.text, sent):
                             continue
                         raise status_error(response.status_code, response.text, response.headers)
                     if "text/event-stream" not in response.headers.get("content-type", ""):
@@ -611,18 +608,20 @@ class _ServerQuirks:
         """What the answer's token limit is called (``max_completion_tokens`` for OpenAI's
         reasoning models)."""
 
-    def learn(self, status: int, body: str) -> bool:
-        """Take in a refusal; whether it named something to leave out or rename.
+    def learn(self, status: int, error: str, sent: Mapping[str, Any]) -> bool:
+        """Take in the refusal of the request ``sent``: whether to send it again.
 
-        Each ``True`` changes one thing for good, so a call is sent again at most twice.
+        Yes when it names a member ``sent`` had that will be left out or renamed from now on
+        (also when a call made at the same time taught it first), so each resend of a call
+        has one of them fewer: a call is sent again at most twice.
         """
         if status not in (400, 422):
             return False
-        text = body.lower()
-        if self.stream_options and "stream_options" in text:
+        text = error.lower()
+        if "stream_options" in sent and "stream_options" in text:
             self.stream_options = False
             return True
-        if self.max_tokens_name == "max_tokens" and "max_completion_tokens" in text:
+        if "max_tokens" in sent and "max_completion_tokens" in text:
             self.max_tokens_name = "max_completion_tokens"
             return True
         return False

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import anyio
 import pytest
 
 from core_agent.contracts.errors import ModelError, ModelIncompleteError
@@ -23,7 +24,7 @@ from core_agent.contracts.settings import AgentSettings
 from providers import litellm_price_table, openai_http_gateway
 from providers.openai_http_gateway import OpenAIHttpGateway
 from shared.agent_protocol import UserMessage
-from support.openai_server import OpenAIServer
+from support.openai_server import OpenAIServer, Reply
 
 pytestmark = pytest.mark.anyio
 
@@ -379,3 +380,29 @@ async def test_a_refusal_naming_nothing_it_can_leave_out_is_an_error(
     with pytest.raises(ModelError, match="must not be empty"):
         await gateway.complete(ASK)
     assert len(openai_server.requests) == 1
+
+
+async def test_calls_refused_at_the_same_time_are_all_sent_again(
+    openai_server: OpenAIServer,
+) -> None:
+    # The first refusal teaches the gateway; the others, of requests already sent, must not
+    # then read as refusals of something else.
+    openai_server.refused_parameters = {
+        "stream_options": "Unrecognized request argument supplied: stream_options"
+    }
+    openai_server.responder = lambda body: Reply("好")
+    gateway = OpenAIHttpGateway("openai/m", api_base=openai_server.base_url)
+    answers: list[str | None] = []
+
+    async def ask() -> None:
+        items = [item async for item in gateway.stream(ASK)]
+        final = items[-1]
+        assert isinstance(final, LLMResponse)
+        answers.append(final.message.content)
+
+    async with anyio.create_task_group() as group:
+        for _ in range(4):
+            group.start_soon(ask)
+
+    assert answers == ["好"] * 4
+    assert len(openai_server.refusals) > 1  # they were refused together
