@@ -251,3 +251,17 @@ async def test_a_fork_at_a_cut_answer_goes_on_with_it(
     sent = sent_messages(openai_server, len(openai_server.requests) - 1)
     assert sent[-2] == ("assistant", "长城是中国古代的军事防御工")
     assert sent[-1][0] == "user" and "cut off" in sent[-1][1]
+
+
+async def test_a_piece_with_an_empty_thought_of_its_own_keeps_its_answer(
+    settings: AgentSettings, openai_server: OpenAIServer
+) -> None:
+    # R1 distills often close an empty block, above all when going on.
+    openai_server.reply("\n</think>\n\n长城全长", finish_reason="length")
+    openai_server.reply("</think>\n\n两万一千", finish_reason="length")
+    openai_server.reply("接着写。\n</think>\n\n多公里。")
+
+    async with create_kernel(settings) as kernel:
+        result = await kernel.execute_task(REQUEST)
+
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "长城全长两万一千多公里。"

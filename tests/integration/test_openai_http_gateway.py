@@ -406,3 +406,49 @@ async def test_calls_refused_at_the_same_time_are_all_sent_again(
 
     assert answers == ["好"] * 4
     assert len(openai_server.refusals) > 1  # they were refused together
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        # vLLM's prompt-too-long refusal names both, refusing neither.
+        "'max_tokens' or 'max_completion_tokens' is too large: 4096. This model's maximum "
+        "context length is 2048 tokens and your request has 300 input tokens",
+        "stream_options.include_usage must be boolean",
+    ],
+)
+async def test_an_error_that_only_mentions_a_member_changes_nothing(
+    openai_server: OpenAIServer, message: str
+) -> None:
+    openai_server.reply(status=400, error_message=message)
+    openai_server.reply("好")
+    gateway = OpenAIHttpGateway("openai/m", api_base=openai_server.base_url)
+    ask = LLMRequest(messages=[UserMessage(content="q")], max_tokens=64)
+    with pytest.raises(ModelError):
+        [item async for item in gateway.stream(ask)]
+    [item async for item in gateway.stream(ask)]
+
+    first, second = openai_server.requests
+    assert first.keys() == second.keys()  # sent once each, as asked
+    assert second["max_tokens"] == 64 and "stream_options" in second
+
+
+async def test_a_422_echoing_the_request_is_not_a_refusal_of_its_members(canned) -> None:
+    canned.status = 422
+    canned.content_type = "application/json"
+    canned.body = json.dumps(
+        {
+            "detail": [
+                {
+                    "type": "missing",
+                    "loc": ["body", "messages"],
+                    "msg": "Field required",
+                    "input": {"model": "m", "stream_options": {"include_usage": True}},
+                }
+            ]
+        }
+    ).encode()
+    gateway = OpenAIHttpGateway("openai/m", api_base=canned.base_url)
+    with pytest.raises(ModelError):
+        await streamed(gateway)
+    assert len(canned.requests) == 1

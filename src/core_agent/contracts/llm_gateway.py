@@ -57,6 +57,13 @@ class LLMResponse:
     every prompt): the text of an earlier answer this one goes on with was thinking too
     (``InlineReasoningGateway``). Gateways leave it ``False``."""
 
+    @property
+    def paid_usage(self) -> TokenUsage:
+        """What the call cost: this answer's ``usage`` and the ``retried_usage`` before it."""
+        if self.retried_usage is None:
+            return self.usage
+        return self.usage + self.retried_usage
+
 
 @dataclass(frozen=True, slots=True)
 class LLMTextDelta:

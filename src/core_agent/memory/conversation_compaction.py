@@ -135,7 +135,7 @@ class ConversationCompactor:
         usage, calls = TokenUsage(), 0
         for batch in self._batches(previous, [transcript(turn.messages) for turn in turns]):
             response = await self._llm.complete(self._request(previous, batch))
-            usage, calls = usage + response.usage, calls + 1
+            usage, calls = usage + response.paid_usage, calls + 1
             text = (response.message.content or "").strip()
             if not text:
                 raise ModelError("the model answered the summary request with no text")

@@ -36,7 +36,11 @@ class CutAnswer:
         return len(self.answer) + len(self.pending)
 
     def settle(self, *, thought: bool, opened_in_prompt: bool) -> None:
-        """What a new piece says of ``pending``: thinking, or the answer's (see the module)."""
+        """What a new piece says of ``pending``: thinking, or the answer's (see the module).
+
+        ``thought``: the piece had a thought of its own (reasoning, or a block it closed,
+        even an empty one); ``opened_in_prompt``: it closed a block its template opened.
+        """
         if opened_in_prompt:
             self.pending = ""
         elif thought:

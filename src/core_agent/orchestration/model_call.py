@@ -123,9 +123,8 @@ async def traced_model_call(
                 span.attributes["attempts"] = len(tries.attempts)
         if response is None:
             raise ModelError("the model's stream ended without a final response")
-        usage = response.usage
+        usage = response.paid_usage
         if response.retried_usage is not None:
-            usage = usage + response.retried_usage
             span.attributes["retried_input_tokens"] = response.retried_usage.input_tokens
             span.attributes["retried_output_tokens"] = response.retried_usage.output_tokens
         _count_on_span(span, usage)

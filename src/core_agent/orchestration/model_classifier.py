@@ -81,6 +81,7 @@ class ModelAssistedClassifier:
             "classifier": "model",
             "deterministic_sub_goals": features.sub_goals,
             "deterministic_dependencies": features.dependencies,
-            "classifier_tokens": response.usage.input_tokens + response.usage.output_tokens,
+            "classifier_tokens": response.paid_usage.input_tokens
+            + response.paid_usage.output_tokens,
         }
         return adjusted, note

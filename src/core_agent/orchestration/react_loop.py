@@ -317,10 +317,11 @@ class ReActLoop:
                 state.traced_messages = len(messages)  # the answer is in the span
                 calls = list(response.message.tool_calls)
                 text = response.message.content or ""
-                thought = bool(response.message.reasoning)
-                state.cut.settle(
-                    thought=thought, opened_in_prompt=response.reasoning_opened_in_prompt
-                )
+                # A piece that closed its own block is the answer's after it, even when the
+                # thought in it was empty.
+                opened_in_prompt = response.reasoning_opened_in_prompt
+                thought = bool(response.message.reasoning) or opened_in_prompt
+                state.cut.settle(thought=thought, opened_in_prompt=opened_in_prompt)
                 if was_cut(response.finish_reason, bool(calls)):
                     self._ask_to_go_on(text, thought, state, messages)
                     await self._checkpoint(context, state, messages, "model")

@@ -202,7 +202,7 @@ def _add_turn(conversation: _Conversation, turn: LLMCompleted) -> None:
     message = turn.message
     conversation.messages.append(message)
     cut = conversation.cut
-    thought = bool(message.reasoning)
+    thought = bool(message.reasoning) or turn.reasoning_opened_in_prompt
     cut.settle(thought=thought, opened_in_prompt=turn.reasoning_opened_in_prompt)
     if was_cut(turn.finish_reason, bool(message.tool_calls)):
         cut.keep(message.content or "", thought=thought)
