@@ -153,20 +153,6 @@ async def test_a_continued_answer_keeps_its_indentation_and_thinking_stays_out(
     assert "".join(e.text for e in events if isinstance(e, LLMDelta)) == result.output
 
 
-async def test_thinking_cut_before_a_template_opened_block_closed_is_not_the_answer(
-    settings: AgentSettings, openai_server: OpenAIServer
-) -> None:
-    # DeepSeek-R1 and QwQ: the chat template opens the block, the model only closes it. The
-    # first piece, cut mid-thought, had no tag at all: it was thinking, not the answer.
-    openai_server.reply("用户问长城。我记得它", finish_reason="length")
-    openai_server.reply("大约两万公里。\n</think>\n\n长城全长两万一千多公里。")
-
-    async with create_kernel(settings) as kernel:
-        result = await kernel.execute_task(REQUEST)
-
-    assert result.status is TaskStatus.SUCCEEDED and result.output == "长城全长两万一千多公里。"
-
-
 async def test_a_plan_cut_by_the_token_limit_is_asked_for_again_not_run_short(
     settings: AgentSettings, openai_server: OpenAIServer
 ) -> None:
@@ -183,48 +169,6 @@ async def test_a_plan_cut_by_the_token_limit_is_asked_for_again_not_run_short(
     (created,) = [e for e in events if e.kind == "plan.created"]
     assert [step["id"] for step in created.steps] == ["s1", "s2", "s3"]
     assert "cut off by the output token limit" in str(openai_server.requests[1]["messages"])
-
-
-async def test_a_rerun_continues_the_answer_as_the_run_did(
-    litellm_settings: AgentSettings, openai_server: OpenAIServer
-) -> None:
-    openai_server.reply("长城是中国古代的军事防御工", finish_reason="length")
-    openai_server.reply("程。")
-    async with create_kernel(litellm_settings) as kernel:
-        result = await kernel.execute_task(REQUEST)
-
-    report = await rerun_task(result.task_id, settings=litellm_settings)
-
-    assert result.output == "长城是中国古代的军事防御工程。"
-    assert report.output == result.output and report.reproduced
-
-
-async def test_a_template_opened_model_going_on_keeps_the_answer_it_began(
-    settings: AgentSettings, openai_server: OpenAIServer
-) -> None:
-    # The template opens a block in every prompt, the continuation's too: closing it again
-    # says nothing about the text before, which came after a thought of its own.
-    openai_server.reply("用户问长城。\n</think>\n\n长城全长两万一千", finish_reason="length")
-    openai_server.reply("接着写。\n</think>\n\n多公里。")
-
-    async with create_kernel(settings) as kernel:
-        result = await kernel.execute_task(REQUEST)
-
-    assert result.status is TaskStatus.SUCCEEDED and result.output == "长城全长两万一千多公里。"
-
-
-async def test_a_rerun_drops_the_cut_thinking_as_the_run_did(
-    litellm_settings: AgentSettings, openai_server: OpenAIServer
-) -> None:
-    openai_server.reply("用户问长城。我记得它", finish_reason="length")
-    openai_server.reply("大约两万公里。\n</think>\n\n长城全长两万一千多公里。")
-    async with create_kernel(litellm_settings) as kernel:
-        result = await kernel.execute_task(REQUEST)
-
-    report = await rerun_task(result.task_id, settings=litellm_settings)
-
-    assert result.output == "长城全长两万一千多公里。"
-    assert report.output == result.output and report.reproduced
 
 
 async def test_a_fork_at_a_cut_answer_goes_on_with_it(
@@ -253,15 +197,56 @@ async def test_a_fork_at_a_cut_answer_goes_on_with_it(
     assert sent[-1][0] == "user" and "cut off" in sent[-1][1]
 
 
-async def test_a_piece_with_an_empty_thought_of_its_own_keeps_its_answer(
-    settings: AgentSettings, openai_server: OpenAIServer
-) -> None:
+TEMPLATE_OPENED = {
+    # The first piece, cut mid-thought, had no tag at all: it was thinking, not the answer.
+    "cut-mid-thought": (
+        ["用户问长城。我记得它", "大约两万公里。\n</think>\n\n长城全长两万一千多公里。"]
+    ),
+    # The template opens a block in every prompt, the continuation's too: closing it again
+    # says nothing about the text before, which came after a thought of its own.
+    "each-piece-thinks": (
+        ["用户问长城。\n</think>\n\n长城全长两万一千", "接着写。\n</think>\n\n多公里。"]
+    ),
     # R1 distills often close an empty block, above all when going on.
-    openai_server.reply("\n</think>\n\n长城全长", finish_reason="length")
-    openai_server.reply("</think>\n\n两万一千", finish_reason="length")
-    openai_server.reply("接着写。\n</think>\n\n多公里。")
+    "empty-thoughts": (
+        ["\n</think>\n\n长城全长", "</think>\n\n两万一千", "接着写。\n</think>\n\n多公里。"]
+    ),
+}
+"""Answers of models whose chat template opens the thinking block (DeepSeek-R1, QwQ), in
+pieces the token limit cut off; each is the answer "长城全长两万一千多公里。"."""
+
+
+def reply_in_pieces(server: OpenAIServer, pieces: list[str]) -> None:
+    for piece in pieces[:-1]:
+        server.reply(piece, finish_reason="length")
+    server.reply(pieces[-1])
+
+
+@pytest.mark.parametrize("pieces", TEMPLATE_OPENED.values(), ids=TEMPLATE_OPENED.keys())
+async def test_a_template_opened_models_pieces_join_into_its_answer(
+    settings: AgentSettings, openai_server: OpenAIServer, pieces: list[str]
+) -> None:
+    reply_in_pieces(openai_server, pieces)
 
     async with create_kernel(settings) as kernel:
         result = await kernel.execute_task(REQUEST)
 
     assert result.status is TaskStatus.SUCCEEDED and result.output == "长城全长两万一千多公里。"
+
+
+@pytest.mark.parametrize(
+    "pieces",
+    [["长城是中国古代的军事防御工", "程。"], TEMPLATE_OPENED["cut-mid-thought"]],
+    ids=["continued", "thinking-dropped"],
+)
+async def test_a_rerun_joins_the_pieces_as_the_run_did(
+    litellm_settings: AgentSettings, openai_server: OpenAIServer, pieces: list[str]
+) -> None:
+    reply_in_pieces(openai_server, pieces)
+    async with create_kernel(litellm_settings) as kernel:
+        result = await kernel.execute_task(REQUEST)
+
+    report = await rerun_task(result.task_id, settings=litellm_settings)
+
+    assert result.status is TaskStatus.SUCCEEDED
+    assert report.output == result.output and report.reproduced
