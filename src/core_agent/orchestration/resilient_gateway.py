@@ -19,6 +19,9 @@ at once with that error: another try or model would be refused the same way, or 
 Answers are checked before they count as success, whatever the gateway: a stream that ends
 without its final response, a response with neither text nor tool calls, or tool-call
 arguments cut by the token limit is a retryable ``ModelIncompleteError`` (``checked_response``).
+A try whose answer was thrown away was still paid for: its usage (``ModelError.usage``) goes
+with the answer that follows, apart from the answer's own (``LLMResponse.retried_usage``), or,
+when the call fails, with the error it raises.
 
 Every try is reported through ``model_attempts`` (the caller traces it). When a streamed call
 is tried again, the new try streams its text from the start; deltas of the failed try have
