@@ -50,6 +50,7 @@ from core_agent.contracts.settings import (
 from providers.openai_wire import (
     StreamedAnswer,
     parse_tool_call,
+    refused_members,
     retry_after_seconds,
     to_openai_message,
     to_openai_tools,
@@ -118,6 +119,8 @@ class LiteLLMGateway(ILLMGateway):
         self._context_window: int | None = None
         self._context_window_known = False
         self._placeholder_key: bool | None = None
+        self._stream_options = True
+        """Whether to ask for the usage chunk; off once the provider refused it."""
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> LiteLLMGateway:
@@ -237,9 +240,16 @@ class LiteLLMGateway(ILLMGateway):
         chunks: list[Any] = []
         answer = StreamedAnswer()
         try:
-            stream = await litellm.acompletion(
-                **arguments, stream=True, stream_options={"include_usage": True}
-            )
+            while True:  # sent again without stream_options once, if the server refuses it
+                usage_asked = self._stream_options
+                options = {"stream_options": {"include_usage": True}} if usage_asked else {}
+                try:
+                    stream = await litellm.acompletion(**arguments, stream=True, **options)
+                    break
+                except Exception as exc:
+                    if not (usage_asked and _refuses_stream_options(exc)):
+                        raise
+                    self._stream_options = False
             while (chunk := await _next_chunk(stream, answer)) is not None:
                 chunks.append(chunk)
                 text = answer.take(_chunk_dict(chunk))
@@ -467,3 +477,13 @@ def map_litellm_error(litellm: ModuleType, exc: Exception) -> ModelError:
         retryable=retryable,
         retry_after_s=retry_after if retryable else None,
     )
+
+
+def _refuses_stream_options(exc: Exception) -> bool:
+    """Whether the provider refused the request for its ``stream_options``.
+
+    Azure's older API versions and strict proxies do: the request is then sent without them,
+    as the HTTP gateway does.
+    """
+    status = getattr(exc, "status_code", None)
+    return status in (400, 422) and "stream_options" in refused_members(str(exc))

@@ -36,7 +36,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import ssl
 import threading
 import weakref
@@ -76,6 +75,7 @@ from providers.openai_wire import (
     message_text,
     parse_tool_call,
     reasoning_text,
+    refused_members,
     retry_after_seconds,
     to_openai_message,
     to_openai_tools,
@@ -626,45 +626,3 @@ class _ServerQuirks:
             self.max_tokens_name = "max_completion_tokens"
             return True
         return False
-
-
-_REFUSING = r"(?:unrecognized|unsupported|unknown|not supported|not permitted|not allowed|extra)"
-
-
-def refused_members(error: str) -> set[str]:
-    """The request members an error body says the server does not take.
-
-    Only a refusal of the member itself: OpenAI's ``param`` of an unsupported parameter, a
-    FastAPI 422's ``extra_forbidden`` location, or a message naming the member next to a
-    word of refusal ("Unrecognized request argument supplied: stream_options"). An error that
-    merely mentions one (vLLM's "'max_tokens' or 'max_completion_tokens' is too large", a
-    422 echoing the request) refuses nothing.
-    """
-    try:
-        payload: Any = json.loads(error)
-    except ValueError:
-        payload = None
-    refused: set[str] = set()
-    message = error
-    if isinstance(payload, dict):
-        detail = payload.get("detail")
-        for item in detail if isinstance(detail, list) else ():
-            loc = item.get("loc") if isinstance(item, dict) else None
-            if item.get("type") == "extra_forbidden" and isinstance(loc, list) and loc:
-                refused.add(str(loc[-1]))
-        inner = payload.get("error")
-        if isinstance(inner, dict):
-            message = str(inner.get("message") or "")
-            code = str(inner.get("code") or "")
-            if inner.get("param") and code in ("unsupported_parameter", "unknown_parameter"):
-                refused.add(str(inner["param"]))
-        elif isinstance(inner, str):
-            message = inner
-        elif isinstance(detail, list):
-            message = ""  # a FastAPI body: its members are read above, its echo is not prose
-    for name in ("stream_options", "max_tokens"):
-        quoted = rf"['\"`]?{name}['\"`]?"
-        near = rf"{_REFUSING}[^.\n]{{0,60}}?{quoted}|{quoted}[^.\n]{{0,40}}?{_REFUSING}"
-        if re.search(near, message, re.IGNORECASE):
-            refused.add(name)
-    return refused

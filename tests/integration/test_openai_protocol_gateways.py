@@ -385,3 +385,18 @@ async def test_a_hanging_server_is_a_retryable_timeout(make: Make, openai_server
     with pytest.raises(ModelTimeoutError) as caught:
         await gateway.complete(LLMRequest(messages=[UserMessage(content="x")]))
     assert caught.value.retryable
+
+
+async def test_a_server_refusing_stream_options_is_streamed_without_them(
+    gateway, openai_server
+) -> None:
+    openai_server.refused_parameters = {
+        "stream_options": "Unrecognized request argument supplied: stream_options"
+    }
+    for answer in ("一", "二"):
+        openai_server.reply(answer)
+        ask = LLMRequest(messages=[UserMessage(content="首都？")])
+        items = [item async for item in gateway.stream(ask)]
+        assert items[-1].message.content == answer
+    assert len(openai_server.refusals) == 1  # refused once, then never asked again
+    assert all("stream_options" not in r for r in openai_server.requests)
