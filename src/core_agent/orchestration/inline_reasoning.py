@@ -48,6 +48,7 @@ _CLOSING = re.compile(r"</(think|thinking)>", re.IGNORECASE)
 _CLOSING_LINE = re.compile(r"(?:^|\n)[ \t]*</(think|thinking)>[ \t]*(?=\r?\n|$)", re.IGNORECASE)
 _BLANK_LINES = re.compile(r"(?:[ \t]*\r?\n)+")
 _LONGEST_CLOSING = len("</thinking>")
+_OPENING_TAGS = ("<think>", "<thinking>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,9 +143,6 @@ class _HeldReasoning:
         self._state = "after"
         rest, self._head = self._head[closing.end() :], ""
         return self.take(rest)
-
-
-_OPENING_TAGS = ("<think>", "<thinking>")
 
 
 class InlineReasoningGateway(GatewayWrapper):
