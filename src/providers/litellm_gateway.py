@@ -49,6 +49,7 @@ from core_agent.contracts.settings import (
 )
 from providers.openai_wire import (
     StreamedAnswer,
+    next_unless_stalled,
     parse_tool_call,
     refused_members,
     retry_after_seconds,
@@ -365,24 +366,13 @@ def _usage_detail(usage: Any, part: str, name: str) -> int | None:
         return None
 
 
-AFTER_FINISH_S = 2.0
-"""How long to wait, once the provider said the answer is over (``StreamedAnswer.ended``),
-for the rest of the stream: the answer is whole, and a server that stalls there is not
-waited for until the timeout."""
-
-
 async def _next_chunk(stream: Any, answer: StreamedAnswer) -> Any | None:
     """The stream's next chunk; ``None`` at its end, or once a finished answer's server stalls."""
     # litellm may hold a provider's finish reason back from the chunks it passes on.
     ended = answer.ended or (
         answer.usage is not None and getattr(stream, "received_finish_reason", None) is not None
     )
-    if not ended:
-        return await anext(stream, None)
-    with anyio.move_on_after(AFTER_FINISH_S):
-        return await anext(stream, None)
-    logger.debug("the provider sent nothing for %ss after its finish reason", AFTER_FINISH_S)
-    return None
+    return await next_unless_stalled(stream, ended=ended)
 
 
 def _chunk_dict(chunk: Any) -> dict[str, Any]:

@@ -73,6 +73,7 @@ from providers import litellm_price_table
 from providers.openai_wire import (
     StreamedAnswer,
     message_text,
+    next_unless_stalled,
     parse_tool_call,
     reasoning_text,
     refused_members,
@@ -268,6 +269,26 @@ class OpenAIHttpGateway(ILLMGateway):
                 raise status_error(response.status_code, response.text, response.headers)
         return checked_response(self._to_response(_json_body(response.content)))
 
+    @asynccontextmanager
+    async def _accepted(self, request: LLMRequest) -> AsyncIterator[httpx.Response]:
+        """The streamed response to ``request``, once the server accepted it.
+
+        A refusal that taught the gateway something (``_ServerQuirks``) sends the request
+        again, at most twice; any other one is raised.
+        """
+        while True:
+            sent = self._body(request, stream=True)
+            async with (
+                self._client() as client,
+                client.stream("POST", self._url, json=sent, headers=self._headers()) as response,
+            ):
+                if response.status_code < 400:
+                    yield response
+                    return
+                await response.aread()
+                if not self._quirks.learn(response.status_code, response.text, sent):
+                    raise status_error(response.status_code, response.text, response.headers)
+
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
         """Streamed completion (server-sent events); the last item is the whole answer.
 
@@ -282,43 +303,30 @@ class OpenAIHttpGateway(ILLMGateway):
         turn = StreamedAnswer()
         done = False
         try:
-            while True:  # sent again only when a refusal taught something (at most twice)
-                sent = self._body(request, stream=True)
-                async with (
-                    self._client() as client,
-                    client.stream(
-                        "POST", self._url, json=sent, headers=self._headers()
-                    ) as response,
-                ):
-                    if response.status_code >= 400:
-                        await response.aread()
-                        if self._quirks.learn(response.status_code, response.text, sent):
-                            continue
-                        raise status_error(response.status_code, response.text, response.headers)
-                    if "text/event-stream" not in response.headers.get("content-type", ""):
-                        body = await response.aread()
-                        if not body.lstrip().startswith(_EVENT_STREAM_STARTS):
-                            whole = self._to_response(_json_body(body))
-                            if whole.message.content:
-                                yield LLMTextDelta(whole.message.content)
-                            yield checked_response(whole)
-                            return
-                        # An event stream labelled as something else (or not at all).
-                        events = _events_of(body)
-                    else:
-                        events = _events(response)
-                    while (data := await _next_event(events, ended=turn.ended)) is not None:
-                        if data.strip() == "[DONE]":
-                            done = True
-                            break
-                        if not data.strip():
-                            continue
-                        text = turn.take(_chunk(data))
-                        if text:
-                            yield LLMTextDelta(text)
-                    if done:
-                        await _read_to_the_end(events)
-                break
+            async with self._accepted(request) as response:
+                if "text/event-stream" not in response.headers.get("content-type", ""):
+                    body = await response.aread()
+                    if not body.lstrip().startswith(_EVENT_STREAM_STARTS):
+                        whole = self._to_response(_json_body(body))
+                        if whole.message.content:
+                            yield LLMTextDelta(whole.message.content)
+                        yield checked_response(whole)
+                        return
+                    # An event stream labelled as something else (or not at all).
+                    events = _events_of(body)
+                else:
+                    events = _events(response)
+                while (data := await next_unless_stalled(events, ended=turn.ended)) is not None:
+                    if data.strip() == "[DONE]":
+                        done = True
+                        break
+                    if not data.strip():
+                        continue
+                    text = turn.take(_chunk(data))
+                    if text:
+                        yield LLMTextDelta(text)
+                if done:
+                    await _read_to_the_end(events)
         except httpx.HTTPError as exc:
             raise transport_error(exc) from exc
         if not turn.chunks:
@@ -401,23 +409,6 @@ class OpenAIHttpGateway(ILLMGateway):
             model=self._model if not model else f"{PROVIDER_PREFIX}{model}",
             finish_reason=str(finish_reason) if finish_reason else None,
         )
-
-
-AFTER_FINISH_S = 2.0
-"""How long to wait, once the server said the answer is over (``StreamedAnswer.ended``), for
-the rest of the stream (``[DONE]``, the body's end): the answer is whole, and a server that
-stalls there is not waited for until the call's timeout (which then threw the answer away
-and asked again)."""
-
-
-async def _next_event(events: AsyncIterator[str], *, ended: bool) -> str | None:
-    """The next event's data; ``None`` at the end, or once an ended answer's server stalls."""
-    if not ended:
-        return await anext(events, None)
-    with anyio.move_on_after(AFTER_FINISH_S):
-        return await anext(events, None)
-    logger.debug("the model server sent nothing for %ss after its finish reason", AFTER_FINISH_S)
-    return None
 
 
 DRAIN_AFTER_DONE_S = 0.25

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import email.utils
 import json
+import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+import anyio
 
 from core_agent.contracts.llm_gateway import ToolDefinition
 from shared.agent_protocol import (
@@ -24,6 +27,9 @@ from shared.agent_protocol import (
     ToolMessage,
     UserMessage,
 )
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def to_openai_message(message: ChatMessage) -> dict[str, Any]:
@@ -326,3 +332,23 @@ def refused_members(error: str) -> set[str]:
         if re.search(near, message, re.IGNORECASE):
             refused.add(name)
     return refused
+
+
+AFTER_FINISH_S = 2.0
+"""How long to wait, once the server said the answer is over (``StreamedAnswer.ended``), for
+the rest of the stream (``[DONE]``, the body's end): the answer is whole, and a server that
+stalls there is not waited for until the call's timeout (which then threw the answer away
+and asked again)."""
+
+
+async def next_unless_stalled(items: AsyncIterator[T], *, ended: bool) -> T | None:
+    """The stream's next item; ``None`` at its end, or once an ended answer's server stalls.
+
+    Stalls: sends nothing for ``AFTER_FINISH_S`` after the answer ended (``ended``).
+    """
+    if not ended:
+        return await anext(items, None)
+    with anyio.move_on_after(AFTER_FINISH_S):
+        return await anext(items, None)
+    logger.debug("the server sent nothing for %ss after its finish reason", AFTER_FINISH_S)
+    return None

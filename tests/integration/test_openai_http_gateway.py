@@ -21,7 +21,7 @@ import pytest
 from core_agent.contracts.errors import ModelError, ModelIncompleteError
 from core_agent.contracts.llm_gateway import LLMRequest, LLMResponse, LLMTextDelta
 from core_agent.contracts.settings import AgentSettings
-from providers import litellm_price_table, openai_http_gateway
+from providers import litellm_price_table, openai_wire
 from providers.openai_http_gateway import OpenAIHttpGateway
 from shared.agent_protocol import UserMessage
 from support.openai_server import OpenAIServer, Reply
@@ -203,7 +203,7 @@ async def test_a_finish_reason_before_the_end_does_not_cut_a_slow_answer(
 ) -> None:
     # Some servers put the finish reason on every chunk: only a finish that ends the answer
     # (nothing else in its chunk, or usage after it) lets a pause cut the rest short.
-    monkeypatch.setattr(openai_http_gateway, "AFTER_FINISH_S", 0.1)
+    monkeypatch.setattr(openai_wire, "AFTER_FINISH_S", 0.1)
     canned.pause_s = 0.3
     canned.events(
         chunk({"content": "北京"}, "stop"),
