@@ -324,7 +324,7 @@ class LiteLLMGateway(ILLMGateway):
                 ),
             ),
             model=str(getattr(response, "model", None) or self._model),
-            finish_reason=getattr(choice, "finish_reason", None),
+            finish_reason=_finish_reason(choice),
         )
 
     def _token_cost(
@@ -407,6 +407,22 @@ def provider_sent_usage(stream: Any) -> bool:
         if usage is not None:
             return True
     return False
+
+
+def _finish_reason(choice: Any) -> str | None:
+    """The finish reason of a whole answer's ``choice``, as the kernel must judge it.
+
+    litellm maps what the provider sent to OpenAI's reasons, and every reason it does not
+    know to ``stop``: a failed answer (``error``, Zhipu GLM's ``network_error``, vLLM's
+    ``abort``) passed for a finished one. Where the map said ``stop``, the provider's own
+    reason (kept in ``native_finish_reason``) is taken instead; the kernel reads ``end_turn``
+    or ``eos`` as finished all the same.
+    """
+    mapped = getattr(choice, "finish_reason", None)
+    native = (getattr(choice, "provider_specific_fields", None) or {}).get("native_finish_reason")
+    if mapped == "stop" and isinstance(native, str) and native:
+        return native
+    return str(mapped) if mapped else None
 
 
 def provider_finish_reason(stream: Any, chunks: list[Any]) -> str | None:

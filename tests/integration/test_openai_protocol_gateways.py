@@ -326,6 +326,21 @@ async def test_an_answer_with_no_text_and_no_tool_call_is_incomplete(
     assert caught.value.retryable
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize("reason", ["error", "network_error", "abort"])
+async def test_an_answer_the_provider_ended_with_an_error_is_a_retryable_error(
+    gateway, openai_server, stream, reason
+) -> None:
+    # OpenRouter's mid-stream failure, Zhipu GLM's, vLLM's and SGLang's aborted request: the
+    # text before it is part of an answer, not one. litellm maps reasons it does not know
+    # (and Zhipu's) to "stop", which must not pass for a finished answer.
+    # (litellm fails a stream that ends with "error" itself, with an error of its own.)
+    openai_server.reply("The answer is", finish_reason=reason)
+    with pytest.raises(ModelError, match=f"finish_reason: {reason}") as caught:
+        await consume(gateway, stream, LLMRequest(messages=[UserMessage(content="x")]))
+    assert caught.value.retryable
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_tool_arguments_cut_by_the_token_limit_are_incomplete(
     gateway, openai_server, stream

@@ -158,6 +158,14 @@ FILTERED_FINISH_REASONS = frozenset({"content_filter", "sensitive"})
 """Finish reasons that say the provider's filter stopped the answer (``sensitive`` is
 Zhipu GLM's)."""
 
+FAILED_FINISH_REASONS = frozenset(
+    {"error", "network_error", "abort", "malformed_function_call", "malformed_response"}
+)
+"""Finish reasons that say the provider failed the answer, compared in lower case:
+OpenRouter's mid-stream ``error`` (Cohere's ``ERROR``), Zhipu GLM's ``network_error``, vLLM's
+and SGLang's ``abort`` (the request was aborted), Gemini's ``MALFORMED_FUNCTION_CALL`` and
+``MALFORMED_RESPONSE``. The same request may well succeed again."""
+
 
 def checked_response(response: LLMResponse) -> LLMResponse:
     """``response``, unless it is no real answer (whatever gateway produced it).
@@ -170,10 +178,9 @@ def checked_response(response: LLMResponse) -> LLMResponse:
             token limit cut it inside a tool call's arguments (``finish_reason: length`` with
             arguments that are not JSON). Arguments a model wrote badly but finished are not
             an error here: they go back to the model as the tool's error. The provider
-            ended the answer with ``finish_reason: error`` (OpenRouter, mid-stream) or
-            ``network_error`` (Zhipu GLM). Not
-            retryable: the provider's content filter stopped the answer
-            (``FILTERED_FINISH_REASONS``), which the same request would meet again.
+            ended the answer with a failure (``FAILED_FINISH_REASONS``). Not retryable: the
+            provider's content filter stopped the answer (``FILTERED_FINISH_REASONS``), which
+            the same request would meet again.
     """
     message = response.message
     if response.finish_reason in FILTERED_FINISH_REASONS:
@@ -183,7 +190,7 @@ def checked_response(response: LLMResponse) -> LLMResponse:
             retryable=False,
             usage=response.usage,
         )
-    if response.finish_reason in ("error", "network_error"):
+    if (response.finish_reason or "").lower() in FAILED_FINISH_REASONS:
         raise ModelIncompleteError(
             f"the provider ended the answer with an error (finish_reason: "
             f"{response.finish_reason})",
