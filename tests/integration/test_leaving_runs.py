@@ -3,12 +3,14 @@
 And a host may name a task before it exists (the stdio server answers with its id at once).
 """
 
+import sqlite3
 from pathlib import Path
 
 import anyio
 import pytest
 
 from core_agent.container import KernelContainer
+from core_agent.contracts.errors import CorruptStateError
 from core_agent.tooling.function_tool import FunctionTool
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
@@ -140,3 +142,35 @@ async def test_a_left_task_ended_by_another_kernel_keeps_its_turn_in_the_session
     status = "failed" if ending == "recover_fail" else "canceled"
     assert f"ended {status} without an answer" in turn[-1]
     assert "把报告读一遍" in prompts[-1] and any(status in text for text in prompts[-1])
+
+
+async def test_one_damaged_task_does_not_keep_the_others_from_recovery(tmp_path: Path) -> None:
+    started = anyio.Event()
+    host = kernel_on(tmp_path, endless_read(started))
+    request = TaskRequest(task="read slowly", force_mode="react")
+    async with host, anyio.create_task_group() as group:
+        for task_id in ("healthy", "damaged"):
+            group.start_soon(lambda t=task_id: host.execute_task(request, task_id=t))
+        with anyio.fail_after(30):
+            while len(await host.list_tasks(status=TaskStatus.RUNNING)) < 2:
+                await anyio.sleep(0.01)
+        host.leave_runs()
+        group.cancel_scope.cancel()
+    with sqlite3.connect(tmp_path / "core_agent.db") as db:
+        db.execute("UPDATE agent_tasks SET input_json = '{bad' WHERE id = 'damaged'")
+
+    calls: list[str] = []
+
+    async def slow_read() -> str:
+        """Read something slowly."""
+        calls.append("slow_read")
+        return "the text"
+
+    successor = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
+    async with successor:
+        (result,) = await successor.recover("resume")
+        listed = [task.task_id for task in await successor.list_tasks()]
+        with pytest.raises(CorruptStateError, match="damaged"):
+            await successor.get_task("damaged")
+    assert result.task_id == "healthy" and result.status is TaskStatus.SUCCEEDED
+    assert listed == ["healthy"]  # the damaged one is named on its own, not in the list

@@ -187,7 +187,12 @@ class ITaskStore(abc.ABC):
         status: TaskStatus | None = None,
         limit: int = 50,
     ) -> list[TaskState]:
-        """Tasks, newest first, optionally filtered by session and status."""
+        """Tasks, newest first, optionally filtered by session and status.
+
+        A task whose stored state cannot be read is left out (and logged), here and in
+        ``page_tasks`` and ``orphaned_tasks``: one damaged task must not hide the others
+        (``get_task`` raises ``CorruptStateError`` for it).
+        """
 
     @abc.abstractmethod
     async def page_tasks(

@@ -11,7 +11,7 @@ import contextlib
 import json
 import logging
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -85,6 +85,21 @@ def _row_to_task(row: tuple[Any, ...]) -> TaskState:
         return _task(row)
     except (ValueError, ValidationError) as exc:
         raise CorruptStateError(row[0], f"its row cannot be read: {exc}") from exc
+
+
+def _readable_tasks(rows: Iterable[tuple[Any, ...]]) -> list[TaskState]:
+    """The tasks of ``rows``, leaving out (and logging) those that cannot be read.
+
+    One damaged row must not hide the other tasks from a listing or from recovery;
+    ``get_task`` still names it with a ``CorruptStateError``.
+    """
+    tasks = []
+    for row in rows:
+        try:
+            tasks.append(_row_to_task(row))
+        except CorruptStateError as exc:
+            log.error("%s (left out of the listing)", exc)
+    return tasks
 
 
 def _task(row: tuple[Any, ...]) -> TaskState:
@@ -389,7 +404,7 @@ class SqliteTaskStore(ITaskStore):
                 (*params, max(1, limit)),
             ).fetchall()
 
-        return [_row_to_task(row) for row in await self._db.run(read)]
+        return _readable_tasks(await self._db.run(read))
 
     async def page_tasks(
         self,
@@ -435,12 +450,7 @@ class SqliteTaskStore(ITaskStore):
             ).fetchall()
 
         rows = await self._db.run(read)
-        tasks = []
-        for row in rows[:size]:
-            try:
-                tasks.append(_row_to_task(row[1:]))
-            except CorruptStateError as exc:
-                log.warning("%s", exc)
+        tasks = _readable_tasks(row[1:] for row in rows[:size])
         last = rows[size - 1] if len(rows) > size else None
         return TaskPage(tasks, f"{last[10]}/{last[0]}" if last is not None else None)
 
@@ -634,7 +644,7 @@ class SqliteTaskStore(ITaskStore):
                 (*_ACTIVE, _iso(now), max(1, limit)),
             ).fetchall()
 
-        return [_row_to_task(row) for row in await self._db.run(read)]
+        return _readable_tasks(await self._db.run(read))
 
     async def request_cancel(self, task_id: str, reason: str) -> None:
         """Record the request on the task's row."""
