@@ -145,28 +145,36 @@ async def test_a_left_task_ended_by_another_kernel_keeps_its_turn_in_the_session
 
 
 async def test_one_damaged_task_does_not_keep_the_others_from_recovery(tmp_path: Path) -> None:
-    started = anyio.Event()
-    host = kernel_on(tmp_path, endless_read(started))
+    both_started = anyio.Event()
+    started: list[str] = []
+
+    async def slow_read() -> str:
+        """Read something slowly."""
+        started.append("slow_read")
+        if len(started) == 2:
+            both_started.set()
+        await anyio.sleep(3600)
+        return "never"
+
+    host = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
     request = TaskRequest(task="read slowly", force_mode="react")
     async with host, anyio.create_task_group() as group:
         for task_id in ("healthy", "damaged"):
             group.start_soon(lambda t=task_id: host.execute_task(request, task_id=t))
-        with anyio.fail_after(30):
-            while len(await host.list_tasks(status=TaskStatus.RUNNING)) < 2:
-                await anyio.sleep(0.01)
+        await both_started.wait()
         host.leave_runs()
         group.cancel_scope.cancel()
     with sqlite3.connect(tmp_path / "core_agent.db") as db:
         db.execute("UPDATE agent_tasks SET input_json = '{bad' WHERE id = 'damaged'")
 
-    calls: list[str] = []
-
-    async def slow_read() -> str:
+    async def slow_read_again() -> str:
         """Read something slowly."""
-        calls.append("slow_read")
         return "the text"
 
-    successor = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
+    successor = kernel_on(
+        tmp_path,
+        FunctionTool(slow_read_again, name="slow_read", idempotent=True, capabilities={"read"}),
+    )
     async with successor:
         (result,) = await successor.recover("resume")
         listed = [task.task_id for task in await successor.list_tasks()]
