@@ -11,6 +11,7 @@ from __future__ import annotations
 import email.utils
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -274,22 +275,29 @@ def retry_after_seconds(
         return None
     lowered = {str(k).lower(): str(v) for k, v in headers.items()}
     if "retry-after-ms" in lowered:
-        try:
-            return max(float(lowered["retry-after-ms"]) / 1000.0, 0.0)
-        except ValueError:
-            pass
+        milliseconds = _number(lowered["retry-after-ms"])
+        if milliseconds is not None:
+            return max(milliseconds / 1000.0, 0.0)
     value = lowered.get("retry-after")
     if value is None:
         return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
+    seconds = _number(value)
+    if seconds is not None:
+        return max(seconds, 0.0)
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
     return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+
+
+def _number(value: str) -> float | None:
+    """``value`` as a number of seconds, or ``None`` (``float`` also reads "nan")."""
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return None if math.isnan(number) else number
 
 
 _REFUSING = r"(?:unrecognized|unsupported|unknown|not supported|not permitted|not allowed|extra)"

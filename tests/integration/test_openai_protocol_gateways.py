@@ -372,6 +372,8 @@ def test_retry_after_may_be_an_http_date() -> None:
     )
     assert retry_after_seconds({"retry-after-ms": "1500"}) == 1.5
     assert retry_after_seconds({"Retry-After": "soon"}) is None
+    assert retry_after_seconds({"Retry-After": "nan"}) is None
+    assert retry_after_seconds({"retry-after-ms": "NaN", "Retry-After": "2"}) == 2.0
     assert retry_after_seconds(None) is None
 
 

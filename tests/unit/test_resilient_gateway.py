@@ -4,6 +4,8 @@ Time is a fake clock whose sleep moves it, so backoff and breaker timing are che
 waiting; only the hang test waits, for a deadline of a fraction of a second.
 """
 
+import math
+
 import anyio
 import pytest
 
@@ -120,6 +122,17 @@ async def test_retry_after_is_honoured_up_to_its_cap(clock, attempts) -> None:
     await call(gateway, attempts)
     assert clock.sleeps == [7, 20]
     assert attempts.seen[1].retry_after_s == 500 and attempts.seen[1].wait_s == 20
+
+
+async def test_a_retry_after_that_is_no_number_is_not_waited_for(clock, attempts) -> None:
+    # A third-party gateway may hand on float("nan"): a sleep of NaN raised ValueError.
+    model = FakeFaultyGateway(
+        [ModelRateLimitError("slow down", status_code=429, retryable=True, retry_after_s=math.nan)]
+    )
+    gateway = resilient(clock, model, max_retries=1, max_delay_s=2, call_deadline_s=100)
+    await call(gateway, attempts)
+    assert model.calls == 2 and len(clock.sleeps) == 1 and 0 <= clock.sleeps[0] <= 2
+    assert attempts.seen[0].retry_after_s is None
 
 
 async def test_a_retry_after_longer_than_the_deadline_left_fails_at_once(clock, attempts) -> None:

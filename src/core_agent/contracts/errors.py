@@ -257,7 +257,8 @@ class ModelError(RunError):
         body: The provider's error body or message, for diagnosis.
         retryable: Whether the same call may succeed later; the kernel retries only these.
         retry_after_s: How long the provider asked to wait before trying again (its
-            ``Retry-After`` header), when it said.
+            ``Retry-After`` header), when it said; a value that is no number of seconds
+            (NaN, which a gateway may have parsed from "nan") is taken as unsaid.
         usage: What the failed call still cost, when the provider answered and counted
             tokens for an answer that could not be used (empty, all thinking, filtered, tool
             arguments cut); for a call tried several times, all its tries'. ``None`` when
@@ -277,7 +278,8 @@ class ModelError(RunError):
         self.status_code = status_code
         self.body = body
         self.retryable = retryable
-        self.retry_after_s = retry_after_s
+        # NaN compares false with everything: min/max caps and waits would pass it through.
+        self.retry_after_s = retry_after_s if retry_after_s == retry_after_s else None
         self.usage = usage
         super().__init__(message)
 
