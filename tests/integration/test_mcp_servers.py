@@ -7,6 +7,7 @@ started when a task first lists the tools, and stopped with the kernel.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -234,34 +235,44 @@ async def test_a_server_that_crashes_mid_call_gives_a_tool_error_and_is_restarte
     assert any("restarting MCP server 'notes' (once" in w for w in warnings)
 
 
+@pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_a_call_past_its_time_limit_is_a_tool_error_and_the_server_stays(
-    litellm_settings, openai_server
+    litellm_settings, openai_server, transport
 ) -> None:
-    settings = with_servers(
-        litellm_settings,
-        notes={
-            "command": sys.executable,
-            "args": [str(NOTES_SERVER)],
-            "capabilities": ["read"],
-            "call_timeout_s": 0.5,
-        },
-    )
-    openai_server.reply(
-        None, tool_calls=[{"id": "c1", "name": "notes__slow", "arguments": {"seconds": 30}}]
-    )
-    openai_server.reply(
-        None, tool_calls=[{"id": "c2", "name": "notes__echo", "arguments": {"text": "still here"}}]
-    )
-    openai_server.reply("Done.")
+    # Twice, each call a task of its own: a server is restarted only once, so a timeout taken
+    # for a crash would leave it given up for good.
+    calls = [("echo", {"text": "first"}), ("slow", {"seconds": 2}), ("echo", {"text": "still"})]
+    calls += calls[1:]
+    with contextlib.ExitStack() as stack:
+        where = (
+            {"url": stack.enter_context(http_notes_server())}
+            if transport == "http"
+            else {"command": sys.executable, "args": [str(NOTES_SERVER)]}
+        )
+        settings = with_servers(
+            litellm_settings, notes={**where, "capabilities": ["read"], "call_timeout_s": 1}
+        )
+        outcomes = []
+        async with create_kernel(settings) as kernel:
+            for n, (tool, arguments) in enumerate(calls):
+                openai_server.reply(
+                    None,
+                    tool_calls=[{"id": f"c{n}", "name": f"notes__{tool}", "arguments": arguments}],
+                )
+                openai_server.reply("Done.")
+                result = await kernel.execute_task(TaskRequest(task=f"Call {tool}."))
+                assert result.status is TaskStatus.SUCCEEDED
+                (completed,) = [
+                    e
+                    for e in await kernel.task_events(result.task_id)
+                    if e.kind == "tool.completed"
+                ]
+                outcomes.append((completed.result.is_error, completed.result.content))
 
-    async with create_kernel(settings) as kernel:
-        result = await kernel.execute_task(TaskRequest(task="Be slow."))
-        events = await kernel.task_events(result.task_id)
-
-    outcomes = [(e.result.is_error, e.result.content) for e in events if e.kind == "tool.completed"]
-    assert outcomes[0][0] and "did not answer the call to 'slow' within 0.5s" in outcomes[0][1]
-    assert outcomes[1] == (False, "still here")
-    assert result.status is TaskStatus.SUCCEEDED
+    assert outcomes[0] == (False, "first")
+    for slow, echo in (outcomes[1:3], outcomes[3:5]):
+        assert slow[0] and "did not answer the call to 'slow' within 1s" in slow[1]
+        assert echo == (False, "still")
 
 
 async def test_an_http_server_that_dies_mid_call_gives_a_tool_error(

@@ -234,7 +234,10 @@ class McpServerConnection:
         http = await stack.enter_async_context(
             httpx2.AsyncClient(
                 headers=settings.headers,
-                timeout=httpx2.Timeout(settings.startup_timeout_s, read=settings.call_timeout_s),
+                # No read limit: the transport reads each call's answer in a task of its
+                # own, which a read timeout would fail, closing the whole session (every
+                # call after it was refused as a crash). Calls are bounded in ``call_tool``.
+                timeout=httpx2.Timeout(settings.startup_timeout_s, read=None),
             )
         )
         return streamable_http_client(settings.url, http_client=http)
