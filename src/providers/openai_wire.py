@@ -127,14 +127,15 @@ class StreamedAnswer:
     Reasoning is what the server sends apart from the text (``reasoning_text``); usage and
     the finish reason are kept too.
 
-    Tool-call pieces are matched to calls the way servers actually send them: a piece whose
-    id is known continues that call; otherwise one numbered with an ``index`` continues that
-    index's call, and one without continues the latest call (only the first piece of a call
-    carries its id). A piece starts a new call when nothing matches, or when it names a
-    function while the call it would continue already has a name and either another one or
-    whole JSON arguments: servers that number every parallel call 0 (Ollama, some proxies)
-    or send calls whole without index, as against servers that repeat the name, or give a
-    call a new id, on every piece.
+    Tool-call pieces are matched to calls the way servers actually send them: a piece whose id
+    is known continues that call (unless it comes at an index no call had yet: some servers
+    repeat one id for every call of an answer); otherwise one numbered with an ``index``
+    continues that index's call, and one without continues the latest call (only the first piece
+    of a call carries its id). A piece starts a new call when nothing matches, or when it names
+    a function while the call it would continue already has a name and either another one or
+    whole JSON arguments: servers that number every parallel call 0 (Ollama, some proxies) or
+    send calls whole without index, as against servers that repeat the name, or give a call a
+    new id, on every piece.
     """
 
     chunks: int = 0
@@ -200,6 +201,10 @@ class StreamedAnswer:
             raw_index if isinstance(raw_index, int) and not isinstance(raw_index, bool) else None
         )
         call = next((c for c in self.calls if c.id == call_id), None) if call_id else None
+        if call is not None and index is not None and index not in self._by_index:
+            position = self.calls.index(call)
+            if position in self._by_index.values():
+                call = None  # a call at a new index under an id already used: another call
         if call is None:
             position = self._by_index.get(index) if index is not None else len(self.calls) - 1
             if position is not None and position >= 0:

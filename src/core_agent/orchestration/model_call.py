@@ -11,6 +11,7 @@ from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest, LLMResponse, LLMTextDelta
 from core_agent.observability.span_content import message_record, messages_record
 from core_agent.observability.tracer import OpenSpan, Tracer, usage_attributes
+from core_agent.orchestration.distinct_call_ids import with_distinct_call_ids
 from core_agent.orchestration.model_attempts import ModelAttempt, observe_attempts
 from core_agent.orchestration.usage_limits import check_after_model_call, check_before_model_call
 from shared.agent_protocol import ChatMessage, LLMCompleted, LLMDelta, TokenUsage
@@ -123,6 +124,7 @@ async def traced_model_call(
                 span.attributes["attempts"] = len(tries.attempts)
         if response is None:
             raise ModelError("the model's stream ended without a final response")
+        response = with_distinct_call_ids(response)
         usage = response.paid_usage
         if response.retried_usage is not None:
             span.attributes["retried_input_tokens"] = response.retried_usage.input_tokens
