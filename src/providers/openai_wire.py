@@ -201,10 +201,13 @@ class StreamedAnswer:
             raw_index if isinstance(raw_index, int) and not isinstance(raw_index, bool) else None
         )
         call = next((c for c in self.calls if c.id == call_id), None) if call_id else None
-        if call is not None and index is not None and index not in self._by_index:
-            position = self.calls.index(call)
-            if position in self._by_index.values():
-                call = None  # a call at a new index under an id already used: another call
+        if (
+            call is not None
+            and index is not None
+            and index not in self._by_index
+            and self.calls.index(call) in self._by_index.values()
+        ):
+            call = None  # a call at a new index under an id already used: another call
         if call is None:
             position = self._by_index.get(index) if index is not None else len(self.calls) - 1
             if position is not None and position >= 0:

@@ -41,12 +41,21 @@ class BreakerSettings:
     reset_after_s: float = 30.0
 
 
+@dataclass(frozen=True, slots=True)
+class BreakerTicket:
+    """A call the breaker let through, to hand back with its verdict."""
+
+    trial: bool
+    """The half-open breaker's one trial call: only its verdict closes or reopens it."""
+
+
 class CircuitBreaker:
     """Guards the calls to one model; see the module docstring for the states.
 
-    A caller asks ``acquire()`` before each request and then reports exactly one of
-    ``record_success()``, ``record_failure()`` or ``release()`` (no verdict: a refused request
-    or a cancelled call).
+    A caller asks ``acquire()`` before each request and then reports, with the ticket it got,
+    exactly one of ``record_success``, ``record_failure`` or ``release`` (no verdict: a
+    refused request or a cancelled call). The ticket tells the trial call from calls let
+    through before the breaker opened, which may end while the trial runs.
     """
 
     def __init__(
@@ -78,7 +87,7 @@ class CircuitBreaker:
             return "half_open"
         return "open"
 
-    def acquire(self) -> None:
+    def acquire(self) -> BreakerTicket:
         """Let one call through, or refuse it.
 
         Raises:
@@ -88,33 +97,39 @@ class CircuitBreaker:
         with self._lock:
             state = self._state()
             if state == "closed":
-                return
+                return BreakerTicket(trial=False)
             if state == "half_open" and not self._trial_running:
                 self._trial_running = True
-                return
+                return BreakerTicket(trial=True)
             assert self._opened_at is not None
             left = self.settings.reset_after_s - (self._clock() - self._opened_at)
             raise ModelCircuitOpenError(self.model, retry_in_s=max(left, 0.0))
 
-    def record_success(self) -> None:
-        """The call succeeded: the breaker closes and the failure count starts over."""
+    def record_success(self, ticket: BreakerTicket) -> None:
+        """The call succeeded: the breaker closes and the failure count starts over.
+
+        Also for a call let through before the breaker opened: the provider answers again.
+        """
         with self._lock:
             self._failures = 0
             self._opened_at = None
-            self._trial_running = False
+            if ticket.trial:
+                self._trial_running = False
 
-    def record_failure(self) -> None:
+    def record_failure(self, ticket: BreakerTicket) -> None:
         """The call failed in a way that says the provider is unwell."""
         with self._lock:
-            if self._trial_running:
+            if ticket.trial:
                 self._trial_running = False
-                self._opened_at = self._clock()
-                return
+                if self._opened_at is not None:  # still half-open: open for another period
+                    self._opened_at = self._clock()
+                    return
             self._failures += 1
             if self._opened_at is None and self._failures >= self.settings.failure_threshold:
                 self._opened_at = self._clock()
 
-    def release(self) -> None:
+    def release(self, ticket: BreakerTicket) -> None:
         """The call ended without saying anything of the provider's health."""
         with self._lock:
-            self._trial_running = False
+            if ticket.trial:
+                self._trial_running = False

@@ -234,7 +234,7 @@ class ResilientGateway(ILLMGateway):
         stream: bool,
     ) -> AsyncIterator[LLMStreamItem]:
         """One try through ``breaker``: the stream's items, then the checked response."""
-        breaker.acquire()
+        ticket = breaker.acquire()
         call.tries += 1
         call.started_at = datetime.now(UTC)
         try:
@@ -249,14 +249,14 @@ class ResilientGateway(ILLMGateway):
             if exc.usage is not None:
                 call.spent = exc.usage if call.spent is None else call.spent + exc.usage
             if exc.retryable or isinstance(exc, ModelDeadlineError):
-                breaker.record_failure()
+                breaker.record_failure(ticket)
             else:
-                breaker.release()
+                breaker.release(ticket)
             raise
         except BaseException:
-            breaker.release()
+            breaker.release(ticket)
             raise
-        breaker.record_success()
+        breaker.record_success(ticket)
         await self._report(call, model, "ok", None)
         if call.spent is not None:  # the tries before it were paid for too
             checked = replace(checked, retried_usage=call.spent)
