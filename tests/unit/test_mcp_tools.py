@@ -413,3 +413,67 @@ def test_a_lookup_during_discovery_waits_for_the_discovered_tools() -> None:
     threading.Timer(0.2, release.set).start()
     assert registry.names() == ["found", "known"]
     first.join(10)
+
+
+def test_an_empty_capability_list_is_no_declaration() -> None:
+    # "capabilities = []" vouches for nothing: the server's tools need approval like an
+    # undeclared server's (it used to be graded read-only and never asked).
+    empty = tool_of([])
+    assert empty.spec.capabilities == {Capability.READ, Capability.WRITE, Capability.NETWORK}
+    decision = RulePolicyEngine.from_file(None).evaluate(
+        empty.spec, {"path": "a.md"}, assessment=empty.assess({"path": "a.md"}, CONTEXT)
+    )
+    assert decision.risk.value == "high"
+
+
+@pytest.mark.parametrize(
+    "ref", ["#/$defs/nope", "http://example.invalid/schema.json", "#/properties/a/items"]
+)
+def test_a_schema_referring_to_nowhere_is_refused_when_listed(ref: str) -> None:
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    schema = {"type": "object", "properties": {"a": {"$ref": ref}}}
+    with pytest.raises(ValueError, match="refers to"):
+        McpTool(servers, "notes", listed_tool("broken", schema=schema))
+
+
+def test_a_schema_that_refers_to_itself_without_end_is_a_tool_error_not_a_crash() -> None:
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    looping = McpTool(servers, "notes", listed_tool("loop", schema={"type": "object", "$ref": "#"}))
+    with pytest.raises(ToolArgumentsError, match="cannot be checked"):
+        looping.validate_arguments({"a": 1})
+    # References inside the schema work as before.
+    tree = {
+        "type": "object",
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {"kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+            }
+        },
+        "properties": {"root": {"$ref": "#/$defs/node"}},
+    }
+    fine = McpTool(servers, "notes", listed_tool("tree", schema=tree))
+    assert fine.validate_arguments({"root": {"kids": [{"kids": []}]}})
+    with pytest.raises(ToolArgumentsError, match="is not of type 'array'"):
+        fine.validate_arguments({"root": {"kids": 3}})
+
+
+def test_a_schemas_patterns_run_in_linear_time() -> None:
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    schema = {
+        "type": "object",
+        "properties": {"word": {"type": "string", "pattern": "^(a+)+$"}},
+        "patternProperties": {"^x-(a+)+$": {"type": "integer"}},
+        "additionalProperties": False,
+    }
+    tool = McpTool(servers, "notes", listed_tool("words", schema=schema))
+    evil = "a" * 40 + "!"  # Python's re backtracks for hours on this
+    with pytest.raises(ToolArgumentsError, match="does not match") as caught:
+        tool.validate_arguments({"word": evil, "x-" + evil: 1})
+    assert "unexpected" in str(caught.value)  # the key matched no pattern either
+    assert tool.validate_arguments({"word": "aaa", "x-aa": 1})
+    with pytest.raises(ToolArgumentsError, match="is not of type 'integer'"):
+        tool.validate_arguments({"word": "aaa", "x-aa": "one"})
+    backreference = {"type": "object", "properties": {"w": {"type": "string", "pattern": r"(a)\1"}}}
+    with pytest.raises(ValueError, match="cannot be matched in linear time"):
+        McpTool(servers, "notes", listed_tool("back", schema=backreference))

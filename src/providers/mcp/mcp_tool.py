@@ -8,9 +8,10 @@
   content from outside the kernel, so the kernel wraps it as untrusted data, checks it for
   prompt injection and taints the task, as for a fetched page. A server declared ``exec``
   grades its calls high (its processes are not confined by the kernel's sandbox, so the
-  tool is not declared ``exec`` itself). A server declared with no capabilities may do
-  anything: its tools are ``read``, ``write`` and ``network``, and judged high risk, so
-  they need a human's approval at the default threshold unless a policy rule grades them.
+  tool is not declared ``exec`` itself). A server declared with no capabilities (none
+  given, or an empty list) may do anything: its tools are ``read``, ``write`` and
+  ``network``, and judged high risk, so they need a human's approval at the default
+  threshold unless a policy rule grades them.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import unquote
 
 from jsonschema import SchemaError
 from jsonschema.validators import Draft202012Validator, validator_for
@@ -33,6 +35,7 @@ from mcp_types import (
     TextResourceContents,
     Tool,
 )
+from referencing.exceptions import Unresolvable as ReferencingError
 
 from core_agent.contracts.errors import ToolArgumentsError, ToolExecutionError
 from core_agent.contracts.tool import (
@@ -43,6 +46,7 @@ from core_agent.contracts.tool import (
     ToolContext,
     ToolSpec,
 )
+from providers.mcp.linear_patterns import linear, schema_patterns, with_linear_patterns
 from providers.mcp.server_connection import McpServerError
 from providers.mcp.server_pool import McpServers
 from shared.agent_protocol import RiskLevel
@@ -79,7 +83,8 @@ class McpTool(ITool):
         self._servers = servers
         self._server = server
         self._remote = tool.name
-        declared = servers.settings(server).capabilities
+        # An empty list vouches for nothing either: it is no declaration.
+        declared = servers.settings(server).capabilities or None
         name = kernel_name(server, tool.name)
         if not TOOL_NAME_PATTERN.match(name):
             raise ValueError(f"its name {name!r} is longer than 64 characters")
@@ -96,7 +101,12 @@ class McpTool(ITool):
             validator_class.check_schema(schema)
         except SchemaError as exc:
             raise ValueError(f"its input schema is invalid: {exc.message}") from None
-        self._validator = validator_class(schema)
+        unresolved = _unresolved_reference(schema)
+        if unresolved is not None:
+            raise ValueError(f"its input schema refers to {unresolved!r}, which it does not hold")
+        for pattern in schema_patterns(schema):
+            linear(pattern)  # raises ValueError for one RE2 cannot run
+        self._validator = with_linear_patterns(validator_class)(schema)
         if declared is None:
             capabilities = UNDECLARED
         else:
@@ -135,7 +145,18 @@ class McpTool(ITool):
     def validate_arguments(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
         """``arguments`` if they satisfy the server's input schema, else ``ToolArgumentsError``."""
         given = dict(arguments)
-        problems = sorted(self._validator.iter_errors(given), key=lambda e: list(e.absolute_path))
+        try:
+            problems = sorted(
+                self._validator.iter_errors(given), key=lambda e: list(e.absolute_path)
+            )
+        except (RecursionError, ReferencingError) as exc:
+            # A schema that refers to itself without end: the server's fault, told to the
+            # model as this call's error rather than failing the task.
+            raise ToolArgumentsError(
+                f"the arguments for tool {self._spec.name!r} cannot be checked: its server's "
+                f"input schema cannot be used ({type(exc).__name__})",
+                tool_name=self._spec.name,
+            ) from None
         if problems:
             text = "; ".join(
                 f"{'.'.join(str(part) for part in problem.absolute_path) or '(arguments)'}: "
@@ -190,6 +211,43 @@ def result_text(result: CallToolResult) -> str:
     if len(text) > MAX_RESULT_CHARS:
         text = f"{text[:MAX_RESULT_CHARS]}\n[cut: the server returned {len(text)} characters]"
     return text
+
+
+def _unresolved_reference(schema: Mapping[str, Any]) -> str | None:
+    """The first ``$ref`` of ``schema`` that does not point inside it, if any.
+
+    Only references within the schema are followed (``#`` and ``#/...`` JSON pointers); the
+    kernel fetches nothing a server's schema names, and a reference to nowhere would fail
+    every call of the tool.
+    """
+    stack: list[Any] = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not _points_inside(schema, ref):
+            return ref
+        stack.extend(value for key, value in node.items() if key not in ("const", "enum"))
+    return None
+
+
+def _points_inside(schema: Mapping[str, Any], ref: str) -> bool:
+    if not ref.startswith("#"):
+        return False
+    target: Any = schema
+    for raw in ref[1:].split("/")[1:] if ref != "#" else ():
+        part = unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(target, dict) and part in target:
+            target = target[part]
+        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+            target = target[int(part)]
+        else:
+            return False
+    return isinstance(target, dict | bool)
 
 
 def _depth(value: Any, level: int = 0) -> int:
