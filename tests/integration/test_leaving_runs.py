@@ -182,3 +182,67 @@ async def test_one_damaged_task_does_not_keep_the_others_from_recovery(tmp_path:
             await successor.get_task("damaged")
     assert result.task_id == "healthy" and result.status is TaskStatus.SUCCEEDED
     assert listed == ["healthy"]  # the damaged one is named on its own, not in the list
+
+
+async def test_a_host_that_stalled_past_its_lease_writes_nothing_over_the_new_owner(
+    tmp_path: Path,
+) -> None:
+    # The host stalls (asleep, stopped) while its tool runs; its lease runs out and another
+    # kernel takes the task over and records the call's result. When the host wakes and its
+    # tool returns, none of what it still had to write may land: not its result over the
+    # recorded one, not its events (which used to fail raw: UNIQUE constraint).
+    running, wake = anyio.Event(), anyio.Event()
+
+    async def write_report() -> str:
+        """Write the report."""
+        running.set()
+        await wake.wait()
+        return "written by the stalled host"
+
+    tool = FunctionTool(write_report, capabilities={"write"})
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={"data_dir": tmp_path, "recovery": "off", "task_lease_s": 600}
+        )
+    )
+    container.llm_gateway.override(
+        ScriptedLLMGateway(
+            [
+                ScriptedTurn(tool_calls=[ScriptedToolCall(name="write_report", arguments={})]),
+                ScriptedTurn(content="done"),
+            ]
+        )
+    )
+    container.tool_registry.override(ToolRegistry([tool]))
+    host = container.kernel()
+    async with host:
+        async with anyio.create_task_group() as group:
+            results = []
+
+            async def run() -> None:
+                request = TaskRequest(task="write the report", force_mode="react")
+                results.append(await host.execute_task(request, task_id="t"))
+
+            group.start_soon(run)
+            await running.wait()
+            events_before = len(await host.task_events("t"))
+            with sqlite3.connect(tmp_path / "core_agent.db") as db:  # what the new owner did
+                db.execute(
+                    "UPDATE agent_tasks SET owner = 'other-host:1',"
+                    " lease_expires_at = '2999-01-01T00:00:00+00:00' WHERE id = 't'"
+                )
+                db.execute(
+                    "UPDATE agent_tool_calls SET status = 'finished',"
+                    " result_json = '\"kept\"' WHERE task_id = 't'"
+                )
+            wake.set()
+        (result,) = results
+        events_after = len(await host.task_events("t"))
+        stored = await host.get_task("t")
+    assert result.status is TaskStatus.RUNNING
+    assert "another kernel (other-host:1) took this task over" in (result.error or "")
+    assert stored.owner == "other-host:1" and stored.status is TaskStatus.RUNNING
+    assert events_after == events_before
+    with sqlite3.connect(tmp_path / "core_agent.db") as db:
+        assert db.execute("SELECT result_json FROM agent_tool_calls").fetchall() == [('"kept"',)]

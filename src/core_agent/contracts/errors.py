@@ -145,6 +145,24 @@ class TaskHeldError(UsageError):
         super().__init__(f"task {task_id} is held by the live process {owner}: {doing}")
 
 
+class LeaseLostError(UsageError):
+    """This kernel no longer holds the task it was running.
+
+    Another kernel took it over (its lease ran out while this process stalled), or it ended
+    meanwhile. Nothing of the write that found it out was stored.
+
+    Attributes:
+        task_id: The task.
+        owner: Who holds it now (``None``: nobody, it ended or waits).
+    """
+
+    def __init__(self, task_id: str, owner: str | None) -> None:
+        self.task_id = task_id
+        self.owner = owner
+        holder = f"the process {owner} holds it now" if owner else "it is no longer running here"
+        super().__init__(f"task {task_id} was taken from this kernel ({holder}): nothing written")
+
+
 class TaskNotFoundError(UsageError):
     """No task has the given id."""
 

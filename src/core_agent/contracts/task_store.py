@@ -96,6 +96,18 @@ class ITaskStore(abc.ABC):
         """
         return None
 
+    def fenced(self, task_id: str, owner: str) -> contextlib.AbstractContextManager[None]:
+        """A block whose writes are stored only while ``owner`` holds the task's lease.
+
+        A process that stalled past its lease (a laptop asleep, a debugger, SIGSTOP) wakes to
+        find another kernel running, or having ended, its task: what it still writes for the
+        task (a step's records, a late tool result) must not land over the new owner's.
+        Inside the block every transaction first checks the task's owner in the same
+        transaction; when it is another, nothing of that transaction is stored and it raises
+        ``LeaseLostError``. This default checks nothing.
+        """
+        return contextlib.nullcontext()
+
     def independent_work(self) -> contextlib.AbstractContextManager[None]:
         """A block whose writes do not join the unit of work open around it.
 

@@ -32,6 +32,7 @@ import anyio.lowlevel
 from core_agent.contracts.errors import (
     ApprovalPendingError,
     CorruptStateError,
+    LeaseLostError,
     RunError,
     UsageLimitExceededError,
 )
@@ -246,7 +247,10 @@ class TaskDriver:
                                 )
                             context.task = replace(context.task, parent_span_id=span.span_id)
                             try:
-                                with self._task_store.independent_work():
+                                with (
+                                    self._task_store.independent_work(),
+                                    self._task_store.fenced(state.task_id, lifecycle.owner),
+                                ):
                                     outcome = await _run_within_time(executor, context)
                             except UsageLimitExceededError as exc:
                                 span.attributes["usage_limit"] = f"{exc.scope}:{exc.limit}"
@@ -268,6 +272,10 @@ class TaskDriver:
                     return await lifecycle.stored_result(stats)
                 reason = run.cancel_reason or watch.cancel_reason or "canceled by host"
                 return await lifecycle.cancel(reason, stats)
+        except LeaseLostError:
+            # It stalled past its lease (asleep, stopped) and another kernel took the task
+            # over: nothing of what it still had to write was stored; that kernel's is.
+            return await lifecycle.stored_result(stats)
         except ApprovalPendingError as pending:
             return await self._suspend(run, lifecycle, context, pending)
         except (RunError, CorruptStateError) as exc:

@@ -156,6 +156,10 @@ class RedactingTaskStore(ITaskStore):
         """See ``ITaskStore.independent_work``."""
         return self._inner.independent_work()
 
+    def fenced(self, task_id: str, owner: str) -> contextlib.AbstractContextManager[None]:
+        """See ``ITaskStore.fenced``."""
+        return self._inner.fenced(task_id, owner)
+
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """See ``ITaskStore.after_commit``."""
         return self._inner.after_commit(callback)

@@ -229,6 +229,21 @@ def _shared_error(exc: Exception) -> Exception:
 
 
 _UNIT: ContextVar[_Unit | None] = ContextVar("core_agent_sqlite_unit", default=None)
+_FENCE: ContextVar[Callable[[sqlite3.Connection], None] | None] = ContextVar(
+    "core_agent_sqlite_fence", default=None
+)
+
+
+def _behind(
+    fence: Callable[[sqlite3.Connection], None], fn: Callable[[sqlite3.Connection], T]
+) -> Callable[[sqlite3.Connection], T]:
+    """``fn``, after ``fence`` (which raises to keep it from being applied)."""
+
+    def fenced(conn: sqlite3.Connection) -> T:
+        fence(conn)
+        return fn(conn)
+
+    return fenced
 
 
 def _nothing(conn: sqlite3.Connection) -> None:
@@ -369,6 +384,9 @@ class SqliteDatabase:
         tens of microseconds, the statements of a step a few: with many tasks in flight
         the commits were most of the database's time.
         """
+        fence = _FENCE.get()
+        if fence is not None:
+            fn = _behind(fence, fn)
         state = self._loop_state()
         group = state.group
         leader = group is None
@@ -446,6 +464,20 @@ class SqliteDatabase:
         if unit.owners is not None:
             unit.owners.append(len(unit.writes) - 1)
         return True
+
+    @contextmanager
+    def fenced(self, check: Callable[[sqlite3.Connection], None]) -> Iterator[None]:
+        """Run ``check`` first in every transaction the block commits (``ITaskStore.fenced``).
+
+        A check that raises rolls back that transaction alone (the others of its group
+        commit) and its caller gets the error; the writes a unit of work held for it are not
+        applied either.
+        """
+        token = _FENCE.set(check)
+        try:
+            yield
+        finally:
+            _FENCE.reset(token)
 
     @contextmanager
     def independent_work(self) -> Iterator[None]:

@@ -22,6 +22,7 @@ from pydantic import TypeAdapter, ValidationError
 from core_agent.contracts.errors import (
     CorruptStateError,
     InvalidTransitionError,
+    LeaseLostError,
     TaskHeldError,
     TaskNotFoundError,
     UsageError,
@@ -321,6 +322,17 @@ class SqliteTaskStore(ITaskStore):
     def independent_work(self) -> contextlib.AbstractContextManager[None]:
         """See ``ITaskStore.independent_work``."""
         return self._db.independent_work()
+
+    def fenced(self, task_id: str, owner: str) -> contextlib.AbstractContextManager[None]:
+        """See ``ITaskStore.fenced``: the owner is read in each transaction of the block."""
+
+        def still_ours(conn: sqlite3.Connection) -> None:
+            row = conn.execute("SELECT owner FROM agent_tasks WHERE id = ?", (task_id,)).fetchone()
+            holder = row[0] if row is not None else None
+            if holder != owner:
+                raise LeaseLostError(task_id, holder)
+
+        return self._db.fenced(still_ours)
 
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """See ``ITaskStore.after_commit``."""

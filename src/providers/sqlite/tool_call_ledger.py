@@ -104,10 +104,12 @@ class SqliteToolCallLedger(IToolCallLedger):
 
         # With the step's unit of work, if one is open: the result, its events and the
         # checkpoint that uses it commit together.
+        # A recorded result is never replaced: a process that stalled past its lease and
+        # wakes with a late outcome must not overwrite the one the task went on with.
         def update(conn: sqlite3.Connection) -> None:
             conn.execute(
                 "UPDATE agent_tool_calls SET status = ?, result_json = ?, ended_at = ?,"
-                " note = COALESCE(?, note) WHERE idempotency_key = ?",
+                " note = COALESCE(?, note) WHERE idempotency_key = ? AND status != 'finished'",
                 (status, payload, ended, note, idempotency_key),
             )
 
