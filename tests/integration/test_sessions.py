@@ -15,6 +15,7 @@ import pytest
 from core_agent import tool
 from core_agent.container import KernelContainer
 from core_agent.contracts.errors import (
+    CorruptSessionError,
     ModelError,
     SessionBusyError,
     SessionClosedError,
@@ -364,3 +365,35 @@ async def test_a_script_matched_on_the_last_message_plays_each_turn_of_a_session
         second = await kernel.execute_task(request("second question", session.session_id))
     # The second task starts from the first's turn, yet gets its own conversation's turns.
     assert (first.output, second.output) == ("one", "two")
+
+
+@pytest.mark.parametrize("damage", ["entry", "record"])
+async def test_a_damaged_session_is_named_and_leaves_the_others_alone(settings, damage) -> None:
+    async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
+        damaged = await kernel.create_session(session_id="damaged")
+        healthy = await kernel.create_session(session_id="healthy")
+        for session in (damaged, healthy):
+            await kernel.execute_task(request("你好", session.session_id))
+    with sqlite_driver().connect(Path(settings.data_dir) / "core_agent.db") as db:
+        if damage == "entry":
+            db.execute(
+                "UPDATE agent_session_entries SET message_json = '{bad'"
+                " WHERE session_id = 'damaged' AND seq = 1"
+            )
+        else:
+            db.execute("UPDATE agent_sessions SET metadata_json = '{bad' WHERE id = 'damaged'")
+
+    async with kernel_on(settings, ScriptedLLMGateway(policy=answer)) as kernel:
+        later = await kernel.execute_task(request("再说一遍", "healthy"))
+        assert later.status is TaskStatus.SUCCEEDED
+        with pytest.raises(CorruptSessionError, match="session damaged is unreadable"):
+            await kernel.session_transcript("damaged")
+        listed = [s.session_id for s in await kernel.list_sessions()]
+        if damage == "entry":
+            # Its task fails saying why, instead of a raw validation error.
+            failed = await kernel.execute_task(request("再说一遍", "damaged"))
+            assert failed.status is TaskStatus.FAILED
+            assert "session damaged is unreadable: entry 1" in (failed.error or "")
+            assert sorted(listed) == ["damaged", "healthy"]
+        else:
+            assert listed == ["healthy"]  # named on its own, not in the list

@@ -449,6 +449,20 @@ class CorruptStateError(StorageError):
         super().__init__(f"the stored state of task {task_id} is unreadable: {message}")
 
 
+class CorruptSessionError(StorageError):
+    """What is stored for one session (its record, its history, a summary) cannot be read.
+
+    Only that session is affected: listings leave it out, and its tasks fail saying so.
+
+    Attributes:
+        session_id: The session whose stored state is damaged.
+    """
+
+    def __init__(self, session_id: str, message: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"the stored history of session {session_id} is unreadable: {message}")
+
+
 class TurnLimitExceededError(RunError):
     """The executor used all its turns without reaching an answer."""
 

@@ -13,15 +13,17 @@ so it is one transaction.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
 
 from core_agent.contracts.errors import (
+    CorruptSessionError,
     SessionBusyError,
     SessionClosedError,
     SessionNotFoundError,
@@ -37,6 +39,9 @@ from shared.agent_protocol import (
     SessionSummary,
     TokenUsage,
 )
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 _MESSAGE: TypeAdapter[ChatMessage] = TypeAdapter(ChatMessage)
 _OPEN_STATUSES = ("queued", "running", "waiting_approval")
@@ -181,17 +186,36 @@ def _usage_at_turn(conn: sqlite3.Connection, session_id: str, turn: int) -> Toke
         "SELECT MAX(created_at) FROM agent_session_entries WHERE session_id = ? AND turn = ?",
         (session_id, turn),
     ).fetchone()
-    usage = TokenUsage.model_validate_json(carried)
+    usage = _readable(
+        session_id, "its usage cannot be read", lambda: TokenUsage.model_validate_json(carried)
+    )
     for (usage_json,) in conn.execute(
         "SELECT usage_json FROM agent_tasks WHERE session_id = ? AND (created_at <= ?"
         " OR id NOT IN (SELECT task_id FROM agent_session_entries WHERE session_id = ?))",
         (session_id, added_at, session_id),
     ):
-        usage += TokenUsage.model_validate_json(usage_json)
+        usage += _readable(
+            session_id,
+            "a task's usage cannot be read",
+            lambda: TokenUsage.model_validate_json(usage_json),  # noqa: B023 (called at once)
+        )
     return usage
 
 
+def _readable(session_id: str, what: str, read: Callable[[], R]) -> R:
+    """``read()``, or ``CorruptSessionError`` naming the session when a stored row is damaged."""
+    try:
+        return read()
+    except (ValueError, TypeError, ValidationError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CorruptSessionError(session_id, f"{what}: {detail}") from exc
+
+
 def _session(row: tuple[Any, ...]) -> SessionInfo:
+    return _readable(str(row[0]), "its record cannot be read", lambda: _session_of(row))
+
+
+def _session_of(row: tuple[Any, ...]) -> SessionInfo:
     (
         session_id,
         user_id,
@@ -222,6 +246,12 @@ def _session(row: tuple[Any, ...]) -> SessionInfo:
 
 
 def _entry(session_id: str, row: tuple[Any, ...]) -> SessionEntry:
+    return _readable(
+        session_id, f"entry {row[0]} cannot be read", lambda: _entry_of(session_id, row)
+    )
+
+
+def _entry_of(session_id: str, row: tuple[Any, ...]) -> SessionEntry:
     seq, turn, task_id, message_json, tainted, superseded_by, created_at = row
     return SessionEntry(
         session_id=session_id,
@@ -236,6 +266,10 @@ def _entry(session_id: str, row: tuple[Any, ...]) -> SessionEntry:
 
 
 def _summary(session_id: str, row: tuple[Any, ...]) -> SessionSummary:
+    return _readable(session_id, "its summary cannot be read", lambda: _summary_of(session_id, row))
+
+
+def _summary_of(session_id: str, row: tuple[Any, ...]) -> SessionSummary:
     through_seq, content, task_id, tainted, usage_json, superseded_by, created_at = row
     return SessionSummary(
         session_id=session_id,
@@ -310,7 +344,14 @@ class SqliteSessionStore(ISessionStore):
                 (*params, limit),
             ).fetchall()
 
-        return [_session(row) for row in await self._db.run(read)]
+        sessions = []
+        for row in await self._db.run(read):
+            try:
+                sessions.append(_session(row))
+            except CorruptSessionError as exc:
+                # One damaged session must not hide the others.
+                log.error("%s (left out of the listing)", exc)
+        return sessions
 
     async def close_session(self, session_id: str, *, at: datetime) -> SessionInfo:
         """See ``ISessionStore.close_session``."""
