@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from core_agent.container import KernelContainer
-from core_agent.contracts.errors import CorruptStateError
+from core_agent.contracts.errors import CorruptStateError, DefinitionNotLoadedError
 from core_agent.tooling.function_tool import FunctionTool
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
@@ -246,3 +246,38 @@ async def test_a_host_that_stalled_past_its_lease_writes_nothing_over_the_new_ow
     assert events_after == events_before
     with sqlite3.connect(tmp_path / "core_agent.db") as db:
         assert db.execute("SELECT result_json FROM agent_tool_calls").fetchall() == [('"kept"',)]
+
+
+async def test_a_task_left_inside_a_tool_is_resumed_only_where_that_tool_is(
+    tmp_path: Path,
+) -> None:
+    # The application passed the tool to its kernel; `core-agent recover` in a shell has no
+    # such tool. It must leave the task alone, not answer the interrupted call "unknown tool"
+    # and go on (the call may or may not have happened).
+    started = anyio.Event()
+    host = kernel_on(tmp_path, endless_read(started))
+    async with host, anyio.create_task_group() as group:
+        group.start_soon(lambda: host.execute_task(TaskRequest(task="read slowly"), task_id="left"))
+        await started.wait()
+        host.leave_runs()
+        group.cancel_scope.cancel()
+
+    async def other_tool() -> str:
+        """Something else."""
+        return "other"
+
+    elsewhere = kernel_on(tmp_path, FunctionTool(other_tool, capabilities={"read"}))
+    async with elsewhere:
+        assert await elsewhere.recover("resume") == []
+        with pytest.raises(DefinitionNotLoadedError, match="slow_read"):
+            await elsewhere.resume("left")
+        assert (await elsewhere.get_task("left")).status is TaskStatus.RUNNING
+
+    async def slow_read() -> str:
+        """Read something slowly."""
+        return "the text"
+
+    home = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
+    async with home:
+        (result,) = await home.recover("resume")
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "read it"

@@ -28,6 +28,7 @@ from core_agent.contracts.business_capability_provider import IBusinessCapabilit
 from core_agent.contracts.errors import (
     ConfigurationError,
     CoreAgentError,
+    DefinitionNotLoadedError,
     InvalidTransitionError,
     SessionBusyError,
     SessionNotFoundError,
@@ -73,7 +74,7 @@ from core_agent.kernel.task_driver import TaskDriver
 from core_agent.kernel.task_events import TaskEventLog, now
 from core_agent.kernel.task_lease import lease_until, new_owner
 from core_agent.kernel.task_lifecycle import TaskLifecycle, task_span
-from core_agent.kernel.task_recovery import TaskRecovery
+from core_agent.kernel.task_recovery import TaskRecovery, unfinished_tools
 from core_agent.kernel.task_references import find_task_id
 from core_agent.memory.hybrid_memory import recall_message
 from core_agent.memory.ingestion import IngestionPipeline, IngestProgress, IngestResult
@@ -748,7 +749,8 @@ class AgentKernel:
                 waits for a human (use ``resolve_approval``), or it already ended.
             ResponseModelError: Its response model is not known here, or ``response_model``
                 has another JSON Schema.
-            DefinitionNotLoadedError: It runs a definition (a workflow) this process lacks.
+            DefinitionNotLoadedError: It runs a definition (a workflow) this process lacks,
+                or it was running a tool this process lacks when its process stopped.
         """
         if not self._driver.claim(task_id):
             raise UsageError(f"task {task_id} already runs in this kernel")
@@ -764,13 +766,23 @@ class AgentKernel:
         state = await self._recovery.free_if_owner_died(await self._task_store.get_task(task_id))
         if state.status is TaskStatus.WAITING_APPROVAL:
             raise UsageError(
-                f"task {task_id} waits for a human's decision: answer it with resolve_approval"
+                f"task {task_id} waits for a human's decision: answer it (resolve_approval, "
+                "core-agent resolve, or the trace viewer)"
             )
         if state.status not in (TaskStatus.RUNNING, TaskStatus.QUEUED):
             raise UsageError(f"task {task_id} already ended ({state.status.value})")
         # Before the lease is taken: a task this kernel cannot finish is left to one that can.
         output_type = self._response_model_for(state, response_model)
         self._executor_of(state).check_resumable(state.request)
+        missing = unfinished_tools(await self._task_store.list_events(task_id)) - set(
+            self._tools.names()
+        )
+        if missing:
+            raise DefinitionNotLoadedError(
+                f"task {task_id} was running {', '.join(sorted(missing))} when its process "
+                "stopped, a tool this process does not have (one the application passed to "
+                "create_kernel?): resume it from a kernel that has it; it is left as it is"
+            )
         held_here = (
             state.owner == self.owner
             and state.lease_expires_at is not None

@@ -9,7 +9,7 @@ at a time and either resumes each (``AgentKernel.resume``) or ends it ``failed``
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
 
 import anyio
@@ -29,7 +29,15 @@ from core_agent.kernel.task_driver import TaskDriver
 from core_agent.kernel.task_events import TaskEventLog, now
 from core_agent.kernel.task_lease import lease_until, owner_is_dead
 from core_agent.kernel.task_lifecycle import TaskLifecycle
-from shared.agent_protocol import TaskFailed, TaskResult, TaskState, TaskStatus
+from shared.agent_protocol import (
+    TaskEvent,
+    TaskFailed,
+    TaskResult,
+    TaskState,
+    TaskStatus,
+    ToolCompleted,
+    ToolStarted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -183,3 +191,19 @@ class TaskRecovery:
             return lifecycle.result(TaskStatus.FAILED, stats, error=error, error_type="ProcessLost")
         finally:
             self._driver.unclaim(state.task_id)
+
+
+def unfinished_tools(events: Sequence[TaskEvent]) -> set[str]:
+    """The tools of the calls ``events`` show started and not completed.
+
+    A task left while such a call ran may only be resumed where that tool is: the call may
+    or may not have happened, and only the ledger of a run that has the tool can ask a
+    human about it (elsewhere it would be answered "unknown tool" and the run would go on).
+    """
+    running: dict[str, str] = {}
+    for event in events:
+        if isinstance(event, ToolStarted):
+            running[event.tool_call.id] = event.tool_call.name
+        elif isinstance(event, ToolCompleted):
+            running.pop(event.result.call_id, None)
+    return set(running.values())
