@@ -86,3 +86,40 @@ async def test_tools_outside_the_allowed_set_are_unknown(runner: ToolRunner) -> 
     )
     assert result.error_type == "ToolNotFoundError"
     assert "available tools: double" in result.content
+
+
+class _Custom(BaseException):
+    """A library's own BaseException."""
+
+
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt(), _Custom("custom")])
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+async def test_a_tool_raising_a_base_exception_is_its_failure_not_the_hosts(
+    raised: BaseException, sync: bool
+) -> None:
+    # sys.exit() in a script turned into a tool must not end the host's process, nor pass
+    # for a cancel of the task.
+    if sync:
+
+        @tool
+        def leaves() -> str:
+            """Exits."""
+            raise raised
+
+    else:
+
+        @tool
+        async def leaves() -> str:
+            """Exits."""
+            raise raised
+
+    runner = ToolRunner(ToolRegistry([leaves]), default_timeout_s=5)
+    result = await runner.run(ToolCall(id="1", name="leaves", arguments={}), CTX)
+    assert result.is_error and result.error_type == "ToolExecutionError"
+    assert f"it raised {type(raised).__name__}" in result.content
+
+
+async def test_a_cancel_still_cancels_a_running_tool(runner: ToolRunner) -> None:
+    with anyio.move_on_after(0.005) as scope:  # before the tool's own 0.05 s limit
+        await runner.run(ToolCall(id="1", name="slow", arguments={}), CTX)
+    assert scope.cancelled_caught

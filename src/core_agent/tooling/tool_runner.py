@@ -226,6 +226,20 @@ class ToolRunner:
                     tool_name=call.name,
                 ),
             )
+        except BaseException as exc:
+            # A tool's SystemExit (sys.exit in a script turned tool), KeyboardInterrupt or
+            # other BaseException is its failure, not the host's exit nor a cancel of the
+            # task; the kernel's own cancellation goes on up.
+            if _is_cancellation(exc):
+                raise
+            log.warning("tool %s raised %s", call.name, type(exc).__name__, exc_info=True)
+            return _error(
+                call,
+                ToolExecutionError(
+                    f"tool {call.name!r} failed: it raised {type(exc).__name__}: {exc}",
+                    tool_name=call.name,
+                ),
+            )
         message = f"tool {call.name!r} did not finish within {timeout:g} s"
         work = context.work
         if work.outcome is not None:
@@ -243,6 +257,14 @@ class _Seen:
         """The call as the hooks left it."""
         self.reused = False
         """Its result came from the ledger."""
+
+
+def _is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or carries) a cancellation, or a generator being closed."""
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(lambda e: isinstance(e, cancelled | GeneratorExit)) is not None
+    return isinstance(exc, cancelled | GeneratorExit)
 
 
 def _error(call: ToolCall, exc: ToolError) -> ToolResult:
