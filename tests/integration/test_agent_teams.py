@@ -220,3 +220,19 @@ async def test_a_team_called_as_a_tool_runs_one_level_down_its_members_two(
         assert events[-1].kind == "task.succeeded" and events[-1].depth == 0
         ends = [(e.depth, getattr(e, "output", None)) for e in events if e.kind == "task.succeeded"]
         assert ends == [(2, "yes"), (2, "yes"), (1, "2 opinions"), (0, "They answered.")]
+
+
+async def test_a_specialist_whose_name_another_tool_has_is_refused(tmp_path: Path) -> None:
+    kernel = kernel_on(tmp_path, [])
+    writer = Agent("writer", "Writes short texts.", tools=())
+    kernel.agent_as_tool(Agent("writer", "An older writer.", tools=()))
+    lead = Agent("lead", "Leads.", tools=())
+    # The prompt would describe one agent while its calls go to another tool.
+    with pytest.raises(UsageError, match=r"'survey'.*already registered"):
+        kernel.supervisor(lead, [Agent("survey", "Does research.", tools=())])
+    with pytest.raises(UsageError, match=r"'writer'.*already registered"):
+        kernel.supervisor(lead, [writer])
+    # The same agent again is fine: it is already its tool.
+    same = Agent("editor", "Edits.", tools=())
+    kernel.supervisor(lead, [same])
+    kernel.supervisor(lead, [same])

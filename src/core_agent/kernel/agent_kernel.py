@@ -531,19 +531,30 @@ class AgentKernel:
     def supervisor(self, agent: Agent, specialists: Sequence[Delegate]) -> Agent:
         """``agent``, able to hand sub-tasks to ``specialists`` and combine their answers.
 
-        Each specialist becomes a tool (``agent_as_tool``, unless this kernel has a tool of
-        its name already); the returned agent may call them besides its own tools, and its
-        system prompt lists them. Each handoff is recorded: an ``agent.handoff`` event in the
-        supervisor's task, the specialist's child task linked to the call's span.
+        Each specialist becomes a tool (``agent_as_tool``, unless it is one already); the
+        returned agent may call them besides its own tools, and its system prompt lists them.
+        Each handoff is recorded: an ``agent.handoff`` event in the supervisor's task, the
+        specialist's child task linked to the call's span.
 
         Raises:
-            UsageError: No specialists, or one names a tool this kernel does not have.
+            UsageError: No specialists, or one names a tool this kernel does not have, or a
+                specialist's name is taken by another tool (a built-in one, or another agent
+                of that name): its calls would go there while the prompt describes it.
         """
         if not specialists:
             raise UsageError(f"supervisor {agent.name!r} needs at least one specialist")
+        names = set(self._tools.names())
         for specialist in specialists:
-            if specialist.name not in self._tools.names():
+            if specialist.name not in names:
                 self.agent_as_tool(specialist)
+                continue
+            taken = self._tools.get(specialist.name)
+            if getattr(taken, "delegate", None) is not specialist:
+                raise UsageError(
+                    f"specialist {specialist.name!r} of supervisor {agent.name!r}: a tool of "
+                    "that name is already registered and is not this agent (rename the "
+                    "specialist)"
+                )
         roster = "\n".join(f"- {s.name}: {s.description}" for s in specialists)
         prompt = agent.system_prompt or self._system_prompt
         names = tuple(s.name for s in specialists)
