@@ -543,9 +543,9 @@ class AgentKernel:
         """
         if not specialists:
             raise UsageError(f"supervisor {agent.name!r} needs at least one specialist")
-        names = set(self._tools.names())
+        registered = set(self._tools.names())
         for specialist in specialists:
-            if specialist.name not in names:
+            if specialist.name not in registered:
                 self.agent_as_tool(specialist)
                 continue
             taken = self._tools.get(specialist.name)
