@@ -189,6 +189,11 @@ async def test_bad_requests_are_refused_with_a_clear_error_and_change_nothing(
             await kernel.fork_session(session, at_turn=3)
         with pytest.raises(UsageError, match="empty"):
             await kernel.retry_from_turn(session, 1, task="  ")
+        # A flag passed by mistake is no turn number (True == 1 in Python).
+        with pytest.raises(UsageError, match="a turn is a whole number, not True"):
+            await kernel.retry_from_turn(session, True)
+        with pytest.raises(UsageError, match=r"a turn is a whole number, not 2\.0"):
+            await kernel.fork_session(session, at_turn=2.0)  # type: ignore[arg-type]
         with pytest.raises(UsageError, match="exists already"):
             await kernel.fork_session(session, new_session_id=session)
         empty = await kernel.create_session()

@@ -55,6 +55,10 @@ def turn_entries(
         UsageError: There is no such turn, or it was superseded; the message says which
             turns can be used.
     """
+    if turn is not None and (isinstance(turn, bool) or not isinstance(turn, int)):
+        # True == 1 in Python: a flag passed by mistake would take turn 1 (and a retry
+        # supersede every turn after it).
+        raise UsageError(f"a turn is a whole number, not {turn!r}")
     live = sorted({e.turn for e in entries if e.superseded_by is None})
     if not live:
         held = "only superseded turns" if entries else "no turns yet"
