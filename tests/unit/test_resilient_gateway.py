@@ -224,6 +224,19 @@ async def test_a_model_that_keeps_failing_falls_back_to_the_next(clock, attempts
     ]
 
 
+async def test_when_every_model_fails_the_error_says_why_each_was_given_up(clock, attempts) -> None:
+    primary = FakeFaultyGateway([down() for _ in range(2)], name="primary")
+    backup = FakeFaultyGateway(
+        [ModelAuthenticationError("bad key", status_code=401)], name="backup"
+    )
+    gateway = resilient(clock, primary, backup, max_retries=1)
+    with pytest.raises(ModelAuthenticationError) as caught:
+        await call(gateway, attempts)
+    message = str(caught.value)
+    assert message.startswith("bad key") and "primary: " in message  # not only the last's
+    assert caught.value.status_code == 401
+
+
 async def test_after_n_failures_the_breaker_fails_fast_and_recovers_with_one_trial(
     clock, attempts
 ) -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import anyio
@@ -71,6 +71,8 @@ class _Call:
     """The wait that would have ended past the deadline, when that stopped the retries."""
     spent: TokenUsage | None = None
     """What the tries that failed with an answer still cost (``ModelError.usage``)."""
+    passed_over: list[str] = field(default_factory=list)
+    """Why each model fallen back from failed (``model: error``), for the final error."""
 
 
 class ResilientGateway(ILLMGateway):
@@ -151,6 +153,7 @@ class ResilientGateway(ILLMGateway):
                     await self._report(call, model, "skipped", exc, started=False)
                     if index == last:
                         raise
+                    call.passed_over.append(f"{model.model_name}: {exc}")
                 except ModelError as exc:
                     if isinstance(exc, ModelDeadlineError):
                         await self._report(call, model, "failed", exc)
@@ -162,9 +165,13 @@ class ResilientGateway(ILLMGateway):
                     await self._report(call, model, "fallback" if moving_on else "failed", exc)
                     if not moving_on:
                         raise
+                    call.passed_over.append(f"{model.model_name}: {exc}")
         except ModelError as exc:
-            # The call failed: the tries it paid for go with its error.
+            # The call failed: the tries it paid for go with its error, and the error says
+            # why the models before the last one were given up, not only the last's.
             exc.usage = call.spent
+            if call.passed_over and exc.args and isinstance(exc.args[0], str):
+                exc.args = (f"{exc.args[0]} (after {'; '.join(call.passed_over)})", *exc.args[1:])
             raise
 
     async def _tries(
