@@ -315,6 +315,49 @@ async def test_a_workflow_killed_after_its_first_layer_resumes_without_running_i
     assert [e.kind for e in events].count("task.resumed") == 1
 
 
+async def test_a_task_of_an_old_version_finishes_with_it_after_a_new_version_is_built(
+    tmp_path,
+) -> None:
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("AGENT_")},
+        "AGENT_DATA_DIR": str(tmp_path / "data"),
+        "WORKFLOW_EFFECTS": str(tmp_path / "effects.txt"),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), *sys.path]),
+    }
+    task_id = crash_in_second_layer(env).split()[1]
+    sys.path.insert(0, str(CRASHING_HOST.parent))
+    try:
+        import workflow_host  # version 1, which the task was started with
+    finally:
+        sys.path.remove(str(CRASHING_HOST.parent))
+    old = workflow_host.WORKFLOW
+
+    async def changed(state: workflow_host.Trail) -> dict[str, list[str]]:
+        return {"log": ["v2"]}
+
+    newer = Workflow("crash-after-first-layer", workflow_host.Trail, version=2).node(
+        "only", changed
+    )
+    newer.build()  # both versions are registered now
+    os.environ["WORKFLOW_EFFECTS"] = str(tmp_path / "effects.txt")
+    try:
+        settings = AgentSettings(data_dir=tmp_path / "data", recovery="off")
+        async with create_kernel(settings) as kernel:
+            recovered = await kernel.recover("resume")
+            forget("crash-after-first-layer")  # a host that reloads its definitions
+            again = await run_workflow(kernel, old, workflow_host.Trail())
+            fresh = await run_workflow(kernel, newer, workflow_host.Trail())
+    finally:
+        del os.environ["WORKFLOW_EFFECTS"]
+        forget("crash-after-first-layer", 2)
+        old.build()  # the module's definition stays registered for the other tests
+    assert [r.task_id for r in recovered] == [task_id]
+    assert recovered[0].status is TaskStatus.SUCCEEDED, recovered[0].error
+    assert again.status is TaskStatus.SUCCEEDED and again.state is not None
+    assert again.state.log == ["first", "second", "third"]  # built again: registered again
+    assert fresh.state is not None and fresh.state.log == ["v2"]
+
+
 async def test_an_agent_node_is_a_child_task_whose_approval_reaches_the_host(tmp_path) -> None:
     asked: list[ApprovalRequest] = []
     paid: list[str] = []

@@ -263,7 +263,10 @@ class Workflow(Generic[S]):
     # -- checking -----------------------------------------------------------------------------
 
     def build(self) -> Workflow[S]:
-        """Check the graph, freeze it and register it by name (see ``registry``); returns it.
+        """Check the graph, freeze it and register it by name and version; returns it.
+
+        Building a built workflow only registers it again (see ``registry``): several
+        versions of one name may be registered at once.
 
         Raises:
             WorkflowDefinitionError: Unknown names, unreachable nodes, or a cycle that has no
@@ -276,6 +279,7 @@ class Workflow(Generic[S]):
         from core_agent.workflows.registry import register  # the registry holds built ones
 
         if self._built:
+            register(self)  # again, if it was forgotten since (nothing if it is known)
             return self
         problems, cautions = self.check()
         if problems:
