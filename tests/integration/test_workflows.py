@@ -199,6 +199,24 @@ async def test_parallel_nodes_writing_one_field_without_a_reducer_fail_clearly(s
     assert "which has no reducer" in result.task.error
 
 
+async def test_append_takes_a_string_as_one_item_and_a_list_as_its_items(settings) -> None:
+    async def word(state: Notes) -> dict[str, str]:
+        return {"log": "hello"}  # one item, not five characters
+
+    async def words(state: Notes) -> dict[str, list[str]]:
+        return {"log": ["a", "b"]}
+
+    workflow = Workflow("appends", Notes).node("word", word).node("words", words)
+    workflow.edge("word", "words")
+    forget("appends")
+    async with create_kernel(settings) as kernel:
+        result = await run_workflow(kernel, workflow, Notes())
+    assert result.state is not None, result.task.error
+    assert result.state.log == ["hello", "a", "b"]
+    assert append([1], (2, 3)) == [1, 2, 3] and append([], {"k": 1}) == [{"k": 1}]
+    assert append([], b"\xff") == [b"\xff"] and append([], 7) == [7]
+
+
 def test_bad_graphs_are_refused_when_built_naming_the_nodes() -> None:
     async def noop(state: Notes) -> None:
         return None

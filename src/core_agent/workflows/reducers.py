@@ -15,6 +15,7 @@ should win is not something to leave to timing.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,7 +34,11 @@ class Reducer:
         return self.combine(current, update)
 
 
-def _append(current: Sequence[Any], update: Sequence[Any]) -> list[Any]:
+def _append(current: Sequence[Any], update: Any) -> list[Any]:
+    if isinstance(update, (str, bytes, bytearray)) or not isinstance(
+        update, (Sequence, AbstractSet)
+    ):
+        return [*current, update]  # one item: a str is not split into characters
     return [*current, *update]
 
 
@@ -46,7 +51,8 @@ def _add(current: Any, update: Any) -> Any:
 
 
 append = Reducer(_append, "append")
-"""A list field: each update is a list of items added at the end."""
+"""A list field: an update that is a list, tuple or set adds its items at the end; any other
+value (a ``str``, ``bytes``, a dict, a model, a number) is added as one item."""
 merge = Reducer(_merge, "merge")
 """A dict field: each update's keys are set (a later node's win for one key)."""
 add = Reducer(_add, "add")
