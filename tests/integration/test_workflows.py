@@ -233,6 +233,35 @@ def test_bad_graphs_are_refused_when_built_naming_the_nodes() -> None:
         Workflow("bad4", Notes).node("a", noop).node("b", noop).node("c", noop).edge("a", "b").edge(
             "b", "a"
         ).edge("b", "c").build()
+    # A route out of a cycle does not end it when the loop back is unconditional: the back
+    # edge is taken every time, before the route's choice could run.
+    with pytest.raises(WorkflowDefinitionError, match=r"cycle through 'a', 'b' never ends"):
+        Workflow("bad5", Notes).node("a", noop).node("b", noop).node("c", noop).edge("a", "b").edge(
+            "b", "a"
+        ).route("b", lambda s: "c", ["c"]).build()
+    with pytest.raises(WorkflowDefinitionError, match=r"cycle through 'a' never ends"):
+        Workflow("bad6", Notes).node("a", noop).node("b", noop).edge("a", "a").edge(
+            "a", "b", when=lambda s: True
+        ).build()
+    for ending in (
+        Workflow("ends1", Notes)
+        .node("a", noop)
+        .node("b", noop)
+        .node("c", noop)
+        .edge("a", "b")
+        # the loop back is conditional: the route leaves when it is not taken
+        .edge("b", "a", when=lambda s: s.count < 3)
+        .route("b", lambda s: "c", ["c"]),
+        Workflow("ends2", Notes)
+        .node("a", noop)
+        .node("b", noop, jumps=["c"])
+        .node("c", noop)
+        # b's Next may leave, and a Next replaces b's edges
+        .edge("a", "b")
+        .edge("b", "a"),
+    ):
+        ending.build()
+        forget(ending.name)
     with pytest.warns(WorkflowWarning, match="fans out unconditionally to 'b', 'c'"):
         Workflow("fan", Notes).node("a", noop).node("b", noop).node("c", noop).edge("a", "b").edge(
             "a", "c"

@@ -372,7 +372,15 @@ class Workflow(Generic[S]):
         return seen
 
     def _cycle_problems(self) -> list[str]:
-        """Cycles with no way out, or with nothing that could ever leave them."""
+        """Cycles with no way out, or that nothing could ever leave, judged as runs go.
+
+        At run time a node's ``Next`` replaces its edges and routes, and an edge it takes back
+        into the cycle ends the pass there (the loop goes on) whatever else it chose; an
+        edge it takes forward into the cycle keeps the cycle going too. So a node with an
+        unconditional edge to a node of its cycle, and no jump out of it, always hands the
+        run on inside the cycle, whatever routes or conditional edges leave it. A cycle
+        whose every node is such a node never ends.
+        """
         problems = []
         for members in _strong_components(self._graph.nodes, self._static_targets):
             inside = set(members)
@@ -388,20 +396,24 @@ class Workflow(Generic[S]):
                     f"the cycle through {shown} has no way out: no edge, route or jump leaves it"
                 )
                 continue
-            conditional = (
-                any(
-                    (edge.source in inside and edge.target in inside and edge.when is not None)
-                    for edge in self._graph.edges
-                )
-                or any(route.source in inside for route in self._graph.routes)
-                or any(self._graph.nodes[member].jumps for member in members)
-            )
-            if not conditional:
+            if all(self._always_stays(member, inside) for member in members):
                 problems.append(
-                    f"the cycle through {shown} never ends: its edges are all unconditional; make "
-                    "one conditional (edge(..., when=...), a route, or a node's Next jump)"
+                    f"the cycle through {shown} never ends: each of its nodes has an "
+                    "unconditional edge to another node of it, which is taken every time "
+                    "(a loop back wins over the routes and edges that leave, and an edge "
+                    "forward keeps the cycle going beside them); make one of those edges "
+                    "conditional (edge(..., when=...)), a route, or give a node a Next jump out"
                 )
         return problems
+
+    def _always_stays(self, name: str, cycle: set[str]) -> bool:
+        """Whether node ``name`` hands the run on inside ``cycle`` every time it runs."""
+        if any(target not in cycle for target in self._graph.nodes[name].jumps):
+            return False  # its Next may leave, and a Next replaces its edges
+        return any(
+            edge.source == name and edge.target in cycle and edge.when is None
+            for edge in self._graph.edges
+        )
 
     def _fan_out_cautions(self) -> list[str]:
         if self.allow_fan_out:
