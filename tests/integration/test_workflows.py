@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -215,6 +216,75 @@ async def test_append_takes_a_string_as_one_item_and_a_list_as_its_items(setting
     assert result.state.log == ["hello", "a", "b"]
     assert append([1], (2, 3)) == [1, 2, 3] and append([], {"k": 1}) == [{"k": 1}]
     assert append([], b"\xff") == [b"\xff"] and append([], 7) == [7]
+
+
+class Aliased(BaseModel):
+    x: int = Field(default=0, alias="X")
+    score: float = 0.0
+    blob: bytes = b""
+
+
+async def test_a_state_survives_its_checkpoints_by_alias_and_with_nan_and_infinity(
+    settings,
+) -> None:
+    seen: list[int] = []
+
+    async def first(state: Aliased) -> dict[str, float]:
+        seen.append(state.x)
+        return {"x": state.x + 5, "score": float("nan")}
+
+    async def reads(state: Aliased) -> None:
+        seen.append(state.x)  # neither writes score: NaN != NaN is no write
+
+    workflow = (
+        Workflow("aliased", Aliased, allow_fan_out=True)
+        .node("first", first)
+        .node("a", reads)
+        .node("b", reads)
+        .edge("first", "a")
+        .edge("first", "b")
+    )
+    forget("aliased")
+    async with create_kernel(settings) as kernel:
+        result = await run_workflow(kernel, workflow, Aliased(X=7, score=float("inf")))
+        started = await run_workflow(
+            kernel, Workflow("starts", Aliased).node("a", reads), Aliased(X=3, score=float("-inf"))
+        )
+        snapshot = await workflow_snapshot(kernel, workflow, result.task_id)
+    forget("starts")
+    assert result.status is TaskStatus.SUCCEEDED, result.task.error
+    assert seen == [7, 12, 12, 3]
+    assert result.state is not None and result.state.x == 12 and math.isnan(result.state.score)
+    assert snapshot is not None and snapshot.state.x == 12 and math.isnan(snapshot.state.score)
+    assert started.state == Aliased(X=3, score=float("-inf"))
+
+
+async def test_state_or_jump_data_that_cannot_be_checkpointed_fails_clearly(settings) -> None:
+    async def odd(state: Aliased) -> dict[str, bytes]:
+        return {"blob": b"\xff\x00"}  # not UTF-8: no JSON string holds it
+
+    async def jumps(state: Aliased) -> Next:
+        return Next("target", data=object())
+
+    async def target(state: Aliased, data: object) -> None:
+        return None
+
+    bytes_node = Workflow("odd-bytes", Aliased).node("odd", odd).node("after", target)
+    bytes_node.edge("odd", "after")
+    jump_node = Workflow("odd-data", Aliased).node("jumps", jumps, jumps=["target"])
+    jump_node.node("target", target)
+    forget("odd-bytes")
+    forget("odd-data")
+    async with create_kernel(settings) as kernel:
+        bad_state = await run_workflow(kernel, bytes_node, Aliased())
+        bad_data = await run_workflow(kernel, jump_node, Aliased())
+        with pytest.raises(UsageError, match="'blob' of Aliased cannot be JSON data"):
+            await run_workflow(kernel, bytes_node, Aliased(blob=b"\xff"))
+    assert bad_state.status is TaskStatus.FAILED
+    assert "field(s) 'blob' of Aliased cannot be JSON data" in (bad_state.task.error or "")
+    assert "(written by 'odd')" in (bad_state.task.error or "")
+    assert bad_data.status is TaskStatus.FAILED
+    assert "the data of 'jumps''s Next('target') cannot be JSON data" in (bad_data.task.error or "")
 
 
 def test_bad_graphs_are_refused_when_built_naming_the_nodes() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from core_agent.contracts.checkpoint_store import Checkpoint
 from shared.agent_protocol import TokenUsage
@@ -15,12 +15,17 @@ CHECKPOINT_KEY = "workflow"
 class WorkflowCheckpoint(Checkpoint):
     """Where a workflow run stands after its last completed layer.
 
-    ``state`` is the workflow's state then (JSON data of its model). The run is in a pass that
-    began at ``pass_start``: ``resolved`` are the pass's nodes that ran or were skipped,
-    ``chosen`` those a finished node chose that have not run yet, ``data`` what a ``Next``
-    gave to its target. ``layers`` counts completed layers over the whole run (it is the
-    state's version: a later checkpoint never has a lower one). ``finished`` is set by the last.
+    ``state`` is the workflow's state then (JSON data of its model, by alias: see
+    ``state_data``). The run is in a pass that began at ``pass_start``: ``resolved`` are the
+    pass's nodes that ran or were skipped, ``chosen`` those a finished node chose that have
+    not run yet, ``data`` what a ``Next`` gave to its target. ``layers`` counts completed
+    layers over the whole run (it is the state's version: a later checkpoint never has a
+    lower one). ``finished`` is set by the last.
     """
+
+    model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
+    """NaN and the infinities of a state are written as JSON's ``NaN``/``Infinity`` (which
+    pydantic reads back), not ``null`` (which a float field refuses)."""
 
     kind: Literal["workflow"] = "workflow"
     version: Literal[1] = 1

@@ -30,10 +30,12 @@ def node_updates(
     fields = type(given).model_fields
     updates: dict[str, Any] = {}
     if returned is not None:
-        for name, value in returned.items():
+        aliases = _aliases(type(given))
+        for key, value in returned.items():
+            name = aliases.get(key, key)  # a field named by its alias is that field
             if name not in fields:
                 raise WorkflowNodeError(
-                    f"node {node!r} returned an update of {name!r}, which "
+                    f"node {node!r} returned an update of {key!r}, which "
                     f"{type(given).__name__} has no field of",
                     node=node,
                     layer=layer,
@@ -42,8 +44,8 @@ def node_updates(
     for name in fields:
         if name in updates:
             continue
-        after = getattr(copy, name)
-        if after == getattr(given, name):
+        after, before = getattr(copy, name), getattr(given, name)
+        if after is before or after == before:  # a NaN is not == itself, but is itself
             continue
         reducer = reducers.get(name)
         if reducer is not None:
@@ -102,7 +104,8 @@ def merge_layer(
                 ) from exc
             writers[name] = node
     try:
-        return type(state).model_validate(values)
+        # By field name, also for a model whose fields have aliases (its input's names).
+        return type(state).model_validate(values, by_name=True, by_alias=False)
     except ValidationError as exc:
         bad = sorted({str(error["loc"][0]) for error in exc.errors() if error["loc"]})
         by = ", ".join(f"{name!r} (written by {writers.get(name, '?')!r})" for name in bad)
@@ -112,3 +115,12 @@ def merge_layer(
             node=writers.get(bad[0], first) if bad else first,
             layer=layer,
         ) from exc
+
+
+def _aliases(state_type: type[BaseModel]) -> dict[str, str]:
+    """Each field's alias, to its name (a node may name a field either way)."""
+    return {
+        info.alias: name
+        for name, info in state_type.model_fields.items()
+        if info.alias is not None and info.alias != name
+    }

@@ -68,6 +68,13 @@ from core_agent.workflows.graph import (
     Workflow,
 )
 from core_agent.workflows.registry import registered
+from core_agent.workflows.state_data import (
+    StateDataError,
+    json_data,
+    load_state,
+    state_data,
+    text_state,
+)
 from core_agent.workflows.state_merge import merge_layer, node_updates
 from shared.agent_protocol import (
     ParentTask,
@@ -86,8 +93,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 WORKFLOW_METADATA = "workflow"
-"""The request metadata key naming a workflow task's workflow: ``name``, ``version``, the
-initial ``state``, and ``from`` (a task whose checkpoint a rerun starts from)."""
+"""The request metadata key naming a workflow task's workflow: ``name``, ``version``,
+``shape``, the initial state as JSON text (``state_json``: see ``state_data``; ``state``, JSON
+data, in tasks started before), and ``from`` (a task whose checkpoint a rerun starts from)."""
+
+
+def request_state(spec: dict[str, Any]) -> Any:
+    """The initial state data a workflow request's ``spec`` carries (``None``: none)."""
+    text = spec.get("state_json")
+    if isinstance(text, str):
+        return text_state(text)
+    return spec.get("state")
 
 
 def workflow_identity(request: TaskRequest) -> tuple[str, int, str | None]:
@@ -193,14 +209,14 @@ class WorkflowExecutor(IExecutor):
                     str(source), f"workflow task {source} has no checkpoint to rerun from"
                 )
             saved = saved.model_copy(update={"finished": False, "usage": TokenUsage()})
-            if spec.get("state") is not None:
-                saved = saved.model_copy(update={"state": spec["state"]})
+            if request_state(spec) is not None:
+                saved = saved.model_copy(update={"state": request_state(spec)})
         if saved is None:
             return WorkflowCheckpoint(
                 workflow=workflow.name,
                 workflow_version=workflow.version,
                 shape=workflow.shape,
-                state=spec.get("state") or {},
+                state=request_state(spec) or {},
                 layers=0,
                 pass_start=workflow.entry,
                 chosen=[workflow.entry],
@@ -247,7 +263,7 @@ class _WorkflowRun:
         self._tracer = Tracer.of(executor._trace_store, context.task)
         self._order = workflow.order
         try:
-            self._state: BaseModel = workflow.state_type.model_validate(position.state)
+            self._state: BaseModel = load_state(workflow.state_type, position.state)
         except ValidationError as exc:
             raise CorruptStateError(
                 context.task.task_id,
@@ -282,8 +298,8 @@ class _WorkflowRun:
                     await self._executor.save(self._context, position)
         self._position = position
         return ExecutionOutcome(
-            output=self._state.model_dump_json(),
-            structured=self._state.model_dump(mode="json"),
+            output=self._state.model_dump_json(by_alias=True),
+            structured=position.state,
         )
 
     def _next_layer(
@@ -400,12 +416,20 @@ class _WorkflowRun:
             except WorkflowNodeError as exc:
                 self._state = given  # nothing of the layer is kept
                 await self._fail({exc.node: exc}, number, layer)
+        try:
+            data = state_data(self._state)
+        except StateDataError as exc:
+            self._state = given  # nothing of the layer is kept
+            writers = [n for n in layer if exc.fields & results[n].updates.keys()] or layer
+            by = ", ".join(map(repr, writers))
+            failure = WorkflowNodeError(f"{exc} (written by {by})", node=writers[0], layer=number)
+            await self._fail({writers[0]: failure}, number, layer)
         if jump is not None:
             following = WorkflowCheckpoint(
                 workflow=workflow.name,
                 workflow_version=workflow.version,
                 shape=workflow.shape,
-                state=self._state.model_dump(mode="json"),
+                state=data,
                 layers=number + 1,
                 pass_start=jump.node,
                 chosen=[jump.node],
@@ -418,7 +442,7 @@ class _WorkflowRun:
             chosen.update(picked)
             following = position.model_copy(
                 update={
-                    "state": self._state.model_dump(mode="json"),
+                    "state": data,
                     "layers": number + 1,
                     "resolved": sorted(resolved, key=self._order.__getitem__),
                     "chosen": sorted(chosen - resolved, key=self._order.__getitem__),
@@ -513,6 +537,11 @@ class _WorkflowRun:
                         node=name,
                         layer=layer,
                     )
+                try:  # what the target gets, now as after a restart: JSON data
+                    given_data = json_data(jump.data, f"the data of {name!r}'s Next({jump.node!r})")
+                except StateDataError as exc:
+                    raise WorkflowNodeError(str(exc), node=name, layer=layer) from exc
+                jump = Next(jump.node, given_data, jump.update)
                 span.attributes["jump"] = jump.node
             if returned is not None and not isinstance(returned, dict):
                 raise WorkflowNodeError(
@@ -579,7 +608,7 @@ class _WorkflowRun:
                 node=name,
                 layer=layer,
             )
-        final = body.workflow.state_type.model_validate(saved.state)
+        final = load_state(body.workflow.state_type, saved.state)
         return body.output(state, final), result.usage
 
 

@@ -12,10 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from core_agent.contracts.errors import UsageError
+from core_agent.contracts.errors import CorruptStateError, UsageError
 from core_agent.contracts.executor import IExecutor
+from core_agent.workflows.state_data import (
+    StateDataError,
+    load_state,
+    state_data,
+    state_text,
+    survives_round_trip,
+)
 from core_agent.workflows.workflow_executor import (
     WORKFLOW_METADATA,
     WorkflowExecutor,
@@ -109,7 +116,8 @@ def workflow_request(
 
     Raises:
         WorkflowDefinitionError: The graph is not valid.
-        UsageError: ``state`` is not a ``workflow.state_type``.
+        UsageError: ``state`` is not a ``workflow.state_type``, or cannot be checkpointed
+            as it is (a field that is not JSON data, or would not come back the same).
     """
     workflow.build()
     if not isinstance(state, workflow.state_type):
@@ -126,10 +134,28 @@ def workflow_request(
                 "name": workflow.name,
                 "version": workflow.version,
                 "shape": workflow.shape,
-                "state": state.model_dump(mode="json"),
+                "state_json": _checkpointable(workflow, state),
             }
         },
     )
+
+
+def _checkpointable(workflow: Workflow[S], state: S) -> str:
+    """``state`` as the JSON text a request carries; ``UsageError`` if it cannot be."""
+    try:
+        changed = survives_round_trip(state)
+        text = state_text(state_data(state))
+    except (StateDataError, ValidationError) as exc:
+        raise UsageError(
+            f"the state of workflow {workflow.name!r} cannot be checkpointed: {exc}"
+        ) from exc
+    if changed:
+        raise UsageError(
+            f"the state of workflow {workflow.name!r} would not come back the same from its "
+            f"checkpoint (JSON data): field(s) {', '.join(map(repr, sorted(changed)))} change "
+            "in the round trip; give them types whose JSON form validates back to the value"
+        )
+    return text
 
 
 async def run_workflow(
@@ -213,7 +239,7 @@ async def rerun_workflow(
         "from": task_id,
     }
     if state is not None:
-        spec["state"] = state.model_dump(mode="json")
+        spec["state_json"] = _checkpointable(workflow, state)
     request = TaskRequest(
         task=task or f"workflow {workflow.name} (rerun of {task_id})",
         force_mode="workflow",
@@ -231,14 +257,22 @@ async def workflow_snapshot(
     For a task that failed, that is the state before the failing layer: the rollback.
 
     Raises:
-        CorruptStateError: The stored checkpoint is not a workflow's.
+        CorruptStateError: The stored checkpoint is not a workflow's, or its state is not a
+            valid ``workflow.state_type``.
     """
     saved = await workflow_executor(kernel).checkpoint(task_id)
     if saved is None:
         return None
+    try:
+        state = load_state(workflow.state_type, saved.state)
+    except ValidationError as exc:
+        raise CorruptStateError(
+            task_id,
+            f"the checkpointed state is not a valid {workflow.state_type.__name__}: {exc}",
+        ) from exc
     return WorkflowSnapshot(
         task_id=task_id,
-        state=workflow.state_type.model_validate(saved.state),
+        state=state,
         layers=saved.layers,
         finished=saved.finished,
         next_nodes=[] if saved.finished else list(saved.chosen),
@@ -248,10 +282,9 @@ async def workflow_snapshot(
 async def _workflow_result(
     kernel: AgentKernel, workflow: Workflow[S], result: TaskResult
 ) -> WorkflowResult[S]:
+    # The state comes from the checkpoint (the final one, when it succeeded), read as it
+    # was written: the task's structured output is plain JSON for hosts (NaN as null).
     snapshot = await workflow_snapshot(kernel, workflow, result.task_id)
-    if result.status is TaskStatus.SUCCEEDED and result.structured_output is not None:
-        final = workflow.state_type.model_validate(result.structured_output)
-        return WorkflowResult(result, final, snapshot.layers if snapshot else 0)
     if snapshot is None:
         return WorkflowResult(result, None, 0)
     return WorkflowResult(result, snapshot.state, snapshot.layers)

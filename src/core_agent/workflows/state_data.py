@@ -1,0 +1,107 @@
+"""A workflow's state as JSON data and back: what its request and checkpoints hold.
+
+Every place that stores a state or reads one back goes through here, so a state survives the
+round trip the way the model defines it:
+
+- by alias, where the model gives its fields aliases (a model validates by alias; data is
+  read back by alias or by field name, so checkpoints written by field name still load);
+- NaN and the infinities kept (``WorkflowCheckpoint`` writes them as the JSON constants
+  ``NaN`` and ``Infinity``, and the request carries the initial state as JSON text);
+- a state that cannot be JSON data (bytes that are not UTF-8, an object pydantic cannot
+  serialize) raises ``StateDataError`` naming its fields, which the callers turn into a
+  ``UsageError`` (the initial state) or a failed layer (a node's update), never a raw
+  library exception. The same holds for the data a ``Next`` hands to its target.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError, from_json, to_json, to_jsonable_python
+
+S = TypeVar("S", bound=BaseModel)
+
+
+class StateDataError(ValueError):
+    """A value cannot be JSON data (so it cannot be checkpointed); ``fields`` says where."""
+
+    def __init__(self, message: str, fields: set[str]) -> None:
+        super().__init__(message)
+        self.fields = fields
+
+
+def state_data(state: BaseModel) -> dict[str, Any]:
+    """``state`` as JSON data, by alias, NaN and infinities kept as floats.
+
+    Raises:
+        StateDataError: A field's value cannot be JSON data (the message names the fields).
+    """
+    try:
+        return state.model_dump(mode="json", by_alias=True, round_trip=True)
+    except (PydanticSerializationError, ValueError) as exc:
+        bad = _bad_fields(state)
+        raise StateDataError(
+            f"field(s) {', '.join(map(repr, bad)) or '?'} of {type(state).__name__} cannot be "
+            f"JSON data, which a checkpoint holds: {type(exc).__name__}: {exc}",
+            set(bad),
+        ) from exc
+
+
+def load_state(state_type: type[S], data: Any) -> S:
+    """The state ``data`` holds (by alias or by field name).
+
+    Raises:
+        pydantic.ValidationError: It is not a valid ``state_type``.
+    """
+    return state_type.model_validate(data, by_alias=True, by_name=True)
+
+
+def json_data(value: Any, what: str) -> Any:
+    """``value`` as JSON data (tuples and sets become lists, models dicts), NaN kept.
+
+    Raises:
+        StateDataError: It cannot be JSON data (``what`` says what it is, in the message).
+    """
+    try:
+        return to_jsonable_python(value, inf_nan_mode="constants")
+    except (PydanticSerializationError, ValueError) as exc:
+        raise StateDataError(
+            f"{what} cannot be JSON data, which a checkpoint holds: {type(exc).__name__}: {exc}",
+            set(),
+        ) from exc
+
+
+def state_text(data: dict[str, Any]) -> str:
+    """JSON text of state data, NaN and infinities written as JSON constants."""
+    return to_json(data, inf_nan_mode="constants").decode()
+
+
+def text_state(text: str) -> Any:
+    """The state data ``state_text`` wrote."""
+    return from_json(text, allow_inf_nan=True)
+
+
+def survives_round_trip(state: BaseModel) -> list[str]:
+    """The fields of ``state`` that would not come back the same from their JSON data.
+
+    Raises:
+        StateDataError: As ``state_data``.
+    """
+    data = state_data(state)
+    again = state_data(load_state(type(state), text_state(state_text(data))))
+    return [
+        name
+        for name in data.keys() | again.keys()
+        if state_text({name: data.get(name)}) != state_text({name: again.get(name)})
+    ]
+
+
+def _bad_fields(state: BaseModel) -> list[str]:
+    bad = []
+    for name in type(state).model_fields:
+        try:
+            state.model_dump(mode="json", include={name}, round_trip=True)
+        except (PydanticSerializationError, ValueError):
+            bad.append(name)
+    return bad
