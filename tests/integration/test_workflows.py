@@ -372,6 +372,59 @@ async def test_a_failed_layer_rolls_back_to_the_last_good_checkpoint_and_reruns_
     assert calls == ["gather", "judge", "judge"]  # the good layer was not run again
 
 
+async def test_a_run_failing_in_its_first_layer_keeps_its_initial_state_to_rerun_from(
+    settings,
+) -> None:
+    broken = True
+
+    async def first(state: Notes) -> dict[str, list[str]]:
+        if broken:
+            raise RuntimeError("first layer fails")
+        return {"log": ["first"]}
+
+    workflow = Workflow("fails-first", Notes).node("first", first).node("end", _nothing_node)
+    workflow.edge("first", "end")
+    forget("fails-first")
+    async with create_kernel(settings) as kernel:
+        failed = await run_workflow(kernel, workflow, Notes(count=4))
+        snapshot = await workflow_snapshot(kernel, workflow, failed.task_id)
+        broken = False
+        rerun = await rerun_workflow(kernel, workflow, failed.task_id)
+    assert failed.status is TaskStatus.FAILED
+    assert "last completed layer" not in (failed.task.error or "")  # none completed
+    assert failed.state == Notes(count=4)  # what it started from
+    assert snapshot is not None and snapshot.layers == 0 and snapshot.next_nodes == ["first"]
+    assert rerun.status is TaskStatus.SUCCEEDED, rerun.task.error
+    assert rerun.state == Notes(log=["first"], count=4)
+
+
+async def test_a_function_nodes_start_is_published_before_it_finishes(settings) -> None:
+    seen = anyio.Event()
+
+    async def waits(state: Notes) -> dict[str, int]:
+        with anyio.fail_after(10):  # until the host has seen this node start
+            await seen.wait()
+        return {"count": 1}
+
+    workflow = Workflow("announces", Notes).node("waits", waits).node("end", _nothing_node)
+    workflow.edge("waits", "end")
+    forget("announces")
+    async with create_kernel(settings) as kernel:
+        kinds = []
+        async for event in kernel.stream_task(workflow_request(workflow, Notes())):
+            kinds.append((event.kind, getattr(event, "node", None)))
+            if kinds[-1] == ("workflow.node_started", "waits"):
+                seen.set()
+    assert kinds[-1] == ("task.succeeded", None)
+    nodes = [k for k in kinds if k[0].startswith("workflow.")]
+    assert nodes == [
+        ("workflow.node_started", "waits"),
+        ("workflow.node_finished", "waits"),
+        ("workflow.node_started", "end"),
+        ("workflow.node_finished", "end"),
+    ]
+
+
 def read_line(stream, timeout: float) -> str:
     box: list[str] = []
     reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)
@@ -543,8 +596,12 @@ async def test_canceling_a_workflow_task_stops_its_running_nodes(settings) -> No
             group.start_soon(run)
             await entered.wait()
             await kernel.cancel_task("wf-cancel", "enough")
+        events = await kernel.task_events("wf-cancel")
     assert outcome[0].status is TaskStatus.CANCELED
     assert stopped == ["blocked"]
+    finished = [e for e in events if e.kind == "workflow.node_finished"]
+    assert [(e.node, e.succeeded) for e in finished] == [("blocked", False)]
+    assert "canceled" in (finished[0].error or "")
 
 
 async def test_a_state_of_another_type_is_refused_before_any_task(settings) -> None:

@@ -7,16 +7,20 @@ found). Each node of a layer runs on its own deep copy of the state, at most
 spans of parallel nodes overlap), between a ``workflow.node_started`` and a
 ``workflow.node_finished`` event. When the whole layer has finished, the nodes' updates are
 merged in the order the nodes were added (``state_merge``), the next nodes are chosen from the
-merged state, and a ``WorkflowCheckpoint`` is saved with the layer's finished events in one
-unit of work.
+merged state, and a ``WorkflowCheckpoint`` is saved with the layer's finished events and the
+next layer's started events in one unit of work: one commit per layer, and a node's start is
+published (after it is stored) before the node runs. A run's first unit saves the checkpoint
+it starts from, so every workflow task has one, also when its first layer fails.
 
 Policies:
 
 - **A node fails** (raises, returns something that is not an update, or its child task does
   not succeed): the layer's other nodes are canceled, nothing of the layer is merged or
   saved, and the task fails with ``WorkflowNodeError``. Its checkpoint still holds the state
-  of the last completed layer: that is the rollback of seed 001 §6.2. ``workflow_snapshot``
-  reads it and ``rerun_workflow`` carries on from it in a new task.
+  of the last completed layer (or the one it started from): that is the rollback of seed 001
+  §6.2. ``workflow_snapshot`` reads it and ``rerun_workflow`` carries on from it in a new
+  task. A cancel of the task gives each node of the running layer a ``node_finished`` (not
+  succeeded) too.
 - **A jump** (a ``Next``, or a conditional edge back to an earlier node, i.e. a loop) ends the
   current pass: the run goes on from the jump's target alone. When several nodes of a layer
   jump, the one added to the workflow first wins; the others' jumps are dropped (logged), and
@@ -120,6 +124,24 @@ def workflow_identity(request: TaskRequest) -> tuple[str, int, str | None]:
         )
     shape = spec.get("shape")
     return spec["name"], int(spec.get("version", 1)), shape if isinstance(shape, str) else None
+
+
+@dataclass(slots=True)
+class _Walk:
+    """Where a run is in its pass: the DAG, its sorter, the nodes resolved and chosen."""
+
+    plan: Pass
+    sorter: graphlib.TopologicalSorter[str]
+    resolved: set[str]
+    chosen: set[str]
+
+    @classmethod
+    def of(cls, workflow: Workflow[Any], position: WorkflowCheckpoint) -> _Walk:
+        """The pass ``position`` is in, with its nodes resolved and chosen so far."""
+        plan = workflow.pass_from(position.pass_start)
+        sorter = graphlib.TopologicalSorter(plan.predecessors)
+        sorter.prepare()
+        return cls(plan, sorter, set(position.resolved), set(position.chosen))
 
 
 @dataclass(slots=True)
@@ -273,40 +295,41 @@ class _WorkflowRun:
 
     async def run(self) -> ExecutionOutcome:
         position = self._position
-        while not position.finished:
-            plan = self._workflow.pass_from(position.pass_start)
-            sorter = graphlib.TopologicalSorter(plan.predecessors)
-            sorter.prepare()
-            resolved, chosen = set(position.resolved), set(position.chosen)
-            jumped = False
-            while not jumped:
-                layer = self._next_layer(sorter, resolved, chosen)
-                if not layer:
-                    break
-                position, jumped = await self._run_layer(
-                    position, plan, sorter, layer, resolved, chosen
-                )
-            if not jumped:
-                position = position.model_copy(
-                    update={
-                        "finished": True,
-                        "resolved": sorted(resolved, key=self._order.__getitem__),
-                        "chosen": [],
-                    }
-                )
-                async with self._context.unit_of_work():
-                    await self._executor.save(self._context, position)
+        walk = _Walk.of(self._workflow, position)
+        layer = [] if position.finished else self._next_layer(walk)
+        # The run's first unit of work: the task's own checkpoint of where it starts (a run
+        # that fails in its first layer has one to rerun from) and the first layer's
+        # node_started events, published before its nodes start.
+        if not position.finished and not layer:
+            position = self._finished(position, walk)
+        async with self._context.unit_of_work():
+            await self._executor.save(self._context, position)
+            await self._started(layer, position.layers)
+        while layer:
+            position, walk, layer = await self._run_layer(position, walk, layer)
         self._position = position
         return ExecutionOutcome(
             output=self._state.model_dump_json(by_alias=True),
             structured=position.state,
         )
 
-    def _next_layer(
-        self, sorter: graphlib.TopologicalSorter[str], resolved: set[str], chosen: set[str]
-    ) -> list[str]:
+    def _finished(self, position: WorkflowCheckpoint, walk: _Walk) -> WorkflowCheckpoint:
+        return position.model_copy(
+            update={
+                "finished": True,
+                "resolved": sorted(walk.resolved, key=self._order.__getitem__),
+                "chosen": [],
+            }
+        )
+
+    async def _started(self, layer: list[str], number: int) -> None:
+        for name in layer:
+            await self._context.emit(WorkflowNodeStarted, node=name, layer=number)
+
+    def _next_layer(self, walk: _Walk) -> list[str]:
         """The next layer: ready nodes that were chosen; ready ones nobody chose are skipped."""
         layer: list[str] = []
+        sorter, resolved, chosen = walk.sorter, walk.resolved, walk.chosen
         while True:
             progressed = False
             for name in sorter.get_ready():
@@ -323,45 +346,43 @@ class _WorkflowRun:
                 return sorted(layer, key=self._order.__getitem__)
 
     async def _run_layer(
-        self,
-        position: WorkflowCheckpoint,
-        plan: Pass,
-        sorter: graphlib.TopologicalSorter[str],
-        layer: list[str],
-        resolved: set[str],
-        chosen: set[str],
-    ) -> tuple[WorkflowCheckpoint, bool]:
-        """Run one layer, merge it, choose what follows, save; whether it jumped."""
-        workflow, context = self._workflow, self._context
+        self, position: WorkflowCheckpoint, walk: _Walk, layer: list[str]
+    ) -> tuple[WorkflowCheckpoint, _Walk, list[str]]:
+        """Run one layer (its node_started events are out), merge it, choose what follows.
+
+        Saves the checkpoint after it with its node_finished events and the next layer's
+        node_started events, in one unit of work: one commit per layer, and a node's start
+        is published before it starts. Returns the checkpoint, the pass and the next layer
+        (empty when the run has finished).
+        """
+        workflow = self._workflow
         number = position.layers
         if number >= workflow.max_layers:
-            raise WorkflowNodeError(
-                f"workflow {workflow.name!r} ran {number} layers (max_layers): a loop that "
-                "does not end?",
-                node=layer[0],
-                layer=number,
+            await self._fail(
+                {
+                    layer[0]: WorkflowNodeError(
+                        f"workflow {workflow.name!r} ran {number} layers (max_layers): a loop "
+                        "that does not end?",
+                        node=layer[0],
+                        layer=number,
+                    )
+                },
+                number,
+                layer,
             )
-        # A layer of functions only is one unit of work: its events, spans and checkpoint
-        # commit once. A layer with child tasks commits around them instead, so a child's
-        # own writes (and a human it waits for) are never held back by the layer's unit.
+        # A layer of functions only is one unit of work: its spans, its finished events,
+        # its checkpoint and the next layer's started events commit once. A layer with
+        # child tasks commits around them instead, so a child's own writes (and a human it
+        # waits for) are never held back by the layer's unit.
         quick = all(workflow.spec(name).kind == "function" for name in layer)
-        async with context.unit_of_work() if quick else nullcontext():
-            return await self._layer_in_unit(position, plan, sorter, layer, resolved, chosen)
+        async with self._context.unit_of_work() if quick else nullcontext():
+            return await self._layer_in_unit(position, walk, layer)
 
     async def _layer_in_unit(
-        self,
-        position: WorkflowCheckpoint,
-        plan: Pass,
-        sorter: graphlib.TopologicalSorter[str],
-        layer: list[str],
-        resolved: set[str],
-        chosen: set[str],
-    ) -> tuple[WorkflowCheckpoint, bool]:
+        self, position: WorkflowCheckpoint, walk: _Walk, layer: list[str]
+    ) -> tuple[WorkflowCheckpoint, _Walk, list[str]]:
         workflow, context = self._workflow, self._context
         number = position.layers
-        async with context.unit_of_work():
-            for name in layer:
-                await context.emit(WorkflowNodeStarted, node=name, layer=number)
         results: dict[str, _NodeResult] = {}
         failures: dict[str, BaseException] = {}
         limiter = anyio.CapacityLimiter(workflow.max_concurrency)
@@ -375,9 +396,14 @@ class _WorkflowRun:
                     failures[name] = exc
                     group.cancel_scope.cancel()  # the layer fails: stop its other nodes
 
-        async with anyio.create_task_group() as group:
-            for name in layer:
-                group.start_soon(run_node, name)
+        try:
+            async with anyio.create_task_group() as group:
+                for name in layer:
+                    group.start_soon(run_node, name)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                await self._canceled(layer, number, results)
+            raise
         if failures:
             await self._fail(failures, number, layer)
         writes = [(name, results[name].updates) for name in layer]
@@ -408,7 +434,7 @@ class _WorkflowRun:
             try:
                 for name in layer:
                     for target in workflow.successors(name, self._state, number):
-                        if (name, target) in plan.back_edges:
+                        if (name, target) in walk.plan.back_edges:
                             if jump is None:  # a loop back: a jump without data
                                 jump, jumper = Next(target), name
                         else:
@@ -436,20 +462,25 @@ class _WorkflowRun:
                 data={jump.node: jump.data} if jump.data is not None else {},
                 usage=usage,
             )
+            walk = _Walk.of(workflow, following)
+            upcoming = self._next_layer(walk)
         else:
-            sorter.done(*layer)
-            resolved.update(layer)
-            chosen.update(picked)
+            walk.sorter.done(*layer)
+            walk.resolved.update(layer)
+            walk.chosen.update(picked)
+            upcoming = self._next_layer(walk)
             following = position.model_copy(
                 update={
                     "state": data,
                     "layers": number + 1,
-                    "resolved": sorted(resolved, key=self._order.__getitem__),
-                    "chosen": sorted(chosen - resolved, key=self._order.__getitem__),
+                    "resolved": sorted(walk.resolved, key=self._order.__getitem__),
+                    "chosen": sorted(walk.chosen - walk.resolved, key=self._order.__getitem__),
                     "data": {k: v for k, v in position.data.items() if k not in layer},
                     "usage": usage,
                 }
             )
+        if not upcoming:
+            following = self._finished(following, walk)
         async with context.unit_of_work():
             for name in layer:
                 own = results[name].jump
@@ -462,7 +493,24 @@ class _WorkflowRun:
                     jump=(jump.node if name == jumper and jump else own.node if own else None),
                 )
             await self._executor.save(context, following)
-        return following, jump is not None
+            await self._started(upcoming, number + 1)
+        return following, walk, upcoming
+
+    async def _canceled(self, layer: list[str], number: int, done: dict[str, Any]) -> None:
+        """Record that the task's cancel stopped the layer: each node gets its finish."""
+        async with self._context.unit_of_work():
+            for name in layer:
+                await self._context.emit(
+                    WorkflowNodeFinished,
+                    node=name,
+                    layer=number,
+                    succeeded=False,
+                    error=(
+                        "not kept: the task was canceled before its layer completed"
+                        if name in done
+                        else "canceled: the task was canceled"
+                    ),
+                )
 
     async def _fail(
         self, failures: dict[str, BaseException], layer: int, nodes: list[str]
@@ -495,8 +543,9 @@ class _WorkflowRun:
                     ),
                 )
         raise WorkflowNodeError(
-            f"workflow {self._workflow.name!r}, layer {layer}: {message} (the state of the "
-            f"last completed layer is kept: rerun_workflow carries on from it)",
+            f"workflow {self._workflow.name!r}, layer {layer}: {message} (the task's "
+            "checkpoint keeps the state from before this layer: rerun_workflow carries on "
+            "from there)",
             node=first,
             layer=layer,
         ) from exc

@@ -26,6 +26,7 @@ from core_agent.workflows.state_data import (
 from core_agent.workflows.workflow_executor import (
     WORKFLOW_METADATA,
     WorkflowExecutor,
+    request_state,
     workflow_identity,
 )
 from shared.agent_protocol import TaskRequest, TaskResult, TaskStatus
@@ -43,8 +44,10 @@ S = TypeVar("S", bound=BaseModel)
 class WorkflowResult(Generic[S]):
     """How a workflow task ended, and its state.
 
-    ``state`` is the final state when the task succeeded; otherwise the state of its last
-    completed layer (``None`` if none completed). ``layers`` counts the completed layers.
+    ``state`` is the final state when the task succeeded; otherwise the state its checkpoint
+    keeps: that of its last completed layer, or the state it started from if no layer
+    completed (``None`` only if it ended before it began). ``layers`` counts the completed
+    layers.
     """
 
     task: TaskResult
@@ -211,7 +214,8 @@ async def rerun_workflow(
 
     For a workflow task that failed (or was canceled): the completed layers are not run
     again; the run starts with the layer that did not complete, from the state the last
-    completed one left, or from ``state`` (the same state, corrected) when given.
+    completed one left (the task's initial state, if it failed in its first layer), or from
+    ``state`` (the same state, corrected) when given.
 
     Raises:
         UsageError: ``task_id`` is not a task of ``workflow`` (or of another definition of
@@ -236,10 +240,19 @@ async def rerun_workflow(
         "name": workflow.name,
         "version": workflow.version,
         "shape": workflow.shape,
-        "from": task_id,
     }
     if state is not None:
         spec["state_json"] = _checkpointable(workflow, state)
+    if await workflow_executor(kernel).checkpoint(task_id) is not None:
+        spec["from"] = task_id
+    else:
+        # It ended before its first checkpoint (a task started before every run saved one
+        # as it began): nothing ran that counts, so the rerun starts from its initial state.
+        spec["rerun_of"] = task_id
+        if state is None:
+            spec["state_json"] = state_text(
+                request_state(stored.request.metadata[WORKFLOW_METADATA]) or {}
+            )
     request = TaskRequest(
         task=task or f"workflow {workflow.name} (rerun of {task_id})",
         force_mode="workflow",
