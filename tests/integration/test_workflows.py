@@ -175,6 +175,62 @@ async def test_conditional_edges_choose_the_branch_and_end_a_loop(settings) -> N
     assert branched.state == Notes(count=1, verdict="rejected")
 
 
+class Counted(BaseModel):
+    log: Annotated[list[str], append] = []
+    a: Annotated[int, add] = 0
+    b: Annotated[int, add] = 0
+
+
+def _counting(name: str, field: str | None = None):
+    async def node(state: Counted) -> dict[str, object]:
+        return {"log": [name], **({field: 1} if field else {})}
+
+    return node
+
+
+async def test_a_loop_in_one_parallel_branch_keeps_the_others_and_the_join_waits(
+    settings,
+) -> None:
+    sibling = (
+        Workflow("loop-beside-a-branch", Counted, allow_fan_out=True)
+        .node("start", _counting("start"))
+        .node("a", _counting("a", "a"))
+        .node("b", _counting("b"))
+        .node("b2", _counting("b2"))
+        .node("end", _counting("end"))
+        .edge("start", "a")
+        .edge("start", "b")
+        .edge("b", "b2")
+        .edge("a", "a", when=lambda s: s.a < 2)
+        .edge("a", "end", when=lambda s: s.a >= 2)
+        .edge("b2", "end")
+    )
+    two_loops = (
+        Workflow("two-loops", Counted, allow_fan_out=True)
+        .node("start", _counting("start"))
+        .node("a", _counting("a", "a"))
+        .node("b", _counting("b", "b"))
+        .node("end", _counting("end"))
+        .edge("start", "a")
+        .edge("start", "b")
+        .edge("a", "a", when=lambda s: s.a < 2)
+        .edge("b", "b", when=lambda s: s.b < 3)
+        .edge("a", "end", when=lambda s: s.a >= 2)
+        .edge("b", "end", when=lambda s: s.b >= 3)
+    )
+    forget(sibling.name)
+    forget(two_loops.name)
+    async with create_kernel(settings) as kernel:
+        first = await run_workflow(kernel, sibling, Counted())
+        second = await run_workflow(kernel, two_loops, Counted())
+    assert first.state is not None, first.task.error
+    # b2, chosen by b while a looped, still runs, and end waits for it.
+    assert first.state.log == ["start", "a", "b", "a", "b2", "end"]
+    assert second.state is not None, second.task.error
+    # Both loops go round as often as they should; end runs once, after both.
+    assert second.state.log == ["start", "a", "b", "a", "b", "b", "end"]
+
+
 async def test_parallel_nodes_writing_one_field_without_a_reducer_fail_clearly(settings) -> None:
     async def start(state: Notes) -> None:
         return None

@@ -16,11 +16,12 @@ class WorkflowCheckpoint(Checkpoint):
     """Where a workflow run stands after its last completed layer.
 
     ``state`` is the workflow's state then (JSON data of its model, by alias: see
-    ``state_data``). The run is in a pass that began at ``pass_start``: ``resolved`` are the
-    pass's nodes that ran or were skipped, ``chosen`` those a finished node chose that have
-    not run yet, ``data`` what a ``Next`` gave to its target. ``layers`` counts completed
-    layers over the whole run (it is the state's version: a later checkpoint never has a
-    lower one). ``finished`` is set by the last.
+    ``state_data``). The run is in a pass that began at ``pass_start`` and ``pass_also`` (the
+    other jumps' targets, and the nodes the pass before had chosen and not yet run when it
+    jumped): ``resolved`` are the pass's nodes that ran or were skipped, ``chosen`` those a
+    finished node chose that have not run yet, ``data`` what a ``Next`` gave to its target.
+    ``layers`` counts completed layers over the whole run (it is the state's version: a
+    later checkpoint never has a lower one). ``finished`` is set by the last.
     """
 
     model_config = ConfigDict(extra="forbid", ser_json_inf_nan="constants")
@@ -36,6 +37,7 @@ class WorkflowCheckpoint(Checkpoint):
     state: dict[str, Any]
     layers: int = Field(ge=0)
     pass_start: str
+    pass_also: list[str] = Field(default_factory=list)
     resolved: list[str] = Field(default_factory=list)
     chosen: list[str] = Field(default_factory=list)
     data: dict[str, Any] = Field(default_factory=dict)

@@ -11,7 +11,8 @@ How a built workflow runs (``workflow_executor``): from a start node, the graph'
 the ones closing a cycle form a DAG (``Pass``); ``graphlib.TopologicalSorter`` gives the nodes
 whose predecessors are all done, and those that a finished predecessor chose run together as
 one layer. A node no predecessor chose is skipped. A ``Next``, or a conditional edge back to an
-earlier node (a loop), ends the pass: the run goes on with a new pass from that node.
+earlier node (a loop), ends the pass: the run goes on with a new pass from that node, and
+from the nodes the old pass had chosen and not run yet (a sibling branch goes on).
 """
 
 from __future__ import annotations
@@ -106,13 +107,14 @@ class Route:
 
 @dataclass(frozen=True, slots=True)
 class Pass:
-    """The part of the graph a run goes through from ``start``, without the cycles' back edges.
+    """The part of the graph a run goes through from ``starts``, without the cycles' back edges.
 
     ``predecessors`` is the DAG for ``graphlib.TopologicalSorter``; an edge of ``back_edges``
-    taken at run time is a jump (a new pass from its target).
+    taken at run time is a jump (a new pass from its target, and from the nodes the pass had
+    chosen and not yet run).
     """
 
-    start: str
+    starts: tuple[str, ...]
     predecessors: dict[str, set[str]]
     back_edges: frozenset[tuple[str, str]]
 
@@ -160,7 +162,7 @@ class Workflow(Generic[S]):
         self.shape = ""
         """A digest of the graph's structure and state fields, set by ``build``: a task
         records it, and is resumed only by a workflow of the same shape (see ``registry``)."""
-        self._passes: dict[str, Pass] = {}
+        self._passes: dict[tuple[str, ...], Pass] = {}
         self._out_edges: dict[str, list[Edge]] = {}
         self._out_routes: dict[str, list[Route]] = {}
 
@@ -445,11 +447,11 @@ class Workflow(Generic[S]):
         """Each node's position in the order nodes were added (a layer's tie-break order)."""
         return {name: index for index, name in enumerate(self._graph.nodes)}
 
-    def pass_from(self, start: str) -> Pass:
-        """The DAG a pass starting at ``start`` goes through (computed once per start)."""
-        found = self._passes.get(start)
+    def pass_from(self, *starts: str) -> Pass:
+        """The DAG a pass starting at ``starts`` goes through (computed once per starts)."""
+        found = self._passes.get(starts)
         if found is None:
-            found = self._passes[start] = _pass_from(start, self._static_targets)
+            found = self._passes[starts] = _pass_from(starts, self._static_targets)
         return found
 
     def successors(self, name: str, state: S, layer: int) -> list[str]:
@@ -534,29 +536,33 @@ def _same_state(state: BaseModel) -> BaseModel:
     return state.model_copy(deep=True)
 
 
-def _pass_from(start: str, targets: Callable[[str], list[str]]) -> Pass:
-    """Depth-first from ``start``: edges to a node on the stack close a cycle (back edges)."""
-    predecessors: dict[str, set[str]] = {start: set()}
+def _pass_from(starts: tuple[str, ...], targets: Callable[[str], list[str]]) -> Pass:
+    """Depth-first from each start: edges to a node on the stack close a cycle (back edges)."""
+    predecessors: dict[str, set[str]] = {}
     back: set[tuple[str, str]] = set()
-    on_stack = {start}
     finished: set[str] = set()
-    stack = [(start, iter(targets(start)))]
-    while stack:
-        node, pending = stack[-1]
-        for target in pending:
-            if target in on_stack:
-                back.add((node, target))
-                continue
-            predecessors.setdefault(target, set()).add(node)
-            if target not in finished:
-                on_stack.add(target)
-                stack.append((target, iter(targets(target))))
-                break
-        else:
-            stack.pop()
-            on_stack.discard(node)
-            finished.add(node)
-    return Pass(start, predecessors, frozenset(back))
+    for start in starts:
+        predecessors.setdefault(start, set())
+        if start in finished:
+            continue  # reached from an earlier start
+        on_stack = {start}
+        stack = [(start, iter(targets(start)))]
+        while stack:
+            node, pending = stack[-1]
+            for target in pending:
+                if target in on_stack:
+                    back.add((node, target))
+                    continue
+                predecessors.setdefault(target, set()).add(node)
+                if target not in finished:
+                    on_stack.add(target)
+                    stack.append((target, iter(targets(target))))
+                    break
+            else:
+                stack.pop()
+                on_stack.discard(node)
+                finished.add(node)
+    return Pass(starts, predecessors, frozenset(back))
 
 
 def _strong_components(

@@ -21,11 +21,13 @@ Policies:
   §6.2. ``workflow_snapshot`` reads it and ``rerun_workflow`` carries on from it in a new
   task. A cancel of the task gives each node of the running layer a ``node_finished`` (not
   succeeded) too.
-- **A jump** (a ``Next``, or a conditional edge back to an earlier node, i.e. a loop) ends the
-  current pass: the run goes on from the jump's target alone. When several nodes of a layer
-  jump, the one added to the workflow first wins; the others' jumps are dropped (logged), and
-  so are the nodes the layer's other nodes chose. Every node's state update is merged either
-  way.
+- **A jump** (a ``Next``, or an edge back to an earlier node, i.e. a loop) replaces the
+  jumping node's other edges and routes, and ends the current pass: the run goes on with a
+  new pass from every target the layer's nodes jumped to, and from every node the old pass
+  had chosen and not run yet (the nodes the layer's other nodes chose included). So a loop in
+  one parallel branch does not drop its siblings, and a join after both still waits for
+  both; several nodes looping in one layer all go round. Every node's state update is merged
+  either way.
 - **Agent and sub-workflow nodes** run as child tasks of the workflow task, as nested agents
   do (``kernel.nested_agents``): the child's request names the workflow task as its parent
   (depth counted against ``AGENT_MAX_AGENT_DEPTH``), a stream of the workflow task carries
@@ -138,7 +140,7 @@ class _Walk:
     @classmethod
     def of(cls, workflow: Workflow[Any], position: WorkflowCheckpoint) -> _Walk:
         """The pass ``position`` is in, with its nodes resolved and chosen so far."""
-        plan = workflow.pass_from(position.pass_start)
+        plan = workflow.pass_from(position.pass_start, *position.pass_also)
         sorter = graphlib.TopologicalSorter(plan.predecessors)
         sorter.prepare()
         return cls(plan, sorter, set(position.resolved), set(position.chosen))
@@ -414,34 +416,25 @@ class _WorkflowRun:
         added = sum((results[name].usage for name in layer), start=TokenUsage())
         # Only the checkpoint's count: the task's own got each child's as it ended.
         usage = position.usage + added
-        jump, jumper = None, None
-        for name in layer:
-            asked = results[name].jump
-            if asked is None:
-                continue
-            if jump is None:
-                jump, jumper = asked, name
-            else:
-                log.warning(
-                    "workflow %s: %r and %r jumped in one layer; %r was added first and wins",
-                    workflow.name,
-                    jumper,
-                    name,
-                    jumper,
-                )
+        # Each node hands over by its Next, else by the edges and routes it takes; one that
+        # takes an edge back (a loop) hands over to that node only, as a Next would.
+        jumps: dict[str, Next] = {n: r.jump for n in layer if (r := results[n]).jump}
         picked: list[str] = []
-        if jump is None:
-            try:
-                for name in layer:
-                    for target in workflow.successors(name, self._state, number):
-                        if (name, target) in walk.plan.back_edges:
-                            if jump is None:  # a loop back: a jump without data
-                                jump, jumper = Next(target), name
-                        else:
-                            picked.append(target)
-            except WorkflowNodeError as exc:
-                self._state = given  # nothing of the layer is kept
-                await self._fail({exc.node: exc}, number, layer)
+        try:
+            for name in layer:
+                if name in jumps:
+                    continue
+                forward = []
+                for target in workflow.successors(name, self._state, number):
+                    if (name, target) not in walk.plan.back_edges:
+                        forward.append(target)
+                    elif name not in jumps:  # a loop back: a jump without data
+                        jumps[name] = Next(target)
+                if name not in jumps:
+                    picked.extend(forward)
+        except WorkflowNodeError as exc:
+            self._state = given  # nothing of the layer is kept
+            await self._fail({exc.node: exc}, number, layer)
         try:
             data = state_data(self._state)
         except StateDataError as exc:
@@ -450,18 +443,10 @@ class _WorkflowRun:
             by = ", ".join(map(repr, writers))
             failure = WorkflowNodeError(f"{exc} (written by {by})", node=writers[0], layer=number)
             await self._fail({writers[0]: failure}, number, layer)
-        if jump is not None:
-            following = WorkflowCheckpoint(
-                workflow=workflow.name,
-                workflow_version=workflow.version,
-                shape=workflow.shape,
-                state=data,
-                layers=number + 1,
-                pass_start=jump.node,
-                chosen=[jump.node],
-                data={jump.node: jump.data} if jump.data is not None else {},
-                usage=usage,
-            )
+        if jumps:
+            # A new pass, from every jump's target and every node this pass had chosen and
+            # not run yet: a loop in one branch does not drop its siblings' nodes.
+            following = self._after_jumps(position, walk, layer, jumps, picked, data, usage)
             walk = _Walk.of(workflow, following)
             upcoming = self._next_layer(walk)
         else:
@@ -483,18 +468,60 @@ class _WorkflowRun:
             following = self._finished(following, walk)
         async with context.unit_of_work():
             for name in layer:
-                own = results[name].jump
                 await context.emit(
                     WorkflowNodeFinished,
                     node=name,
                     layer=number,
                     succeeded=True,
                     updated=sorted(results[name].updates),
-                    jump=(jump.node if name == jumper and jump else own.node if own else None),
+                    jump=jumps[name].node if name in jumps else None,
                 )
             await self._executor.save(context, following)
             await self._started(upcoming, number + 1)
         return following, walk, upcoming
+
+    def _after_jumps(
+        self,
+        position: WorkflowCheckpoint,
+        walk: _Walk,
+        layer: list[str],
+        jumps: dict[str, Next],
+        picked: list[str],
+        state: dict[str, Any],
+        usage: TokenUsage,
+    ) -> WorkflowCheckpoint:
+        """The checkpoint of a new pass from the layer's ``jumps`` and the pending nodes."""
+        order = self._order.__getitem__
+        targets = list(dict.fromkeys(jumps[name].node for name in layer if name in jumps))
+        pending = (walk.chosen - walk.resolved - set(layer)) | set(picked)
+        carried = sorted(pending - set(targets), key=order)
+        data = {name: position.data[name] for name in carried if name in position.data}
+        for name in layer:
+            jump = jumps.get(name)
+            if jump is None or jump.data is None:
+                continue
+            if jump.node in data and data[jump.node] != jump.data:
+                log.warning(
+                    "workflow %s: two nodes jumped to %r with different data; the first "
+                    "added (before %r) gives it",
+                    self._workflow.name,
+                    jump.node,
+                    name,
+                )
+                continue
+            data[jump.node] = jump.data
+        return WorkflowCheckpoint(
+            workflow=self._workflow.name,
+            workflow_version=self._workflow.version,
+            shape=self._workflow.shape,
+            state=state,
+            layers=position.layers + 1,
+            pass_start=targets[0],
+            pass_also=[*targets[1:], *carried],
+            chosen=[*targets, *carried],
+            data=data,
+            usage=usage,
+        )
 
     async def _canceled(self, layer: list[str], number: int, done: dict[str, Any]) -> None:
         """Record that the task's cancel stopped the layer: each node gets its finish."""
