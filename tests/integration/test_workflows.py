@@ -331,11 +331,22 @@ async def test_state_or_jump_data_that_cannot_be_checkpointed_fails_clearly(sett
     jump_node.node("target", target)
     forget("odd-bytes")
     forget("odd-data")
+
+    class Hidden(BaseModel):
+        hidden: str = Field(default="", exclude=True)  # not in its dumps: not checkpointed
+
+    async def nothing(state: Hidden) -> None:
+        return None
+
+    hiding = Workflow("hides", Hidden).node("a", nothing)
+    forget("hides")
     async with create_kernel(settings) as kernel:
         bad_state = await run_workflow(kernel, bytes_node, Aliased())
         bad_data = await run_workflow(kernel, jump_node, Aliased())
         with pytest.raises(UsageError, match="'blob' of Aliased cannot be JSON data"):
             await run_workflow(kernel, bytes_node, Aliased(blob=b"\xff"))
+        with pytest.raises(UsageError, match=r"field\(s\) 'hidden' change in the round trip"):
+            await run_workflow(kernel, hiding, Hidden(hidden="lost on a resume"))
     assert bad_state.status is TaskStatus.FAILED
     assert "field(s) 'blob' of Aliased cannot be JSON data" in (bad_state.task.error or "")
     assert "(written by 'odd')" in (bad_state.task.error or "")
