@@ -401,10 +401,11 @@ class Workflow(Generic[S]):
             if all(self._always_stays(member, inside) for member in members):
                 problems.append(
                     f"the cycle through {shown} never ends: each of its nodes has an "
-                    "unconditional edge to another node of it, which is taken every time "
-                    "(a loop back wins over the routes and edges that leave, and an edge "
-                    "forward keeps the cycle going beside them); make one of those edges "
-                    "conditional (edge(..., when=...)), a route, or give a node a Next jump out"
+                    "unconditional edge to a node of the cycle (itself included), taken every "
+                    "time it runs (a loop back wins over the routes and edges that leave, and "
+                    "an edge forward keeps the cycle going beside them); make one of those "
+                    "edges conditional (edge(..., when=...)), a route, or give a node a Next "
+                    "jump out"
                 )
         return problems
 
