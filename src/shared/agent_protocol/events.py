@@ -108,9 +108,10 @@ class WorkflowNodeStarted(TaskEvent):
 
 
 class WorkflowNodeFinished(TaskEvent):
-    """A workflow node ended: its state updates merged, or it failed with ``error``.
+    """A workflow node ended: its state updates merged, or not (``error`` says why).
 
-    ``jump`` names the node it jumped to (a ``Next``), ``None`` when it did not jump.
+    Not succeeded: it failed, or its layer failed or was canceled. ``jump`` names the node
+    it jumped to (a ``Next``, or an edge back: a loop), ``None`` when it did not jump.
     """
 
     kind: Literal["workflow.node_finished"] = "workflow.node_finished"
