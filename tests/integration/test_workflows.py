@@ -292,13 +292,18 @@ async def test_a_state_survives_its_checkpoints_by_alias_and_with_nan_and_infini
     async def reads(state: Aliased) -> None:
         seen.append(state.x)  # neither writes score: NaN != NaN is no write
 
+    async def by_alias(state: Aliased) -> dict[str, int]:
+        return {"X": state.x + 1}  # a field may be named by its alias too
+
     workflow = (
         Workflow("aliased", Aliased, allow_fan_out=True)
         .node("first", first)
         .node("a", reads)
         .node("b", reads)
+        .node("last", by_alias)
         .edge("first", "a")
         .edge("first", "b")
+        .edge("a", "last")
     )
     forget("aliased")
     async with create_kernel(settings) as kernel:
@@ -310,8 +315,8 @@ async def test_a_state_survives_its_checkpoints_by_alias_and_with_nan_and_infini
     forget("starts")
     assert result.status is TaskStatus.SUCCEEDED, result.task.error
     assert seen == [7, 12, 12, 3]
-    assert result.state is not None and result.state.x == 12 and math.isnan(result.state.score)
-    assert snapshot is not None and snapshot.state.x == 12 and math.isnan(snapshot.state.score)
+    assert result.state is not None and result.state.x == 13 and math.isnan(result.state.score)
+    assert snapshot is not None and snapshot.state.x == 13 and math.isnan(snapshot.state.score)
     assert started.state == Aliased(X=3, score=float("-inf"))
 
 
