@@ -41,7 +41,8 @@ fails, and the host may retry)::
         ├── StorageError                a store could not read or write
         │   └── CorruptStateError       one task's stored state cannot be read
         ├── TurnLimitExceededError      the executor ran out of turns
-        ├── UsageLimitExceededError     going on would pass a token, cost, tool-call or time limit
+        ├── RunStoppedError             the run ends here: no replan, fallback or question
+        │   └── UsageLimitExceededError going on would pass a token, cost, tool-call or time limit
         ├── PlanningError               no valid plan within the retry bound
         ├── StructuredOutputError       the answer does not fit the requested model
         └── TaskFailedError             a task run for a typed result did not succeed
@@ -467,7 +468,17 @@ class TurnLimitExceededError(RunError):
     """The executor used all its turns without reaching an answer."""
 
 
-class UsageLimitExceededError(RunError):
+class RunStoppedError(RunError):
+    """The run must end here, failed: no strategy tries to recover from it.
+
+    Where other run failures lead to a replan, a fallback strategy or a question for a human,
+    this one goes straight through every executor to the task's end (``failed``, with this
+    error): the reason it was raised (a spent budget, a replay that no longer follows its
+    recording) holds for anything the run could try next.
+    """
+
+
+class UsageLimitExceededError(RunStoppedError):
     """Going on would pass one of the task's (or its session's) usage limits.
 
     ``limit`` names it (``input_tokens``, ``output_tokens``, ``total_tokens``, ``cost_usd``,

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from core_agent.contracts.errors import CoreAgentError
+from core_agent.contracts.errors import CoreAgentError, RunStoppedError
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest
 from core_agent.contracts.tool import ToolSpec
 from core_agent.orchestration.structured_output import OutputParseError, parse_model_output
@@ -65,6 +65,8 @@ class ModelAssistedClassifier:
                 )
             )
             verdict = parse_model_output(response.message.content or "", _Verdict)
+        except RunStoppedError:
+            raise  # the run must end (a replay that parted from its recording): no way round
         except (CoreAgentError, OutputParseError) as exc:
             return features, {"classifier": "deterministic", "model_error": str(exc)[:300]}
         adjusted = TaskFeatures(

@@ -25,7 +25,9 @@ denied one is shown to the model as denied).
 
 The task's usage limits are one budget for the whole run (the planner, every step, the
 synthesis and the fallback share its ``RunStats``): a step stopped by one ends the run with
-``UsageLimitExceededError`` at once, with no replan and no fallback.
+``UsageLimitExceededError`` at once, with no replan and no fallback. So does every
+``RunStoppedError`` (a replay that parted from its recording, say), wherever it is raised:
+nothing here recovers from it, and no human is asked about it.
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ from core_agent.contracts.errors import (
     ModelError,
     PlanningError,
     RunError,
+    RunStoppedError,
     StructuredOutputError,
-    UsageLimitExceededError,
 )
 from core_agent.contracts.executor import (
     Escalation,
@@ -197,7 +199,8 @@ class PlanExecuteExecutor(IExecutor):
             ApprovalPendingError: Risky calls of steps (or of the fallback) wait for a human;
                 what the run needs to resume is saved.
             CorruptStateError: A resumed run's checkpoint cannot be read.
-            UsageLimitExceededError: Going on would pass one of the task's usage limits.
+            RunStoppedError: The run must end (``UsageLimitExceededError``: going on would
+                pass one of the task's usage limits); raised wherever it happened.
         """
         tracer = Tracer.of(self._trace_store, context.task)
         # Every loop here keeps a journal, so a risky call can wait durably for a human.
@@ -217,6 +220,8 @@ class PlanExecuteExecutor(IExecutor):
                     await self._save(context, run, "executing")
                 await self._execute(context, tracer, run, allowed)
                 break
+            except RunStoppedError:
+                raise
             except PlanningError as exc:
                 run.failures.append(f"planning failed: {exc}")
                 return await self._fall_back(context, allowed, run)
@@ -239,6 +244,8 @@ class PlanExecuteExecutor(IExecutor):
     ) -> ExecutionOutcome:
         try:
             return await self._synthesize(context, run)
+        except RunStoppedError:
+            raise
         except ModelError as exc:
             run.failures.append(f"writing the answer failed: {type(exc).__name__}: {exc}")
             return await self._fall_back(context, allowed, run)
@@ -404,7 +411,7 @@ class PlanExecuteExecutor(IExecutor):
         limiter = anyio.CapacityLimiter(self._limits.max_parallel_steps)
         send, receive = anyio.create_memory_object_stream[tuple[str, _StepOutcome]](math.inf)
         failure: _StepFailed | None = None
-        spent: UsageLimitExceededError | None = None
+        stopped: RunStoppedError | None = None
         waiting: list[ApprovalRequest] = []
 
         async def run_step(step: PlanStep) -> None:
@@ -444,9 +451,10 @@ class PlanExecuteExecutor(IExecutor):
                         continue
                     step_id, outcome = await receive.receive()
                     in_flight -= 1
-                    if isinstance(outcome, UsageLimitExceededError):
-                        # The task's budget is spent: no replan, no fallback.
-                        spent = outcome
+                    if isinstance(outcome, RunStoppedError):
+                        # The run must end (the task's budget is spent, say): no replan, no
+                        # fallback.
+                        stopped = outcome
                         group.cancel_scope.cancel()
                         break
                     if isinstance(outcome, RunError):
@@ -461,8 +469,8 @@ class PlanExecuteExecutor(IExecutor):
                     if outcome is None:
                         continue
                     sorter.done(step_id)  # its result was saved with the step (``run_step``)
-        if spent is not None:
-            raise spent
+        if stopped is not None:
+            raise stopped
         if failure is not None:
             raise failure
         if waiting:
@@ -608,7 +616,7 @@ class PlanExecuteExecutor(IExecutor):
                 # usage up to here (limits count on from it).
                 await self._save(context, run, "falling_back")
                 raise ApprovalPendingError(suspended.requests) from None
-            except (StructuredOutputError, UsageLimitExceededError):
+            except (StructuredOutputError, RunStoppedError):
                 raise
             except RunError as exc:
                 failures.append(f"fallback ReAct failed: {type(exc).__name__}: {exc}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from core_agent.contracts.errors import ModelError
+from core_agent.contracts.errors import ModelError, RunStoppedError
 from core_agent.contracts.llm_gateway import (
     ILLMGateway,
     LLMRequest,
@@ -21,8 +21,13 @@ from core_agent.replay.recording import RecordedModelTurn
 from shared.agent_protocol import TokenUsage
 
 
-class ReplayDivergedError(ModelError):
-    """The rerun asked for a model answer the recording cannot give (never retried)."""
+class ReplayDivergedError(ModelError, RunStoppedError):
+    """The rerun asked for a model answer the recording cannot give.
+
+    A ``RunStoppedError``: never retried, and no strategy recovers from it (a replan, a
+    fallback or a question for a human would carry the rerun on with answers written for
+    another run, or live), so the rerun ends ``failed`` with it.
+    """
 
 
 class RecordedLLMGateway(ILLMGateway):
@@ -31,7 +36,8 @@ class RecordedLLMGateway(ILLMGateway):
     ``stop`` is asked before every answer: when it returns a reason (the run has already
     diverged from the recording), the call fails with ``ReplayDivergedError`` instead of
     handing the model's old answer to a run it no longer fits. A call beyond the recording
-    fails the same way, and is remembered in ``extra_call``.
+    fails the same way, and is remembered in ``extra_call``. Once one call failed so, every
+    later one fails with the same reason: the rerun has parted from the recording for good.
 
     The answers keep their recorded tokens, at no cost: nothing was paid for them again.
     """
@@ -48,6 +54,8 @@ class RecordedLLMGateway(ILLMGateway):
         """Answers handed out so far."""
         self.extra_call: str | None = None
         """Set when the run asked for more answers than the recording holds."""
+        self.diverged: str | None = None
+        """Why the answers stopped, once they did."""
         first = self._turns[0].model if self._turns else "none"
         self._name = f"recorded/{first}"
 
@@ -63,18 +71,23 @@ class RecordedLLMGateway(ILLMGateway):
             ReplayDivergedError: The run already diverged, or the recording has no more
                 answers.
         """
-        reason = self._stop()
-        if reason is not None:
-            raise ReplayDivergedError(
-                f"replay stopped: the run diverged from the recording ({reason}); "
-                "its recorded model answers no longer apply"
-            )
-        if self.calls >= len(self._turns):
-            self.extra_call = (
-                f"the run asked for model answer {self.calls + 1}; the recording has "
-                f"{len(self._turns)}"
-            )
-            raise ReplayDivergedError(f"replay stopped: {self.extra_call}")
+        if self.diverged is None:
+            reason = self._stop()
+            if reason is not None:
+                self.diverged = (
+                    f"replay stopped: the run diverged from the recording ({reason}); "
+                    "its recorded model answers no longer apply"
+                )
+            elif self.calls >= len(self._turns):
+                self.extra_call = (
+                    f"the run asked for model answer {self.calls + 1}; the recording has "
+                    f"{len(self._turns)}"
+                )
+                self.diverged = (
+                    f"replay stopped: the run diverged from the recording ({self.extra_call})"
+                )
+        if self.diverged is not None:
+            raise ReplayDivergedError(self.diverged)
         turn = self._turns[self.calls]
         self.calls += 1
         usage = TokenUsage(

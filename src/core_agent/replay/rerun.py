@@ -10,9 +10,12 @@ reused.
 
 The new run is watched step by step against the recording. At the first step that differs
 (another route, call, result, policy decision or approval, or a model answer the recording
-does not have) the model stops answering, so the run ends there instead of carrying on with
-answers written for another run. The report names that step and shows a diff; the rerun
-reproduced the task when every step matched, down to the final answer.
+does not have) the model stops answering, so the run ends there (``failed``, with
+``ReplayDivergedError``, a ``RunStoppedError`` that no strategy recovers from: no replan, no
+fallback, no question for a human) instead of carrying on with answers written for another
+run. Nothing of a rerun is left waiting for a human either: a decision taken later would
+carry it on outside the replay, with the configured model. The report names that step and
+shows a diff; the rerun reproduced the task when every step matched, down to the final answer.
 """
 
 from __future__ import annotations
@@ -215,6 +218,13 @@ async def rerun_task(
         finally:
             subscription.cancel()
         rerun = await kernel.get_task(rerun_id)
+        if not rerun.status.is_terminal:
+            # Nothing of a rerun waits for a human: a decision taken later would carry it on
+            # with the configured model and tools, outside this replay.
+            await kernel.cancel_task(
+                rerun_id, "a rerun does not wait for a human: it ended where it stopped"
+            )
+            rerun = await kernel.get_task(rerun_id)
         rerun_events = await kernel.task_events(rerun_id)
         rerun_spans = await kernel.task_spans(rerun_id)
     replayed = build_trajectory(rerun, rerun_events, rerun_spans)

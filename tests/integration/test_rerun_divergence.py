@@ -1,0 +1,83 @@
+"""A rerun ends at its first divergence under every strategy: nothing of it waits for a human
+or goes on live (reviewer's probe: a diverged plan-and-execute rerun became a question whose
+approval ran the task live, untainted)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from core_agent import AgentSettings, create_kernel, tool
+from core_agent.replay import rerun_task
+from shared.agent_protocol import TaskRequest, TaskStatus
+
+pytestmark = pytest.mark.anyio
+
+
+@tool(capabilities={"read"}, idempotent=True)
+def lookup(key: str) -> str:
+    """Look a fact up.
+
+    Args:
+        key: The fact's name.
+    """
+    return {"capital_fr": "Paris"}.get(key, "unknown")
+
+
+@tool(name="lookup", capabilities={"read"}, idempotent=True)
+def lookup_moved(key: str) -> str:
+    """Look a fact up (the data changed since).
+
+    Args:
+        key: The fact's name.
+    """
+    return {"capital_fr": "Lyon"}.get(key, "unknown")
+
+
+PLAN = {"steps": [{"id": "a", "goal": "look the capital up", "depends_on": []}]}
+SCRIPT = {
+    "conversations": [
+        {"match": "^Plan this task", "turns": [{"content": json.dumps(PLAN)}]},
+        {
+            "match": "^Your step \\(a\\)",
+            "turns": [
+                {"tool_calls": [{"name": "lookup", "arguments": {"key": "capital_fr"}}]},
+                {"content": "the capital is Paris"},
+            ],
+        },
+        {"match": "^Write the final answer", "turns": [{"content": "Paris."}]},
+    ]
+}
+
+
+def settings_for(tmp_path: Path) -> AgentSettings:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(SCRIPT))
+    return AgentSettings(
+        data_dir=tmp_path / "data", scripted_model_script=script, strategy_mode="plan_execute"
+    )
+
+
+async def test_a_diverged_plan_rerun_fails_and_leaves_no_question(tmp_path) -> None:
+    settings = settings_for(tmp_path)
+    async with create_kernel(settings, tools=[lookup]) as kernel:
+        recorded = await kernel.execute_task(TaskRequest(task="What is the capital of France?"))
+    assert recorded.status is TaskStatus.SUCCEEDED, recorded.error
+
+    # The tool now answers otherwise: the step's next model answer no longer applies, and
+    # neither a replan, the ReAct fallback nor a human's question may follow.
+    report = await rerun_task(
+        recorded.task_id, settings=settings, tools=[lookup_moved], tool_results="live"
+    )
+    assert not report.reproduced
+    assert report.status is TaskStatus.FAILED
+    async with create_kernel(settings, tools=[lookup]) as kernel:
+        assert await kernel.pending_approvals() == []
+        rerun = await kernel.get_task(report.rerun_task_id)
+        events = await kernel.task_events(report.rerun_task_id)
+    assert rerun.status is TaskStatus.FAILED
+    assert "diverged" in (rerun.error or "")
+    kinds = [event.kind for event in events]
+    assert "approval.requested" not in kinds
+    assert "strategy.fallback" not in kinds
+    assert kinds.count("plan.created") == 1  # no replan
