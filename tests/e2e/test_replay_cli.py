@@ -230,10 +230,34 @@ def test_bad_import_files_are_refused_in_one_line_and_store_nothing(
     cut.write_text("\n".join(lines[:-2]) + "\n")  # the last spans are missing
     garbage = recorded.root / "garbage.jsonl"
     garbage.write_text("\n".join([*lines[:-1], "{not json"]) + "\n")
+    # A span edited (reviewer's files): they failed with "internal error" (exit 1), and the
+    # task and its events were stored all the same, or they were taken, and stats then said
+    # cost $-inf.
+    last = json.loads(lines[-1])
+    deep = recorded.root / "deep.jsonl"
+    nested = '{"a":' * 900 + "1" + "}" * 900
+    text = json.dumps(last).replace('"attributes": {', f'"attributes": {{"deep": {nested}, ', 1)
+    deep.write_text("\n".join([*lines[:-1], text]) + "\n")
+    edited: dict[str, Path] = {}
+    for name, change in (
+        ("huge", {"tokens_in": 2**70}),
+        ("negative", {"cost_usd": -1e308}),
+        ("infinite", {"cost_usd": float("inf")}),
+        ("foreign", {"trace_id": "f" * 32}),
+    ):
+        span = json.loads(lines[-1])
+        span["span"].update(change)
+        edited[name] = recorded.root / f"{name}.jsonl"
+        edited[name].write_text("\n".join([*lines[:-1], json.dumps(span)]) + "\n")
     empty_dir = {**recorded.env, "AGENT_DATA_DIR": str(recorded.root / "untouched")}
     for path, message in (
         (cut, "the file is cut short or was edited"),
         (garbage, f"{garbage} line {len(lines)}: not JSON"),
+        (deep, f"{deep} line {len(lines)}: nested more than"),
+        (edited["huge"], f"line {len(lines)}: a number too large"),
+        (edited["negative"], "a span with negative cost or tokens"),
+        (edited["infinite"], f"line {len(lines)}: a number that is not finite"),
+        (edited["foreign"], "a span of another trace"),
     ):
         refused = run("import", str(path), env=empty_dir)
         assert refused.returncode == 2, refused.stderr

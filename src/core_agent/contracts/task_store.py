@@ -86,6 +86,22 @@ class ITaskStore(abc.ABC):
         """
         yield
 
+    @contextlib.asynccontextmanager
+    async def all_or_nothing(self) -> AsyncIterator[None]:
+        """A unit of work whose writes are all stored when the block ends, or none if it raises.
+
+        For records made elsewhere, stored whole or not at all (an import): unlike
+        ``unit_of_work``, whose writes happened and are kept, a block that raises here (a
+        record that fails to be prepared or written) leaves nothing behind. Only held-back
+        writes belong inside (events, inserted tasks, spans of stores sharing this store's
+        database), no status moves. Inside an open unit of work the writes join it once the
+        block has ended without error. This default commits every write at once, so a block
+        that raises may leave part of its writes: stores that can hold writes back should
+        override it.
+        """
+        async with self.unit_of_work():
+            yield
+
     async def flush(self) -> None:
         """Commit what the open unit of work holds so far; the unit stays open for more.
 
@@ -162,7 +178,7 @@ class ITaskStore(abc.ABC):
         For records made elsewhere: a task imported from an export, or the copy a fork starts
         from. ``events`` are in ``seq`` order and the first is the task's ``task.queued``.
         Inside a unit of work the writes join it, so they commit with the others (spans, a
-        checkpoint) or not at all.
+        checkpoint); inside ``all_or_nothing``, not at all if the block raises.
 
         Raises:
             StorageError: Nothing was written (for instance, the task's id, or an event's, is

@@ -10,12 +10,16 @@ One JSON object a line, each with its ``type`` and the format's ``version``:
 
 Everything in it was redacted when stored (keys and secrets never reach the stores). Reading
 one back checks it whole before anything is stored: a file cut short, edited by hand into
-something else, or written by a newer format is refused with one line saying where.
+something else, or written by a newer format is refused with one line saying where. So is
+one no run could have written, which the stores or what reads them would choke on: values
+nested deeper than ``MAX_NESTING``, numbers that are not finite or do not fit a 64-bit
+integer, spans of another trace than the task's, negative tokens or costs.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -41,6 +45,11 @@ IMPORTED = "imported"
 recorded (tool calls, their arguments, the workspace) came from a file, and is not run for
 real as it stands: ``replay --rerun --tools live`` refuses it, a fork of it is tainted."""
 """The version this code writes and the newest it reads."""
+MAX_NESTING = 64
+"""How deep a line's JSON may nest (a span's attributes, a tool call's arguments): a task's
+records are shallow, and a deeper value fails to be stored or read back (recursion)."""
+_INT_RANGE = range(-(2**63), 2**63)
+"""What SQLite (and most readers) store as an integer."""
 
 _EVENT: TypeAdapter[AgentEvent] = TypeAdapter(AgentEvent)
 _SPAN: TypeAdapter[Span] = TypeAdapter(Span)
@@ -134,8 +143,15 @@ class ExportReader:
             record = json.loads(text)
         except json.JSONDecodeError as exc:
             raise self._fail(f"not JSON ({exc.msg}, column {exc.colno})", number) from None
+        except RecursionError:
+            raise self._fail(f"nested more than {MAX_NESTING} levels deep", number) from None
+        except ValueError as exc:  # an integer of more digits than Python converts
+            raise self._fail(f"not JSON this reads ({exc})", number) from None
         if not isinstance(record, dict):
             raise self._fail("not a JSON object", number)
+        problem = _unstorable(record)
+        if problem is not None:
+            raise self._fail(problem, number)
         version = record.get("version")
         if not isinstance(version, int):
             raise self._fail("no format version", number)
@@ -193,6 +209,19 @@ class ExportReader:
         strangers.discard(task.task_id)
         if strangers:
             raise self._fail(f"records of other tasks ({', '.join(sorted(strangers))})")
+        for span in spans:
+            # A task's spans are its own trace's: another trace's would be shown in that
+            # trace's tree (another task's, perhaps), and count in its metrics.
+            if span.trace_id != task.trace_id:
+                raise self._fail(
+                    f"a span of another trace ({span.span_id} is in trace {span.trace_id}, "
+                    f"the task's is {task.trace_id})"
+                )
+            counts = (span.tokens_in, span.tokens_out, span.cost_usd)
+            if any(count is not None and count < 0 for count in counts):
+                raise self._fail(f"a span with negative cost or tokens ({span.span_id})")
+            if span.ended_at < span.started_at:
+                raise self._fail(f"a span that ends before it starts ({span.span_id})")
         seqs = [event.seq for event in events]
         if seqs != sorted(set(seqs)):
             raise self._fail("the events are not in order (their seq numbers must rise)")
@@ -205,3 +234,23 @@ class ExportReader:
                 f"task {task.task_id} is {task.status.value}: only a task that has ended can "
                 "be imported (its run cannot be carried on from an export)"
             )
+
+
+def _unstorable(value: object) -> str | None:
+    """Why ``value`` (a parsed line) cannot be stored and read back, if it cannot."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= MAX_NESTING:
+                return f"nested more than {MAX_NESTING} levels deep"
+            members = item.values() if isinstance(item, dict) else item
+            stack.extend((member, depth + 1) for member in members)
+        elif isinstance(item, bool):
+            continue
+        elif isinstance(item, int):
+            if item not in _INT_RANGE:
+                return f"a number too large ({item.bit_length()} bits): no run records one"
+        elif isinstance(item, float) and not math.isfinite(item):
+            return f"a number that is not finite ({item}): no run records one"
+    return None

@@ -179,8 +179,8 @@ class TaskRecords:
         over. ``source`` names the file in error messages.
 
         Raises:
-            UsageError: The lines are no complete export (one line says where), or this data
-                directory already has the task.
+            UsageError: The lines are no complete export (one line says where), hold records
+                that cannot be stored, or this data directory already has the task.
             StorageError: Storing failed; nothing was stored.
         """
         from core_agent.container import build_redactor
@@ -216,8 +216,16 @@ class TaskRecords:
                 f"trace id {task.trace_id} is already another task's in this data directory: "
                 "the file is a copy of a task here, edited"
             )
-        async with tasks.unit_of_work():
-            await tasks.insert_task(task, export.events)
-            for span in export.spans:
-                await traces.record(span)
+        try:
+            # Nothing of it if any of it fails: a unit of work would keep what was written.
+            async with tasks.all_or_nothing():
+                await tasks.insert_task(task, export.events)
+                for span in export.spans:
+                    await traces.record(span)
+        except (RecursionError, OverflowError, ValueError) as exc:
+            # A record the reader's checks let through that cannot be prepared or stored
+            # here: the file's fault, and nothing of it was stored.
+            raise UsageError(
+                f"{source}: cannot be stored ({type(exc).__name__}: {exc}); nothing was stored"
+            ) from exc
         return ImportedTask(task.task_id, len(export.events), len(export.spans))

@@ -148,6 +148,12 @@ class RedactingTaskStore(ITaskStore):
         async with self._inner.unit_of_work():
             yield
 
+    @contextlib.asynccontextmanager
+    async def all_or_nothing(self) -> AsyncIterator[None]:
+        """See ``ITaskStore.all_or_nothing``."""
+        async with self._inner.all_or_nothing():
+            yield
+
     async def flush(self) -> None:
         """See ``ITaskStore.flush``."""
         await self._inner.flush()

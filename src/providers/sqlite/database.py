@@ -588,6 +588,31 @@ class SqliteDatabase:
                         # The block's own error is the one to propagate.
                         log.exception("a callback after a unit of work failed")
 
+    @asynccontextmanager
+    async def all_or_nothing(self) -> AsyncIterator[None]:
+        """Hold back ``write`` calls made inside; apply them in one transaction if it completes.
+
+        When the block raises (or is cancelled), its writes are dropped and its
+        ``after_commit`` callbacks never run: nothing of it happened. Inside an open unit of
+        work, the writes of a block that completed join that unit.
+        """
+        with self.held_apart() as unit:
+            yield
+        outer = _open_unit(self)
+        if outer is not None:
+            offset = len(outer.writes)  # ``owners`` index the writes: they move up by this
+            outer.writes.extend(unit.writes)
+            for owner, callback in zip(unit.owners or [], unit.after_commit, strict=True):
+                outer.after_commit.append(callback)
+                if outer.owners is not None:
+                    outer.owners.append(owner + offset)
+            return
+        if unit.writes:
+            with anyio.CancelScope(shield=True):
+                await self._commit(unit)
+        for callback in unit.after_commit:
+            await callback()
+
     async def _commit(self, unit: _Unit) -> None:
         if not unit.writes:
             return

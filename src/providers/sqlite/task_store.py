@@ -315,6 +315,12 @@ class SqliteTaskStore(ITaskStore):
         async with self._db.unit_of_work():
             yield
 
+    @contextlib.asynccontextmanager
+    async def all_or_nothing(self) -> AsyncIterator[None]:
+        """See ``ITaskStore.all_or_nothing``: held apart, then one transaction (or none)."""
+        async with self._db.all_or_nothing():
+            yield
+
     async def flush(self) -> None:
         """See ``ITaskStore.flush``."""
         await self._db.flush()
