@@ -248,3 +248,62 @@ def test_calls_of_one_turn_compare_in_the_order_the_model_asked_for_them() -> No
         ("tool_call", "b"),
         ("tool_result", "b"),
     ]
+
+
+def _numbered(made: list) -> list:
+    return [
+        kind(event_id=f"e{n}", task_id="t1", seq=n, occurred_at=at(n), **fields)
+        for n, (kind, fields) in enumerate(made, start=1)
+    ]
+
+
+def _turn(*calls: ToolCall) -> tuple:
+    return (
+        LLMCompleted,
+        {
+            "model": "m",
+            "message": AssistantMessage(tool_calls=calls),
+            "usage": TokenUsage(),
+            "latency_ms": 1.0,
+        },
+    )
+
+
+def _result(call: ToolCall, content: str) -> tuple:
+    return (
+        ToolCompleted,
+        {"result": ToolResult(call_id=call.id, name=call.name, content=content), "latency_ms": 1},
+    )
+
+
+@pytest.mark.parametrize("side_by_side", [True, False])
+def test_calls_sharing_an_id_are_each_a_step(side_by_side) -> None:
+    # Plan steps running side by side each number their calls from call_1_1 (reviewer: one
+    # step's "tool call calculator(2+2)" was missing while its policy and result were
+    # listed); and one model turn may give two calls the same id.
+    b = ToolCall(id="call_1_1", name="calculator", arguments={"expression": "1+1"})
+    c = ToolCall(id="call_1_1", name="calculator", arguments={"expression": "2+2"})
+    queued = (TaskQueued, {"session_id": "s1", "trace_id": "r1", "request": TaskRequest(task="x")})
+    if side_by_side:
+        made = [queued, _turn(b), _turn(c), (ToolStarted, {"tool_call": b})]
+        made += [(ToolStarted, {"tool_call": c}), _result(b, "2"), _result(c, "4")]
+    else:
+        made = [queued, _turn(b, c), (ToolStarted, {"tool_call": b})]
+        made += [(ToolStarted, {"tool_call": c}), _result(b, "2"), _result(c, "4")]
+    trajectory = build_trajectory(task(), _numbered(made))
+    calls = [s.data["arguments"] for s in trajectory.steps if s.kind == "tool_call"]
+    assert calls == [{"expression": "1+1"}, {"expression": "2+2"}]
+
+
+def test_two_identical_calls_of_one_turn_are_two_steps_and_a_repeat_is_none() -> None:
+    dup = ToolCall(id="dup", name="search", arguments={"q": "it"})
+    queued = (TaskQueued, {"session_id": "s1", "trace_id": "r1", "request": TaskRequest(task="x")})
+    made = [queued, _turn(dup, dup), (ToolStarted, {"tool_call": dup})]
+    made += [(ToolStarted, {"tool_call": dup}), _result(dup, "1"), _result(dup, "2")]
+    steps = build_trajectory(task(), _numbered(made)).steps
+    assert [s.kind for s in steps].count("tool_call") == 2
+    # One call, announced again after a human's answer: one step.
+    again = [queued, _turn(dup), (ToolStarted, {"tool_call": dup})]
+    again += [(ToolStarted, {"tool_call": dup}), _result(dup, "1")]
+    steps = build_trajectory(task(), _numbered(again)).steps
+    assert [s.kind for s in steps].count("tool_call") == 1

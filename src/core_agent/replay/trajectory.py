@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -205,12 +206,22 @@ class TrajectoryBuilder:
 
     A call that waits for a human is announced twice (before it is asked about, and when it
     starts after the answer): the second announcement is not a step of its own.
+
+    Call ids are the model's and need not be unique: the steps of a plan run side by side
+    each number their calls from the start, and a model may give two calls one id. So a call
+    is known by its id, tool and arguments together: each call a model turn asked for is one
+    step when it is first announced (two identical ones, two steps, in order), and only an
+    announcement beyond what the turns asked for, of a call still open, is a repeat.
     """
 
     def __init__(self) -> None:
         self.steps: list[ReplayStep] = []
-        self._open_calls: set[str] = set()
-        """Calls announced whose result has not come yet (by call id)."""
+        self._asked: Counter[_CallIdentity] = Counter()
+        """Calls the model turns asked for so far."""
+        self._announced: Counter[_CallIdentity] = Counter()
+        """Of those, the ones announced (a step made)."""
+        self._open: Counter[_CallIdentity] = Counter()
+        """Calls announced whose result has not come yet."""
 
     def add(self, event: TaskEvent) -> list[ReplayStep]:
         """The steps ``event`` makes (none for bookkeeping events), appended to ``steps``."""
@@ -267,6 +278,7 @@ class TrajectoryBuilder:
             ]
         if kind == "llm.completed":
             message = data.message
+            self._asked.update(_identity(call) for call in message.tool_calls)
             return [
                 (
                     "model",
@@ -282,9 +294,12 @@ class TrajectoryBuilder:
             ]
         if kind == "tool.started":
             call = data.tool_call
-            if call.id in self._open_calls:
+            identity = _identity(call)
+            if self._announced[identity] < self._asked[identity]:
+                self._announced[identity] += 1
+            elif self._open[identity]:
                 return []  # started again after a human's answer: the same call
-            self._open_calls.add(call.id)
+            self._open[identity] += 1
             return [("tool_call", {**_call(call), "call_id": call.id})]
         if kind == "tool.hook_applied":
             return [("hook", _pick(data.model_dump(mode="json"), *_HOOK_FIELDS))]
@@ -338,7 +353,10 @@ class TrajectoryBuilder:
             ]
         if kind == "tool.completed":
             result = data.result
-            self._open_calls.discard(result.call_id)
+            for identity in self._open:
+                if identity[:2] == (result.call_id, result.name) and self._open[identity]:
+                    self._open[identity] -= 1
+                    break
             return [
                 (
                     "tool_result",
@@ -392,6 +410,17 @@ class TrajectoryBuilder:
 
 
 _HOOK_FIELDS = ("call_id", "tool", "hook", "action", "reason", "arguments")
+
+_CallIdentity = tuple[str, str, str]
+"""A call's id, tool and arguments (as canonical JSON, or the raw text the model sent)."""
+
+
+def _identity(call: Any) -> _CallIdentity:
+    if call.arguments is None:
+        arguments = f"raw:{call.raw_arguments}"
+    else:
+        arguments = json.dumps(call.arguments, sort_keys=True, default=str)
+    return call.id, call.name, arguments
 
 
 def span_step_data(span: Span) -> dict[str, Any]:
