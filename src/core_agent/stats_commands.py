@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from datetime import datetime
 
 from rich.console import Console
@@ -42,10 +43,26 @@ async def stats(args: argparse.Namespace, kernel: AgentKernel) -> int:
     async with kernel:
         metrics = await kernel.metrics(since=args.since, session_id=args.session)
     if args.json:
-        print(json.dumps(metrics.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        report = _finite(metrics.model_dump(mode="json"))
+        print(json.dumps(report, indent=2, ensure_ascii=False, allow_nan=False))
         return EXIT_OK
     print_metrics(Console(highlight=False), metrics)
     return EXIT_OK
+
+
+def _finite(value: object) -> object:
+    """``value`` with every number JSON has no word for as ``null`` (unknown).
+
+    Only damaged rows make one (an infinite or NaN sum); the output stays JSON any reader
+    takes.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 def print_metrics(console: Console, metrics: AgentMetrics) -> None:
@@ -165,4 +182,4 @@ def _rate(rate: float | None) -> str:
 
 
 def _cost(cost: float | None) -> str:
-    return "unknown" if cost is None else f"${cost:.4f}"
+    return "unknown" if cost is None or not math.isfinite(cost) else f"${cost:.4f}"

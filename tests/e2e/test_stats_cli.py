@@ -113,6 +113,9 @@ def test_since_and_session_select_tasks(stats, stats_data: StatsData) -> None:  
         (("--since=-3h",), "argument --since: cannot read '-3h'"),
         (("--since",), "argument --since: expected one argument"),
         (("--session", "no-such-session"), "no session with id 'no-such-session'"),
+        # Reviewer: a raw OverflowError traceback, exit 1.
+        (("--since", "999999999d"), "argument --since: '999999999d' goes back before"),
+        (("--since", "9" * 400 + "h"), "goes back before"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(stats, args: tuple[str, ...], fragment: str) -> None:  # type: ignore[no-untyped-def]
@@ -122,3 +125,34 @@ def test_bad_input_is_one_line_and_exit_2(stats, args: tuple[str, ...], fragment
     assert out == ""
     assert fragment in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_json_stays_json_over_damaged_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Reviewer: spans of huge negative cost (imported before import refused them) summed to
+    # -inf, and ``stats --json`` printed "cost_usd": -Infinity, which no JSON reader takes.
+    import sqlite3
+
+    from core_agent import create_kernel
+    from shared.agent_protocol import TaskRequest
+
+    settings = AgentSettings(data_dir=tmp_path / "data", recovery="off")
+
+    async def one_task() -> None:
+        async with create_kernel(settings) as kernel:
+            await kernel.execute_task(TaskRequest(task="What is 2 + 2?"))
+
+    anyio.run(one_task)
+    with sqlite3.connect(settings.database_path) as db:
+        db.execute("UPDATE agent_traces SET cost_usd = -1e308")
+    monkeypatch.setenv("AGENT_DATA_DIR", str(settings.data_dir))
+    assert main(["stats", "--json"]) == 0
+    out = capsys.readouterr().out
+
+    def refuse(word: str) -> None:
+        raise AssertionError(f"not JSON: {word}")
+
+    json.loads(out, parse_constant=refuse)
+    assert main(["stats"]) == 0
+    assert "inf" not in capsys.readouterr().out

@@ -53,13 +53,19 @@ def moment_since(text: str, *, now: datetime) -> datetime:
     zone (pass local time for what a person types); a date alone is its midnight.
 
     Raises:
-        UsageError: ``text`` is neither (the message lists the accepted forms).
+        UsageError: ``text`` is neither, or goes back before the year 1 (the message lists
+            the accepted forms).
     """
     value = text.strip()
     relative = _RELATIVE.fullmatch(value)
     if relative is not None:
         amount, unit = relative.groups()
-        return now - float(amount) * _UNITS[unit.lower()]
+        try:
+            return now - float(amount) * _UNITS[unit.lower()]
+        except OverflowError:  # past what a date holds (year 1), or a duration that long
+            raise UsageError(
+                f"{text!r} goes back before the first date there is: give {SINCE_FORMS}"
+            ) from None
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
