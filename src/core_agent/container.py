@@ -543,8 +543,9 @@ def mcp_server_secrets(settings: AgentSettings) -> list[str]:
 def load_span_exporter(settings: AgentSettings) -> ISpanExporter | None:
     """The span exporter the settings name, or ``None`` when spans stay on this machine.
 
-    A name that is not installed, or an exporter whose optional extra is missing, leaves
-    export off with a warning: a task never fails for want of telemetry.
+    A name that is not installed, an exporter whose optional extra is missing, or one that
+    fails to be built for any reason but its settings, leaves export off with a warning: a
+    task never fails for want of telemetry.
 
     Raises:
         ConfigurationError: The exporter's settings are wrong (no endpoint, say).
@@ -556,6 +557,13 @@ def load_span_exporter(settings: AgentSettings) -> ISpanExporter | None:
         return load_provider(SPAN_EXPORTERS, name, settings, ISpanExporter)  # type: ignore[type-abstract]
     except (ProviderNotFoundError, ExtraNotInstalledError) as exc:
         log.warning("spans are not exported: %s", exc)
+        return None
+    except ConfigurationError:
+        raise
+    except Exception as exc:
+        # An exporter that fails to be built for a reason of its own (a bug, a setting its
+        # checks let through): the tasks run, unexported, and the log says why.
+        log.warning("spans are not exported: %s: %s", type(exc).__name__, exc)
         return None
 
 

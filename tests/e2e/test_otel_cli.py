@@ -116,6 +116,18 @@ def test_export_errors_are_one_line(
     ]
     bad = cli("export", "last", "--otlp", "localhost:4318", data_dir=tmp_path, site=site)
     assert bad.returncode == 2 and "is not an http:// or https:// URL" in bad.stderr
+    # Reviewer: an unclosed IPv6 host was "internal error: ValueError: Invalid IPv6 URL", for
+    # export and for every run (AGENT_OTEL_ENDPOINT).
+    for url in ("http://[::1", "http://localhost:port"):
+        broken = cli("export", "last", "--otlp", url, data_dir=tmp_path, site=site)
+        assert broken.returncode == 2, broken.stderr
+        assert len(broken.stderr.strip().splitlines()) == 1, broken.stderr
+        assert "is not an http:// or https:// URL" in broken.stderr
+    run = cli("run", "What is 1 + 1?", data_dir=tmp_path, site=site, AGENT_OTEL_ENDPOINT=url)
+    assert run.returncode == 2, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert "AGENT_OTEL_ENDPOINT" in line.upper() or "otel_endpoint" in line, line
+    assert "internal error" not in line
 
     collector.status = 400
     refused = cli("export", "last", "--otlp", collector.endpoint, data_dir=tmp_path, site=site)

@@ -18,6 +18,7 @@ import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import platformdirs
 from dotenv import dotenv_values
@@ -558,6 +559,15 @@ def http_url(value: str) -> str:
     scheme, _, rest = value.strip().partition("://")
     if scheme.lower() not in ("http", "https") or not rest.strip("/"):
         raise ValueError(f"must be an http:// or https:// URL, not {value!r}")
+    try:
+        # What every client of it reads it with: an unclosed [IPv6] host or a port that is
+        # no number fails there, as a ValueError nobody expects (a run's, an export's).
+        parts = urlsplit(value.strip())
+        _ = parts.port  # read: one out of range or no number raises
+    except ValueError as exc:
+        raise ValueError(f"must be an http:// or https:// URL, not {value!r} ({exc})") from None
+    if not parts.hostname:
+        raise ValueError(f"must be an http:// or https:// URL with a host, not {value!r}")
     return value.strip()
 
 
