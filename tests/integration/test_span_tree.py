@@ -244,6 +244,11 @@ async def test_without_content_the_tree_is_whole_and_holds_no_content(
         if CONTENT_ATTRIBUTES & set(s.attributes)
     ]
     assert "Tuesday" not in json.dumps([s.attributes for s in spans])
+    # Reviewer: the route span held the task's clauses, and a policy span's reason may quote
+    # a command's line: the policy's verdict and rule stay, its words are content.
+    assert "deploy" not in json.dumps([s.attributes for s in spans]).lower()
+    assert by_kind["policy"] and not [s for s in by_kind["policy"] if "reason" in s.attributes]
+    assert all("rule" in s.attributes for s in by_kind["policy"])
     # What is not content stays: ids, scores, counts, tokens, decisions.
     (retrieval,) = by_kind["retrieval"]
     assert retrieval.attributes["hits"][0]["chunk_id"]

@@ -79,6 +79,7 @@ from core_agent.kernel.task_references import find_task_id
 from core_agent.memory.hybrid_memory import recall_message
 from core_agent.memory.ingestion import IngestionPipeline, IngestProgress, IngestResult
 from core_agent.observability.metrics import collect_metrics
+from core_agent.observability.span_content import route_features
 from core_agent.observability.tracer import Tracer, new_trace_id
 from core_agent.prompts import PromptSet, default_prompts
 from core_agent.safety.approval_gateway import CallbackApprovalGateway
@@ -1426,7 +1427,7 @@ class AgentKernel:
                     "strategy": decision.strategy,
                     "reason": decision.reason,
                     "forced": decision.forced,
-                    "features": decision.features,
+                    "features": route_features(decision.features, content=tracer.content),
                 },
             )
             await lifecycle.events(

@@ -48,3 +48,22 @@ def message_record(tracer: Tracer, message: ChatMessage) -> dict[str, Any]:
 def messages_record(tracer: Tracer, messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """Each of ``messages`` as ``message_record`` gives it."""
     return [message_record(tracer, message) for message in messages]
+
+
+ROUTE_TEXT_FEATURES = ("clauses",)
+"""Routing features that are pieces of the task's text (the rest are counts and names)."""
+
+
+def route_features(features: dict[str, Any], *, content: bool) -> dict[str, Any]:
+    """The router's features as the route span records them.
+
+    Without content recording, a feature that quotes the task's text is recorded as how
+    many pieces it had (``clauses: 3``), so the span tells why the route was chosen without
+    holding the task.
+    """
+    if content:
+        return features
+    return {
+        name: len(value) if name in ROUTE_TEXT_FEATURES and isinstance(value, list) else value
+        for name, value in features.items()
+    }

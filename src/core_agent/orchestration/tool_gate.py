@@ -109,9 +109,17 @@ class ToolCallGate:
                 "denied": decision.denied,
                 "approval_required": needs_approval,
                 "tainted": context.run.tainted,
-                "reason": decision.reason,
-                "unproven": list(judgement.assessment.unproven[:10]),
                 "network": decision.allow_network,
+                # Why, in the policy's words, quotes the call (a command's line, a path):
+                # content, recorded only with it. The verdict and the rule are not.
+                **(
+                    {
+                        "reason": tracer.text(decision.reason),
+                        "unproven": [tracer.text(u) for u in judgement.assessment.unproven[:10]],
+                    }
+                    if tracer.content
+                    else {"unproven": len(judgement.assessment.unproven)}
+                ),
             },
         )
         await context.emit(
