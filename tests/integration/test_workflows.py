@@ -143,6 +143,24 @@ async def test_a_next_jumps_to_a_named_node_with_data(settings) -> None:
     assert result.state == Notes(verdict="nothing to fix", count=1)
     assert finished[0].jump == "report"
 
+    # replay shows the nodes, and diff compares them (reviewer: only the route, memory and
+    # the answer were shown).
+    from core_agent.replay import TaskRecords
+    from core_agent.replay.rendering import step_text
+
+    async with TaskRecords(settings) as records:
+        trajectory = await records.trajectory(result.task_id)
+    nodes = [(s.kind, s.data["node"]) for s in trajectory.steps if s.kind.startswith("node")]
+    assert nodes == [
+        ("node", "check"),
+        ("node_done", "check"),
+        ("node", "report"),
+        ("node_done", "report"),
+    ]
+    done = [s for s in trajectory.compared if s.kind == "node_done"]
+    assert step_text(done[0]) == "check: wrote count → report"
+    assert done[0].key is not None and done[0].key["jump"] == "report"
+
 
 async def test_conditional_edges_choose_the_branch_and_end_a_loop(settings) -> None:
     async def draft(state: Notes) -> dict[str, int]:

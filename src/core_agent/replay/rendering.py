@@ -31,6 +31,8 @@ LABELS = {
     "plan": "plan",
     "plan_step": "plan step",
     "plan_step_done": "step done",
+    "node": "node",
+    "node_done": "node done",
     "model": "model",
     "tool_call": "tool call",
     "hook": "hook",
@@ -96,6 +98,14 @@ def step_text(step: ReplayStep) -> str:
     if kind == "plan_step_done":
         outcome = data["output"] if data["succeeded"] else f"failed: {data['error']}"
         return f"{data['step_id']}: {_clipped(outcome)}"
+    if kind == "node":
+        return f"{data['node']} (layer {data['layer']})"
+    if kind == "node_done":
+        if not data["succeeded"]:
+            return f"{data['node']}: failed: {_clipped(data['error'])}"
+        wrote = ", ".join(data["updated"]) or "nothing"
+        jump = f" → {data['jump']}" if data["jump"] else ""
+        return f"{data['node']}: wrote {wrote}{jump}"
     if kind == "model":
         usage = data["usage"]
         head = (

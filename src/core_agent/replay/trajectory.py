@@ -1,9 +1,9 @@
 """A task's trajectory: what it did, step by step, read from its events and spans alone.
 
 The events hold the whole run (the route, every model turn with its message and usage,
-every tool call with its arguments and result, policy decisions, approvals, plan steps, how
-it ended); retrieval and memory spans add what was looked up. A trajectory numbers them as
-steps, in order. No model is called and no tool runs to build one.
+every tool call with its arguments and result, policy decisions, approvals, plan steps, a
+workflow's nodes, how it ended); retrieval and memory spans add what was looked up. A
+trajectory numbers them as steps, in order. No model is called and no tool runs to build one.
 
 Each step has a ``key``: what must be the same for two runs to have done the same thing
 (a call's tool and arguments, a result's text, a decision's verdict), without what always
@@ -34,6 +34,8 @@ StepKind = Literal[
     "plan",
     "plan_step",
     "plan_step_done",
+    "node",
+    "node_done",
     "model",
     "tool_call",
     "hook",
@@ -170,6 +172,10 @@ def step_key(kind: StepKind, data: dict[str, Any]) -> dict[str, Any] | None:
         return _pick(data, "step_id", "goal")
     if kind == "plan_step_done":
         return _pick(data, "step_id", "succeeded", "output", "error")
+    if kind == "node":
+        return _pick(data, "node", "layer")
+    if kind == "node_done":
+        return _pick(data, "node", "layer", "succeeded", "updated", "jump", "error")
     if kind == "model":
         calls = [
             {"name": c["name"], "arguments": c["arguments"], "raw_arguments": c["raw_arguments"]}
@@ -272,6 +278,22 @@ class TrajectoryBuilder:
                         "step_id": data.step_id,
                         "succeeded": data.succeeded,
                         "output": data.output,
+                        "error": data.error,
+                    },
+                )
+            ]
+        if kind == "workflow.node_started":
+            return [("node", {"node": data.node, "layer": data.layer})]
+        if kind == "workflow.node_finished":
+            return [
+                (
+                    "node_done",
+                    {
+                        "node": data.node,
+                        "layer": data.layer,
+                        "succeeded": data.succeeded,
+                        "updated": list(data.updated),
+                        "jump": data.jump,
                         "error": data.error,
                     },
                 )
