@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 TOKEN_HEADER = "x-core-agent-token"
 TOKEN_PARAMETER = "token"
+DEFAULT_HTTP_PORT = 80
 
 SECURITY_HEADERS = {
     # Nothing is loaded from anywhere but the viewer itself, nothing runs (no script), and no
@@ -54,7 +55,12 @@ class LocalAccess:
     def __init__(self, app: ASGIApp, *, token: str, port: int) -> None:
         self._app = app
         self._token = token
-        self._hosts = frozenset({f"127.0.0.1:{port}", f"localhost:{port}"})
+        names = ("127.0.0.1", "localhost")
+        hosts = {f"{name}:{port}" for name in names}
+        if port == DEFAULT_HTTP_PORT:
+            # A browser leaves http's own port out of Host and Origin.
+            hosts.update(names)
+        self._hosts = frozenset(hosts)
         self._origins = frozenset(f"http://{host}" for host in self._hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -25,8 +25,8 @@ async def _page(request: Request) -> PlainTextResponse:
 APP = Starlette(routes=[Route("/", _page, methods=["GET", "POST"])])
 
 
-def _client(address: str = "127.0.0.1") -> httpx.AsyncClient:
-    guarded = LocalAccess(APP, token=TOKEN, port=PORT)
+def _client(address: str = "127.0.0.1", port: int = PORT) -> httpx.AsyncClient:
+    guarded = LocalAccess(APP, token=TOKEN, port=port)
     transport = httpx.ASGITransport(app=guarded, client=(address, 50000))
     return httpx.AsyncClient(transport=transport, base_url=HOME)
 
@@ -57,6 +57,18 @@ async def test_a_page_under_another_name_is_refused(client) -> None:
         refused = await client.get("/", params={"token": TOKEN}, headers={"host": host})
         assert refused.status_code == 403, host
         assert "Host" in refused.text
+
+
+async def test_on_port_80_the_address_a_browser_sends_has_no_port() -> None:
+    # Reviewer: `core-agent ui --port 80` refused its own printed URL (Host: 127.0.0.1).
+    async with _client(port=80) as client:
+        for host in ("127.0.0.1", "localhost", "127.0.0.1:80"):
+            own = {"host": host, "origin": f"http://{host}", "sec-fetch-site": "same-origin"}
+            let_in = await client.post("/", params={"token": TOKEN}, headers=own)
+            assert let_in.status_code == 200, host
+        for host in ("evil.example", "127.0.0.1:8123"):
+            refused = await client.get("/", params={"token": TOKEN}, headers={"host": host})
+            assert refused.status_code == 403, host
 
 
 async def test_requests_from_another_site_are_refused(client) -> None:
