@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from core_agent.contracts.trace_store import CONTENT_ATTRIBUTES
+from core_agent.observability.span_tree import span_tree
 from core_agent.safety.terminal_text import printable
 
 if TYPE_CHECKING:
@@ -185,7 +186,7 @@ def print_span_tree(console: Console, task: TaskState, spans: Sequence[Span]) ->
     """The spans as a tree (children under their parent, in start order) with durations.
 
     A span whose parent is not stored (the task's root before the task ends, or after a
-    crash) hangs under the title.
+    crash), or whose parents form a loop, hangs under the title (``span_tree``).
     """
     from rich.text import Text
     from rich.tree import Tree
@@ -195,16 +196,9 @@ def print_span_tree(console: Console, task: TaskState, spans: Sequence[Span]) ->
         f"session {task.session_id})"
     )
     tree = Tree(title)
-    known = {span.span_id for span in spans}
-    children: dict[str | None, list[Span]] = {}
-    for span in sorted(spans, key=lambda s: s.started_at):
-        parent = span.parent_span_id if span.parent_span_id in known else None
-        children.setdefault(parent, []).append(span)
-    # Parents first, whatever their start: a child may start before its parent's span does.
-    pending: list[tuple[Any, Span]] = [(tree, span) for span in reversed(children.get(None, []))]
-    while pending:
-        node, span = pending.pop()
+    nodes: list[Any] = [tree]  # the node of each depth on the way down
+    for span, depth in span_tree(spans):
+        del nodes[depth + 1 :]
         style = "red" if span.status == "error" else ""
-        added = node.add(Text(_span_line(span), style=style))
-        pending.extend((added, child) for child in reversed(children.get(span.span_id, [])))
+        nodes.append(nodes[depth].add(Text(_span_line(span), style=style)))
     console.print(tree)

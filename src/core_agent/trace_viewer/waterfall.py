@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from core_agent.contracts.trace_store import Span
+from core_agent.observability.span_tree import span_tree
 
 MIN_BAR_PERCENT = 0.3
 """A step too short to see still gets a sliver of a bar."""
@@ -57,36 +58,10 @@ def waterfall(spans: Sequence[Span]) -> Waterfall:
     if not spans:
         return Waterfall([], 0.0)
     ordered = sorted(spans, key=lambda s: s.started_at)
-    known = {span.span_id for span in ordered}
-    children: dict[str, list[Span]] = {}
-    roots: list[Span] = []
-    for span in ordered:
-        parent = span.parent_span_id
-        if parent is not None and parent in known and parent != span.span_id:
-            children.setdefault(parent, []).append(span)
-        else:
-            roots.append(span)
     start = ordered[0].started_at
     end = max(span.ended_at for span in ordered)
     total_ms = max((end - start).total_seconds() * 1000.0, 0.001)
-    rows: list[WaterfallRow] = []
-    placed: set[str] = set()
-
-    def place(root: Span) -> None:
-        stack = [(root, 0)]
-        while stack:
-            span, depth = stack.pop()
-            if span.span_id in placed:
-                continue
-            placed.add(span.span_id)
-            rows.append(_row(span, depth, start, total_ms))
-            stack.extend((child, depth + 1) for child in reversed(children.get(span.span_id, [])))
-
-    for root in roots:
-        place(root)
-    for span in ordered:  # only spans in a loop of parents are left
-        if span.span_id not in placed:
-            place(span)
+    rows = [_row(span, depth, start, total_ms) for span, depth in span_tree(ordered)]
     return Waterfall(rows, total_ms)
 
 
