@@ -91,6 +91,8 @@ def conversation_lines(events: Sequence[TaskEvent]) -> list[ConversationLine]:
                 say("assistant:", message.content, "blue")
             for call in message.tool_calls:
                 say("  call:", f"{call.name}({_arguments(call)})  [{call.id}]", "cyan")
+        elif kind == "llm.failed":
+            say("model failed:", f"{data.error_type}: {data.error}", "red")
         elif kind == "policy.decided":
             verdict = (
                 "denied"

@@ -81,3 +81,52 @@ async def test_a_diverged_plan_rerun_fails_and_leaves_no_question(tmp_path) -> N
     assert "approval.requested" not in kinds
     assert "strategy.fallback" not in kinds
     assert kinds.count("plan.created") == 1  # no replan
+
+
+async def test_a_model_error_recorded_is_replayed(tmp_path) -> None:
+    # Reviewer: a task that failed with a model error "diverged: the recording has 0"; a
+    # plan step that failed with one shifted every later recorded answer by one.
+    plan = {"steps": [{"id": "a", "goal": "look it up", "depends_on": []}]}
+    replan = {"steps": [{"id": "r1", "goal": "look it up again", "depends_on": []}]}
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps(
+            {
+                "conversations": [
+                    {"match": "Earlier attempt", "turns": [{"content": json.dumps(replan)}]},
+                    {"match": "^Plan this task", "turns": [{"content": json.dumps(plan)}]},
+                    {
+                        "match": "^Your step \\(a\\)",
+                        "turns": [{"error": {"message": "upstream exploded", "status_code": 400}}],
+                    },
+                    {
+                        "match": "^Your step \\(r1\\)",
+                        "turns": [
+                            {
+                                "tool_calls": [
+                                    {"name": "lookup", "arguments": {"key": "capital_fr"}}
+                                ]
+                            },
+                            {"content": "Paris"},
+                        ],
+                    },
+                    {"match": "^Write the final answer", "turns": [{"content": "Paris."}]},
+                    {
+                        "match": "^Broken",
+                        "turns": [{"error": {"message": "bad request", "status_code": 400}}],
+                    },
+                ]
+            }
+        )
+    )
+    for mode, task in (("plan_execute", "What is the capital of France?"), ("react", "Broken")):
+        settings = AgentSettings(
+            data_dir=tmp_path / "data", scripted_model_script=script, strategy_mode=mode
+        )
+        async with create_kernel(settings, tools=[lookup]) as kernel:
+            recorded = await kernel.execute_task(TaskRequest(task=task))
+        report = await rerun_task(recorded.task_id, settings=settings, tools=[lookup])
+        expected = TaskStatus.SUCCEEDED if mode == "plan_execute" else TaskStatus.FAILED
+        assert recorded.status is expected, recorded.error
+        assert report.reproduced, (mode, report.first_difference, report.extra_model_call)
+        assert report.status is recorded.status

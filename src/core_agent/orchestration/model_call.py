@@ -6,7 +6,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from core_agent.contracts.errors import ModelError
+from core_agent.contracts.errors import ModelError, RunStoppedError
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest, LLMResponse, LLMTextDelta
 from core_agent.observability.span_content import message_record, messages_record
@@ -14,7 +14,7 @@ from core_agent.observability.tracer import OpenSpan, Tracer, usage_attributes
 from core_agent.orchestration.distinct_call_ids import with_distinct_call_ids
 from core_agent.orchestration.model_attempts import ModelAttempt, observe_attempts
 from core_agent.orchestration.usage_limits import check_after_model_call, check_before_model_call
-from shared.agent_protocol import ChatMessage, LLMCompleted, LLMDelta, TokenUsage
+from shared.agent_protocol import ChatMessage, LLMCompleted, LLMDelta, LLMFailed, TokenUsage
 
 
 class _AttemptSpans:
@@ -89,7 +89,8 @@ async def traced_model_call(
     usage (``ResilientGateway``), or, when the call fails, in the run's (``ModelError.usage``).
 
     Raises:
-        ModelError: The call failed (the span records the error).
+        ModelError: The call failed (the span records the error, an ``llm.failed`` event
+            the failure).
         UsageLimitExceededError: The call would pass a usage limit (it is not made), or it
             did (its usage is counted and its events published first).
     """
@@ -118,6 +119,16 @@ async def traced_model_call(
             if exc.usage is not None:  # answers that could not be used were still paid for
                 _count_on_span(span, exc.usage)
                 context.run.stats.usage = context.run.stats.usage + exc.usage
+            if not isinstance(exc, RunStoppedError):  # the run's end, not the model's answer
+                # Recorded like an answer: a rerun gives the same call the same failure.
+                await context.emit(
+                    LLMFailed,
+                    model=llm.model_name,
+                    error_type=type(exc).__name__,
+                    error=str(exc),
+                    status_code=exc.status_code,
+                    latency_ms=(time.perf_counter() - started) * 1000.0,
+                )
             raise
         finally:
             if tries.attempts:

@@ -8,7 +8,9 @@ kernel's own package, not in providers, because the kernel builds it from its ow
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Sequence
+from functools import cache
 
+from core_agent.contracts import errors
 from core_agent.contracts.errors import ModelError, RunStoppedError
 from core_agent.contracts.llm_gateway import (
     ILLMGateway,
@@ -17,7 +19,7 @@ from core_agent.contracts.llm_gateway import (
     LLMStreamItem,
     LLMTextDelta,
 )
-from core_agent.replay.recording import RecordedModelTurn
+from core_agent.replay.recording import RecordedModelFailure, RecordedModelTurn
 from shared.agent_protocol import TokenUsage
 
 
@@ -39,12 +41,14 @@ class RecordedLLMGateway(ILLMGateway):
     fails the same way, and is remembered in ``extra_call``. Once one call failed so, every
     later one fails with the same reason: the rerun has parted from the recording for good.
 
-    The answers keep their recorded tokens, at no cost: nothing was paid for them again.
+    The answers keep their recorded tokens, at no cost: nothing was paid for them again. A
+    call that failed then fails again, with the same error (``model_failure``), once: it is
+    not retried, the recording holds what came after.
     """
 
     def __init__(
         self,
-        turns: Sequence[RecordedModelTurn],
+        turns: Sequence[RecordedModelTurn | RecordedModelFailure],
         *,
         stop: Callable[[], str | None] = lambda: None,
     ) -> None:
@@ -70,6 +74,7 @@ class RecordedLLMGateway(ILLMGateway):
         Raises:
             ReplayDivergedError: The run already diverged, or the recording has no more
                 answers.
+            ModelError: The recorded call failed (``model_failure``).
         """
         if self.diverged is None:
             reason = self._stop()
@@ -90,6 +95,8 @@ class RecordedLLMGateway(ILLMGateway):
             raise ReplayDivergedError(self.diverged)
         turn = self._turns[self.calls]
         self.calls += 1
+        if isinstance(turn, RecordedModelFailure):
+            raise model_failure(turn)
         usage = TokenUsage(
             input_tokens=turn.usage.input_tokens, output_tokens=turn.usage.output_tokens, cost_usd=0
         )
@@ -108,3 +115,31 @@ class RecordedLLMGateway(ILLMGateway):
         if response.message.content:
             yield LLMTextDelta(response.message.content)
         yield response
+
+
+def model_failure(failure: RecordedModelFailure) -> ModelError:
+    """The error a recorded failed call raised, again.
+
+    Of its class where the kernel has one that is built from a message (so a run handles it
+    as then: a context window that was too small, say), else a ``ModelError`` subclass of its
+    name. Never retryable: its retries, if any, are in the recording already.
+    """
+    found = getattr(errors, failure.error_type, None)
+    if (
+        isinstance(found, type)
+        and issubclass(found, ModelError)
+        and not issubclass(found, RunStoppedError)
+        and found.__init__ is ModelError.__init__
+    ):
+        kind: type[ModelError] = found
+    elif failure.error_type.isidentifier():
+        kind = _named_error(failure.error_type)
+    else:
+        kind = ModelError
+    return kind(failure.error, status_code=failure.status_code, retryable=False)
+
+
+@cache
+def _named_error(name: str) -> type[ModelError]:
+    """A ``ModelError`` class called ``name``: a run reports errors by class name."""
+    return type(name, (ModelError,), {"__doc__": "A model error, as the recording names it."})

@@ -19,6 +19,7 @@ from shared.agent_protocol import (
     ApprovalResolved,
     AssistantMessage,
     LLMCompleted,
+    LLMFailed,
     TaskEvent,
     TokenUsage,
     ToolCompleted,
@@ -39,6 +40,16 @@ class RecordedModelTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class RecordedModelFailure:
+    """A model call that failed (``llm.failed``): its error's name, message and status."""
+
+    model: str
+    error_type: str
+    error: str
+    status_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RecordedApproval:
     """A request a human was asked, and their decision (``None``: never decided)."""
 
@@ -50,13 +61,13 @@ class RecordedApproval:
 class Recording:
     """The recorded answers of one task, each handed out once, in order.
 
-    ``model_turns`` in the order the model gave them. Tool results by call (id and tool
-    name): only results a tool produced, not refusals the kernel made before a tool ran
-    (those the current kernel makes again, or not). Decisions by call, and questions (no
-    call) in order.
+    ``model_turns`` in the order the model gave them, a call that failed in its place. Tool
+    results by call (id and tool name): only results a tool produced, not refusals the kernel
+    made before a tool ran (those the current kernel makes again, or not). Decisions by
+    call, and questions (no call) in order.
     """
 
-    model_turns: list[RecordedModelTurn]
+    model_turns: list[RecordedModelTurn | RecordedModelFailure]
     tool_results: dict[tuple[str, str], deque[ToolResult]] = field(default_factory=dict)
     approvals: dict[tuple[str, str], deque[RecordedApproval]] = field(default_factory=dict)
     questions: deque[RecordedApproval] = field(default_factory=deque)
@@ -65,7 +76,7 @@ class Recording:
     @classmethod
     def from_events(cls, events: Sequence[TaskEvent]) -> Recording:
         """Read a task's recording from its stored events."""
-        turns: list[RecordedModelTurn] = []
+        turns: list[RecordedModelTurn | RecordedModelFailure] = []
         results: dict[tuple[str, str], deque[ToolResult]] = defaultdict(deque)
         requests: dict[str, ApprovalRequest] = {}
         decisions: dict[str, ApprovalDecision] = {}
@@ -78,6 +89,12 @@ class Recording:
                         event.usage,
                         event.finish_reason,
                         event.reasoning_opened_in_prompt,
+                    )
+                )
+            elif isinstance(event, LLMFailed):
+                turns.append(
+                    RecordedModelFailure(
+                        event.model, event.error_type, event.error, event.status_code
                     )
                 )
             elif isinstance(event, ToolCompleted):

@@ -34,6 +34,7 @@ LABELS = {
     "node": "node",
     "node_done": "node done",
     "model": "model",
+    "model_failed": "model failed",
     "tool_call": "tool call",
     "hook": "hook",
     "policy": "policy",
@@ -53,6 +54,7 @@ LABELS = {
 STYLES = {
     "route": "dim",
     "model": "blue",
+    "model_failed": "red",
     "tool_call": "cyan",
     "policy": "dim",
     "approval_request": "yellow",
@@ -119,6 +121,9 @@ def step_text(step: ReplayStep) -> str:
             lines.append(_clipped(data["content"]))
         lines.extend(f"→ {_call(call)}" for call in data["tool_calls"])
         return "\n".join(lines)
+    if kind == "model_failed":
+        status = f" (status {data['status_code']})" if data["status_code"] is not None else ""
+        return f"{data['model']}  {data['error_type']}{status}: {_clipped(data['error'])}"
     if kind == "tool_call":
         return f"{_call(data)}  [{data['call_id']}]"
     if kind == "hook":

@@ -218,6 +218,11 @@ async def rerun_task(
         finally:
             subscription.cancel()
         rerun = await kernel.get_task(rerun_id)
+        rerun_events = await kernel.task_events(rerun_id)
+        rerun_spans = await kernel.task_spans(rerun_id)
+        # Compared as it stopped: a recording that ended waiting for a human is reproduced
+        # by a rerun that came to the same question.
+        replayed = build_trajectory(rerun, rerun_events, rerun_spans)
         if not rerun.status.is_terminal:
             # Nothing of a rerun waits for a human: a decision taken later would carry it on
             # with the configured model and tools, outside this replay.
@@ -225,9 +230,6 @@ async def rerun_task(
                 rerun_id, "a rerun does not wait for a human: it ended where it stopped"
             )
             rerun = await kernel.get_task(rerun_id)
-        rerun_events = await kernel.task_events(rerun_id)
-        rerun_spans = await kernel.task_spans(rerun_id)
-    replayed = build_trajectory(rerun, rerun_events, rerun_spans)
     steps = compare_steps(recorded.compared, replayed.compared, a_name="recorded", b_name="rerun")
     return RerunReport(
         **dict(steps),

@@ -37,6 +37,7 @@ StepKind = Literal[
     "node",
     "node_done",
     "model",
+    "model_failed",
     "tool_call",
     "hook",
     "policy",
@@ -182,6 +183,8 @@ def step_key(kind: StepKind, data: dict[str, Any]) -> dict[str, Any] | None:
             for c in data["tool_calls"]
         ]
         return {"content": data["content"], "tool_calls": calls}
+    if kind == "model_failed":
+        return _pick(data, "error_type", "error")
     if kind == "tool_call":
         return _pick(data, "name", "arguments", "raw_arguments")
     if kind == "hook":
@@ -311,6 +314,19 @@ class TrajectoryBuilder:
                         "usage": _usage(data.usage),
                         "latency_ms": round(data.latency_ms, 3),
                         "finish_reason": data.finish_reason,
+                    },
+                )
+            ]
+        if kind == "llm.failed":
+            return [
+                (
+                    "model_failed",
+                    {
+                        "model": data.model,
+                        "error_type": data.error_type,
+                        "error": data.error,
+                        "status_code": data.status_code,
+                        "latency_ms": round(data.latency_ms, 3),
                     },
                 )
             ]

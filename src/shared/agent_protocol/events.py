@@ -194,6 +194,22 @@ class LLMCompleted(TaskEvent):
     this answer was thinking (see the kernel's ``inline_reasoning``); replays need it."""
 
 
+class LLMFailed(TaskEvent):
+    """One model call failed, after whatever retries and fallback models it was given.
+
+    ``error_type`` names the kernel's error (``ModelRateLimitError``...), ``error`` is its
+    message. What a run does next (a replan, a fallback, failing) follows as usual; a rerun
+    plays the failure back at the same call.
+    """
+
+    kind: Literal["llm.failed"] = "llm.failed"
+    model: str
+    error_type: str
+    error: str
+    status_code: int | None = None
+    latency_ms: float
+
+
 class ToolStarted(TaskEvent):
     """A tool call is about to be judged and run.
 
@@ -321,6 +337,7 @@ AgentEvent = Annotated[
     | TaskCanceled
     | LLMDelta
     | LLMCompleted
+    | LLMFailed
     | ToolStarted
     | ToolCompleted
     | PolicyDecided
