@@ -125,6 +125,10 @@ async def test_filters_by_status_session_and_text(store) -> None:
     assert await ids(text="café crème") == ["task-0007"]  # stored as \u00e9 in the output
     assert await ids(text="columns\tsplit") == ["task-0007"]
     assert await ids(text="nothing like it") == []
+    # Reviewer: a NUL (the viewer's ?q=%00) cut SQLite's LIKE pattern to "%": every task.
+    await add(store, 8, "a NUL\x00 inside")
+    assert await ids(text="\x00") == ["task-0008"]
+    assert await ids(text="NUL\x00 in") == ["task-0008"]
 
 
 async def test_a_filtered_listing_pages_too(store) -> None:

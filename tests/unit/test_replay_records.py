@@ -307,3 +307,17 @@ def test_two_identical_calls_of_one_turn_are_two_steps_and_a_repeat_is_none() ->
     again += [(ToolStarted, {"tool_call": dup}), _result(dup, "1")]
     steps = build_trajectory(task(), _numbered(again)).steps
     assert [s.kind for s in steps].count("tool_call") == 1
+
+
+def test_a_task_left_running_sums_what_its_model_steps_used() -> None:
+    # Reviewer: a crashed task still "running" summed "tokens 0 in / 0 out" under steps that
+    # showed tokens (its usage is stored with its end).
+    from rich.console import Console
+
+    from core_agent.replay.rendering import print_trajectory
+
+    left = [e for e in events() if e.kind != "task.succeeded"]
+    trajectory = build_trajectory(task(TaskStatus.RUNNING), left)
+    console = Console(record=True, width=200)
+    print_trajectory(console, trajectory)
+    assert "tokens 14 in / 6 out" in console.export_text()

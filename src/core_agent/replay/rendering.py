@@ -226,7 +226,7 @@ def print_trajectory(console: Console, trajectory: Trajectory) -> None:
     for line in _header(trajectory):
         console.print(printable(line), markup=False, highlight=False)
     console.print(_steps_text(console, trajectory.steps))
-    usage = trajectory.task.usage
+    usage = trajectory.usage
     cost = "unknown" if usage.cost_usd is None else f"${usage.cost_usd:.6f}"
     console.print(
         f"{len(trajectory.steps)} steps  ·  tokens {usage.input_tokens} in / "

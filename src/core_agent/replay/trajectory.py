@@ -23,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from core_agent.contracts.trace_store import Span
-from shared.agent_protocol import TaskEvent, TaskState
+from shared.agent_protocol import TaskEvent, TaskState, TokenUsage
 
 TRAJECTORY_FORMAT = 1
 """Version of the trajectory's JSON shape (``replay --json``)."""
@@ -85,6 +85,31 @@ class Trajectory(BaseModel):
     format: int = TRAJECTORY_FORMAT
     task: TaskState
     steps: list[ReplayStep] = Field(default_factory=list)
+
+    @property
+    def usage(self) -> TokenUsage:
+        """What the task used, as stored with it.
+
+        While it has not ended (still running, or left by a crash before its usage was
+        stored), its model steps' sum when that is larger.
+        """
+        stored = self.task.usage
+        if self.task.status.is_terminal:
+            return stored
+        counted = sum(
+            (
+                TokenUsage.model_validate(step.data["usage"])
+                for step in self.steps
+                if step.kind == "model"
+            ),
+            start=TokenUsage(),
+        )
+        if (
+            counted.input_tokens + counted.output_tokens
+            > stored.input_tokens + stored.output_tokens
+        ):
+            return counted
+        return stored
 
     @property
     def compared(self) -> list[ReplayStep]:

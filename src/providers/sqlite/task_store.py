@@ -153,8 +153,14 @@ def _text_filter(text: str) -> tuple[str, list[str]]:
     non-ASCII output) would not match what a person types. Decoding every row is slow, so
     when the stored JSON must hold the text as typed (no character JSON escapes: the request
     is written with non-ASCII as it is, the output with it escaped), a plain ``LIKE`` on the
-    JSON first rules out the rows that cannot match.
+    JSON first rules out the rows that cannot match. A text with a NUL is found as typed,
+    letter case included.
     """
+    if "\0" in text:
+        # LIKE reads its pattern only up to a NUL ("%": every row); instr reads it whole, as
+        # it is (case and all).
+        found = "instr(json_extract(input_json, '$.task'), ?) > 0"
+        return f"({found} OR instr(json_extract(output_json, '$'), ?) > 0)", [text, text]
     pattern = "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     like = "LIKE ? ESCAPE '\\'"
     in_task = f"json_extract(input_json, '$.task') {like}"
