@@ -45,9 +45,10 @@ IMPORTED = "imported"
 recorded (tool calls, their arguments, the workspace) came from a file, and is not run for
 real as it stands: ``replay --rerun --tools live`` refuses it, a fork of it is tainted."""
 """The version this code writes and the newest it reads."""
-MAX_NESTING = 64
+MAX_NESTING = 128
 """How deep a line's JSON may nest (a span's attributes, a tool call's arguments): a task's
-records are shallow, and a deeper value fails to be stored or read back (recursion)."""
+records are shallow, and a value about twice as deep fails to be stored (the JSON encoder
+stops at 255 levels) or read back (recursion)."""
 _INT_RANGE = range(-(2**63), 2**63)
 """What SQLite (and most readers) store as an integer."""
 
