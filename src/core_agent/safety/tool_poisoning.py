@@ -23,9 +23,11 @@ _TOOL_SIGNALS = (
         1.0,
     ),
     (
+        # The word "credentials" alone is the detector's ("asks for secrets"): counted here
+        # too, a server saying it needs credentials looked poisoned.
         re.compile(
             r"(~/\.|\.ssh\b|id_rsa|id_ed25519|mcp\.json|\.env\b|/etc/(passwd|shadow)|"
-            r"\.aws/|\.netrc|credentials?\b|private key)",
+            r"\.aws/|\.netrc|private key)",
             re.I,
         ),
         "names secret files",
@@ -43,6 +45,36 @@ _TOOL_SIGNALS = (
     (
         re.compile(r"(调用|使用)(此|这个|本)?工具(之前|前)|不要(告诉|提及|透露)"),
         "gives orders about using tools",
+        0.5,
+    ),
+    (
+        re.compile(
+            r"\bfirst (call|run|use|invoke) (the )?\w+|\b(always|must) (call|run|invoke) \w+ "
+            r"(first|before)",
+            re.I,
+        ),
+        "gives orders about using tools",
+        0.5,
+    ),
+    (
+        # A tool's text is written for the model, but never as a note addressed to it.
+        re.compile(
+            r"\b(note|message|instructions?|reminder) (to|for) (the )?"
+            r"(assistant|ai|model|llm|agent|claude|gpt)\b|(给|致)(助手|模型|AI|智能体)的",
+            re.I,
+        ),
+        "speaks to the model",
+        0.5,
+    ),
+    (
+        re.compile(
+            r"keep (this|it) (between us|secret|to yourself|quiet)|"
+            r"(do not|don't|never) (tell|mention|reveal|show|inform)\b.{0,40}\b(user|human)|"
+            r"without (telling|informing|asking) the user|"
+            r"对用户保密|别(告诉|让)用户|不要让用户知道",
+            re.I,
+        ),
+        "asks for secrecy",
         0.5,
     ),
 )
