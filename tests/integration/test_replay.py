@@ -18,31 +18,12 @@ from shared.agent_protocol import (
     TaskRequest,
     TaskStatus,
 )
+from support.lookup_tools import lookup, lookup_moved
 from support.openai_server import OpenAIServer
 
 pytestmark = pytest.mark.anyio
 
 REQUEST = "What is the capital of France? Note it down."
-
-
-@tool(capabilities={"read"}, idempotent=True)
-def lookup(key: str) -> str:
-    """Look a fact up.
-
-    Args:
-        key: The fact's name.
-    """
-    return {"capital_fr": "Paris"}.get(key, "unknown")
-
-
-@tool(name="lookup", capabilities={"read"}, idempotent=True)
-def lookup_moved(key: str) -> str:
-    """Look a fact up (the version after a change of data).
-
-    Args:
-        key: The fact's name.
-    """
-    return {"capital_fr": "Lyon"}.get(key, "unknown")
 
 
 notebook: list[str] = []

@@ -7,31 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from core_agent import AgentSettings, create_kernel, tool
+from core_agent import AgentSettings, create_kernel
 from core_agent.replay import rerun_task
 from shared.agent_protocol import TaskRequest, TaskStatus
+from support.lookup_tools import lookup, lookup_moved
 
 pytestmark = pytest.mark.anyio
-
-
-@tool(capabilities={"read"}, idempotent=True)
-def lookup(key: str) -> str:
-    """Look a fact up.
-
-    Args:
-        key: The fact's name.
-    """
-    return {"capital_fr": "Paris"}.get(key, "unknown")
-
-
-@tool(name="lookup", capabilities={"read"}, idempotent=True)
-def lookup_moved(key: str) -> str:
-    """Look a fact up (the data changed since).
-
-    Args:
-        key: The fact's name.
-    """
-    return {"capital_fr": "Lyon"}.get(key, "unknown")
 
 
 PLAN = {"steps": [{"id": "a", "goal": "look the capital up", "depends_on": []}]}
