@@ -468,25 +468,39 @@ def test_a_schema_that_refers_to_itself_without_end_is_a_tool_error_not_a_crash(
         fine.validate_arguments({"root": {"kids": 3}})
 
 
-def test_a_schemas_patterns_run_in_linear_time() -> None:
+def test_a_schemas_patterns_cannot_stall_the_kernel_and_read_as_the_servers_do() -> None:
     servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
     schema = {
         "type": "object",
-        "properties": {"word": {"type": "string", "pattern": "^(a+)+$"}},
-        "patternProperties": {"^x-(a+)+$": {"type": "integer"}},
+        "properties": {
+            "word": {"type": "string", "pattern": "^(a|aa)+$"},
+            # zod's email pattern (lookaheads) and a \\u range, as TypeScript servers write them
+            "email": {
+                "type": "string",
+                "pattern": r"^(?!\.)(?!.*\.\.)([A-Za-z0-9_'+\-\.]*)[A-Za-z0-9_+-]@"
+                r"([A-Za-z0-9][A-Za-z0-9\-]*\.)+[A-Za-z]{2,}$",
+            },
+            "name": {"type": "string", "pattern": "^[\\u4e00-\\u9fa5]+$"},
+        },
+        "patternProperties": {"^x-(a|aa)+$": {"type": "integer"}},
         "additionalProperties": False,
     }
     tool = McpTool(servers, "notes", listed_tool("words", schema=schema))
-    evil = "a" * 40 + "!"  # Python's re backtracks for hours on this
-    with pytest.raises(ToolArgumentsError, match="does not match") as caught:
+    evil = "a" * 40 + "!"  # Python's re backtracks for minutes on this
+    with pytest.raises(ToolArgumentsError, match="could not be checked"):
         tool.validate_arguments({"word": evil, "x-" + evil: 1})
-    assert "unexpected" in str(caught.value)  # the key matched no pattern either
-    assert tool.validate_arguments({"word": "aaa", "x-aa": 1})
+    good = {"word": "aaa", "x-aa": 1, "email": "ada@example.com", "name": "张三"}
+    assert tool.validate_arguments(good)
+    with pytest.raises(ToolArgumentsError, match="does not match"):
+        tool.validate_arguments({**good, "email": "ada..lovelace@example.com"})
+    with pytest.raises(ToolArgumentsError, match="does not match"):
+        tool.validate_arguments({**good, "name": "Ada"})
     with pytest.raises(ToolArgumentsError, match="is not of type 'integer'"):
-        tool.validate_arguments({"word": "aaa", "x-aa": "one"})
-    backreference = {"type": "object", "properties": {"w": {"type": "string", "pattern": r"(a)\1"}}}
-    with pytest.raises(ValueError, match="cannot be matched in linear time"):
-        McpTool(servers, "notes", listed_tool("back", schema=backreference))
+        tool.validate_arguments({**good, "x-aa": "one"})
+    # A pattern that does not compile is refused with the schema, as before.
+    broken = {"type": "object", "properties": {"w": {"type": "string", "pattern": "(unclosed"}}}
+    with pytest.raises(ValueError, match="is not a 'regex'"):
+        McpTool(servers, "notes", listed_tool("odd", schema=broken))
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ from core_agent.contracts.tool import (
     ToolContext,
     ToolSpec,
 )
-from providers.mcp.linear_patterns import linear, schema_patterns, with_linear_patterns
+from providers.mcp.bounded_patterns import with_bounded_patterns
 from providers.mcp.server_connection import McpServerError
 from providers.mcp.server_pool import McpServers
 from shared.agent_protocol import RiskLevel
@@ -104,9 +104,7 @@ class McpTool(ITool):
         unresolved = _unresolved_reference(schema)
         if unresolved is not None:
             raise ValueError(f"its input schema refers to {unresolved!r}, which it does not hold")
-        for pattern in schema_patterns(schema):
-            linear(pattern)  # raises ValueError for one RE2 cannot run
-        self._validator = with_linear_patterns(validator_class)(schema)
+        self._validator = with_bounded_patterns(validator_class)(schema)
         if declared is None:
             capabilities = UNDECLARED
         else:
