@@ -4,6 +4,7 @@ Two kernels on one SQLite database stand for two processes: the cancel travels t
 database only (a request on the task's row that the owner's watch sees).
 """
 
+import threading
 import time
 from pathlib import Path
 
@@ -138,3 +139,40 @@ async def test_a_cancel_that_comes_as_a_step_stops_for_a_human_ends_the_task(tmp
         result = await kernel.execute_task(TaskRequest(task="What is 6 * 7?"))
         assert result.status is TaskStatus.CANCELED, result
         assert await kernel.pending_approvals() == []
+
+
+async def test_a_sync_tool_ending_after_its_task_is_recorded_as_ended_late(
+    tmp_path: Path,
+) -> None:
+    # The kernel stops waiting (time limit, then its grace), the task goes on and ends; the
+    # thread ends later still. The ledger says so: the task's run (and its lease check) is
+    # over, and this record is no part of it.
+    release = threading.Event()
+
+    def slow_write(text: str) -> str:
+        """Write a line, very slowly.
+
+        Args:
+            text: The line.
+        """
+        release.wait(30)
+        return f"wrote {text}"
+
+    tool = FunctionTool(slow_write, timeout_s=0.1)
+    kernel = kernel_on(
+        tmp_path, [tool], [call("slow_write", text="hello"), ScriptedTurn(content="done")]
+    )
+    ledger = SqliteToolCallLedger(tmp_path / "core_agent.db")
+    try:
+        async with kernel:
+            result = await kernel.execute_task(TaskRequest(task="write", force_mode="react"))
+            assert result.status is TaskStatus.SUCCEEDED
+            release.set()
+            for _ in range(500):
+                (entry,) = await ledger.entries(result.task_id)
+                if "ended late" in (entry.note or ""):
+                    break
+                await anyio.sleep(0.01)
+    finally:
+        await ledger.close()
+    assert entry.status == "timed_out" and entry.note == "ended late: wrote hello"

@@ -14,6 +14,7 @@ running (and later, when it ended).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Collection, Mapping
@@ -317,7 +318,9 @@ def _late_reporter(ledger: CallLedger, key: str, call: ToolCall) -> Callable[[st
             )
 
         try:
-            anyio.from_thread.run(record, token=token)
+            # In a context of its own: the worker thread carries the task's (its unit of
+            # work, the run's fence), which ended with the run; this record is no part of it.
+            contextvars.Context().run(lambda: anyio.from_thread.run(record, token=token))
         except Exception:  # the kernel is gone: nothing left to tell
             log.debug("could not record the late end of %s", call.name, exc_info=True)
 
