@@ -228,10 +228,11 @@ class ToolRunner:
                 ),
             )
         except BaseException as exc:
-            # A tool's SystemExit (sys.exit in a script turned tool), KeyboardInterrupt or
-            # other BaseException is its failure, not the host's exit nor a cancel of the
-            # task; the kernel's own cancellation goes on up.
-            if _is_cancellation(exc):
+            # A tool's SystemExit (sys.exit in a script turned tool) or other BaseException
+            # is its failure, not the host's exit nor a cancel of the task. The kernel's own
+            # cancellation goes on up, and so does KeyboardInterrupt: Python delivers Ctrl-C
+            # into whatever code runs, a tool's included, and the person meant the host.
+            if isinstance(exc, KeyboardInterrupt) or _is_cancellation(exc):
                 raise
             log.warning("tool %s raised %s", call.name, type(exc).__name__, exc_info=True)
             return _error(
