@@ -11,6 +11,7 @@ import pytest
 
 from core_agent.container import KernelContainer
 from core_agent.contracts.errors import CorruptStateError, DefinitionNotLoadedError
+from core_agent.kernel import task_recovery
 from core_agent.tooling.function_tool import FunctionTool
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
@@ -281,3 +282,37 @@ async def test_a_task_left_inside_a_tool_is_resumed_only_where_that_tool_is(
     async with home:
         (result,) = await home.recover("resume")
     assert result.status is TaskStatus.SUCCEEDED and result.output == "read it"
+
+
+async def test_older_orphans_that_cannot_be_recovered_here_do_not_hide_newer_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Recovery takes orphans a batch at a time, oldest first: damaged rows, and tasks left
+    # for a host with a tool this one lacks, must not fill every batch (they did at 100).
+    monkeypatch.setattr(task_recovery, "BATCH", 1)
+    started = anyio.Event()
+    host = kernel_on(tmp_path, endless_read(started))
+    async with host, anyio.create_task_group() as group:
+        group.start_soon(lambda: host.execute_task(TaskRequest(task="read"), task_id="healthy"))
+        await started.wait()
+        host.leave_runs()
+        group.cancel_scope.cancel()
+    with sqlite3.connect(tmp_path / "core_agent.db") as db:
+        row = db.execute("SELECT * FROM agent_tasks WHERE id = 'healthy'").fetchone()
+        columns = [c[1] for c in db.execute("PRAGMA table_info(agent_tasks)")]
+        for n in range(3):  # older than it, and unreadable
+            copy = dict(zip(columns, row, strict=True))
+            copy.update(id=f"damaged{n}", input_json="{bad", created_at=f"2000-01-0{n + 1}")
+            marks = ", ".join("?" * len(copy))
+            db.execute(
+                f"INSERT INTO agent_tasks ({', '.join(copy)}) VALUES ({marks})", list(copy.values())
+            )
+
+    async def slow_read() -> str:
+        """Read something slowly."""
+        return "the text"
+
+    successor = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
+    async with successor:
+        results = await successor.recover("resume")
+    assert [(r.task_id, r.status) for r in results] == [("healthy", TaskStatus.SUCCEEDED)]

@@ -119,7 +119,11 @@ class TaskRecovery:
         while True:
             orphans = [
                 state
-                for state in await self._task_store.orphaned_tasks(now=now(), limit=BATCH)
+                # Past the ones tried already: those left here (a tool or a definition this
+                # process lacks) would otherwise fill every batch and hide the newer ones.
+                for state in await self._task_store.orphaned_tasks(
+                    now=now(), limit=BATCH + len(tried)
+                )
                 if state.task_id not in tried and not self._driver.runs(state.task_id)
             ]
             if not orphans:

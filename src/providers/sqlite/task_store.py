@@ -658,17 +658,28 @@ class SqliteTaskStore(ITaskStore):
         )
 
     async def orphaned_tasks(self, *, now: datetime, limit: int = 100) -> list[TaskState]:
-        """Queued or running tasks without a live lease, oldest first."""
+        """Queued or running tasks without a live lease, oldest first.
 
-        def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
-            return conn.execute(
+        Up to ``limit`` readable ones: unreadable rows are skipped (logged) without counting,
+        so old damaged rows cannot fill every batch and hide the newer orphans.
+        """
+
+        def read(conn: sqlite3.Connection) -> list[TaskState]:
+            cursor = conn.execute(
                 f"SELECT {_TASK_COLUMNS} FROM agent_tasks WHERE status IN (?, ?) AND"
                 " (lease_expires_at IS NULL OR lease_expires_at < ?)"
-                " ORDER BY created_at, rowid LIMIT ?",
-                (*_ACTIVE, _iso(now), max(1, limit)),
-            ).fetchall()
+                " ORDER BY created_at, rowid",
+                (*_ACTIVE, _iso(now)),
+            )
+            found: list[TaskState] = []
+            while len(found) < max(1, limit):
+                rows = cursor.fetchmany(max(1, limit) - len(found))
+                if not rows:
+                    break
+                found += _readable_tasks(rows)
+            return found
 
-        return _readable_tasks(await self._db.run(read))
+        return await self._db.run(read)
 
     async def request_cancel(self, task_id: str, reason: str) -> None:
         """Record the request on the task's row."""
