@@ -200,14 +200,17 @@ class StreamedAnswer:
         index = (
             raw_index if isinstance(raw_index, int) and not isinstance(raw_index, bool) else None
         )
-        call = next((c for c in self.calls if c.id == call_id), None) if call_id else None
-        if (
-            call is not None
-            and index is not None
-            and index not in self._by_index
-            and self.calls.index(call) in self._by_index.values()
+        # The latest call of that id: some servers repeat one id for every call of an answer.
+        call = next((c for c in reversed(self.calls) if c.id == call_id), None) if call_id else None
+        if call is not None and (
+            _starts_another(call, name)
+            or (
+                index is not None
+                and index not in self._by_index
+                and self.calls.index(call) in self._by_index.values()
+            )
         ):
-            call = None  # a call at a new index under an id already used: another call
+            call = None  # another call under an id already used (a new index, or a new name)
         if call is None:
             position = self._by_index.get(index) if index is not None else len(self.calls) - 1
             if position is not None and position >= 0:
@@ -231,10 +234,21 @@ class StreamedAnswer:
         return self.calls[-1]
 
     def tool_calls(self) -> tuple[ToolCall, ...]:
-        """The calls, in the order they began (ids the server left out are made up)."""
+        """The calls, in the order they began (ids the server left out are made up).
+
+        A call that only repeats the call before it, its id and name with no arguments (a
+        server that names the call again on a closing piece), is no call of its own.
+        """
+        calls = [
+            call
+            for n, call in enumerate(self.calls)
+            if n == 0
+            or call.arguments
+            or (call.id, call.name) != (self.calls[n - 1].id, self.calls[n - 1].name)
+        ]
         return tuple(
             parse_tool_call(call.id or f"call_{n}", call.name, "".join(call.arguments) or None)
-            for n, call in enumerate(self.calls, start=1)
+            for n, call in enumerate(calls, start=1)
         )
 
     def content(self) -> str | None:
