@@ -269,3 +269,28 @@ def test_none_is_stored_as_null(tmp_path) -> None:
         == 1
     )
     conn.close()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_writer_cancelled_past_its_shield_leaves_no_one_waiting(tmp_path: Path) -> None:
+    # asyncio's own cancel (what Ctrl-C sends the main task) goes through anyio's shield. The
+    # writer that gathers a group of writes was cancelled so while others had joined it: the
+    # group was never applied, and every write after it waited for ever (the host hung).
+    import asyncio
+
+    db = _database(tmp_path)
+
+    def insert(n: int):  # type: ignore[no-untyped-def]
+        return lambda conn: conn.execute("INSERT INTO t (n) VALUES (?)", (n,))
+
+    leader = asyncio.create_task(db.transact(insert(1)))
+    joined = asyncio.create_task(db.transact(insert(2)))
+    await asyncio.sleep(0)  # the leader gathers, the other joins its group
+    leader.cancel()
+    with anyio.fail_after(10):
+        await joined
+        await db.transact(insert(3))  # a write after them is not stuck either
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    assert _rows(db) == [1, 2, 3]  # the group was applied all the same
+    await db.close()

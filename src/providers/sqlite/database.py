@@ -234,6 +234,14 @@ _FENCE: ContextVar[Callable[[sqlite3.Connection], None] | None] = ContextVar(
 )
 
 
+def _settle(group: _Group, results: list[Any], errors: list[BaseException | None]) -> None:
+    """Hand ``group``'s outcome to its callers and wake those waiting for it."""
+    group.results, group.errors = results, errors
+    group.applied = True
+    if group.done is not None:
+        group.done.set()
+
+
 def _behind(
     fence: Callable[[sqlite3.Connection], None], fn: Callable[[sqlite3.Connection], T]
 ) -> Callable[[sqlite3.Connection], T]:
@@ -398,7 +406,16 @@ class SqliteDatabase:
         # wait for it, so the caller knows how it ended.
         with anyio.CancelScope(shield=True):
             if leader:
-                await anyio.lowlevel.checkpoint()  # the tasks ready now add theirs
+                try:
+                    await anyio.lowlevel.checkpoint()  # the tasks ready now add theirs
+                except BaseException:
+                    # A cancel no shield stops (asyncio's own, as Ctrl-C sends): the group is
+                    # applied here and now, or every write after it would join it and wait
+                    # for ever.
+                    if state.group is group:
+                        state.group = None
+                    self._apply_group_at_once(group)
+                    raise
                 state.group = None
                 await self._apply_group(group, state)
             elif not group.applied:
@@ -412,9 +429,40 @@ class SqliteDatabase:
         return cast(T, group.results[slot])
 
     async def _apply_group(self, group: _Group, state: _LoopState) -> None:
-        calls = group.calls
-        results: list[Any] = [None] * len(calls)
-        errors: list[BaseException | None] = [None] * len(calls)
+        results: list[Any] = [None] * len(group.calls)
+        errors: list[BaseException | None] = [None] * len(group.calls)
+        apply = self._group_transaction(group.calls, results, errors)
+        try:
+            # The leader yielded before this (to gather the group): no second yield after.
+            await self._run(apply, state, yield_after=False)
+        except Exception as exc:
+            # Nothing was committed: every caller hears why, each through its own error.
+            errors[:] = [exc] if len(group.calls) == 1 else [_shared_error(exc) for _ in errors]
+        except BaseException as exc:
+            interrupted = StorageError(f"database {self.path}: {exc!r}")
+            errors[:] = [_shared_error(interrupted) for _ in errors]
+            raise
+        finally:
+            _settle(group, results, errors)
+
+    def _apply_group_at_once(self, group: _Group) -> None:
+        """Apply ``group`` in this thread, waiting for the connection (see ``transact``)."""
+        results: list[Any] = [None] * len(group.calls)
+        errors: list[BaseException | None] = [None] * len(group.calls)
+        try:
+            self.call(self._group_transaction(group.calls, results, errors))
+        except Exception as exc:
+            errors[:] = [_shared_error(exc) for _ in errors]
+        finally:
+            _settle(group, results, errors)
+
+    def _group_transaction(
+        self,
+        calls: list[Callable[[sqlite3.Connection], Any]],
+        results: list[Any],
+        errors: list[BaseException | None],
+    ) -> Callable[[sqlite3.Connection], None]:
+        """One transaction applying ``calls``, each in a savepoint of its own."""
 
         def apply(conn: sqlite3.Connection) -> None:
             # A retry (the database was locked) starts again from nothing: ``BEGIN
@@ -437,20 +485,7 @@ class SqliteDatabase:
                         )
                     conn.execute("RELEASE grouped")
 
-        try:
-            # The leader yielded before this (to gather the group): no second yield after.
-            await self._run(apply, state, yield_after=False)
-        except Exception as exc:
-            # Nothing was committed: every caller hears why, each through its own error.
-            errors[:] = [exc] if len(calls) == 1 else [_shared_error(exc) for _ in calls]
-        except BaseException as exc:
-            errors[:] = [_shared_error(StorageError(f"database {self.path}: {exc!r}"))] * len(calls)
-            raise
-        finally:
-            group.results, group.errors = results, errors
-            group.applied = True
-            if group.done is not None:
-                group.done.set()
+        return apply
 
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """Queue ``callback`` for after the open unit of work commits.
