@@ -249,6 +249,90 @@ async def test_a_loop_in_one_parallel_branch_keeps_the_others_and_the_join_waits
     assert second.state.log == ["start", "a", "b", "a", "b", "b", "end"]
 
 
+def _logged(
+    name: str, *edges: tuple[str, str] | tuple[str, str, object], counter: str = "review"
+) -> Workflow[Counted]:
+    """A workflow of recording nodes (``counter`` counts into field a), in edge order."""
+    workflow = Workflow(name, Counted, allow_fan_out=True)
+    for edge in edges:
+        for node in edge[:2]:
+            if isinstance(node, str) and node not in workflow.order:
+                workflow.node(node, _counting(node, "a" if node == counter else None))
+    for source, target, *when in edges:
+        workflow.edge(source, target, when=when[0] if when else None)
+    forget(name)
+    return workflow
+
+
+async def test_back_edges_belong_to_the_graph_not_to_edge_order_or_where_a_pass_starts(
+    settings,
+) -> None:
+    never = (lambda s: False,)
+    # A join whose edge back to one of its inputs is never taken waits for both inputs, in
+    # whichever order the edges were declared.
+    join = [("start", "x"), ("start", "y"), ("x", "review"), ("y", "review")]
+    late = _logged("join-late", *join, ("review", "y", *never), ("review", "end"))
+    early = _logged("join-early", ("start", "y"), ("start", "x"), *join[2:])
+    early.edge("review", "y", when=never[0]).node("end", _counting("end")).edge("review", "end")
+    # A review sending both parallel drafts back: both go round, review and end run once
+    # a round.
+    again = (lambda s: s.a < 2,)
+    enough = (lambda s: s.a >= 2,)
+    twice = _logged(
+        "two-back",
+        *join,
+        ("review", "x", *again),
+        ("review", "y", *again),
+        ("review", "end", *enough),
+    )
+    # A loop whose body has a join (h -> a -> c -> b, h -> b): b waits for c every round.
+    body = _logged(
+        "join-in-loop",
+        ("h", "a"),
+        ("h", "b"),
+        ("a", "c"),
+        ("c", "b"),
+        ("b", "h", *again),
+        ("b", "end", *enough),
+        counter="b",
+    )
+
+    # A Next into the middle of a cycle: p's fan-out to z is kept when the loop reaches p.
+    async def jumper(state: Counted) -> Next:
+        return Next("q", update={"log": ["j"]})
+
+    into = (
+        Workflow("next-into-cycle", Counted, allow_fan_out=True)
+        .node("s", _counting("s"))
+        .node("j", jumper, jumps=["q"])
+        .node("p", _counting("p"))
+        .node("q", _counting("q", "a"))
+        .node("r", _counting("r"))
+        .node("z", _counting("z"))
+        .node("end", _counting("end"))
+        .edge("s", "j")
+        .edge("s", "p", when=never[0])
+        .edge("p", "q")
+        .edge("p", "z")
+        .edge("q", "r")
+        .edge("r", "p", when=lambda s: s.a < 3)
+        .edge("r", "end", when=lambda s: s.a >= 3)
+    )
+    forget(into.name)
+    async with create_kernel(settings) as kernel:
+        logs = {}
+        for workflow in (late, early, twice, body, into):
+            result = await run_workflow(kernel, workflow, Counted())
+            assert result.state is not None, result.task.error
+            logs[workflow.name] = result.state.log
+    assert logs["join-late"] == ["start", "x", "y", "review", "end"]
+    assert logs["join-early"] == ["start", "y", "x", "review", "end"]
+    assert logs["two-back"] == ["start", "x", "y", "review", "x", "y", "review", "end"]
+    assert logs["join-in-loop"] == ["h", "a", "c", "b"] * 2 + ["end"]
+    p_round = ["p", "q", "z", "r"]
+    assert logs["next-into-cycle"] == ["s", "j", "q", "r", *p_round, *p_round, "end"]
+
+
 async def test_parallel_nodes_writing_one_field_without_a_reducer_fail_clearly(settings) -> None:
     async def start(state: Notes) -> None:
         return None

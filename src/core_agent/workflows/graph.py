@@ -7,12 +7,13 @@ to a node it declared in ``jumps``. ``build`` checks the graph (unknown names, u
 nodes, cycles with no way out are errors; an unconditional fan-out is a warning) and registers
 the workflow by name, which is how a task of it is found again after a restart.
 
-How a built workflow runs (``workflow_executor``): from a start node, the graph's edges minus
-the ones closing a cycle form a DAG (``Pass``); ``graphlib.TopologicalSorter`` gives the nodes
-whose predecessors are all done, and those that a finished predecessor chose run together as
-one layer. A node no predecessor chose is skipped. A ``Next``, or a conditional edge back to an
-earlier node (a loop), ends the pass: the run goes on with a new pass from that node, and
-from the nodes the old pass had chosen and not run yet (a sibling branch goes on).
+How a built workflow runs (``workflow_executor``): the edges closing the graph's cycles (its
+back edges, found once by ``build`` from the start node: see ``_back_edges``) are loops; from
+a start node, the other edges form a DAG (``Pass``); ``graphlib.TopologicalSorter`` gives the
+nodes whose predecessors are all done, and those that a finished predecessor chose run
+together as one layer. A node no predecessor chose is skipped. A ``Next``, or a back edge
+taken (a loop), ends the pass: the run goes on with a new pass from that node, and from the
+nodes the old pass had chosen and not run yet (a sibling branch goes on).
 """
 
 from __future__ import annotations
@@ -110,8 +111,8 @@ class Pass:
     """The part of the graph a run goes through from ``starts``, without the cycles' back edges.
 
     ``predecessors`` is the DAG for ``graphlib.TopologicalSorter``; an edge of ``back_edges``
-    taken at run time is a jump (a new pass from its target, and from the nodes the pass had
-    chosen and not yet run).
+    (the graph's, the same for every pass) taken at run time is a jump (a new pass from its
+    target, and from the nodes the pass had chosen and not yet run).
     """
 
     starts: tuple[str, ...]
@@ -165,6 +166,7 @@ class Workflow(Generic[S]):
         self._passes: dict[tuple[str, ...], Pass] = {}
         self._out_edges: dict[str, list[Edge]] = {}
         self._out_routes: dict[str, list[Route]] = {}
+        self._back_edges: frozenset[tuple[str, str]] = frozenset()
 
     # -- building ---------------------------------------------------------------------------
 
@@ -294,6 +296,9 @@ class Workflow(Generic[S]):
             self._out_edges.setdefault(edge.source, []).append(edge)
         for route in self._graph.routes:
             self._out_routes.setdefault(route.source, []).append(route)
+        self._back_edges = _back_edges(
+            self.entry, list(self._graph.nodes), self._static_targets, self._ways
+        )
         self._built = True
         self.shape = _shape_of(self.entry, self._graph, self.state_type, self.reducers)
         register(self)
@@ -452,7 +457,9 @@ class Workflow(Generic[S]):
         """The DAG a pass starting at ``starts`` goes through (computed once per starts)."""
         found = self._passes.get(starts)
         if found is None:
-            found = self._passes[starts] = _pass_from(starts, self._static_targets)
+            found = self._passes[starts] = _pass_from(
+                starts, self._static_targets, self._back_edges
+            )
         return found
 
     def successors(self, name: str, state: S, layer: int) -> list[str]:
@@ -537,33 +544,75 @@ def _same_state(state: BaseModel) -> BaseModel:
     return state.model_copy(deep=True)
 
 
-def _pass_from(starts: tuple[str, ...], targets: Callable[[str], list[str]]) -> Pass:
-    """Depth-first from each start: edges to a node on the stack close a cycle (back edges)."""
-    predecessors: dict[str, set[str]] = {}
-    back: set[tuple[str, str]] = set()
-    finished: set[str] = set()
-    for start in starts:
-        predecessors.setdefault(start, set())
-        if start in finished:
-            continue  # reached from an earlier start
-        on_stack = {start}
-        stack = [(start, iter(targets(start)))]
-        while stack:
-            node, pending = stack[-1]
-            for target in pending:
-                if target in on_stack:
-                    back.add((node, target))
-                    continue
-                predecessors.setdefault(target, set()).add(node)
-                if target not in finished:
-                    on_stack.add(target)
-                    stack.append((target, iter(targets(target))))
-                    break
-            else:
-                stack.pop()
-                on_stack.discard(node)
-                finished.add(node)
-    return Pass(starts, predecessors, frozenset(back))
+def _pass_from(
+    starts: tuple[str, ...], targets: Callable[[str], list[str]], back: frozenset[tuple[str, str]]
+) -> Pass:
+    """The graph's edges minus its ``back`` edges, from ``starts``: a DAG (see ``_back_edges``)."""
+    predecessors: dict[str, set[str]] = {start: set() for start in starts}
+    todo = list(starts)
+    while todo:
+        node = todo.pop()
+        for target in targets(node):
+            if (node, target) in back:
+                continue
+            if target not in predecessors:
+                predecessors[target] = set()
+                todo.append(target)
+            predecessors[target].add(node)
+    return Pass(starts, predecessors, back)
+
+
+def _back_edges(
+    entry: str,
+    order: Sequence[str],
+    targets: Callable[[str], list[str]],
+    ways: Callable[[str], list[str]],
+) -> frozenset[tuple[str, str]]:
+    """The edges that close the graph's cycles (loops), a property of the graph alone.
+
+    Each cycle is entered at its header: of the nodes of a strongly connected component that
+    the run can enter from outside it (the start, or a node with an edge, route or jump
+    from outside), the one nearest the start (fewest hand-overs from it; then the first
+    added). The edges into the header from inside the component are its back edges; without
+    them the rest of the component is searched for the cycles left (nested loops, or a
+    cycle entered at several nodes), until none is. For a loop with one entry this is the
+    classic definition (an edge to a node that dominates its source); it depends neither on
+    the order edges were declared in nor on where a pass starts, and what remains is a DAG.
+    """
+    depth = {entry: 0}
+    frontier = [entry]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in ways(node):
+                if target not in depth:
+                    depth[target] = depth[node] + 1
+                    following.append(target)
+        frontier = following
+    rank = {name: (depth.get(name, len(order)), index) for index, name in enumerate(order)}
+    entered_by: dict[str, set[str]] = {name: set() for name in order}
+    for name in order:
+        for target in ways(name):
+            entered_by[target].add(name)
+    back = {(name, name) for name in order if name in targets(name)}
+    todo: list[set[str]] = [set(order)]
+    while todo:
+        region = todo.pop()
+
+        def inside(name: str, region: set[str] = region) -> list[str]:
+            return [t for t in targets(name) if t in region and (name, t) not in back]
+
+        for members in _strong_components(sorted(region, key=rank.__getitem__), inside):
+            if len(members) < 2:
+                continue
+            component = set(members)
+            entries = [
+                name for name in members if name == entry or entered_by[name] - component
+            ] or members  # a cycle entered by jumps from within it only: any of its nodes
+            header = min(entries, key=rank.__getitem__)
+            back.update((name, header) for name in members if header in inside(name))
+            todo.append(component - {header})
+    return frozenset(back)
 
 
 def _strong_components(

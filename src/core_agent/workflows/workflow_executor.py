@@ -21,9 +21,10 @@ Policies:
   §6.2. ``workflow_snapshot`` reads it and ``rerun_workflow`` carries on from it in a new
   task. A cancel of the task gives each node of the running layer a ``node_finished`` (not
   succeeded) too.
-- **A jump** (a ``Next``, or an edge back to an earlier node, i.e. a loop) replaces the
-  jumping node's other edges and routes, and ends the current pass: the run goes on with a
-  new pass from every target the layer's nodes jumped to, and from every node the old pass
+- **A jump** (a ``Next``, or a back edge of the graph, i.e. a loop: see ``graph``) replaces
+  the jumping node's other edges and routes (a node taking several edges back jumps to each
+  of them), and ends the current pass: the run goes on with a new pass from every target
+  the layer's nodes jumped to, and from every node the old pass
   had chosen and not run yet (the nodes the layer's other nodes chose included). So a loop in
   one parallel branch does not drop its siblings, and a join after both still waits for
   both; several nodes looping in one layer all go round. Every node's state update is merged
@@ -417,21 +418,19 @@ class _WorkflowRun:
         # Only the checkpoint's count: the task's own got each child's as it ended.
         usage = position.usage + added
         # Each node hands over by its Next, else by the edges and routes it takes; one that
-        # takes an edge back (a loop) hands over to that node only, as a Next would.
-        jumps: dict[str, Next] = {n: r.jump for n in layer if (r := results[n]).jump}
+        # takes edges back (a loop) hands over to those nodes only, as a Next would.
+        jumps: dict[str, list[Next]] = {n: [r.jump] for n in layer if (r := results[n]).jump}
         picked: list[str] = []
         try:
             for name in layer:
                 if name in jumps:
                     continue
-                forward = []
-                for target in workflow.successors(name, self._state, number):
-                    if (name, target) not in walk.plan.back_edges:
-                        forward.append(target)
-                    elif name not in jumps:  # a loop back: a jump without data
-                        jumps[name] = Next(target)
-                if name not in jumps:
-                    picked.extend(forward)
+                chosen = workflow.successors(name, self._state, number)
+                back = [t for t in chosen if (name, t) in walk.plan.back_edges]
+                if back:
+                    jumps[name] = [Next(target) for target in back]  # jumps without data
+                else:
+                    picked.extend(chosen)
         except WorkflowNodeError as exc:
             self._state = given  # nothing of the layer is kept
             await self._fail({exc.node: exc}, number, layer)
@@ -474,7 +473,7 @@ class _WorkflowRun:
                     layer=number,
                     succeeded=True,
                     updated=sorted(results[name].updates),
-                    jump=jumps[name].node if name in jumps else None,
+                    jump=jumps[name][0].node if name in jumps else None,
                 )
             await self._executor.save(context, following)
             await self._started(upcoming, number + 1)
@@ -485,28 +484,27 @@ class _WorkflowRun:
         position: WorkflowCheckpoint,
         walk: _Walk,
         layer: list[str],
-        jumps: dict[str, Next],
+        jumps: dict[str, list[Next]],
         picked: list[str],
         state: dict[str, Any],
         usage: TokenUsage,
     ) -> WorkflowCheckpoint:
         """The checkpoint of a new pass from the layer's ``jumps`` and the pending nodes."""
         order = self._order.__getitem__
-        targets = list(dict.fromkeys(jumps[name].node for name in layer if name in jumps))
+        made = [jump for name in layer for jump in jumps.get(name, ())]
+        targets = list(dict.fromkeys(jump.node for jump in made))
         pending = (walk.chosen - walk.resolved - set(layer)) | set(picked)
         carried = sorted(pending - set(targets), key=order)
         data = {name: position.data[name] for name in carried if name in position.data}
-        for name in layer:
-            jump = jumps.get(name)
-            if jump is None or jump.data is None:
+        for jump in made:
+            if jump.data is None:
                 continue
             if jump.node in data and data[jump.node] != jump.data:
                 log.warning(
                     "workflow %s: two nodes jumped to %r with different data; the first "
-                    "added (before %r) gives it",
+                    "added gives it",
                     self._workflow.name,
                     jump.node,
-                    name,
                 )
                 continue
             data[jump.node] = jump.data

@@ -111,7 +111,8 @@ class WorkflowNodeFinished(TaskEvent):
     """A workflow node ended: its state updates merged, or not (``error`` says why).
 
     Not succeeded: it failed, or its layer failed or was canceled. ``jump`` names the node
-    it jumped to (a ``Next``, or an edge back: a loop), ``None`` when it did not jump.
+    it jumped to (a ``Next``, or an edge back: a loop; the first added, when its edges or
+    route took it back to several), ``None`` when it did not jump.
     """
 
     kind: Literal["workflow.node_finished"] = "workflow.node_finished"
