@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -11,7 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import anyio
 import pytest
@@ -459,6 +460,78 @@ async def test_state_or_jump_data_that_cannot_be_checkpointed_fails_clearly(sett
     assert "(written by 'odd')" in (bad_state.task.error or "")
     assert bad_data.status is TaskStatus.FAILED
     assert "the data of 'jumps''s Next('target') cannot be JSON data" in (bad_data.task.error or "")
+
+
+class Loose(BaseModel):
+    name: str = ""
+    anything: Any = None
+    step: int = 0
+
+
+async def test_lone_surrogates_fail_where_written_and_nan_in_any_fields_is_kept(settings) -> None:
+    async def first(state: Loose) -> dict[str, int]:
+        return {"step": 1}
+
+    async def listdir(state: Loose) -> dict[str, str]:
+        return {"name": os.fsdecode(b"report-\xff.txt")}  # 'report-\udcff.txt'
+
+    async def loose(state: Loose) -> dict[str, object]:
+        return {"anything": ["\ud800"]}
+
+    async def jumps(state: Loose) -> Next:
+        return Next("target", data={"file": "\udcff"})
+
+    async def target(state: Loose, data: object) -> None:
+        return None
+
+    async def odd_numbers(state: Loose) -> dict[str, object]:
+        return {"anything": [math.nan, {"a": math.inf}]}
+
+    async def reads(state: Loose) -> dict[str, str]:
+        return {"name": repr(state.anything)}
+
+    def chain(name: str, *nodes: tuple[str, Any]) -> Workflow[Loose]:
+        workflow = Workflow(name, Loose)
+        for node, call in nodes:
+            workflow.node(node, call)
+        for (source, _), (following, _) in itertools.pairwise(nodes):
+            workflow.edge(source, following)
+        forget(name)
+        return workflow
+
+    in_str = chain("surrogate-str", ("first", first), ("listdir", listdir), ("last", first))
+    in_any = chain("surrogate-any", ("first", first), ("loose", loose))
+    in_next = Workflow("surrogate-next", Loose).node("jumps", jumps, jumps=["target"])
+    in_next.node("target", target)
+    forget(in_next.name)
+    nan_any = chain("nan-any", ("odd", odd_numbers), ("reads", reads))
+    async with create_kernel(settings) as kernel:
+        bad_str = await run_workflow(kernel, in_str, Loose())
+        events = await kernel.task_events(bad_str.task_id)
+        bad_any = await run_workflow(kernel, in_any, Loose())
+        bad_next = await run_workflow(kernel, in_next, Loose())
+        with pytest.raises(UsageError, match="'name' of Loose cannot be JSON data"):
+            await run_workflow(kernel, in_str, Loose(name="\udcff"))
+        kept = await run_workflow(kernel, nan_any, Loose())
+        started = await run_workflow(
+            kernel, chain("nan-start", ("reads", reads)), Loose(anything={"x": math.nan})
+        )
+    assert bad_str.status is TaskStatus.FAILED
+    assert "field(s) 'name' of Loose cannot be JSON data" in (bad_str.task.error or "")
+    assert "(written by 'listdir')" in (bad_str.task.error or "")
+    finished = [e for e in events if e.kind == "workflow.node_finished" and e.node == "listdir"]
+    assert [e.succeeded for e in finished] == [False]  # never succeeded beside layer 0's state
+    assert bad_str.layers == 1 and bad_str.state == Loose(step=1)
+    assert bad_any.status is TaskStatus.FAILED
+    assert "'anything' of Loose cannot be JSON data" in (bad_any.task.error or "")
+    assert bad_next.status is TaskStatus.FAILED
+    assert "the data of 'jumps''s Next('target') cannot be JSON data" in (bad_next.task.error or "")
+    assert kept.state is not None, kept.task.error
+    assert kept.state.name == "[nan, {'a': inf}]"  # what the next node saw
+    nan, rest = kept.state.anything  # and what the checkpoint kept
+    assert math.isnan(nan) and rest == {"a": math.inf}
+    assert started.state is not None, started.task.error  # an initial NaN in Any is kept too
+    assert started.state.name == "{'x': nan}" and math.isnan(started.state.anything["x"])
 
 
 def test_bad_graphs_are_refused_when_built_naming_the_nodes() -> None:

@@ -5,20 +5,30 @@ round trip the way the model defines it:
 
 - by alias, where the model gives its fields aliases (a model validates by alias; data is
   read back by alias or by field name, so checkpoints written by field name still load);
-- NaN and the infinities kept (``WorkflowCheckpoint`` writes them as the JSON constants
-  ``NaN`` and ``Infinity``, and the request carries the initial state as JSON text);
-- a state that cannot be JSON data (bytes that are not UTF-8, an object pydantic cannot
-  serialize) raises ``StateDataError`` naming its fields, which the callers turn into a
+- NaN and the infinities kept, in typed fields and in ``Any`` ones alike (``WorkflowCheckpoint``
+  writes them as the JSON constants ``NaN`` and ``Infinity``, and the request carries the
+  initial state as JSON text);
+- a state that cannot be JSON text (bytes that are not UTF-8, a string holding a lone
+  surrogate such as ``os.fsdecode`` makes of a file name that is not UTF-8, an object
+  pydantic cannot serialize) raises ``StateDataError`` naming its fields, checked where the
+  data is made (not later, when a checkpoint is written), which the callers turn into a
   ``UsageError`` (the initial state) or a failed layer (a node's update), never a raw
   library exception. The same holds for the data a ``Next`` hands to its target.
 """
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from pydantic_core import PydanticSerializationError, from_json, to_json, to_jsonable_python
+from pydantic_core import (
+    PydanticSerializationError,
+    SchemaSerializer,
+    from_json,
+    to_json,
+    to_jsonable_python,
+)
 
 S = TypeVar("S", bound=BaseModel)
 
@@ -32,13 +42,17 @@ class StateDataError(ValueError):
 
 
 def state_data(state: BaseModel) -> dict[str, Any]:
-    """``state`` as JSON data, by alias, NaN and infinities kept as floats.
+    """``state`` as JSON data, by alias, NaN and infinities kept as floats (also in ``Any``).
 
     Raises:
-        StateDataError: A field's value cannot be JSON data (the message names the fields).
+        StateDataError: A field's value cannot be JSON text (the message names the fields).
     """
+    serializer = _serializer(type(state))
     try:
-        return state.model_dump(mode="json", by_alias=True, round_trip=True)
+        data: dict[str, Any] = serializer.to_python(
+            state, mode="json", by_alias=True, round_trip=True
+        )
+        _check_text(data)
     except (PydanticSerializationError, ValueError) as exc:
         bad = _bad_fields(state)
         raise StateDataError(
@@ -46,6 +60,22 @@ def state_data(state: BaseModel) -> dict[str, Any]:
             f"JSON data, which a checkpoint holds: {type(exc).__name__}: {exc}",
             set(bad),
         ) from exc
+    return data
+
+
+@cache
+def _serializer(state_type: type[BaseModel]) -> SchemaSerializer:
+    """The model's serializer, keeping NaN and infinities where its type is not declared.
+
+    A model's own ``model_dump(mode="json")`` turns a NaN in an ``Any`` field into ``None``
+    (its ``ser_json_inf_nan``), though it keeps one in a ``float`` field.
+    """
+    return SchemaSerializer(state_type.__pydantic_core_schema__, {"ser_json_inf_nan": "constants"})
+
+
+def _check_text(data: Any) -> None:
+    """Raise unless ``data`` can be written as JSON text (UTF-8: no lone surrogate)."""
+    to_json(data, inf_nan_mode="constants")
 
 
 def load_state(state_type: type[S], data: Any) -> S:
@@ -64,12 +94,14 @@ def json_data(value: Any, what: str) -> Any:
         StateDataError: It cannot be JSON data (``what`` says what it is, in the message).
     """
     try:
-        return to_jsonable_python(value, inf_nan_mode="constants")
+        data = to_jsonable_python(value, inf_nan_mode="constants")
+        _check_text(data)
     except (PydanticSerializationError, ValueError) as exc:
         raise StateDataError(
             f"{what} cannot be JSON data, which a checkpoint holds: {type(exc).__name__}: {exc}",
             set(),
         ) from exc
+    return data
 
 
 def state_text(data: dict[str, Any]) -> str:
@@ -110,10 +142,11 @@ def survives_round_trip(state: BaseModel) -> list[str]:
 
 
 def _bad_fields(state: BaseModel) -> list[str]:
+    serializer = _serializer(type(state))
     bad = []
     for name in type(state).model_fields:
         try:
-            state.model_dump(mode="json", include={name}, round_trip=True)
+            _check_text(serializer.to_python(state, mode="json", include={name}, round_trip=True))
         except (PydanticSerializationError, ValueError):
             bad.append(name)
     return bad

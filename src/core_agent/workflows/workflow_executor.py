@@ -8,7 +8,8 @@ spans of parallel nodes overlap), between a ``workflow.node_started`` and a
 ``workflow.node_finished`` event. When the whole layer has finished, the nodes' updates are
 merged in the order the nodes were added (``state_merge``), the next nodes are chosen from the
 merged state, and a ``WorkflowCheckpoint`` is saved with the layer's finished events and the
-next layer's started events in one unit of work: one commit per layer, and a node's start is
+next layer's started events in one unit of work (the checkpoint first: finished events are
+never recorded without it): one commit per layer, and a node's start is
 published (after it is stored) before the node runs. A run's first unit saves the checkpoint
 it starts from, so every workflow task has one, also when its first layer fails.
 
@@ -466,6 +467,19 @@ class _WorkflowRun:
         if not upcoming:
             following = self._finished(following, walk)
         async with context.unit_of_work():
+            # The checkpoint first: a layer whose checkpoint cannot be written fails, and its
+            # nodes are never recorded as finished (succeeded) beside an older checkpoint.
+            try:
+                await self._executor.save(context, following)
+            except ValueError as exc:  # it cannot be JSON text (state_data checks it first)
+                self._state = given
+                failure = WorkflowNodeError(
+                    f"the checkpoint after layer {number} cannot be written: "
+                    f"{type(exc).__name__}: {exc}",
+                    node=layer[0],
+                    layer=number,
+                )
+                await self._fail({layer[0]: failure}, number, layer)
             for name in layer:
                 await context.emit(
                     WorkflowNodeFinished,
@@ -475,7 +489,6 @@ class _WorkflowRun:
                     updated=sorted(results[name].updates),
                     jump=jumps[name][0].node if name in jumps else None,
                 )
-            await self._executor.save(context, following)
             await self._started(upcoming, number + 1)
         return following, walk, upcoming
 
