@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import math
@@ -849,6 +850,39 @@ async def test_canceling_a_workflow_task_stops_its_running_nodes(settings) -> No
     finished = [e for e in events if e.kind == "workflow.node_finished"]
     assert [(e.node, e.succeeded) for e in finished] == [("blocked", False)]
     assert "canceled" in (finished[0].error or "")
+
+
+async def test_a_node_raising_cancelled_itself_fails_naming_it(settings) -> None:
+    async def first(state: Notes) -> dict[str, int]:
+        return {"count": 1}
+
+    async def bad(state: Notes) -> None:
+        future = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future  # CancelledError, though nobody canceled the task
+
+    async def beside(state: Notes) -> dict[str, str]:
+        return {"verdict": "ran"}
+
+    workflow = (
+        Workflow("self-cancel", Notes, allow_fan_out=True)
+        .node("first", first)
+        .node("bad", bad)
+        .node("beside", beside)
+        .edge("first", "bad")
+        .edge("first", "beside")
+    )
+    forget(workflow.name)
+    async with create_kernel(settings) as kernel:
+        result = await run_workflow(kernel, workflow, Notes())
+        events = await kernel.task_events(result.task_id)
+    assert result.status is TaskStatus.FAILED
+    assert "node 'bad' raised CancelledError though nothing canceled" in (result.task.error or "")
+    finished = {e.node: e for e in events if e.kind == "workflow.node_finished" and e.layer == 1}
+    assert finished.keys() == {"bad", "beside"}
+    assert not finished["bad"].succeeded and "CancelledError" in finished["bad"].error
+    assert not finished["beside"].succeeded  # its layer failed: not kept
+    assert result.state == Notes(count=1)
 
 
 async def test_a_state_of_another_type_is_refused_before_any_task(settings) -> None:

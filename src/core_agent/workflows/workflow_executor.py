@@ -408,6 +408,17 @@ class _WorkflowRun:
             with anyio.CancelScope(shield=True):
                 await self._canceled(layer, number, results)
             raise
+        if not failures:
+            # A node that raised CancelledError itself (something it awaited was canceled,
+            # not the task): the task group takes it for a cancel and ends it with no result.
+            for name in layer:
+                if name not in results:
+                    failures[name] = WorkflowNodeError(
+                        f"node {name!r} raised CancelledError though nothing canceled the "
+                        "workflow task (was something it awaited canceled?)",
+                        node=name,
+                        layer=number,
+                    )
         if failures:
             await self._fail(failures, number, layer)
         writes = [(name, results[name].updates) for name in layer]
