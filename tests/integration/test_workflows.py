@@ -885,6 +885,39 @@ async def test_a_node_raising_cancelled_itself_fails_naming_it(settings) -> None
     assert result.state == Notes(count=1)
 
 
+async def test_a_tasks_structured_output_is_plain_json_and_other_versions_are_refused(
+    settings,
+) -> None:
+    async def odd(state: Loose) -> dict[str, object]:
+        return {"anything": [math.nan, math.inf], "step": 1}
+
+    async def fails(state: Loose) -> None:
+        raise RuntimeError("boom")
+
+    first, second = (
+        Workflow("versioned", Loose, version=version).node("odd", odd).node("fails", fails)
+        for version in (1, 2)
+    )
+    first.edge("odd", "fails")
+    second.edge("odd", "fails")  # the same graph: only the version differs
+    forget(first.name)
+    forget("plain-out")
+    async with create_kernel(settings) as kernel:
+        plain = await run_workflow(kernel, Workflow("plain-out", Loose).node("odd", odd), Loose())
+        failed = await run_workflow(kernel, first, Loose())
+        with pytest.raises(
+            UsageError, match="ran version 1 of workflow 'versioned', not version 2"
+        ):
+            await rerun_workflow(kernel, second, failed.task_id)
+        with pytest.raises(UsageError, match="is a task of workflow 'versioned' version 1, not"):
+            await workflow_snapshot(kernel, second, failed.task_id)
+    assert plain.state is not None and math.isnan(plain.state.anything[0])  # the state keeps it
+    assert plain.task.structured_output is not None
+    json.dumps(plain.task.structured_output, allow_nan=False)  # hosts get plain JSON
+    assert plain.task.structured_output["anything"] == [None, None]
+    assert failed.status is TaskStatus.FAILED
+
+
 async def test_a_state_of_another_type_is_refused_before_any_task(settings) -> None:
     class Other(BaseModel):
         x: int = 0

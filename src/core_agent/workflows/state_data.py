@@ -104,6 +104,17 @@ def json_data(value: Any, what: str) -> Any:
     return data
 
 
+def host_data(data: dict[str, Any]) -> dict[str, Any]:
+    """State data as plain JSON for hosts (a task's structured output), NaN as ``None``.
+
+    JSON has no NaN or infinities: a host's ``json.dumps(allow_nan=False)`` takes this.
+
+    The workflow's own state (``WorkflowResult.state``, its checkpoints) keeps them.
+    """
+    plain: dict[str, Any] = to_jsonable_python(data, inf_nan_mode="null")
+    return plain
+
+
 def state_text(data: dict[str, Any]) -> str:
     """JSON text of state data, NaN and infinities written as JSON constants."""
     return to_json(data, inf_nan_mode="constants").decode()

@@ -78,6 +78,7 @@ from core_agent.workflows.graph import (
 from core_agent.workflows.registry import registered
 from core_agent.workflows.state_data import (
     StateDataError,
+    host_data,
     json_data,
     load_state,
     state_data,
@@ -314,7 +315,7 @@ class _WorkflowRun:
         self._position = position
         return ExecutionOutcome(
             output=self._state.model_dump_json(by_alias=True),
-            structured=position.state,
+            structured=host_data(position.state),
         )
 
     def _finished(self, position: WorkflowCheckpoint, walk: _Walk) -> WorkflowCheckpoint:

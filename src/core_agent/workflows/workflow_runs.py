@@ -218,8 +218,8 @@ async def rerun_workflow(
     ``state`` (the same state, corrected) when given.
 
     Raises:
-        UsageError: ``task_id`` is not a task of ``workflow`` (or of another definition of
-            it), or has not ended.
+        UsageError: ``task_id`` is not a task of ``workflow`` (or of another version or
+            definition of it), or has not ended.
     """
     workflow.build()
     stored = await kernel.get_task(task_id)
@@ -229,7 +229,13 @@ async def rerun_workflow(
         raise UsageError(
             f"task {task_id} is {stored.status.value}: resume it (resume_workflow) instead"
         )
-    shape = workflow_identity(stored.request)[2]
+    _, version, shape = workflow_identity(stored.request)
+    if version != workflow.version:
+        raise UsageError(
+            f"task {task_id} ran version {version} of workflow {workflow.name!r}, not version "
+            f"{workflow.version}: its checkpoint is carried on only by the version it was "
+            "written by (build that one to rerun it)"
+        )
     if shape is not None and shape != workflow.shape:
         raise UsageError(
             f"task {task_id} ran a different definition of workflow {workflow.name!r} (its "
@@ -270,12 +276,19 @@ async def workflow_snapshot(
     For a task that failed, that is the state before the failing layer: the rollback.
 
     Raises:
+        UsageError: The task's checkpoint was written by another workflow, or another
+            version of it.
         CorruptStateError: The stored checkpoint is not a workflow's, or its state is not a
             valid ``workflow.state_type``.
     """
     saved = await workflow_executor(kernel).checkpoint(task_id)
     if saved is None:
         return None
+    if (saved.workflow, saved.workflow_version) != (workflow.name, workflow.version):
+        raise UsageError(
+            f"task {task_id} is a task of workflow {saved.workflow!r} version "
+            f"{saved.workflow_version}, not of {workflow.name!r} version {workflow.version}"
+        )
     try:
         state = load_state(workflow.state_type, saved.state)
     except ValidationError as exc:
@@ -296,7 +309,8 @@ async def _workflow_result(
     kernel: AgentKernel, workflow: Workflow[S], result: TaskResult
 ) -> WorkflowResult[S]:
     # The state comes from the checkpoint (the final one, when it succeeded), read as it
-    # was written: the task's structured output is plain JSON for hosts (NaN as null).
+    # was written, NaN kept: the task's structured output is plain JSON for hosts (NaN as
+    # None, see state_data.host_data).
     snapshot = await workflow_snapshot(kernel, workflow, result.task_id)
     if snapshot is None:
         return WorkflowResult(result, None, 0)

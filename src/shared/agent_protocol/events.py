@@ -100,7 +100,11 @@ class PlanStepCompleted(TaskEvent):
 
 
 class WorkflowNodeStarted(TaskEvent):
-    """A node of a workflow task began; the nodes of one layer run concurrently."""
+    """A node of a workflow task is starting; the nodes of one layer run concurrently.
+
+    Published before the node runs, when its layer begins: with more nodes in the layer than
+    the workflow's ``max_concurrency``, a node may still wait for a free slot after it.
+    """
 
     kind: Literal["workflow.node_started"] = "workflow.node_started"
     node: str
