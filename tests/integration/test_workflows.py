@@ -911,6 +911,8 @@ async def test_a_tasks_structured_output_is_plain_json_and_other_versions_are_re
             await rerun_workflow(kernel, second, failed.task_id)
         with pytest.raises(UsageError, match="is a task of workflow 'versioned' version 1, not"):
             await workflow_snapshot(kernel, second, failed.task_id)
+        with pytest.raises(UsageError, match="is a task of workflow 'versioned' version 1, not"):
+            await resume_workflow(kernel, second, failed.task_id)
     assert plain.state is not None and math.isnan(plain.state.anything[0])  # the state keeps it
     assert plain.task.structured_output is not None
     json.dumps(plain.task.structured_output, allow_nan=False)  # hosts get plain JSON

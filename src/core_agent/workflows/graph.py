@@ -579,12 +579,14 @@ def _back_edges(
     classic definition (an edge to a node that dominates its source); it depends neither on
     the order edges were declared in nor on where a pass starts, and what remains is a DAG.
     """
+    static = {name: targets(name) for name in order}
+    handed = {name: ways(name) for name in order}
     depth = {entry: 0}
     frontier = [entry]
     while frontier:
         following = []
         for node in frontier:
-            for target in ways(node):
+            for target in handed[node]:
                 if target not in depth:
                     depth[target] = depth[node] + 1
                     following.append(target)
@@ -592,15 +594,15 @@ def _back_edges(
     rank = {name: (depth.get(name, len(order)), index) for index, name in enumerate(order)}
     entered_by: dict[str, set[str]] = {name: set() for name in order}
     for name in order:
-        for target in ways(name):
+        for target in handed[name]:
             entered_by[target].add(name)
-    back = {(name, name) for name in order if name in targets(name)}
+    back = {(name, name) for name in order if name in static[name]}
     todo: list[set[str]] = [set(order)]
     while todo:
         region = todo.pop()
 
         def inside(name: str, region: set[str] = region) -> list[str]:
-            return [t for t in targets(name) if t in region and (name, t) not in back]
+            return [t for t in static[name] if t in region and (name, t) not in back]
 
         for members in _strong_components(sorted(region, key=rank.__getitem__), inside):
             if len(members) < 2:

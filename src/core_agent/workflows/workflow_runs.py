@@ -195,9 +195,17 @@ async def resume_workflow(
     ``kernel.resume(task_id)`` does the same, returning the task's result only.
 
     Raises:
-        UsageError: As ``AgentKernel.resume`` (it runs elsewhere, or already ended).
+        UsageError: ``task_id`` is not a task of ``workflow`` at its version; as
+            ``AgentKernel.resume`` (it runs elsewhere, or already ended).
     """
     workflow.build()
+    stored = await kernel.get_task(task_id)
+    name, version, _ = workflow_identity(stored.request)
+    if (name, version) != (workflow.name, workflow.version):
+        raise UsageError(
+            f"task {task_id} is a task of workflow {name!r} version {version}, not of "
+            f"{workflow.name!r} version {workflow.version}"
+        )
     result = await kernel.resume(task_id, reason="its workflow was resumed")
     return await _workflow_result(kernel, workflow, result)
 
