@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -333,6 +334,43 @@ async def test_back_edges_belong_to_the_graph_not_to_edge_order_or_where_a_pass_
     assert logs["join-in-loop"] == ["h", "a", "c", "b"] * 2 + ["end"]
     p_round = ["p", "q", "z", "r"]
     assert logs["next-into-cycle"] == ["s", "j", "q", "r", *p_round, *p_round, "end"]
+
+
+def test_back_edges_do_not_depend_on_the_order_edges_are_declared_in() -> None:
+    async def noop(state: Counted) -> None:
+        return None
+
+    when = lambda s: s.a < 2  # noqa: E731
+    graphs = {
+        # a join with an edge back to one input, and a review sending both drafts back
+        "joins": [
+            *[("start", "x"), ("start", "y"), ("x", "review"), ("y", "review")],
+            *[("review", "y"), ("review", "x"), ("review", "end")],
+        ],
+        # nested loops, a loop body with a join, a self-loop
+        "nested": [
+            *[("h", "a"), ("a", "b"), ("b", "a"), ("b", "h"), ("b", "c"), ("h", "c")],
+            *[("c", "c"), ("c", "end")],
+        ],
+    }
+    expected = {
+        "joins": {("review", "x"), ("review", "y")},
+        "nested": {("b", "a"), ("b", "h"), ("c", "c")},
+    }
+    shuffler = random.Random(7)
+    for name, edges in graphs.items():
+        for attempt in range(40):
+            order = edges[:]
+            shuffler.shuffle(order)
+            workflow = Workflow(f"{name}-{attempt}", Counted, allow_fan_out=True)
+            for node in dict.fromkeys(n for edge in edges for n in edge):
+                workflow.node(node, noop)
+            for source, target in order:
+                workflow.edge(source, target, when=when)
+            forget(workflow.name)
+            workflow.build()
+            forget(workflow.name)
+            assert workflow.pass_from(workflow.entry).back_edges == expected[name], order
 
 
 async def test_parallel_nodes_writing_one_field_without_a_reducer_fail_clearly(settings) -> None:
