@@ -15,13 +15,14 @@ it starts from, so every workflow task has one, also when its first layer fails.
 
 Policies:
 
-- **A node fails** (raises, returns something that is not an update, or its child task does
-  not succeed): the layer's other nodes are canceled, nothing of the layer is merged or
-  saved, and the task fails with ``WorkflowNodeError``. Its checkpoint still holds the state
-  of the last completed layer (or the one it started from): that is the rollback of seed 001
-  §6.2. ``workflow_snapshot`` reads it and ``rerun_workflow`` carries on from it in a new
-  task. A cancel of the task gives each node of the running layer a ``node_finished`` (not
-  succeeded) too.
+- **A node fails** (raises, a ``CancelledError`` of its own included when nothing canceled
+  the task; returns something that is not an update, or a value that cannot be JSON text;
+  or its child task does not succeed): the layer's other nodes are canceled, nothing of the
+  layer is merged or saved, and the task fails with ``WorkflowNodeError``. Its checkpoint
+  still holds the state of the last completed layer (or the one it started from): that is
+  the rollback of seed 001 §6.2. ``workflow_snapshot`` reads it and ``rerun_workflow``
+  carries on from it in a new task. A cancel of the task gives each node of the running
+  layer a ``node_finished`` (not succeeded) too.
 - **A jump** (a ``Next``, or a back edge of the graph, i.e. a loop: see ``graph``) replaces
   the jumping node's other edges and routes (a node taking several edges back jumps to each
   of them), and ends the current pass: the run goes on with a new pass from every target
