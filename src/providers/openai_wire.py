@@ -244,6 +244,7 @@ class StreamedAnswer:
             for n, call in enumerate(self.calls)
             if n == 0
             or call.arguments
+            or call.id is None
             or (call.id, call.name) != (self.calls[n - 1].id, self.calls[n - 1].name)
         ]
         return tuple(

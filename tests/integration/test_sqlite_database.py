@@ -294,3 +294,23 @@ async def test_a_writer_cancelled_past_its_shield_leaves_no_one_waiting(tmp_path
         await leader
     assert _rows(db) == [1, 2, 3]  # the group was applied all the same
     await db.close()
+
+
+async def test_a_fence_guards_its_own_database_only(tmp_path: Path) -> None:
+    # A run's lease fence is about the task store's file: a store the host keeps in another
+    # file is written as usual inside it (it failed every such write as a lost lease).
+    guarded = _database(tmp_path)
+    other = SqliteDatabase(tmp_path / "other.db")
+    other.call(lambda conn: conn.execute("CREATE TABLE t (n INTEGER PRIMARY KEY)"))
+
+    def refuse(conn: sqlite3.Connection) -> None:
+        raise StorageError("not ours any more")
+
+    with guarded.fenced(refuse):
+        await other.transact(lambda conn: conn.execute("INSERT INTO t (n) VALUES (1)"))
+        with pytest.raises(StorageError, match="not ours"):
+            await guarded.transact(lambda conn: conn.execute("INSERT INTO t (n) VALUES (1)"))
+    assert _rows(guarded) == []
+    assert other.call(lambda conn: conn.execute("SELECT n FROM t").fetchall()) == [(1,)]
+    await guarded.close()
+    await other.close()

@@ -43,3 +43,11 @@ def test_a_call_whose_pieces_all_repeat_its_id_and_name_stays_one() -> None:
         [{"index": 0, "id": "a", "function": {"name": "f", "arguments": "1}"}}],
         [piece],  # named again on a closing piece, with nothing more
     ) == [("a", "f", {"x": 1})]
+
+
+def test_parallel_calls_without_ids_or_arguments_stay_two() -> None:
+    piece = {"function": {"name": "now", "arguments": ""}}
+    assert assembled([{"index": 0, **piece}], [{"index": 1, **piece}]) == [
+        ("call_1", "now", {}),
+        ("call_2", "now", {}),
+    ]

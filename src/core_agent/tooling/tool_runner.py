@@ -232,7 +232,7 @@ class ToolRunner:
             # is its failure, not the host's exit nor a cancel of the task. The kernel's own
             # cancellation goes on up, and so does KeyboardInterrupt: Python delivers Ctrl-C
             # into whatever code runs, a tool's included, and the person meant the host.
-            if isinstance(exc, KeyboardInterrupt) or _is_cancellation(exc):
+            if _is_interrupt(exc) or _is_cancellation(exc):
                 raise
             log.warning("tool %s raised %s", call.name, type(exc).__name__, exc_info=True)
             return _error(
@@ -259,6 +259,13 @@ class _Seen:
         """The call as the hooks left it."""
         self.reused = False
         """Its result came from the ledger."""
+
+
+def _is_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` is (or carries, from a tool's task group) a KeyboardInterrupt."""
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(KeyboardInterrupt) is not None
+    return isinstance(exc, KeyboardInterrupt)
 
 
 def _is_cancellation(exc: BaseException) -> bool:

@@ -229,9 +229,11 @@ def _shared_error(exc: Exception) -> Exception:
 
 
 _UNIT: ContextVar[_Unit | None] = ContextVar("core_agent_sqlite_unit", default=None)
-_FENCE: ContextVar[Callable[[sqlite3.Connection], None] | None] = ContextVar(
+_FENCE: ContextVar[tuple[SqliteDatabase, Callable[[sqlite3.Connection], None]] | None] = ContextVar(
     "core_agent_sqlite_fence", default=None
 )
+"""The fence of the block this context runs in, with the database it guards: the task's
+row is in that file, and writes to any other (a host's own store) are not its."""
 
 
 def _settle(group: _Group, results: list[Any], errors: list[BaseException | None]) -> None:
@@ -393,8 +395,8 @@ class SqliteDatabase:
         the commits were most of the database's time.
         """
         fence = _FENCE.get()
-        if fence is not None:
-            fn = _behind(fence, fn)
+        if fence is not None and fence[0] is self:
+            fn = _behind(fence[1], fn)
         state = self._loop_state()
         group = state.group
         leader = group is None
@@ -453,6 +455,10 @@ class SqliteDatabase:
             self.call(self._group_transaction(group.calls, results, errors))
         except Exception as exc:
             errors[:] = [_shared_error(exc) for _ in errors]
+        except BaseException as exc:
+            interrupted = StorageError(f"database {self.path}: {exc!r}")
+            errors[:] = [_shared_error(interrupted) for _ in errors]
+            raise
         finally:
             _settle(group, results, errors)
 
@@ -508,7 +514,7 @@ class SqliteDatabase:
         commit) and its caller gets the error; the writes a unit of work held for it are not
         applied either.
         """
-        token = _FENCE.set(check)
+        token = _FENCE.set((self, check))
         try:
             yield
         finally:
