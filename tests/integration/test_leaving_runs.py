@@ -316,3 +316,35 @@ async def test_older_orphans_that_cannot_be_recovered_here_do_not_hide_newer_one
     async with successor:
         results = await successor.recover("resume")
     assert [(r.task_id, r.status) for r in results] == [("healthy", TaskStatus.SUCCEEDED)]
+
+
+async def test_a_host_that_stalled_before_its_ending_does_not_end_the_new_owners_task(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The run's last step is stored; the host stalls before the ending, another kernel takes
+    # the task over. Waking, the host must not mark it succeeded over that kernel's run.
+    from core_agent.kernel.task_lifecycle import TaskLifecycle
+
+    succeed = TaskLifecycle.succeed
+
+    async def stalled_then_succeed(self, outcome, stats):  # type: ignore[no-untyped-def]
+        with sqlite3.connect(tmp_path / "core_agent.db") as db:  # what the new owner did
+            db.execute(
+                "UPDATE agent_tasks SET owner = 'other-host:1',"
+                " lease_expires_at = '2999-01-01T00:00:00+00:00' WHERE id = 't'"
+            )
+        return await succeed(self, outcome, stats)
+
+    monkeypatch.setattr(TaskLifecycle, "succeed", stalled_then_succeed)
+
+    async def slow_read() -> str:
+        """Read something."""
+        return "the text"
+
+    host = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
+    async with host:
+        result = await host.execute_task(TaskRequest(task="read", force_mode="react"), task_id="t")
+        stored = await host.get_task("t")
+    assert result.status is TaskStatus.RUNNING
+    assert "another kernel (other-host:1) took this task over" in (result.error or "")
+    assert stored.status is TaskStatus.RUNNING and stored.owner == "other-host:1"

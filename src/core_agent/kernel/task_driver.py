@@ -42,6 +42,7 @@ from core_agent.contracts.executor import (
     ExecutionContext,
     ExecutionOutcome,
     IExecutor,
+    RunStats,
 )
 from core_agent.contracts.task_store import ITaskStore
 from core_agent.contracts.trace_store import ITraceStore
@@ -280,7 +281,11 @@ class TaskDriver:
             return await self._suspend(run, lifecycle, context, pending)
         except (RunError, CorruptStateError) as exc:
             # A damaged checkpoint fails its task with the reason, like a run failure.
-            return await lifecycle.fail(str(exc) or type(exc).__name__, type(exc).__name__, stats)
+            return await self._end_while_owner(
+                lifecycle,
+                stats,
+                lifecycle.fail(str(exc) or type(exc).__name__, type(exc).__name__, stats),
+            )
         except anyio.get_cancelled_exc_class():
             # The caller gets no result: no session turn either (a retry it canceled leaves
             # the turn it retried retryable).
@@ -301,7 +306,21 @@ class TaskDriver:
             raise
         if outcome.escalation is not None:
             return await self._wait_for_human(lifecycle, context, outcome)
-        return await lifecycle.succeed(outcome, stats)
+        return await self._end_while_owner(lifecycle, stats, lifecycle.succeed(outcome, stats))
+
+    async def _end_while_owner(
+        self, lifecycle: TaskLifecycle, stats: RunStats, ending: Awaitable[TaskResult]
+    ) -> TaskResult:
+        """``ending``'s result, its move made only while this kernel still owns the task.
+
+        The run's own writes are fenced (``ITaskStore.fenced``); its ending is too: a host
+        that stalled after its last step must not end a task another kernel now runs.
+        """
+        try:
+            with self._task_store.fenced(lifecycle.task_id, lifecycle.owner):
+                return await ending
+        except LeaseLostError:
+            return await lifecycle.stored_result(stats)
 
     async def _session_usage(self, state: TaskState) -> TokenUsage:
         """What the other tasks of ``state``'s session have used, as stored with them.
