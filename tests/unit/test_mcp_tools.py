@@ -516,3 +516,21 @@ def test_a_schemas_patterns_cannot_stall_the_kernel_and_read_as_the_servers_do()
 def test_ordinary_tool_descriptions_are_not_taken_for_poison(description: str) -> None:
     servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
     assert poisoned_tool_reason(McpTool(servers, "notes", listed_tool("t", description))) is None
+
+
+def test_the_time_for_patterns_is_the_calls_not_each_strings(monkeypatch) -> None:
+    # A long array of strings each taking a while must not add up to a stalled loop: the
+    # bound is on the call's arguments together. (Time is faked: 30 ms go by per look.)
+    from providers.mcp import bounded_patterns
+
+    clock = iter(range(1000))
+    monkeypatch.setattr(bounded_patterns.time, "monotonic", lambda: next(clock) * 0.03)
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    schema = {
+        "type": "object",
+        "properties": {"words": {"type": "array", "items": {"type": "string", "pattern": "^a+$"}}},
+    }
+    tool = McpTool(servers, "notes", listed_tool("words", schema=schema))
+    with pytest.raises(ToolArgumentsError, match="could not be checked") as caught:
+        tool.validate_arguments({"words": ["aaa"] * 5})
+    assert "words.0" not in str(caught.value)  # the first ones fit in the call's time

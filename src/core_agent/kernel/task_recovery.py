@@ -204,10 +204,11 @@ def unfinished_tools(events: Sequence[TaskEvent]) -> set[str]:
     or may not have happened, and only the ledger of a run that has the tool can ask a
     human about it (elsewhere it would be answered "unknown tool" and the run would go on).
     """
-    running: dict[str, str] = {}
+    # By id and tool: parallel plan steps each number their calls from the same ids.
+    running: set[tuple[str, str]] = set()
     for event in events:
         if isinstance(event, ToolStarted):
-            running[event.tool_call.id] = event.tool_call.name
+            running.add((event.tool_call.id, event.tool_call.name))
         elif isinstance(event, ToolCompleted):
-            running.pop(event.result.call_id, None)
-    return set(running.values())
+            running.discard((event.result.call_id, event.result.name))
+    return {name for _, name in running}

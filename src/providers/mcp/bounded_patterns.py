@@ -7,8 +7,9 @@ kernel for seconds, and each more character doubles it. Here those keywords (and
 ``additionalProperties``, which consults ``patternProperties``) match with the ``regex``
 package, which reads the same patterns as ``re`` (lookarounds, ``\uXXXX``, Unicode ``\w``:
 what the server itself accepts, zod's email pattern included) and gives up after
-``MATCH_TIME_LIMIT_S``: an argument whose match takes longer fails its check, and says so.
-A pattern that does not compile fails the check of every argument it applies to.
+``MATCH_TIME_LIMIT_S`` for all of a call's arguments: an argument whose match runs out of
+time fails its check, and says so. A pattern that does not compile is refused with its
+schema when the tool is listed (``jsonschema``'s own check of the schema).
 
 RE2 was tried first and refused real servers' tools (lookahead in zod's email pattern,
 ``\uXXXX`` ranges such as ``[\u4e00-\u9fa5]``).
@@ -17,7 +18,10 @@ RE2 was tried first and refused real servers' tools (lookahead in zod's email pa
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import regex
@@ -26,7 +30,20 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import extend
 
 MATCH_TIME_LIMIT_S = 0.05
-"""Longest one pattern may take on one argument (a sane pattern takes microseconds)."""
+"""Longest the patterns may take on one call's arguments, all together (a sane pattern takes
+microseconds): a limit per string would let a long array of them stall the loop."""
+
+_DEADLINE: ContextVar[float | None] = ContextVar("core_agent_mcp_pattern_deadline", default=None)
+
+
+@contextmanager
+def match_time_limit() -> Iterator[None]:
+    """Give the pattern matches inside the block ``MATCH_TIME_LIMIT_S`` between them."""
+    token = _DEADLINE.set(time.monotonic() + MATCH_TIME_LIMIT_S)
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
 
 
 @functools.lru_cache(maxsize=256)
@@ -38,17 +55,21 @@ def search(pattern: str, text: str) -> bool:
     """Whether ``pattern`` matches somewhere in ``text``.
 
     Raises:
-        ValidationError: The pattern does not compile, or took longer than
-            ``MATCH_TIME_LIMIT_S`` on ``text``.
+        ValidationError: The pattern does not compile, or the time left for the call's
+            patterns (``match_time_limit``, else ``MATCH_TIME_LIMIT_S`` for this one) ran out.
     """
+    deadline = _DEADLINE.get()
+    left = MATCH_TIME_LIMIT_S if deadline is None else deadline - time.monotonic()
     try:
-        return _compiled(pattern).search(text, timeout=MATCH_TIME_LIMIT_S) is not None
+        if left <= 0:
+            raise TimeoutError
+        return _compiled(pattern).search(text, timeout=left) is not None
     except regex.error as exc:
         raise ValidationError(f"the schema's pattern {pattern!r} is invalid: {exc}") from None
     except TimeoutError:
         raise ValidationError(
             f"{text[:80]!r} could not be checked against {pattern!r} in time "
-            f"({MATCH_TIME_LIMIT_S * 1000:g} ms)"
+            f"({MATCH_TIME_LIMIT_S * 1000:g} ms for the call's arguments)"
         ) from None
 
 

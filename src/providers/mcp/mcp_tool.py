@@ -46,7 +46,7 @@ from core_agent.contracts.tool import (
     ToolContext,
     ToolSpec,
 )
-from providers.mcp.bounded_patterns import with_bounded_patterns
+from providers.mcp.bounded_patterns import match_time_limit, with_bounded_patterns
 from providers.mcp.server_connection import McpServerError
 from providers.mcp.server_pool import McpServers
 from shared.agent_protocol import RiskLevel
@@ -144,9 +144,10 @@ class McpTool(ITool):
         """``arguments`` if they satisfy the server's input schema, else ``ToolArgumentsError``."""
         given = dict(arguments)
         try:
-            problems = sorted(
-                self._validator.iter_errors(given), key=lambda e: list(e.absolute_path)
-            )
+            with match_time_limit():
+                problems = sorted(
+                    self._validator.iter_errors(given), key=lambda e: list(e.absolute_path)
+                )
         except (RecursionError, ReferencingError) as exc:
             # A schema that refers to itself without end: the server's fault, told to the
             # model as this call's error rather than failing the task.
