@@ -431,30 +431,26 @@ class SqliteDatabase:
         return cast(T, group.results[slot])
 
     async def _apply_group(self, group: _Group, state: _LoopState) -> None:
-        results: list[Any] = [None] * len(group.calls)
-        errors: list[BaseException | None] = [None] * len(group.calls)
-        apply = self._group_transaction(group.calls, results, errors)
-        try:
+        with self._settling(group) as (results, errors):
             # The leader yielded before this (to gather the group): no second yield after.
+            apply = self._group_transaction(group.calls, results, errors)
             await self._run(apply, state, yield_after=False)
-        except Exception as exc:
-            # Nothing was committed: every caller hears why, each through its own error.
-            errors[:] = [exc] if len(group.calls) == 1 else [_shared_error(exc) for _ in errors]
-        except BaseException as exc:
-            interrupted = StorageError(f"database {self.path}: {exc!r}")
-            errors[:] = [_shared_error(interrupted) for _ in errors]
-            raise
-        finally:
-            _settle(group, results, errors)
 
     def _apply_group_at_once(self, group: _Group) -> None:
         """Apply ``group`` in this thread, waiting for the connection (see ``transact``)."""
+        with self._settling(group) as (results, errors):
+            self.call(self._group_transaction(group.calls, results, errors))
+
+    @contextmanager
+    def _settling(self, group: _Group) -> Iterator[tuple[list[Any], list[BaseException | None]]]:
+        """The lists a group's application fills; handed to its callers however it ends."""
         results: list[Any] = [None] * len(group.calls)
         errors: list[BaseException | None] = [None] * len(group.calls)
         try:
-            self.call(self._group_transaction(group.calls, results, errors))
+            yield results, errors
         except Exception as exc:
-            errors[:] = [_shared_error(exc) for _ in errors]
+            # Nothing was committed: every caller hears why, each through its own error.
+            errors[:] = [exc] if len(errors) == 1 else [_shared_error(exc) for _ in errors]
         except BaseException as exc:
             interrupted = StorageError(f"database {self.path}: {exc!r}")
             errors[:] = [_shared_error(interrupted) for _ in errors]
