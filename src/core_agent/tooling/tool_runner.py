@@ -262,7 +262,11 @@ class _Seen:
 
 
 def _is_interrupt(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or carries, from a tool's task group) a KeyboardInterrupt."""
+    """Whether ``exc`` is (or carries, from a tool's task group) a KeyboardInterrupt.
+
+    On asyncio a child task's KeyboardInterrupt leaves the event loop at once and never
+    arrives here in a group; on trio it does.
+    """
     if isinstance(exc, BaseExceptionGroup):
         return exc.subgroup(KeyboardInterrupt) is not None
     return isinstance(exc, KeyboardInterrupt)
