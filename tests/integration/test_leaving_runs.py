@@ -5,6 +5,7 @@ And a host may name a task before it exists (the stdio server answers with its i
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -15,6 +16,7 @@ from core_agent.kernel import task_recovery
 from core_agent.tooling.function_tool import FunctionTool
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from providers.sqlite.task_store import SqliteTaskStore
 from shared.agent_protocol import TaskRequest, TaskStatus
 
 pytestmark = pytest.mark.anyio
@@ -81,6 +83,27 @@ def endless_read(started: anyio.Event) -> FunctionTool:
         return "never"
 
     return FunctionTool(slow_read, idempotent=True, capabilities={"read"})
+
+
+def quick_read() -> FunctionTool:
+    """The same read as ``endless_read``'s, answering at once (a successor's tool)."""
+
+    async def slow_read() -> str:
+        """Read something slowly."""
+        return "the text"
+
+    return FunctionTool(slow_read, idempotent=True, capabilities={"read"})
+
+
+async def left_mid_tool(tmp_path: Path, task_id: str) -> None:
+    """Leave task ``task_id`` running inside its (endless) tool, as a host that went away."""
+    started = anyio.Event()
+    host = kernel_on(tmp_path, endless_read(started))
+    async with host, anyio.create_task_group() as group:
+        group.start_soon(lambda: host.execute_task(TaskRequest(task="read"), task_id=task_id))
+        await started.wait()
+        host.leave_runs()
+        group.cancel_scope.cancel()
 
 
 async def test_without_leaving_a_canceled_caller_cancels_the_task(tmp_path: Path) -> None:
@@ -255,13 +278,7 @@ async def test_a_task_left_inside_a_tool_is_resumed_only_where_that_tool_is(
     # The application passed the tool to its kernel; `core-agent recover` in a shell has no
     # such tool. It must leave the task alone, not answer the interrupted call "unknown tool"
     # and go on (the call may or may not have happened).
-    started = anyio.Event()
-    host = kernel_on(tmp_path, endless_read(started))
-    async with host, anyio.create_task_group() as group:
-        group.start_soon(lambda: host.execute_task(TaskRequest(task="read slowly"), task_id="left"))
-        await started.wait()
-        host.leave_runs()
-        group.cancel_scope.cancel()
+    await left_mid_tool(tmp_path, "left")
 
     async def other_tool() -> str:
         """Something else."""
@@ -274,11 +291,7 @@ async def test_a_task_left_inside_a_tool_is_resumed_only_where_that_tool_is(
             await elsewhere.resume("left")
         assert (await elsewhere.get_task("left")).status is TaskStatus.RUNNING
 
-    async def slow_read() -> str:
-        """Read something slowly."""
-        return "the text"
-
-    home = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
+    home = kernel_on(tmp_path, quick_read())
     async with home:
         (result,) = await home.recover("resume")
     assert result.status is TaskStatus.SUCCEEDED and result.output == "read it"
@@ -290,13 +303,7 @@ async def test_older_orphans_that_cannot_be_recovered_here_do_not_hide_newer_one
     # Recovery takes orphans a batch at a time, oldest first: damaged rows, and tasks left
     # for a host with a tool this one lacks, must not fill every batch (they did at 100).
     monkeypatch.setattr(task_recovery, "BATCH", 1)
-    started = anyio.Event()
-    host = kernel_on(tmp_path, endless_read(started))
-    async with host, anyio.create_task_group() as group:
-        group.start_soon(lambda: host.execute_task(TaskRequest(task="read"), task_id="healthy"))
-        await started.wait()
-        host.leave_runs()
-        group.cancel_scope.cancel()
+    await left_mid_tool(tmp_path, "healthy")
     with sqlite3.connect(tmp_path / "core_agent.db") as db:
         row = db.execute("SELECT * FROM agent_tasks WHERE id = 'healthy'").fetchone()
         columns = [c[1] for c in db.execute("PRAGMA table_info(agent_tasks)")]
@@ -308,41 +315,43 @@ async def test_older_orphans_that_cannot_be_recovered_here_do_not_hide_newer_one
                 f"INSERT INTO agent_tasks ({', '.join(copy)}) VALUES ({marks})", list(copy.values())
             )
 
-    async def slow_read() -> str:
-        """Read something slowly."""
-        return "the text"
-
-    successor = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
-    async with successor:
+    async with kernel_on(tmp_path, quick_read()) as successor:
         results = await successor.recover("resume")
     assert [(r.task_id, r.status) for r in results] == [("healthy", TaskStatus.SUCCEEDED)]
 
 
+class TakenOverBeforeItsEnd(SqliteTaskStore):
+    """The SQLite task store, where another kernel takes a task over just before its run
+    ends: its owner changes as the move out of ``running`` is asked for."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.file = path
+
+    async def transition(self, task_id: str, **move: Any) -> None:
+        if move["from_status"] is TaskStatus.RUNNING:
+            with sqlite3.connect(self.file) as db:  # what the new owner did
+                db.execute(
+                    "UPDATE agent_tasks SET owner = 'other-host:1',"
+                    " lease_expires_at = '2999-01-01T00:00:00+00:00' WHERE id = ?",
+                    (task_id,),
+                )
+        await super().transition(task_id, **move)
+
+
 async def test_a_host_that_stalled_before_its_ending_does_not_end_the_new_owners_task(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     # The run's last step is stored; the host stalls before the ending, another kernel takes
     # the task over. Waking, the host must not mark it succeeded over that kernel's run.
-    from core_agent.kernel.task_lifecycle import TaskLifecycle
-
-    succeed = TaskLifecycle.succeed
-
-    async def stalled_then_succeed(self, outcome, stats):  # type: ignore[no-untyped-def]
-        with sqlite3.connect(tmp_path / "core_agent.db") as db:  # what the new owner did
-            db.execute(
-                "UPDATE agent_tasks SET owner = 'other-host:1',"
-                " lease_expires_at = '2999-01-01T00:00:00+00:00' WHERE id = 't'"
-            )
-        return await succeed(self, outcome, stats)
-
-    monkeypatch.setattr(TaskLifecycle, "succeed", stalled_then_succeed)
-
-    async def slow_read() -> str:
-        """Read something."""
-        return "the text"
-
-    host = kernel_on(tmp_path, FunctionTool(slow_read, idempotent=True, capabilities={"read"}))
-    async with host:
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(update={"data_dir": tmp_path, "recovery": "off"})
+    )
+    container.llm_gateway.override(ScriptedLLMGateway(TURNS))
+    container.tool_registry.override(ToolRegistry([quick_read()]))
+    container.task_store.override(TakenOverBeforeItsEnd(tmp_path / "core_agent.db"))
+    async with container.kernel() as host:
         result = await host.execute_task(TaskRequest(task="read", force_mode="react"), task_id="t")
         stored = await host.get_task("t")
     assert result.status is TaskStatus.RUNNING

@@ -786,15 +786,6 @@ class AgentKernel:
         # Before the lease is taken: a task this kernel cannot finish is left to one that can.
         output_type = self._response_model_for(state, response_model)
         self._executor_of(state).check_resumable(state.request)
-        missing = unfinished_tools(await self._task_store.list_events(task_id)) - set(
-            self._tools.names()
-        )
-        if missing:
-            raise DefinitionNotLoadedError(
-                f"task {task_id} was running {', '.join(sorted(missing))} when its process "
-                "stopped, a tool this process does not have (one the application passed to "
-                "create_kernel?): resume it from a kernel that has it; it is left as it is"
-            )
         held_here = (
             state.owner == self.owner
             and state.lease_expires_at is not None
@@ -810,8 +801,16 @@ class AgentKernel:
         try:
             state = await self._task_store.get_task(task_id)
             persisted = await self._task_store.list_events(task_id)
+            missing = unfinished_tools(persisted) - set(self._tools.names())
+            if missing:
+                raise DefinitionNotLoadedError(
+                    f"task {task_id} was running {', '.join(sorted(missing))} when its process "
+                    "stopped, a tool this process does not have (one the application passed to "
+                    "create_kernel?): resume it from a kernel that has it; it is left as it is"
+                )
         except BaseException:
-            # Not taken after all (its log cannot be read, or the caller left): free again.
+            # Not taken after all (its log cannot be read, it needs a tool this process
+            # lacks, or the caller left): free again.
             with anyio.CancelScope(shield=True):
                 await self._task_store.release_lease(task_id, owner=self.owner)
             raise
