@@ -2,9 +2,11 @@
 
 Each repetition runs a ReAct task of ``--steps`` steps (default 100), each step a model turn
 and a successful ``record(n=i)`` call, with checkpoints and the tool-call ledger on SQLite.
-At the next model call (after the last step) the model raises an exception that no handler
-in the kernel catches (a ``BaseException``, as the process dying would), so the task is left
-``running`` with everything up to that step durable. Its lease is then made to have run out
+At the next model call (after the last step) the host goes away (the model never answers,
+the host leaves its runs, ``leave_runs``, and its caller is cancelled: what a process that
+dies leaves), so the task is left ``running`` with everything up to that step durable. (A
+``BaseException`` raised by the model stood for the death before; the kernel now takes one
+for the run's failure and ends the task.) Its lease is then made to have run out
 (``acquire_lease`` with a past deadline, as a dead process's lease does), and a second
 kernel, already open on the same data directory, calls ``resume(task_id)``.
 
@@ -39,10 +41,6 @@ TARGET_P95_MS = 200.0
 RECORDED: list[int] = []
 
 
-class ProcessDied(BaseException):
-    """Raised by the model in place of the process dying: nothing in the kernel catches it."""
-
-
 @tool
 async def record(n: int) -> str:
     """Record a number.
@@ -63,12 +61,14 @@ def script(steps: int) -> list[ScriptedTurn]:
 
 
 class TimedGateway(ILLMGateway):
-    """The scripted model; notes when each call starts, and dies after ``die_after`` turns."""
+    """The scripted model; notes when each call starts; after ``die_after`` turns it says so
+    (``died``) and never answers."""
 
     def __init__(self, turns: Sequence[ScriptedTurn], die_after: int | None = None) -> None:
         self.inner = ScriptedLLMGateway(turns)
         self.die_after = die_after
         self.started: list[float] = []
+        self.died = anyio.Event()
 
     @property
     def model_name(self) -> str:
@@ -78,7 +78,8 @@ class TimedGateway(ILLMGateway):
         self.started.append(time.perf_counter())
         turn = sum(isinstance(m, AssistantMessage) for m in request.messages)
         if self.die_after is not None and turn >= self.die_after:
-            raise ProcessDied
+            self.died.set()
+            await anyio.sleep_forever()
         return await self.inner.complete(request)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
@@ -99,23 +100,18 @@ def kernel_for(data_dir: Path, gateway: ILLMGateway, steps: int) -> tuple[Any, A
 
 async def crashed_task(data_dir: Path, steps: int) -> str:
     """Run a task of ``steps`` steps that dies at the next model call; its id."""
-    kernel, ledger, tasks = kernel_for(
-        data_dir, TimedGateway(script(steps), die_after=steps), steps
-    )
+    gateway = TimedGateway(script(steps), die_after=steps)
+    kernel, ledger, tasks = kernel_for(data_dir, gateway, steps)
     task_ids: list[str] = []
     kernel.event_bus.subscribe(None, lambda event: task_ids.append(event.task_id))
     RECORDED.clear()
     async with kernel:
-        try:
-            await kernel.execute_task(TaskRequest(task="record numbers", force_mode="react"))
-        except BaseException as exc:  # the simulated death, possibly in an exception group
-            died = isinstance(exc, ProcessDied) or (
-                isinstance(exc, BaseExceptionGroup) and exc.subgroup(ProcessDied) is not None
-            )
-            if not died:
-                raise
-        else:
-            raise AssertionError("the task was expected to die")
+        async with anyio.create_task_group() as group:
+            request = TaskRequest(task="record numbers", force_mode="react")
+            group.start_soon(lambda: kernel.execute_task(request))
+            await gateway.died.wait()
+            kernel.leave_runs()  # the process is going away: its task stays for another
+            group.cancel_scope.cancel()
         task_id = task_ids[0]
         state = await kernel.get_task(task_id)
         assert state.status is TaskStatus.RUNNING, state.status
