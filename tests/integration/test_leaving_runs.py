@@ -4,6 +4,7 @@ And a host may name a task before it exists (the stdio server answers with its i
 """
 
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from core_agent.tooling.function_tool import FunctionTool
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
 from providers.sqlite.task_store import SqliteTaskStore
-from shared.agent_protocol import TaskRequest, TaskStatus
+from shared.agent_protocol import ApprovalDecision, TaskRequest, TaskStatus
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +28,7 @@ TURNS = [
 ]
 
 
-def kernel_on(data_dir: Path, tool: FunctionTool):  # type: ignore[no-untyped-def]
+def kernel_on(data_dir: Path, tool: FunctionTool | ToolRegistry):  # type: ignore[no-untyped-def]
     container = KernelContainer()
     container.settings.override(
         container.settings().model_copy(
@@ -35,7 +36,9 @@ def kernel_on(data_dir: Path, tool: FunctionTool):  # type: ignore[no-untyped-de
         )
     )
     container.llm_gateway.override(ScriptedLLMGateway(TURNS))
-    container.tool_registry.override(ToolRegistry([tool]))
+    container.tool_registry.override(
+        tool if isinstance(tool, ToolRegistry) else ToolRegistry([tool])
+    )
     return container.kernel()
 
 
@@ -295,6 +298,70 @@ async def test_a_task_left_inside_a_tool_is_resumed_only_where_that_tool_is(
     async with home:
         (result,) = await home.recover("resume")
     assert result.status is TaskStatus.SUCCEEDED and result.output == "read it"
+
+
+async def test_resuming_with_tools_from_a_slow_server_keeps_the_event_loop_running(
+    tmp_path: Path,
+) -> None:
+    # The successor's tools come from a server that starts when they are first listed (MCP):
+    # resume lists them to see whether the interrupted call's tool is here, and did so on the
+    # event loop, which stalled every other task of the host while the server started.
+    await left_mid_tool(tmp_path, "left")
+    loop_ran = threading.Event()
+    answered_while_starting: list[bool] = []
+
+    def start_server() -> list[FunctionTool]:
+        answered_while_starting.append(loop_ran.wait(5))
+        return [quick_read()]
+
+    registry = ToolRegistry()
+    registry.defer(start_server)
+
+    async def other_work() -> None:
+        await anyio.sleep(0.05)
+        loop_ran.set()
+
+    successor = kernel_on(tmp_path, registry)
+    async with successor, anyio.create_task_group() as group:
+        group.start_soon(other_work)
+        result = await successor.resume("left")
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "read it"
+    assert answered_while_starting == [True]
+
+
+async def test_resolving_with_tools_from_a_slow_server_keeps_the_event_loop_running(
+    tmp_path: Path,
+) -> None:
+    # As above, for an approval answered by a kernel whose tools are not listed yet.
+    async def slow_read() -> str:
+        """Read something, asking first."""
+        return "the text"
+
+    asking = FunctionTool(slow_read, capabilities={"exec"})
+    async with kernel_on(tmp_path, asking) as host:
+        waiting = await host.execute_task(TaskRequest(task="read"))
+    assert waiting.status is TaskStatus.WAITING_APPROVAL and waiting.pending_approval
+    loop_ran = threading.Event()
+    answered_while_starting: list[bool] = []
+
+    def start_server() -> list[FunctionTool]:
+        answered_while_starting.append(loop_ran.wait(5))
+        return [asking]
+
+    registry = ToolRegistry()
+    registry.defer(start_server)
+
+    async def other_work() -> None:
+        await anyio.sleep(0.05)
+        loop_ran.set()
+
+    decision = ApprovalDecision(request_id=waiting.pending_approval, approved=True)
+    successor = kernel_on(tmp_path, registry)
+    async with successor, anyio.create_task_group() as group:
+        group.start_soon(other_work)
+        result = await successor.resolve_approval(waiting.pending_approval, decision)
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "read it"
+    assert answered_while_starting == [True]
 
 
 async def test_older_orphans_that_cannot_be_recovered_here_do_not_hide_newer_ones(

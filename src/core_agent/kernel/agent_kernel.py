@@ -605,6 +605,7 @@ class AgentKernel:
         # Checked before the decision is recorded: a run that cannot answer in the right form
         # must not be started (nor the decision spent).
         output_type = self._response_model_for(state, response_model)
+        await self._list_tools_once()
         if request.tool_call is not None and request.tool_call.name not in self._tools.names():
             raise UsageError(
                 f"the call waits on tool {request.tool_call.name!r}, which this process does "
@@ -801,6 +802,7 @@ class AgentKernel:
         try:
             state = await self._task_store.get_task(task_id)
             persisted = await self._task_store.list_events(task_id)
+            await self._list_tools_once()
             missing = unfinished_tools(persisted) - set(self._tools.names())
             if missing:
                 raise DefinitionNotLoadedError(
