@@ -358,6 +358,106 @@ async def test_the_opt_out_is_warned_about_and_on_every_tool_span(
     assert tool_span.attributes["confinement"] == "unconfined"
 
 
+HOST_READING_STDIN = """
+import sys, anyio
+from pathlib import Path
+from providers.sandbox.local_sandbox import LocalToolSandbox
+
+async def main() -> None:
+    box = LocalToolSandbox(roots=[Path(sys.argv[1])], mode=sys.argv[2])
+    try:
+        result = await box.run_command("head -c 20", timeout_s=10)
+    finally:
+        await box.close()
+    print(repr(result.stdout), result.exit_code, repr(sys.stdin.read()))
+
+anyio.run(main)
+"""
+
+
+HOST_LEFT_IN_A_COMMAND = """
+import sys, anyio
+from pathlib import Path
+from providers.sandbox.local_sandbox import LocalToolSandbox
+
+def children() -> list[str]:
+    # What runs below the host besides the sandbox's own launcher.
+    tasks = Path("/proc/self/task")
+    pids = [pid for task in tasks.iterdir() for pid in (task / "children").read_text().split()]
+    lines = [Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\\0", b" ") for pid in pids]
+    return [line.decode() for line in lines if b"launcher" not in line]
+
+async def main() -> None:
+    box = LocalToolSandbox(roots=[Path(sys.argv[1])], mode=sys.argv[2])
+    await box.run_command("true")
+    print("children after a command:", children(), flush=True)
+    await box.run_command(f"sleep {sys.argv[3]} && echo done", timeout_s=600)
+
+anyio.run(main)
+"""
+
+
+def processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                line = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in line and b"HOST_LEFT" not in line and b"import" not in line:
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("mode", ["confined", "unconfined"])
+def test_a_commands_processes_die_with_a_host_killed_mid_command(tmp_path: Path, mode: str) -> None:
+    # The host is killed (SIGKILL: no cleanup of its own runs) while a command runs: the
+    # command and what it started must not live on, to act beside the task's recovery.
+    marker = f"3600.{os.getpid()}{len(mode)}7"
+    with subprocess.Popen(
+        [sys.executable, "-c", HOST_LEFT_IN_A_COMMAND, str(tmp_path), mode, marker],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    ) as host:
+        try:
+            assert host.stdout is not None
+            # A command that ended leaves nothing behind (its watcher included).
+            assert host.stdout.readline().strip() == "children after a command: []"
+            deadline = time.monotonic() + 30
+            while len(processes_with(marker)) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert len(processes_with(marker)) == 2  # bash and its sleep
+        finally:
+            host.kill()
+    deadline = time.monotonic() + 10
+    while processes_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = processes_with(marker)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+
+
+@pytest.mark.parametrize("mode", ["confined", "unconfined"])
+def test_a_command_never_reads_its_hosts_input(tmp_path: Path, mode: str) -> None:
+    # A host over stdio (`core-agent serve --stdio`) gets its requests on its standard input;
+    # a command that reads its own (`head`, `cat`, a prompt) must not take them: unconfined,
+    # it inherited the host's and read the next request.
+    host = subprocess.run(
+        [sys.executable, "-c", HOST_READING_STDIN, str(tmp_path), mode],
+        input="the host's next request\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert host.returncode == 0, host.stderr
+    assert host.stdout.strip() == "'' 0 \"the host's next request\\n\""
+
+
 async def test_a_policy_rule_can_open_the_network_to_an_approved_command(
     tmp_path: Path, listener: TcpSink
 ) -> None:

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,7 @@ from providers.sandbox.confinement import (
     command_environment,
     command_policy,
 )
+from providers.sandbox.host_death_watch import HostDeathWatch
 from providers.sandbox.launcher_client import CommandLauncher, ConfinedProcess, LauncherInfo
 from providers.sandbox.network import NetworkGuard
 from providers.sandbox.paths import PathGuard
@@ -453,9 +455,17 @@ class LocalToolSandbox(IToolSandbox):
             [program, *argv[1:]],
             cwd=self.paths.roots[0],
             env=environment,
-            stdin=None,
+            stdin=subprocess.DEVNULL,  # the host's own input (a stdio host's requests) stays its
             start_new_session=True,  # a process group we can kill whole
         )
+        try:
+            watch = await HostDeathWatch.start(process.pid)
+        except BaseException:
+            _kill_group(process)
+            with anyio.CancelScope(shield=True):
+                await process.wait()
+            await process.aclose()
+            raise
         outputs: dict[str, bytearray] = {"stdout": bytearray(), "stderr": bytearray()}
         truncated = timed_out = False
 
@@ -482,6 +492,7 @@ class LocalToolSandbox(IToolSandbox):
                 timed_out = scope.cancelled_caught
             finally:
                 _kill_group(process)
+                await watch.stop()
                 with anyio.CancelScope(shield=True):
                     await process.wait()
         return CommandResult(
