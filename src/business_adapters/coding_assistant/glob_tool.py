@@ -76,7 +76,9 @@ class GlobTool(ModelArgumentsTool[GlobArguments]):
         if context.sandbox is None:
             return ToolAssessment(refusal="glob needs a sandbox and none is configured")
         verdict = context.sandbox.check_path(args.directory, Capability.READ)
-        return ToolAssessment() if verdict.allowed else ToolAssessment(refusal=verdict.reason)
+        if not verdict.allowed:
+            return ToolAssessment(refusal=verdict.reason)
+        return ToolAssessment(paths=(f"{verdict.path}/",) if verdict.path is not None else ())
 
     async def execute(self, args: GlobArguments, context: ToolContext) -> str:
         """One path a line (relative to ``directory``), with a note when cut."""

@@ -76,12 +76,16 @@ class ToolAssessment:
     command: a construct or program the parser cannot vouch for); the call then needs a
     human's approval whatever the rules say. ``risk``: the risk the tool itself gives the
     call, used when no policy rule grades it. ``writes``: the call changes files.
+    ``paths``: the workspace paths the call reads or writes, as the sandbox resolves them
+    (``SandboxVerdict.path``); a directory whose files the call walks ends with ``/``. Policy
+    path rules grade the call by these rather than by how its arguments spell them.
     """
 
     refusal: str | None = None
     unproven: tuple[str, ...] = ()
     risk: RiskLevel | None = None
     writes: bool = False
+    paths: tuple[str, ...] = ()
     details: Mapping[str, Any] = field(default_factory=dict)
 
 

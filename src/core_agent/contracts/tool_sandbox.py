@@ -17,10 +17,16 @@ task so that a resumed task runs under the limits it started with."""
 
 @dataclass(frozen=True, slots=True)
 class SandboxVerdict:
-    """Whether the sandbox lets an operation through, and why not."""
+    """Whether the sandbox lets an operation through, and why not.
+
+    ``path``: for an allowed path, where it leads as the sandbox opens it (symlinks and
+    ``..`` resolved), relative to its workspace root, ``/``-separated (``.`` for a root):
+    what policy path rules are matched against, whatever spelling reached it.
+    """
 
     allowed: bool
     reason: str = ""
+    path: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +46,9 @@ class CommandAssessment:
     writes: bool = False
     programs: tuple[str, ...] = ()
     """Absolute paths of the programs it runs, as found on the commands' search path."""
+    paths: tuple[str, ...] = ()
+    """The workspace paths it names (operands, redirections), as ``SandboxVerdict.path``
+    gives them; a directory whose files it reads (a glob's) ends with ``/``."""
 
     @property
     def allowed(self) -> bool:

@@ -75,6 +75,7 @@ async def check_call(
             "refusal": assessment.refusal,
             "unproven": list(assessment.unproven),
             "writes": assessment.writes,
+            "paths": list(assessment.paths),
             **dict(assessment.details),
         },
         permit=(

@@ -17,6 +17,7 @@ before taint raises it).
 from __future__ import annotations
 
 import fnmatch
+import posixpath
 import re
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
@@ -120,9 +121,16 @@ def default_rules() -> list[PolicyRule]:
     return load_rules(text, "default_policy.toml")
 
 
+_BELOW = "\x00"
+"""Stands for "any file below" a walked directory (no real path holds a NUL byte)."""
+
+
 @dataclass(frozen=True, slots=True)
 class _CallFacts:
     paths: tuple[str, ...]
+    """Every spelling of every path: what a deny rule matches any of."""
+    graded_paths: tuple[tuple[str, ...], ...]
+    """Each path the call touches, as the forms a grade rule must match one of."""
     commands: tuple[str, ...]
     domains: tuple[str, ...]
     unparsable_command: bool
@@ -189,9 +197,12 @@ class RulePolicyEngine(IPolicyEngine):
     ) -> PolicyDecision:
         """Deny rules and the tool's refusal, then a grade rule, the tool's risk, capabilities.
 
-        Taint raises write, exec and network calls by one level.
+        Taint raises write, exec and network calls by one level. Path rules see the paths
+        the tool's ``assessment`` names (as the sandbox resolves them) when it names any, the
+        path arguments' normalized text otherwise; a deny rule also sees the text as given.
+        A call touching several paths is graded by its riskiest path.
         """
-        facts = self._facts(arguments)
+        facts = self._facts(arguments, assessment)
         denials = [
             r
             for r in self._rules
@@ -217,29 +228,20 @@ class RulePolicyEngine(IPolicyEngine):
                 denied=True,
                 reason=f"{spec.name} refuses the call: {assessment.refusal}",
             )
-        grade = next(
-            (
-                r
-                for r in self._rules
-                if r.effect == "grade" and self._matches(r, spec, facts, tainted, False)
-            ),
-            None,
-        )
         allow_network = False
         if facts.unparsable_command and (assessment is None or assessment.risk is None):
             # No rule can vouch for a command nobody can read.
             risk = max(capability_risk, RiskLevel.HIGH, key=lambda r: r.rank)
             rule, reason = "unparsable-command", "the command cannot be parsed"
-        elif grade is not None:
-            risk, rule, reason = grade.risk, grade.name, grade.reason
-            allow_network = grade.network
-        elif assessment is not None and assessment.risk is not None:
-            risk, rule = assessment.risk, f"tool-check:{spec.name}"
-            reason = "graded by the tool's own check of the call"
         else:
-            risk = capability_risk
-            caps = ",".join(sorted(c.value for c in spec.capabilities)) or "none"
-            rule, reason = f"default:capabilities({caps})", "graded by declared capabilities"
+            # One grading per path: "README.md and .env" is as risky as ".env" alone.
+            risk, rule, reason, allow_network = max(
+                (
+                    self._graded(spec, facts, tainted, forms, assessment, capability_risk)
+                    for forms in facts.graded_paths or (None,)
+                ),
+                key=lambda graded: graded[0].rank,
+            )
         # A capability's grade rule matches when any value does (like a deny rule): it can
         # only raise the risk, so matching more calls is the safe side.
         floor = max(
@@ -265,17 +267,54 @@ class RulePolicyEngine(IPolicyEngine):
             unproven=() if judged_by_tool else facts.doubts,
         )
 
-    def _facts(self, arguments: Mapping[str, Any]) -> _CallFacts:
+    def _graded(
+        self,
+        spec: ToolSpec,
+        facts: _CallFacts,
+        tainted: bool,
+        path_forms: tuple[str, ...] | None,
+        assessment: ToolAssessment | None,
+        capability_risk: RiskLevel,
+    ) -> tuple[RiskLevel, str, str, bool]:
+        """Risk, rule, reason and network of the call as if ``path_forms`` were its one path."""
+        grade = next(
+            (
+                r
+                for r in self._rules
+                if r.effect == "grade" and self._matches(r, spec, facts, tainted, False, path_forms)
+            ),
+            None,
+        )
+        if grade is not None:
+            return grade.risk, grade.name, grade.reason, grade.network
+        if assessment is not None and assessment.risk is not None:
+            reason = "graded by the tool's own check of the call"
+            return assessment.risk, f"tool-check:{spec.name}", reason, False
+        caps = ",".join(sorted(c.value for c in spec.capabilities)) or "none"
+        rule = f"default:capabilities({caps})"
+        return capability_risk, rule, "graded by declared capabilities", False
+
+    def _facts(self, arguments: Mapping[str, Any], assessment: ToolAssessment | None) -> _CallFacts:
         paths: list[str] = []
+        graded: list[tuple[str, ...]] = []
         commands: list[str] = []
         domains: list[str] = []
         unparsable = False
         doubts: list[str] = []
+        resolved = assessment.paths if assessment is not None else ()
+        for path in resolved:
+            forms = _path_forms(path)
+            paths.extend(forms)
+            graded.append(forms)
         for name, value in arguments.items():
             values = [v for v in _strings(value)]
             key = name.lower()
             if key in PATH_ARGUMENTS:
-                paths.extend(values)
+                for text in values:
+                    forms = _path_forms(text)
+                    paths.extend([text, *forms])
+                    if not resolved:
+                        graded.append(forms)
             if key in COMMAND_ARGUMENTS:
                 for command in values:
                     split, ok, unproven = self._sub_commands(command)
@@ -287,7 +326,14 @@ class RulePolicyEngine(IPolicyEngine):
                     host = _url_host(text)
                     if host:
                         domains.append(host)
-        return _CallFacts(tuple(paths), tuple(commands), tuple(domains), unparsable, tuple(doubts))
+        return _CallFacts(
+            tuple(dict.fromkeys(paths)),
+            tuple(graded),
+            tuple(commands),
+            tuple(domains),
+            unparsable,
+            tuple(doubts),
+        )
 
     def _sub_commands(self, command: str) -> tuple[list[str], bool, tuple[str, ...]]:
         """The sub-commands' texts, whether the line parsed, what could not be read."""
@@ -301,8 +347,20 @@ class RulePolicyEngine(IPolicyEngine):
         return found or [command.strip()], True, parsed.unproven
 
     def _matches(
-        self, rule: PolicyRule, spec: ToolSpec, facts: _CallFacts, tainted: bool, deny: bool
+        self,
+        rule: PolicyRule,
+        spec: ToolSpec,
+        facts: _CallFacts,
+        tainted: bool,
+        deny: bool,
+        path_forms: tuple[str, ...] | None = None,
     ) -> bool:
+        """Whether ``rule`` holds for the call.
+
+        A deny rule (``deny``) matches when any value does; a grade rule only when all
+        values do, so "git status" being low never makes "git status; rm -rf x" low. Its
+        paths are ``path_forms``, one path's forms, of which one must match.
+        """
         paths, commands, domains, tools = self._compiled[id(rule)]
         if tools is not None and not tools.match(spec.name):
             return False
@@ -310,8 +368,10 @@ class RulePolicyEngine(IPolicyEngine):
             return False
         if rule.tainted is not None and rule.tainted != tainted:
             return False
-        # A deny rule matches when any value does; a grade rule only when all values do, so
-        # "git status" being low never makes "git status; rm -rf x" low.
+        if paths is not None and not deny:
+            if not path_forms or not any(paths.match(form) for form in path_forms):
+                return False
+            paths = None
         for pattern, values in (
             (paths, facts.paths),
             (commands, facts.commands),
@@ -357,6 +417,21 @@ def _host_pattern(pattern: str) -> str:
         return normalize_host(pattern.replace("*", "wildcard")).replace("wildcard", "*")
     except ValueError:
         return pattern.lower().rstrip(".")
+
+
+def _path_forms(path: str) -> tuple[str, ...]:
+    """``path`` normalized (``./a/../b/.`` is ``b``).
+
+    A walked directory (``d/``) also stands as "a file below it", so that a rule on ``d/**``
+    concerns the walk.
+    """
+    walked = path.endswith("/") and path.strip("/") != ""
+    normal = posixpath.normpath(path) if path else path
+    if normal.startswith("//"):
+        normal = normal[1:]  # POSIX keeps two leading slashes; a file system does not
+    if not walked:
+        return (normal,)
+    return (normal, _BELOW if normal == "." else f"{normal}/{_BELOW}")
 
 
 def _strings(value: Any) -> Iterable[str]:

@@ -56,6 +56,7 @@ class RunCommandTool(ModelArgumentsTool[RunCommandArguments]):
             unproven=verdict.unproven,
             risk=risk if verdict.allowed else RiskLevel.HIGH,
             writes=verdict.writes,
+            paths=verdict.paths,
             details={"programs": list(verdict.programs)},
         )
 

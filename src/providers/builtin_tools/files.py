@@ -31,12 +31,22 @@ _RE2_OPTIONS = re2.Options()
 _RE2_OPTIONS.log_errors = False
 
 
-def path_assessment(context: ToolContext, path: str, capability: Capability) -> ToolAssessment:
-    """Refuse a path the call's sandbox refuses (no opinion without a sandbox)."""
+def path_assessment(
+    context: ToolContext, path: str, capability: Capability, *, walks: bool = False
+) -> ToolAssessment:
+    """Refuse a path the call's sandbox refuses (no opinion without a sandbox).
+
+    An allowed path is named as the sandbox resolves it, for the policy's path rules; a
+    directory the call ``walks`` (reads every file below) ends with ``/``.
+    """
     if context.sandbox is None:
         return ToolAssessment()
     verdict = context.sandbox.check_path(path, capability)
-    return ToolAssessment() if verdict.allowed else ToolAssessment(refusal=verdict.reason)
+    if not verdict.allowed:
+        return ToolAssessment(refusal=verdict.reason)
+    if verdict.path is None:
+        return ToolAssessment()
+    return ToolAssessment(paths=(f"{verdict.path}/" if walks else verdict.path,))
 
 
 def compile_pattern(pattern: str) -> Any:
@@ -124,7 +134,7 @@ class WriteFileTool(ModelArgumentsTool[WriteFileArguments]):
     def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
         """Refuse a path outside the workspace or protected."""
         verdict = path_assessment(context, arguments["args"].path, Capability.WRITE)
-        return ToolAssessment(refusal=verdict.refusal, writes=True)
+        return ToolAssessment(refusal=verdict.refusal, writes=True, paths=verdict.paths)
 
     async def execute(self, args: WriteFileArguments, context: ToolContext) -> str:
         """Write and report the size."""
@@ -161,7 +171,7 @@ class EditFileTool(ModelArgumentsTool[EditFileArguments]):
     def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
         """Refuse a path outside the workspace or protected."""
         verdict = path_assessment(context, arguments["args"].path, Capability.WRITE)
-        return ToolAssessment(refusal=verdict.refusal, writes=True)
+        return ToolAssessment(refusal=verdict.refusal, writes=True, paths=verdict.paths)
 
     async def execute(self, args: EditFileArguments, context: ToolContext) -> str:
         """Read, check the occurrence count, write back."""
@@ -207,7 +217,7 @@ class ListFilesTool(ModelArgumentsTool[ListFilesArguments]):
 
     def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
         """Refuse a directory outside the workspace."""
-        return path_assessment(context, arguments["args"].directory, Capability.READ)
+        return path_assessment(context, arguments["args"].directory, Capability.READ, walks=True)
 
     async def execute(self, args: ListFilesArguments, context: ToolContext) -> str:
         """One relative path per line."""
@@ -256,7 +266,7 @@ class GrepTool(ModelArgumentsTool[GrepArguments]):
             compile_pattern(args.pattern)
         except ToolExecutionError as exc:
             return ToolAssessment(refusal=str(exc))
-        return path_assessment(context, args.directory, Capability.READ)
+        return path_assessment(context, args.directory, Capability.READ, walks=True)
 
     async def execute(self, args: GrepArguments, context: ToolContext) -> str:
         """Matches, capped at ``max_matches``; stops at the time limit with what it found."""

@@ -86,6 +86,7 @@ class CommandGuard:
         if not parsed.commands and not unproven:
             return CommandAssessment(refusal="the command runs no program")
         writes = False
+        named: list[str] = []  # what policy path rules will see, resolved
         for redirection in parsed.redirections:
             target = redirection.target
             if redirection.dynamic or target in _HARMLESS_TARGETS:
@@ -99,19 +100,27 @@ class CommandGuard:
                 verdict = self._paths.check(target, Capability.READ)
                 if not verdict.allowed:
                     unproven.append(f"input redirection: {verdict.reason}")
+            if verdict.path is not None:
+                named.append(verdict.path)
         programs: list[str] = []
         for simple in parsed.commands:
-            reasons, program, simple_writes = self._judge(simple)
+            reasons, program, simple_writes = self._judge(simple, named)
             unproven.extend(reasons)
             writes = writes or simple_writes
             if program is not None and program not in programs:
                 programs.append(program)
         return CommandAssessment(
-            unproven=tuple(dict.fromkeys(unproven)), writes=writes, programs=tuple(programs)
+            unproven=tuple(dict.fromkeys(unproven)),
+            writes=writes,
+            programs=tuple(programs),
+            paths=tuple(dict.fromkeys(named)),
         )
 
-    def _judge(self, simple: SimpleCommand) -> tuple[list[str], str | None, bool]:
-        """Reasons ``simple`` is not proven, the program it runs, and whether it writes."""
+    def _judge(self, simple: SimpleCommand, named: list[str]) -> tuple[list[str], str | None, bool]:
+        """Reasons ``simple`` is not proven, the program it runs, and whether it writes.
+
+        The workspace paths it names are added to ``named``.
+        """
         argv = simple.argv
         shown = " ".join(argv)[:120]
         name = argv[0]
@@ -142,7 +151,7 @@ class CommandGuard:
                 reasons.append(f"{shown!r}: unknown git option {unknown!r} before the subcommand")
             verdict, _ = judge_options(GIT_GLOBAL, global_args, program="git")
             reasons.extend(verdict.unsafe)
-            reasons.extend(self._outside(verdict.reads, "git"))
+            reasons.extend(self._outside(verdict.reads, "git", named))
         entry = self._match(program, [*([subcommand] if subcommand else []), *args])
         if entry is None:
             reasons.append(f"{shown!r} is not an allowed command (allowed: {self._shown})")
@@ -151,13 +160,13 @@ class CommandGuard:
         if profile is None:
             # Allowed by configuration without a profile: trusted as configured, may write.
             paths = [word for word in args if looks_like_path(word)]
-            reasons.extend(self._outside(paths, name))
+            reasons.extend(self._outside(paths, name, named))
             return reasons, program, True
         verdict, _ = judge_options(profile, args, program=name)
         reasons.extend(verdict.unsafe)
-        reasons.extend(self._outside(verdict.reads, name))
+        reasons.extend(self._outside(verdict.reads, name, named))
         for index in simple.globbed:
-            reasons.extend(self._outside([_glob_base(argv[index])], name))
+            reasons.extend(self._outside([_glob_base(argv[index])], name, named, tree=True))
         return reasons, program, False
 
     def _match(self, program: str, words: Sequence[str]) -> tuple[str, ...] | None:
@@ -183,7 +192,10 @@ class CommandGuard:
             return None  # a configured sub-command prefix (``npm test``): as configured
         return PROFILES.get(name)
 
-    def _outside(self, paths: Sequence[str], program: str) -> list[str]:
+    def _outside(
+        self, paths: Sequence[str], program: str, named: list[str], *, tree: bool = False
+    ) -> list[str]:
+        """Why ``program`` may not read ``paths``; those it may are added to ``named``."""
         reasons = []
         for path in paths:
             if not path:
@@ -191,6 +203,11 @@ class CommandGuard:
             verdict = self._paths.check(path, Capability.READ)
             if not verdict.allowed:
                 reasons.append(f"{program} reads {path}: {verdict.reason}")
+            elif verdict.path is not None:
+                # A directory operand is read whole by the programs that take one (grep -r,
+                # ls, du): rules on any path below it concern it.
+                walked = tree or os.path.isdir(self._paths.resolve(path))
+                named.append(f"{verdict.path}/" if walked else verdict.path)
         return reasons
 
 

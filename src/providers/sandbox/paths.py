@@ -81,7 +81,7 @@ class PathGuard:
             hit = parts & PROTECTED_NAMES
             if hit:
                 return SandboxVerdict(False, f"{resolved} is inside a protected {sorted(hit)[0]}")
-        return SandboxVerdict(True)
+        return SandboxVerdict(True, path=resolved.relative_to(root).as_posix())
 
     def require(self, path: str | Path, capability: Capability) -> tuple[Path, Path]:
         """The resolved path and its root, or ``SandboxRefusedError``."""
