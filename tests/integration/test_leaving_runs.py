@@ -406,21 +406,52 @@ class TakenOverBeforeItsEnd(SqliteTaskStore):
         await super().transition(task_id, **move)
 
 
+def asking_read() -> FunctionTool:
+    """The read of ``quick_read``, which a human must approve first."""
+
+    async def slow_read() -> str:
+        """Read something, asking first."""
+        return "the text"
+
+    return FunctionTool(slow_read, capabilities={"exec"})
+
+
+@pytest.mark.parametrize("ending", ["success", "waiting for a human", "cancel"])
 async def test_a_host_that_stalled_before_its_ending_does_not_end_the_new_owners_task(
-    tmp_path: Path,
+    tmp_path: Path, ending: str
 ) -> None:
     # The run's last step is stored; the host stalls before the ending, another kernel takes
-    # the task over. Waking, the host must not mark it succeeded over that kernel's run.
+    # the task over. Waking, the host must not end it (succeeded, waiting for a human,
+    # canceled) over that kernel's run.
+    started = anyio.Event()
+    tools = {
+        "success": quick_read(),
+        "waiting for a human": asking_read(),
+        "cancel": endless_read(started),
+    }
     container = KernelContainer()
     container.settings.override(
         container.settings().model_copy(update={"data_dir": tmp_path, "recovery": "off"})
     )
     container.llm_gateway.override(ScriptedLLMGateway(TURNS))
-    container.tool_registry.override(ToolRegistry([quick_read()]))
+    container.tool_registry.override(ToolRegistry([tools[ending]]))
     container.task_store.override(TakenOverBeforeItsEnd(tmp_path / "core_agent.db"))
     async with container.kernel() as host:
-        result = await host.execute_task(TaskRequest(task="read", force_mode="react"), task_id="t")
+        request = TaskRequest(task="read", force_mode="react")
+        if ending == "cancel":
+            async with anyio.create_task_group() as group:
+
+                async def cancel_once_started() -> None:
+                    await started.wait()
+                    await host.cancel_task("t")
+
+                group.start_soon(cancel_once_started)
+                result = await host.execute_task(request, task_id="t")
+        else:
+            result = await host.execute_task(request, task_id="t")
         stored = await host.get_task("t")
+        kinds = [e.kind for e in await host.task_events("t")]
     assert result.status is TaskStatus.RUNNING
     assert "another kernel (other-host:1) took this task over" in (result.error or "")
     assert stored.status is TaskStatus.RUNNING and stored.owner == "other-host:1"
+    assert not {"task.succeeded", "task.canceled", "task.waiting_approval"} & set(kinds)

@@ -20,6 +20,7 @@ and tool calls: ``orchestration.usage_limits``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import uuid
@@ -272,7 +273,9 @@ class TaskDriver:
                 if watch.lost or run.lost:
                     return await lifecycle.stored_result(stats)
                 reason = run.cancel_reason or watch.cancel_reason or "canceled by host"
-                return await lifecycle.cancel(reason, stats)
+                return await self._end_while_owner(
+                    lifecycle, stats, lifecycle.cancel(reason, stats)
+                )
         except LeaseLostError:
             # It stalled past its lease (asleep, stopped) and another kernel took the task
             # over: nothing of what it still had to write was stored; that kernel's is.
@@ -296,7 +299,12 @@ class TaskDriver:
                 else:
                     # A cancel of this task may arrive with its caller's (a nested agent's
                     # parent canceled): its reason is the better one.
-                    await lifecycle.cancel(run.cancel_reason or "the caller was canceled", stats)
+                    reason = run.cancel_reason or "the caller was canceled"
+                    with (
+                        contextlib.suppress(LeaseLostError),  # another kernel's task now
+                        self._task_store.fenced(state.task_id, lifecycle.owner),
+                    ):
+                        await lifecycle.cancel(reason, stats)
             raise
         except Exception as exc:
             # A bug, not a run failure: still record it so nothing is left "running".
@@ -313,8 +321,10 @@ class TaskDriver:
     ) -> TaskResult:
         """``ending``'s result, its move made only while this kernel still owns the task.
 
-        The run's own writes are fenced (``ITaskStore.fenced``); its ending is too: a host
-        that stalled after its last step must not end a task another kernel now runs.
+        The run's own writes are fenced (``ITaskStore.fenced``); its ending is too (success,
+        failure, cancel, suspension): a host that stalled after its last step must not end a
+        task another kernel now runs. Moves made after this kernel gave the lease up on purpose
+        (a cancel of a task left waiting) are conditioned on the status instead.
         """
         try:
             with self._task_store.fenced(lifecycle.task_id, lifecycle.owner):
@@ -353,11 +363,17 @@ class TaskDriver:
         # process) ends the task: it must never wait for an approval that would run the call.
         reason = run.cancel_reason or await self._cancel_requested(lifecycle.task_id)
         if reason is not None:
-            return await lifecycle.cancel(reason, stats)
+            return await self._end_while_owner(lifecycle, stats, lifecycle.cancel(reason, stats))
         names = ", ".join(r.tool_call.name for r in pending.requests if r.tool_call)
-        waiting = await lifecycle.wait_for(
-            pending.requests, stats, error=f"waiting for a human to approve: {names}"
-        )
+        # Fenced like the other endings: a host that stalled before it must not leave a task
+        # another kernel runs waiting for a human.
+        try:
+            with self._task_store.fenced(lifecycle.task_id, lifecycle.owner):
+                waiting = await lifecycle.wait_for(
+                    pending.requests, stats, error=f"waiting for a human to approve: {names}"
+                )
+        except LeaseLostError:
+            return await lifecycle.stored_result(stats)
         with self._task_store.independent_work():
             return await self._ask_approver(run, lifecycle, context, pending, waiting)
 
