@@ -11,6 +11,8 @@ import pytest
 
 from core_agent.container import KernelContainer
 from core_agent.kernel.call_check import check_call
+from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from shared.agent_protocol import TaskRequest, TaskStatus, ToolCompleted
 
 pytestmark = pytest.mark.anyio
 
@@ -124,3 +126,41 @@ async def test_what_no_path_rule_concerns_keeps_its_grade(workspace: Path) -> No
         "low",
         "docs-are-drafts",
     )
+
+
+async def test_a_walk_over_the_workspace_skips_what_the_rules_keep_from_it(
+    workspace: Path,
+) -> None:
+    # grep and list_files over "." are graded low by their directory; the files below that a
+    # rule denies (private/) or would ask about (.env) must not come with them.
+    (workspace / "docs" / "plan.md").write_text("TOKEN in the plan")
+    policy = workspace.parent / "policy.toml"
+    policy.write_text(PRIVATE_FOLDER)
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={
+                "data_dir": workspace.parent / "data",
+                "workspace_roots": (workspace,),
+                "policy_file": policy,
+            }
+        )
+    )
+    calls = [
+        ScriptedToolCall(name="grep", arguments={"pattern": "diary|TOKEN", "directory": "."}),
+        ScriptedToolCall(name="list_files", arguments={"directory": "."}),
+    ]
+    container.llm_gateway.override(
+        ScriptedLLMGateway([ScriptedTurn(tool_calls=calls), ScriptedTurn(content="done")])
+    )
+    async with container.kernel() as kernel:
+        result = await kernel.execute_task(TaskRequest(task="look around", force_mode="react"))
+        events = await kernel.task_events(result.task_id)
+    assert result.status is TaskStatus.SUCCEEDED
+    said = {e.result.name: e.result.content for e in events if isinstance(e, ToolCompleted)}
+    assert "docs/plan.md:1:TOKEN in the plan" in said["grep"]
+    assert "my diary" not in said["grep"] and "TOKEN=x" not in said["grep"]
+    assert "private/notes.txt" not in said["list_files"] and "README.md" in said["list_files"]
+    for name in ("grep", "list_files"):
+        assert "name them alone: .env" in said[name]
+        assert "1 files left out: a policy rule denies them" in said[name]

@@ -18,6 +18,7 @@ from core_agent.contracts.errors import ToolExecutionError
 from core_agent.contracts.model_arguments_tool import ModelArgumentsTool
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import Capability, ToolAssessment, ToolContext
+from core_agent.contracts.walked_files import walked_files
 
 MAX_SCANNED = 20_000
 """Files looked at, at most, per call (the sandbox lists them without following links)."""
@@ -87,12 +88,14 @@ class GlobTool(ModelArgumentsTool[GlobArguments]):
                 "glob needs a sandbox and none is configured", tool_name=self.name
             )
         spec = compile_glob(args.pattern)
-        files = await context.sandbox.list_files(args.directory, limit=MAX_SCANNED)
+        files, withheld = await walked_files(context, self.name, args.directory, MAX_SCANNED)
         matches = sorted(str(path) for path in files if spec.match_file(path.as_posix()))
         notes = []
         if len(matches) > args.limit:
             notes.append(f"[... {len(matches) - args.limit} more paths not shown ...]")
         if len(files) >= MAX_SCANNED:
             notes.append(f"[... stopped after looking at {MAX_SCANNED} files ...]")
-        shown = matches[: args.limit]
-        return "\n".join([*shown, *notes]) if shown else "(no matching files)"
+        if withheld:
+            notes.append(withheld)
+        shown = matches[: args.limit] or ["(no matching files)"]
+        return "\n".join([*shown, *notes]) if matches or withheld else "(no matching files)"

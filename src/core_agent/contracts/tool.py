@@ -65,6 +65,12 @@ class CallPermit:
     """May open network connections (a policy rule allows it for this call)."""
     approved: bool = False
     """A human approved this call (or a standing grant covers it)."""
+    withheld: Callable[[str], str | None] | None = None
+    """For a call that walks directories: why a file it comes across (a workspace path, as
+    ``SandboxVerdict.path`` gives it) is kept from it, or ``None``. A policy rule denies that
+    file, or grades reading it higher than the call and at the approval threshold (the
+    ``.env`` a ``grep`` over the workspace would read); walking tools skip such files and say
+    so."""
 
 
 @dataclass(frozen=True, slots=True)

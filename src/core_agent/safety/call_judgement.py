@@ -7,7 +7,7 @@ the same need for a human, the same permit.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -75,7 +75,37 @@ def judge_call(
         else:
             decision = replace(decision, reason=f"{decision.reason}; unproven: {doubts}")
     approval_required = not decision.denied and decision.risk.at_least(threshold)
-    permit = CallPermit(write=assessment.writes, network=decision.allow_network)
+    withheld = None
+    if any(path.endswith("/") for path in assessment.paths):
+        withheld = _screen(policy, tool, decision, tainted=tainted, threshold=threshold)
+    permit = CallPermit(write=assessment.writes, network=decision.allow_network, withheld=withheld)
     if decision.unproven and not assessment.unproven:
         assessment = replace(assessment, unproven=decision.unproven)
     return CallJudgement(decision, assessment, approval_required, permit)
+
+
+def _screen(
+    policy: IPolicyEngine,
+    tool: ITool,
+    decision: PolicyDecision,
+    *,
+    tainted: bool,
+    threshold: RiskLevel,
+) -> Callable[[str], str | None]:
+    """``CallPermit.withheld`` for a walk graded ``decision``.
+
+    The walk was graded by its directory; each file below is graded as if the call named it
+    alone. Approving the walk does not hand over those files: whoever approved saw a
+    directory, not them.
+    """
+    spec = tool.spec
+
+    def withheld(path: str) -> str | None:
+        alone = policy.evaluate(spec, {}, tainted=tainted, assessment=ToolAssessment(paths=(path,)))
+        if alone.denied:
+            return f"denied by rule {alone.rule}"
+        if alone.risk.rank > decision.risk.rank and alone.risk.at_least(threshold):
+            return f"{alone.risk.value} risk by rule {alone.rule}: ask for it by name"
+        return None
+
+    return withheld

@@ -23,6 +23,7 @@ from core_agent.contracts.model_arguments_tool import ModelArgumentsTool
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import Capability, ToolAssessment, ToolContext
 from core_agent.contracts.tool_sandbox import IToolSandbox
+from core_agent.contracts.walked_files import walked_files
 
 MAX_READ_BYTES = 256_000
 MAX_LISTED = 2_000
@@ -221,15 +222,15 @@ class ListFilesTool(ModelArgumentsTool[ListFilesArguments]):
 
     async def execute(self, args: ListFilesArguments, context: ToolContext) -> str:
         """One relative path per line."""
-        sandbox = sandbox_of(context, self.name)
-        files = await sandbox.list_files(args.directory, limit=MAX_LISTED)
+        files, withheld = await walked_files(context, self.name, args.directory, MAX_LISTED)
         matches = [
             str(path)
             for path in files
             if fnmatch.fnmatch(str(path), args.pattern) or fnmatch.fnmatch(path.name, args.pattern)
         ]
         suffix = f"\n[... stopped at {MAX_LISTED} files ...]" if len(files) >= MAX_LISTED else ""
-        return "\n".join(matches) + suffix if matches else "(no matching files)"
+        suffix += f"\n{withheld}" if withheld else ""
+        return ("\n".join(matches) if matches else "(no matching files)") + suffix
 
 
 class GrepArguments(BaseModel):
@@ -274,7 +275,8 @@ class GrepTool(ModelArgumentsTool[GrepArguments]):
         sandbox = sandbox_of(context, self.name)
         hits: list[str] = []
         deadline = time.monotonic() + GREP_TIME_LIMIT_S
-        for relative in await sandbox.list_files(args.directory, limit=MAX_LISTED):
+        files, withheld = await walked_files(context, self.name, args.directory, MAX_LISTED)
+        for relative in files:
             if not fnmatch.fnmatch(relative.name, args.glob):
                 continue
             if time.monotonic() > deadline:
@@ -288,7 +290,10 @@ class GrepTool(ModelArgumentsTool[GrepArguments]):
             found = await anyio.to_thread.run_sync(_search, regex, data, str(path), room)
             hits.extend(found)
             if len(hits) >= args.max_matches:
-                return "\n".join(hits) + "\n[... more matches not shown ...]"
+                hits.append("[... more matches not shown ...]")
+                break
+        if withheld:
+            return "\n".join(hits or ["(no matches)"]) + f"\n{withheld}"
         return "\n".join(hits) if hits else "(no matches)"
 
 
