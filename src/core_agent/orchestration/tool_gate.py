@@ -4,7 +4,9 @@ Every call is judged (``safety.call_judgement``: the tool's own check and the po
 the decision is a ``policy`` span and a ``policy.decided`` event, with the rule that matched.
 A denied call is refused. A call at or above the approval threshold, or one the tool cannot
 vouch for, runs only with a human's approval (or a standing grant from an earlier scoped
-decision), and only if its arguments still hash to what the human was shown. The gate returns
+decision, which covers only what ``safety.approvals`` says: never a riskier call, nor a
+tainted one when the approved call was not), and only if its arguments still hash to what the
+human was shown. The gate returns
 the call's permit: what the sandbox lets it do (an approved call may write the workspace).
 
 ``confirm_rerun`` asks the same human about a call found in the tool-call ledger without a
@@ -85,13 +87,16 @@ class ToolCallGate:
         """
         spec = tool.spec
         started = datetime.now(UTC)
+        # Read once: a parallel call's output may taint the run while this one waits for a
+        # human, and a grant must record the taint this call was judged under.
+        tainted = context.run.tainted
         judgement = judge_call(
             self._policy,
             tool,
             arguments,
             validated,
             tool_context,
-            tainted=context.run.tainted,
+            tainted=tainted,
             threshold=self._threshold,
         )
         decision = judgement.decision
@@ -108,7 +113,7 @@ class ToolCallGate:
                 "rule": decision.rule,
                 "denied": decision.denied,
                 "approval_required": needs_approval,
-                "tainted": context.run.tainted,
+                "tainted": tainted,
                 "network": decision.allow_network,
                 # Why, in the policy's words, quotes the call (a command's line, a path):
                 # content, recorded only with it. The verdict and the rule are not.
@@ -131,7 +136,7 @@ class ToolCallGate:
             denied=decision.denied,
             approval_required=needs_approval,
             reason=decision.reason,
-            tainted=context.run.tainted,
+            tainted=tainted,
         )
         if decision.denied:
             raise PolicyDeniedError(
@@ -149,12 +154,15 @@ class ToolCallGate:
             problem = await sandbox.command_readiness()
             if problem is not None:
                 raise ConfinementUnavailableError(problem, tool_name=spec.name)
-        scope = {
-            "task_id": context.task.task_id,
-            "session_id": context.task.session_id,
-            "tool": spec.name,
-        }
-        if self._grants.covering(**scope, arguments=arguments) is not None:
+        covered = self._grants.covering(
+            task_id=context.task.task_id,
+            session_id=context.task.session_id,
+            tool=spec.name,
+            arguments=arguments,
+            risk=decision.risk,
+            tainted=tainted,
+        )
+        if covered is not None:
             return judgement.approved_permit
         request = _request(
             context,
@@ -174,7 +182,7 @@ class ToolCallGate:
             "and needs a human's approval, but no approver is connected",
         )
         self._check_answer(spec.name, arguments, request, answer)
-        self._grants.add(answer, **scope)
+        self._grants.add(answer, request, tainted=tainted)
         return judgement.approved_permit
 
     async def confirm_rerun(
