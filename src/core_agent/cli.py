@@ -908,7 +908,7 @@ async def _ask_in_terminal(request: ApprovalRequest) -> ApprovalDecision:
         f"\n--- approval needed ({request.risk.value} risk, rule {request.rule}) ---\n"
         f"tool: {printable(call.name) if call else '-'}\narguments: {printable(shown)}\n"
         f"why: {printable(request.reason or request.question)}\n"
-        "approve? [y]es once / [t]his task / [s]ession / [N]o: "
+        "approve? [y]es once / [t] same call this task / [s] same call this session / [N]o: "
     )
     if answer is None:
         print("\n(interrupted: denied)", file=sys.stderr, flush=True)

@@ -1,10 +1,13 @@
 """The inline approval question: a risky call is shown with why it needs a yes, and answered.
 
-Answers: ``y`` this call once, ``t`` this task (every call of the turn that is the same),
-``s`` this session, ``n`` deny (then an optional reason, which the model is told). Enter
-alone, Ctrl-C or Ctrl-D deny: refusing is the safe default, and Ctrl-C here denies this call
-only, the turn goes on and the model hears why. A question about a stuck task (no tool call)
-is answered yes (with guidance for the task) or no.
+Answers: ``y`` this call once; ``t`` this call and the same call again in this turn (scope
+``task``); ``s`` the same for the rest of the session; ``n`` deny (then an optional reason,
+which the model is told). "The same call" is the same tool with the same arguments (for a
+command, the same line): another command, even of the same program, is asked about, and so is
+the same call once the policy grades it higher or untrusted content entered the turn after the
+answer (``safety.approvals``). Enter alone, Ctrl-C or Ctrl-D deny: refusing is the safe
+default, and Ctrl-C here denies this call only, the turn goes on and the model hears why. A
+question about a stuck task (no tool call) is answered yes (with guidance for the task) or no.
 
 Calls of one turn that need approval at the same time are asked one after the other.
 """
@@ -27,10 +30,10 @@ SCOPES: dict[str, Scope] = {"y": "once", "yes": "once", "t": "task", "s": "sessi
 DENIALS = frozenset({"", "n", "no"})
 SCOPE_WORDS: dict[Scope, str] = {
     "once": "once",
-    "task": "for this turn",
-    "session": "for this session",
+    "task": "for the same call this turn",
+    "session": "for the same call this session",
 }
-QUESTION = "approve? [y] once · [t] this turn · [s] this session · [N] deny › "
+QUESTION = "approve? [y] once · [t] same call this turn · [s] same call this session · [N] deny › "
 DECIDED_BY = "core-agent chat"
 
 

@@ -44,7 +44,14 @@ class ApprovalDecision(BaseModel):
     kind: Literal["approval_decision"] = "approval_decision"
     request_id: str
     approved: bool
-    scope: ApprovalScope = "once"
+    scope: ApprovalScope = Field(
+        default="once",
+        description="How far an approval reaches: 'once' this call; 'task' this call and the "
+        "same call (same tool, same arguments) later in the task; 'session' the same call in "
+        "any task of the session; 'pattern' the calls matching 'pattern'. A wider scope never "
+        "covers a call graded riskier than the approved one, nor a call judged with untrusted "
+        "content in the task when the approved one was not: those are asked about again.",
+    )
     pattern: str | None = Field(
         default=None,
         description="With scope 'pattern': the calls this decision covers (for a command, "
