@@ -5,11 +5,14 @@ decision scoped wider than ``once`` becomes a grant that lets later calls run wi
 What a grant covers, by scope:
 
 - ``task``: a later call in the same task that is the *same call*: the same tool with the same
-  arguments (the same ``call_hash``; for a command, the same line, byte for byte, with the same
-  working directory and options). Another command, even of the same program, is asked about.
+  arguments (the same ``call_hash``; for a command, the same line, byte for byte, and the same
+  other arguments, a timeout too). Another command, even of the same program, is asked about:
+  a family of calls is approved only by a pattern the human wrote, never inferred.
 - ``session``: the same call in any task of the same session.
 - ``pattern``: a call matching the human's pattern, in the session it was given in unless the
-  human chose every session. For a command it covers a line only when *each* of its
+  human chose every session: the canonical call (``tool {"json"...}``) for most tools, each
+  sub-command of the line for a command of the tool it was given for. It covers a line only
+  when *each* of its
   sub-commands matches, it writes no file through a redirection and the parser can read all of
   it (no assignment, expansion or substitution): a grant for ``git rev-parse*`` does not cover
   ``git rev-parse HEAD; git branch -D x`` nor ``GIT_CONFIG_COUNT=1 ... git rev-parse``.
