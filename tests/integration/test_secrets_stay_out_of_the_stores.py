@@ -5,6 +5,7 @@ memories with their vectors); afterwards every file of the data directory is sea
 the secrets' bytes.
 """
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -76,4 +77,42 @@ async def test_no_secret_reaches_any_file_of_the_data_directory(
     assert stored, "the stores wrote nothing at all"
     for secret in (HOST_KEY, FILE_KEY, PATTERN_SECRET):
         assert secret.encode() not in stored, f"{secret} reached the data directory"
+    assert b"[REDACTED]" in stored
+
+
+@pytest.mark.parametrize("password", ['Tr0ub4dor"&3xyz', r"C:\keys\Tr0ub4dor3", "长城长城长城长城"])
+async def test_a_host_password_json_escapes_never_reaches_the_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, password: str
+) -> None:
+    # A quote or a backslash is escaped in the JSON of a model: the model's JSON was
+    # searched for the password as it is, found nothing, and the model was stored whole.
+    monkeypatch.setenv("DB_PASSWORD", password)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "db.conf").write_text(f"user=app\npassword={password}\n")
+    data = tmp_path / "data"
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(update={"workspace_roots": (workspace,), "data_dir": data})
+    )
+    container.llm_gateway.override(
+        ScriptedLLMGateway(
+            [
+                call("read_file", path="db.conf"),
+                ScriptedTurn(content=f"The password is {password}"),
+            ]
+        )
+    )
+    async with container.kernel() as kernel:
+        result = await kernel.execute_task(TaskRequest(task="Read db.conf.", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED
+    assert password in (result.output or "")
+    stored = b"".join(path.read_bytes() for path in data.rglob("*") if path.is_file())
+    spellings = {
+        password,
+        json.dumps(password)[1:-1],
+        json.dumps(password, ensure_ascii=False)[1:-1],
+    }
+    for spelling in spellings:
+        assert spelling.encode() not in stored, f"{spelling} reached the data directory"
     assert b"[REDACTED]" in stored

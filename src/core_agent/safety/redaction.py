@@ -11,11 +11,14 @@ the host see in memory is unchanged.
 
 from __future__ import annotations
 
+import functools
 import re
+import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 from core_agent.contracts.errors import ConfigurationError
 from core_agent.contracts.trace_store import cut_text
@@ -110,6 +113,12 @@ class Redactor:
         self._regex = re.compile("|".join(parts)) if parts else None
         # Without user patterns, a text with none of these holds no secret (KEY_FORMAT_ANCHORS).
         self._anchors = None if patterns else (*KEY_FORMAT_ANCHORS, *literals)
+        # The same, as a model's JSON spells them: ``model`` looks for them in that text.
+        self._json_anchors = (
+            None
+            if patterns
+            else (*KEY_FORMAT_ANCHORS, *(to_json(secret).decode()[1:-1] for secret in literals))
+        )
         # A text shorter than anything the pattern matches holds no secret: most texts
         # redacted are names and ids, so they are let through without running it. The
         # user's patterns may match anything, however short.
@@ -196,8 +205,84 @@ class Redactor:
         ]
 
     def model(self, model: M) -> M:
-        """A protocol model with its strings redacted (the same object when nothing is)."""
-        if self._regex is None or not self.contains_secret(model.model_dump_json()):
+        r"""A protocol model with its strings redacted (the same object when nothing is).
+
+        Each string the model holds (in its fields, nested models, lists and dictionaries,
+        keys included) is searched as it is, as ``text`` searches it, never in the model's
+        JSON, where a quote, a backslash or a control character is spelled otherwise. Values of
+        other types (dates, numbers, enumerations) and ``Literal`` fields (a kind, a phase) are
+        left as they are, so the copy stays valid for its model whatever a user's pattern
+        matches (``\d{6}`` matches every timestamp's microseconds).
+        """
+        regex = self._regex
+        if regex is None:
             return model
-        cleaned = self.data(model.model_dump(mode="json"))
-        return type(model).model_validate(cleaned)
+        json_anchors = self._json_anchors
+        # Almost no model holds a secret: one search of its JSON for what every secret
+        # contains lets it through without a walk of its strings.
+        if json_anchors is not None and not self._json_may_hold_secret(
+            model.model_dump_json(), json_anchors
+        ):
+            return model
+        return self._clean_model(model, regex)
+
+    def _json_may_hold_secret(self, text: str, anchors: tuple[str, ...]) -> bool:
+        r"""``False`` when no string of a model's JSON ``text`` can hold a secret.
+
+        ``anchors`` holds each literal secret as the model's serializer spells it (a quote
+        escaped, a control character as ``\uXXXX``), so the test holds however a string
+        holding it was escaped; the key formats' anchors have no character JSON escapes.
+        """
+        if len(text) < self._shortest:
+            return False
+        for anchor in anchors:
+            if anchor in text:
+                return True
+        return "bearer" in text.lower()
+
+    def _clean_model(self, model: M, regex: re.Pattern[str]) -> M:
+        fixed = _literal_fields(type(model))
+        updates = {}
+        for name, value in model:
+            if name not in fixed:
+                cleaned = self._clean_value(value, regex)
+                if cleaned is not value:
+                    updates[name] = cleaned
+        # Copied rather than validated again: only strings were replaced, by strings.
+        return model.model_copy(update=updates) if updates else model
+
+    def _clean_value(self, value: Any, regex: re.Pattern[str]) -> Any:
+        """``value`` with its strings redacted; the same object when nothing was."""
+        if type(value) is str:  # an enumeration's member is a str too, and is left alone
+            if not self._may_hold_secret(value):
+                return value
+            cleaned, count = regex.subn(MARK, value)
+            return cleaned if count else value
+        if isinstance(value, BaseModel):
+            return self._clean_model(value, regex)
+        kind = type(value)
+        if kind is dict:
+            items = {}
+            changed = False
+            for key, item in value.items():
+                new_key = self._clean_value(key, regex)
+                new_item = self._clean_value(item, regex)
+                changed = changed or new_key is not key or new_item is not item
+                items[new_key] = new_item
+            return items if changed else value
+        if kind is list or kind is tuple or kind is set or kind is frozenset:
+            cleaned_items = [self._clean_value(item, regex) for item in value]
+            if all(new is old for new, old in zip(cleaned_items, value, strict=True)):
+                return value
+            return kind(cleaned_items)
+        return value
+
+
+@functools.cache
+def _literal_fields(model: type[BaseModel]) -> frozenset[str]:
+    """Fields of ``model`` whose type is a ``Literal``: a redacted value would be invalid."""
+    return frozenset(
+        name
+        for name, field in model.model_fields.items()
+        if typing.get_origin(field.annotation) is typing.Literal
+    )

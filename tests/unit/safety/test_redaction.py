@@ -1,9 +1,13 @@
 """The redactor finds the secrets that must never be stored."""
 
+import json
+from datetime import UTC, datetime
+
 import pytest
 
 from core_agent.contracts.errors import ConfigurationError
 from core_agent.safety.redaction import (
+    KEY_FORMAT_ANCHORS,
     KEY_FORMATS,
     MARK,
     SHORTEST_KEY_FORMAT,
@@ -104,3 +108,90 @@ def test_no_key_the_formats_match_slips_past_the_quick_check(key_format: str) ->
         assert key not in redactor.text(f"note: {key} ")
 
     check()
+
+
+def started(arguments: dict[str, object]) -> ToolStarted:
+    return ToolStarted(
+        event_id="e",
+        task_id="t",
+        seq=1,
+        # Microseconds: six digits a user's pattern may match.
+        occurred_at=datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC),
+        tool_call=ToolCall(id="c", name="run_command", arguments=arguments),
+    )
+
+
+def spellings(secret: str) -> list[str]:
+    """The secret as it is, and as JSON writers spell it (escaped, with and without ASCII)."""
+    return [secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]]
+
+
+@pytest.mark.parametrize(
+    "password",
+    [
+        'Tr0ub4dor"&3xyz',
+        r"ab\cd\ef123456",
+        "长城长城长城长城",  # a Chinese password: JSON writers may spell it \uXXXX
+        "tab\tin-the-middle",
+        "bell\x07in-the-middle",
+        "\u2028line-separator!",
+    ],
+)
+def test_a_credential_that_json_escapes_is_redacted_from_models(password: str) -> None:
+    redactor = Redactor(host_secrets({"DB_PASSWORD": password}))
+    event = started({"command": f"echo {password}", password: "as a key"})
+    stored = redactor.model(event).model_dump_json()
+    for spelling in spellings(password):
+        assert spelling not in stored, stored
+    assert stored.count(MARK) == 2
+
+
+def test_redacted_models_stay_valid_whatever_a_users_pattern_matches() -> None:
+    # \d{6} is in the timestamp's microseconds: the event was rebuilt from redacted JSON
+    # data, which no longer parsed as a datetime, and every write of an event failed.
+    redactor = Redactor(patterns=[r"\d{6}"])
+    event = started({"command": "unlock --pin 123456"})
+    cleaned = redactor.model(event)
+    assert cleaned.tool_call.arguments == {"command": f"unlock --pin {MARK}"}
+    assert cleaned.occurred_at == event.occurred_at
+    assert ToolStarted.model_validate_json(cleaned.model_dump_json()) == cleaned
+
+
+@pytest.mark.parametrize(
+    ("redactor", "value"),
+    [
+        # A user's pattern anchored to the string: in the model's JSON it sits between quotes.
+        (Redactor(patterns=[r"^ACME-\d{6}$"]), "ACME-123456"),
+        # A bearer token after a newline: in the JSON the newline is a backslash and an n.
+        (Redactor(), "Authorization: Bearer\n" + "a1b2c3d4e5" * 3),
+    ],
+)
+def test_models_are_searched_string_by_string_as_text_is(redactor: Redactor, value: str) -> None:
+    assert redactor.text(value) != value
+    cleaned = redactor.model(started({"value": value}))
+    assert cleaned.tool_call.arguments == {"value": redactor.text(value)}
+
+
+def test_a_models_strings_are_redacted_as_text_redacts_them() -> None:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    awkward = ['"', "\\", "\t", "\n", "\x00", "\x7f", "\u2028", "é", "中文", "😀", "sk-"]
+    pieces = st.sampled_from(awkward) | st.text(max_size=6)
+    texts = st.lists(pieces, max_size=6).map("".join)
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.lists(texts.filter(lambda s: len(s) >= 8), min_size=1, max_size=2), st.data())
+    def check(secrets: list[str], data: st.DataObject) -> None:
+        redactor = Redactor(secrets)
+        pieces_with_secrets = st.sampled_from(secrets) | pieces
+        value = data.draw(st.lists(pieces_with_secrets, max_size=6).map("".join))
+        cleaned = redactor.model(started({"value": value}))
+        assert cleaned.tool_call.arguments == {"value": redactor.text(value)}
+
+    check()
+
+
+def test_the_key_formats_anchors_read_the_same_in_json() -> None:
+    # Redactor.model looks for them in a model's JSON before it searches the strings.
+    assert all(json.dumps(anchor)[1:-1] == anchor for anchor in KEY_FORMAT_ANCHORS)
