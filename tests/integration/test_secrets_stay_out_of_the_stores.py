@@ -99,6 +99,8 @@ async def test_a_host_password_json_escapes_never_reaches_the_data_directory(
         ScriptedLLMGateway(
             [
                 call("read_file", path="db.conf"),
+                # In the arguments too: the ledger keeps them as JSON text, escaped.
+                call("read_file", path=f"{password}.conf"),
                 ScriptedTurn(content=f"The password is {password}"),
             ]
         )

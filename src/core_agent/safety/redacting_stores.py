@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
@@ -392,10 +393,28 @@ class RedactingToolCallLedger(IToolCallLedger):
         return await self._inner.begin(
             dataclasses.replace(
                 entry,
-                arguments=redact.text(entry.arguments),
+                arguments=self._arguments(entry.arguments),
                 result=redact.model(entry.result) if entry.result is not None else None,
             )
         )
+
+    def _arguments(self, arguments: str) -> str:
+        """The arguments' JSON text with each of its strings redacted.
+
+        The text spells a quote, a backslash, a control character and every non-ASCII
+        character (``ensure_ascii``: a Chinese password) otherwise: searched as text, a secret
+        holding one was stored. The JSON is written again as it was made (``call_ledger``),
+        then searched whole as before, for a user's pattern written against JSON text.
+        """
+        try:
+            data = json.loads(arguments)
+        except ValueError:
+            data = cleaned = None
+        else:
+            cleaned = self._redactor.data(data)
+        if cleaned != data:
+            arguments = json.dumps(cleaned, sort_keys=True, default=str)
+        return self._redactor.text(arguments)
 
     async def finish(
         self,
