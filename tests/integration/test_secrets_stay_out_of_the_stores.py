@@ -118,3 +118,35 @@ async def test_a_host_password_json_escapes_never_reaches_the_data_directory(
     for spelling in spellings:
         assert spelling.encode() not in stored, f"{spelling} reached the data directory"
     assert b"[REDACTED]" in stored
+
+
+async def test_a_private_key_cut_before_its_end_line_never_reaches_the_data_directory(
+    tmp_path: Path,
+) -> None:
+    # The pattern wanted BEGIN ... END: the first lines of a key (head -n 3) were stored.
+    body = [
+        "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
+        "QyNTUxOQAAACA++/3YNUXG8PX/anLl0BYzvDArR9QpTv5IFaluoiFgzwAAAJAaHchPGh3I",
+    ]
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "deploy.log").write_text(
+        "$ head -n 3 deploy_key\n-----BEGIN OPENSSH PRIVATE KEY-----\n" + "\n".join(body) + "\n"
+    )
+    data = tmp_path / "data"
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(update={"workspace_roots": (workspace,), "data_dir": data})
+    )
+    container.llm_gateway.override(
+        ScriptedLLMGateway(
+            [call("read_file", path="deploy.log"), ScriptedTurn(content="The log shows a key.")]
+        )
+    )
+    async with container.kernel() as kernel:
+        result = await kernel.execute_task(TaskRequest(task="Read deploy.log.", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED
+    stored = b"".join(path.read_bytes() for path in data.rglob("*") if path.is_file())
+    for line in body:
+        assert line.encode() not in stored, f"{line} reached the data directory"
+    assert b"[REDACTED]" in stored

@@ -42,7 +42,11 @@ KEY_FORMATS = (
     r"hf_[A-Za-z0-9]{30,}",
     r"eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{10,}",
     r"(?i:bearer)\s+[A-Za-z0-9._~+/=\-]{20,}",
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+    # To its END line or, cut before it (``head -n 3 key``, an output cut short), to the end
+    # of its body: encryption headers, base64 and the space between lines, spelled ``\n`` too
+    # (a key in JSON text).
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|"
+    r"(?:(?:Proc-Type|DEK-Info):[ \t\w,-]*|[A-Za-z0-9+/=\s]|\\[rn])*)",
 )
 """Credential formats redacted wherever they appear."""
 KEY_FORMAT_ANCHORS = (

@@ -195,3 +195,38 @@ def test_a_models_strings_are_redacted_as_text_redacts_them() -> None:
 def test_the_key_formats_anchors_read_the_same_in_json() -> None:
     # Redactor.model looks for them in a model's JSON before it searches the strings.
     assert all(json.dumps(anchor)[1:-1] == anchor for anchor in KEY_FORMAT_ANCHORS)
+
+
+OPENSSH_BODY = [
+    "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW",
+    "QyNTUxOQAAACA++/3YNUXG8PX/anLl0BYzvDArR9QpTv5IFaluoiFgzwAAAJAaHchPGh3I",
+    "TwAAAAtzc2gtZWQ",  # cut in the middle of a line
+]
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        # head -n 4 deploy_key
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n" + "\n".join(OPENSSH_BODY) + "\n",
+        # an output cut short, with the tool's note after it
+        "-----BEGIN OPENSSH PRIVATE KEY-----\r\n" + "\r\n".join(OPENSSH_BODY) + "(cut)",
+        # an encrypted key, its headers first
+        "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\n"
+        "DEK-Info: AES-128-CBC,34F09A4FC8DE22B6\n\n" + "\n".join(OPENSSH_BODY),
+        # on one line, in an assignment
+        'KEY="-----BEGIN PRIVATE KEY----- ' + " ".join(OPENSSH_BODY) + '"',
+        # in JSON text (the ledger's arguments): the newlines are spelled \n
+        json.dumps({"content": "-----BEGIN EC PRIVATE KEY-----\n" + "\n".join(OPENSSH_BODY)}),
+    ],
+)
+def test_a_private_key_cut_before_its_end_line_is_redacted(cut: str) -> None:
+    redacted = Redactor().text(f"deploy key: {cut}")
+    assert redacted.startswith(f"deploy key: {cut[: cut.index('-----BEGIN')]}{MARK}")
+    for line in OPENSSH_BODY:
+        assert line not in redacted, redacted
+
+
+def test_text_after_a_whole_private_key_is_kept() -> None:
+    key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1r\n-----END OPENSSH PRIVATE KEY-----"
+    assert Redactor().text(f"{key}\nnext step: deploy") == f"{MARK}\nnext step: deploy"
