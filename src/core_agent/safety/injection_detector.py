@@ -1,12 +1,15 @@
 """An advisory detector of prompt injection in tool output.
 
 It looks for what injected text tends to carry: instruction-like phrasing aimed at the model,
-chat role markers, invisible Unicode (zero-width, bidirectional overrides, tag characters) and
-encoded payloads that decode to such instructions. Text with CJK characters is also checked
-against the Chinese phrasings (``chinese_injection_patterns``). A hit is reported (event,
-span, a warning inside the spotlighted block); it never blocks anything by itself. What
-stops an exfiltration is the policy: once untrusted content is in context, write, exec and
-network calls need more approval.
+chat role markers, invisible Unicode (format characters: zero-width, soft hyphens,
+bidirectional overrides, tag characters) and encoded payloads that decode to such
+instructions. Text with CJK characters is also checked against the Chinese phrasings
+(``chinese_injection_patterns``). The phrasings are looked for in the text as a model reads
+it: format characters removed (and counted), NFKC (full-width letters), Cyrillic and Greek
+look-alikes read as Latin, Traditional characters read as Simplified, and the spaces between
+Chinese characters closed. A hit is reported (event, span, a warning inside the spotlighted
+block); it never blocks anything by itself. What stops an exfiltration is the policy: once
+untrusted content is in context, write, exec and network calls need more approval.
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from core_agent.safety.chinese_injection_patterns import (
     CHINESE_INSTRUCTIONS,
     CHINESE_ROLE_MARKERS,
+    SPACE_BETWEEN_HAN,
+    TRADITIONAL_TO_SIMPLIFIED,
 )
 from shared.cjk_text import has_cjk
 
@@ -83,8 +89,23 @@ _ROLE_MARKERS = re.compile(
     re.IGNORECASE | re.MULTILINE,
 )
 _INVISIBLE = re.compile(
-    "[\u200b-\u200f\u2060-\u2064\ufeff\u202a-\u202e\u2066-\u2069\U000e0000-\U000e007f]"
+    "[\u00ad\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u180e\u200b-\u200f"
+    "\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e007f]"
 )
+"""Format characters (Unicode category Cf, written out: the standard library cannot name a
+category in a pattern): invisible, so a word split by one still reads whole to a model."""
+_VARIATION_SELECTORS = re.compile("[\ufe00-\ufe0f\U000e0100-\U000e01ef]")
+"""Invisible too, but every emoji carries one: removed, not counted."""
+_LOOK_ALIKE_LETTERS = "АВЕЅІЈКМНОРСТХҮаеіјорсхуѕԁһӏԛԝΑΒΕΖΗΙΚΜΝΟΡΤΥΧοινρ"
+_LOOK_ALIKES = str.maketrans(
+    _LOOK_ALIKE_LETTERS, "ABESIJKMHOPCTXYaeijopcxysdhlqwABEZHIKMNOPTYXoivp"
+)
+"""Cyrillic and Greek letters drawn as Latin ones: "Іgnore" (a Cyrillic І) is "Ignore"."""
+# str.translate costs about 100 ns a character (20 ms for 200,000 of them), and almost no
+# text holds any of these: a search for them is far cheaper.
+_HAS_LOOK_ALIKE = re.compile(f"[{_LOOK_ALIKE_LETTERS}]")
+_HAS_TRADITIONAL = re.compile("[" + "".join(chr(code) for code in TRADITIONAL_TO_SIMPLIFIED) + "]")
 _BASE64 = re.compile(r"(?:[A-Za-z0-9+/]{4}){8,}(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 _HEX = re.compile(r"\b(?:[0-9a-fA-F]{2}){24,}\b")
 
@@ -113,7 +134,14 @@ class InjectionDetector:
         sample = text[: self._max_chars]
         signals: list[str] = []
         score = 0.0
+        invisible = 0
+        if not sample.isascii():
+            sample, invisible = _as_read(sample)
         chinese = has_cjk(sample)
+        if chinese:
+            if _HAS_TRADITIONAL.search(sample):
+                sample = sample.translate(TRADITIONAL_TO_SIMPLIFIED)
+            sample = SPACE_BETWEEN_HAN.sub("", sample)
         patterns = _INSTRUCTIONS + CHINESE_INSTRUCTIONS if chinese else _INSTRUCTIONS
         for pattern, label, weight in patterns:
             if label not in signals and pattern.search(sample):
@@ -125,7 +153,6 @@ class InjectionDetector:
         elif _ROLE_MARKERS.search(sample) or (chinese and CHINESE_ROLE_MARKERS.search(sample)):
             signals.append("contains chat role markers")
             score += 0.6
-        invisible = len(_INVISIBLE.findall(sample))
         if invisible:
             signals.append(f"contains {invisible} invisible Unicode characters")
             score += 1.0 if invisible >= 3 else 0.5
@@ -136,6 +163,22 @@ class InjectionDetector:
                 score += 1.0
                 break
         return InjectionReport(tuple(signals), round(score, 2))
+
+
+def _as_read(text: str) -> tuple[str, int]:
+    """``text`` as a model reads it, and how many invisible characters it held.
+
+    Format characters are removed (a zero-width space or a soft hyphen inside "Ignore" hid the
+    word from the patterns), then NFKC makes full-width and other compatibility letters plain,
+    and Cyrillic and Greek look-alikes are read as Latin.
+    """
+    text, invisible = _INVISIBLE.subn("", text)
+    text = _VARIATION_SELECTORS.sub("", text)
+    if not unicodedata.is_normalized("NFKC", text):
+        text = unicodedata.normalize("NFKC", text)
+    if _HAS_LOOK_ALIKE.search(text):
+        text = text.translate(_LOOK_ALIKES)
+    return text, invisible
 
 
 def _decoded_payloads(text: str) -> list[str]:
