@@ -406,15 +406,20 @@ class RedactingToolCallLedger(IToolCallLedger):
         holding one was stored. The JSON is written again as it was made (``call_ledger``),
         then searched whole as before, for a user's pattern written against JSON text.
         """
+        redact = self._redactor
+        # Without a backslash every string is in the text as it is (``RedactingTraceStore``):
+        # searched whole, it is searched as each string would be, for the cost of one search.
+        if "\\" not in arguments and redact.searches_json_whole:
+            return redact.text(arguments)
         try:
             data = json.loads(arguments)
         except ValueError:
             data = cleaned = None
         else:
-            cleaned = self._redactor.data(data)
+            cleaned = redact.data(data)
         if cleaned != data:
             arguments = json.dumps(cleaned, sort_keys=True, default=str)
-        return self._redactor.text(arguments)
+        return redact.text(arguments)
 
     async def finish(
         self,
