@@ -422,10 +422,12 @@ class SqliteTaskStore(ITaskStore):
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
 
         def read(conn: sqlite3.Connection) -> list[tuple[Any, ...]]:
+            # The limit in the text, not bound: a bound LIMIT has SQLite prepare the
+            # statement again at every execution (see ``SqliteMemoryStore.search``).
             return conn.execute(
                 f"SELECT {_TASK_COLUMNS} FROM agent_tasks {where}"
-                " ORDER BY created_at DESC, rowid DESC LIMIT ?",
-                (*params, max(1, limit)),
+                f" ORDER BY created_at DESC, rowid DESC LIMIT {max(1, int(limit))}",
+                params,
             ).fetchall()
 
         return _readable_tasks(await self._db.run(read))
@@ -469,8 +471,8 @@ class SqliteTaskStore(ITaskStore):
             # One row more than the page says whether another page follows.
             return conn.execute(
                 f"SELECT rowid, {_TASK_COLUMNS} FROM agent_tasks {where}"
-                " ORDER BY created_at DESC, rowid DESC LIMIT ?",
-                (*params, size + 1),
+                f" ORDER BY created_at DESC, rowid DESC LIMIT {int(size) + 1}",
+                params,
             ).fetchall()
 
         rows = await self._db.run(read)
