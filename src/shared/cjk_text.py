@@ -28,6 +28,9 @@ CJK_CHAR = re.compile(f"[{_HAN}{_KANA}{_HANGUL}]")
 SEGMENTABLE = re.compile(f"[{_HAN}{_KANA}]+")
 """A run of characters written without spaces between words (Chinese, Japanese)."""
 
+HANGUL_RUN = re.compile(f"[{_HANGUL}]+")
+"""A run of Hangul: a Korean word, or the part of one written against digits (2075년)."""
+
 SENTENCE_END = "。！？；…"
 """Full-width sentence ends (and the ellipsis) that need no space after them."""
 

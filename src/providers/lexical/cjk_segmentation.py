@@ -1,16 +1,27 @@
-"""Chinese (and Japanese) word segmentation for the keyword indexes, with rjieba.
+"""How every keyword index turns text into terms, Chinese and Japanese included, with rjieba.
 
 FTS5's ``unicode61`` and Tantivy's simple tokenizer split words at spaces and punctuation;
 Chinese has neither between words, so a whole sentence became one term that no query
-matched. Runs of Han and kana characters are cut into words here, at index time and at query
-time with the same function, and the indexes add those words as whitespace-separated terms.
-Text without such characters is left alone, so English indexing and ranking do not change.
+matched. ``segmented`` rewrites a text so that those tokenizers (and rank-bm25's word
+pattern) see the right words: runs of Han and kana characters are cut into words, and every
+CJK run (Hangul too) is set apart by spaces from the letters and digits written against it,
+so the year in 公司在2075年, the chapter in 第7章 and the model number in 型号A7X处理器 are terms
+of their own (``2075`` and ``年``, ``7``, ``a7x``) as they are in English text. Before that,
+the text is NFKC-normalized: full-width letters and digits (第７章, ＧＰＴ－４ｏ), half-width
+katakana and compatibility ideographs become the characters a query is usually typed with.
+Lower-casing, ASCII folding and stemming stay with each index's own analyzer.
+
+Every index analyzes passages and queries through this one function, so they agree on what a
+term is. Text that is pure ASCII is returned as it is, so English indexing and ranking do not
+change. Changing what this function returns changes the terms of every stored index: bump
+``tantivy_index.ANALYZER`` (its folders are rebuilt when opened) and add a schema migration
+that rebuilds the FTS5 tables, as migration 13 does.
 
 rjieba is the Python binding of jieba-rs (the Rust port of jieba, the de-facto standard
 Chinese segmenter, kept by the jieba-rs maintainer): its dictionary is compiled into the
 wheel, it writes no cache file (jieba writes one to the temporary folder on first use), it
 loads in about 0.1 s instead of jieba's 0.7 s and cuts about 25 times faster. It is imported
-on first use, only when a text holds CJK characters.
+on first use, only when a text holds Han or kana characters.
 
 Search-engine mode (``cut_for_search``) adds the shorter words inside a long one
 (中华人民共和国 also gives 人民, 共和国), so a query for the shorter word finds the longer.
@@ -19,9 +30,10 @@ Search-engine mode (``cut_for_search``) adds the shorter words inside a long one
 from __future__ import annotations
 
 import threading
+import unicodedata
 from collections.abc import Callable
 
-from shared.cjk_text import SEGMENTABLE
+from shared.cjk_text import HANGUL_RUN, SEGMENTABLE, has_cjk
 
 _lock = threading.Lock()
 _cut: Callable[[str], list[str]] | None = None
@@ -37,18 +49,19 @@ def _cutter() -> Callable[[str], list[str]]:
         return _cut
 
 
-def cjk_words(text: str) -> list[str]:
-    """The words of the Han and kana runs in ``text``, in order; none for other text."""
-    runs = SEGMENTABLE.findall(text)
-    if not runs:
-        return []
-    cut = _cutter()
-    return [word for run in runs for word in cut(run) if not word.isspace()]
-
-
 def segmented(text: str) -> str:
-    """``text`` with each Han or kana run replaced by its words separated by spaces."""
-    if SEGMENTABLE.search(text) is None:
+    """``text`` as the keyword indexes analyze it (see the module docstring).
+
+    NFKC-normalized; each Han or kana run replaced by its words separated by spaces, and each
+    Hangul run set apart by spaces. Pure ASCII text is returned unchanged.
+    """
+    if text.isascii():
         return text
-    cut = _cutter()
-    return SEGMENTABLE.sub(lambda run: " " + " ".join(cut(run.group())) + " ", text)
+    text = unicodedata.normalize("NFKC", text)
+    if not has_cjk(text):
+        return text
+    if SEGMENTABLE.search(text) is not None:
+        cut = _cutter()
+        text = SEGMENTABLE.sub(lambda run: " " + " ".join(cut(run.group())) + " ", text)
+    # Korean separates words with spaces already; only what is glued to them is set apart.
+    return HANGUL_RUN.sub(lambda run: " " + run.group() + " ", text)

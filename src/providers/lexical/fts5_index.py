@@ -6,15 +6,17 @@ namespace's own. ``agent_lexical_passages`` maps passage ids to FTS rowids. Pass
 indexed with the Porter stemmer over ``unicode61`` (diacritics folded); a query becomes an OR
 of quoted terms, so no user input is read as FTS5 syntax, ranked by FTS5's built-in BM25.
 
-Chinese and Japanese words, cut by ``cjk_segmentation``, go to a second column, ``terms``,
-separated by spaces so ``unicode61`` sees each as a token; a query's words are segmented the
-same way and match in either column. English passages leave ``terms`` empty and rank as they
-did. The trigram tokenizer was the alternative: it needs no segmenter but matches nothing
-for a query or word under three characters, and most Chinese words have two. On the Chinese
-set of ``benchmarks/keyword_zh_eval.py`` it found the right document first for 62% of the
-queries, against 100% with segmented words (and 6% before either); it would also lose
-English stemming.
-Tables made before the column existed are rebuilt by schema migration 7.
+Only the column ``terms`` is indexed: the passage as ``cjk_segmentation.segmented``
+rewrites it (NFKC, Chinese and Japanese cut into words separated by spaces, CJK set apart from
+the digits and Latin letters written against it), so ``unicode61`` sees each word, number and
+model number as a token; a query's words are made the same way. ``text`` (unindexed) keeps
+the passage as written, and is NULL where that is the same string, as for English, so such
+text is stored once. The trigram tokenizer was the alternative: it needs no segmenter but
+matches nothing for a query or word under three characters, and most Chinese words have two.
+On the Chinese set of ``benchmarks/keyword_zh_eval.py`` it found the right document first for
+62% of the queries, against 100% with segmented words (and 6% before either); it would also
+lose English stemming.
+Tables made before are rebuilt by schema migrations 7 (Chinese words) and 13 (this layout).
 """
 
 from __future__ import annotations
@@ -30,23 +32,24 @@ import anyio.to_thread
 from core_agent.contracts.errors import StorageError
 from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.settings import AgentSettings
-from providers.lexical.cjk_segmentation import cjk_words
+from providers.lexical.cjk_segmentation import segmented
 from providers.lexical.passages import check_passages, search_terms
 from providers.sqlite.database import ReaderPool, SqliteDatabase, sqlite_driver, transaction
 
 TOKENIZER = "porter unicode61 remove_diacritics 2"
-COLUMNS = "text, terms"
-"""The passage as written, and its Chinese and Japanese words separated by spaces."""
+COLUMNS = "text UNINDEXED, terms"
+"""The passage as written (NULL when it is its own terms), and the text that is indexed."""
 
 
 def create_table(conn: sqlite3.Connection, table: str) -> None:
-    """Create one namespace's FTS5 table (the schema migration 7 rebuilds old tables to)."""
+    """Create one namespace's FTS5 table (the schema migration 13 rebuilds old tables to)."""
     conn.execute(f"CREATE VIRTUAL TABLE {table} USING fts5({COLUMNS}, tokenize = '{TOKENIZER}')")
 
 
-def cjk_terms(text: str) -> str:
-    """The ``terms`` column of a passage."""
-    return " ".join(cjk_words(text))
+def columns(text: str) -> tuple[str | None, str]:
+    """The ``text`` and ``terms`` columns of a passage."""
+    terms = segmented(text)
+    return (None if terms == text else text), terms
 
 
 def _table(conn: sqlite3.Connection, namespace: str) -> str | None:
@@ -101,7 +104,7 @@ class Fts5LexicalIndex(ILexicalIndex):
                         conn.execute(f"DELETE FROM {table} WHERE rowid = ?", (rowid,))
                     conn.execute(
                         f"INSERT INTO {table} (rowid, text, terms) VALUES (?, ?, ?)",
-                        (rowid, text, cjk_terms(text)),
+                        (rowid, *columns(text)),
                     )
 
         await self._db.run(write)
@@ -120,7 +123,7 @@ class Fts5LexicalIndex(ILexicalIndex):
         # namespace): that runs on a read connection in a worker thread, not on the event
         # loop. The text is read for the k best only, not carried through the sort.
         sql = (
-            f"SELECT p.id, ranked.score, f.text FROM ("
+            f"SELECT p.id, ranked.score, coalesce(f.text, f.terms) FROM ("
             f"  SELECT rowid, bm25({table}) AS score FROM {table}"
             f"  WHERE {table} MATCH ? ORDER BY score LIMIT ?) AS ranked"
             " JOIN agent_lexical_passages p ON p.rowid = ranked.rowid"

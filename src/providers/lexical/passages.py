@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from core_agent.contracts.errors import UsageError
 from providers.lexical.cjk_segmentation import segmented
 
-_WORD = re.compile(r"\w+", re.UNICODE)
+# Letters and digits, as Tantivy's simple tokenizer and FTS5's unicode61 split them: an
+# underscore separates words there too, so snake_case identifiers rank alike everywhere.
+_WORD = re.compile(r"[^\W_]+")
 
 # Words so common that matching them ranks nothing and costs a scan of most of the index.
 STOPWORDS = frozenset(
@@ -24,7 +26,7 @@ STOPWORDS = frozenset(
 
 
 def terms(text: str) -> list[str]:
-    """Lower-cased words of ``text``, in order; Chinese and Japanese runs cut into words."""
+    """Lower-cased words of ``text``, in order, as ``segmented`` sets them apart."""
     return _WORD.findall(segmented(text).lower())
 
 

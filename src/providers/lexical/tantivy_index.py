@@ -8,14 +8,17 @@ folder under ``AGENT_DATA_DIR/tantivy``, outside the SQLite transaction. A Tanti
 atomic (all of a batch or none), and ingestion's content hashes make a re-run repair a crash
 between the stores.
 
-Text is analyzed with Tantivy's simple tokenizer, lower-cased, folded to ASCII and stemmed
-(English), as FTS5's ``porter unicode61 remove_diacritics`` does. Queries are built as term
-queries from the analyzed words, never parsed, so no input is read as query syntax.
+Each passage is indexed in one field, ``terms`` (not stored): its text as ``segmented``
+rewrites it (NFKC, Chinese and Japanese cut into words, CJK set apart from the digits and
+Latin letters written against it), then Tantivy's simple tokenizer, lower-cased, folded to
+ASCII and stemmed (English), as FTS5's ``porter unicode61 remove_diacritics`` does. The text
+as written is kept in ``text``, stored and not indexed. Queries go through the same two steps
+and are built as term queries on ``terms``, never parsed, so no input is read as query syntax.
 
-Chinese and Japanese words are cut by ``cjk_segmentation`` and indexed, separated by spaces,
-in a second field, ``terms`` (not stored); a query's CJK words are looked up there and its
-other words in ``text``, so English scoring is what it was. An index folder made before that
-field existed is rebuilt once, from its stored texts, the first time it is opened.
+The analyzer's name is recorded in each folder's schema: a folder whose ``terms`` were made
+another way (before Chinese words were indexed, or before digits and Latin letters inside
+Chinese text were set apart) is rebuilt once, from its stored texts, the first time it is
+opened.
 """
 
 from __future__ import annotations
@@ -35,12 +38,13 @@ import tantivy
 from core_agent.contracts.errors import StorageError
 from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
 from core_agent.contracts.settings import AgentSettings
-from providers.lexical.cjk_segmentation import cjk_words
+from providers.lexical.cjk_segmentation import segmented
 from providers.lexical.passages import check_passages, search_terms
-from shared.cjk_text import has_cjk
 
 T = TypeVar("T")
-ANALYZER = "core_agent_text"
+ANALYZER = "core_agent_terms_v2"
+"""The analyzer of ``terms``, by a name each folder's schema records: rename it whenever the
+terms of a text change (``segmented`` or the filters below), and older folders are rebuilt."""
 WRITER_HEAP_BYTES = 20_000_000
 """Indexing memory of a write; a larger batch is flushed in several segments, merged later."""
 LOCK_TIMEOUT_S = 30.0
@@ -61,36 +65,46 @@ def _analyzer() -> Any:
 def _schema() -> Any:
     builder = tantivy.SchemaBuilder()
     builder.add_text_field("id", stored=True, tokenizer_name="raw", index_option="basic")
-    builder.add_text_field("text", stored=True, tokenizer_name=ANALYZER, index_option="freq")
+    # Tantivy has no stored-only text field; a bytes field is stored and never analyzed.
+    builder.add_bytes_field("text", stored=True, indexed=False)
     builder.add_text_field("terms", stored=False, tokenizer_name=ANALYZER, index_option="freq")
     return builder.build()
 
 
 def _document(passage_id: str, text: str) -> Any:
-    return tantivy.Document(id=passage_id, text=text, terms=" ".join(cjk_words(text)))
+    return tantivy.Document(id=passage_id, text=text.encode(), terms=segmented(text))
 
 
-def _fields(folder: Path) -> set[str]:
+def _written(doc: Any) -> str:
+    # Folders before ``ANALYZER`` was versioned stored the text in an analyzed text field.
+    text = doc["text"][0]
+    return text.decode() if isinstance(text, bytes) else str(text)
+
+
+def _analyzer_of(folder: Path) -> str | None:
+    """The analyzer the folder's ``terms`` were made with; ``None`` if it has no such field."""
     meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-    return {str(field["name"]) for field in meta.get("schema", [])}
+    for field in meta.get("schema", []):
+        if field.get("name") == "terms":
+            return str(field.get("options", {}).get("indexing", {}).get("tokenizer"))
+    return None
 
 
-def _rebuild_without_cjk_terms(folder: Path) -> None:
-    """Re-index a folder made before the ``terms`` field, from its stored texts.
+def _rebuild(folder: Path) -> None:
+    """Re-index a folder whose terms were made another way, from its stored texts.
 
     The new index is built beside the old one and swapped in by renames; a crash before the
     swap leaves the old index in place (rebuilt again next time), one after the first rename
     is finished by ``_finish_swap``.
     """
-    old = tantivy.Index.open(str(folder))
-    old.register_tokenizer(ANALYZER, _analyzer())
+    old = tantivy.Index.open(str(folder))  # read only: its analyzer is not needed
     searcher = old.searcher()
     total = int(searcher.num_docs)
     passages = []
     if total:
         for _score, address in searcher.search(tantivy.Query.all_query(), total).hits:
             doc = searcher.doc(address)
-            passages.append((doc["id"][0], doc["text"][0]))
+            passages.append((doc["id"][0], _written(doc)))
     fresh = folder.with_name(folder.name + ".rebuilt")
     shutil.rmtree(fresh, ignore_errors=True)
     fresh.mkdir(parents=True)
@@ -114,7 +128,7 @@ def _finish_swap(folder: Path) -> None:
 
 
 class _Namespace:
-    """One index folder and the analyzer its text field was built with."""
+    """One index folder and the analyzer of its ``terms``."""
 
     def __init__(self, folder: Path, *, create: bool) -> None:
         self.folder = folder
@@ -122,8 +136,8 @@ class _Namespace:
             folder.mkdir(parents=True, exist_ok=True)
             self.index = tantivy.Index(_schema(), path=str(folder), reuse=True)
         else:
-            if "terms" not in _fields(folder):
-                _rebuild_without_cjk_terms(folder)
+            if _analyzer_of(folder) != ANALYZER:
+                _rebuild(folder)
             self.index = tantivy.Index.open(str(folder))
         self.analyzer = _analyzer()
         self.index.register_tokenizer(ANALYZER, self.analyzer)
@@ -155,12 +169,6 @@ class _Namespace:
     def live(self, searcher: Any, ids: Sequence[str]) -> int:
         query = tantivy.Query.term_set_query(self.schema, "id", list(ids))
         return int(searcher.search(query, 1, count=True).count)
-
-
-def _field_of(token: str) -> str:
-    # A CJK word is only ever a term of the segmented field; in ``text`` a Chinese sentence
-    # is one long token.
-    return "terms" if has_cjk(token) else "text"
 
 
 class TantivyLexicalIndex(ILexicalIndex):
@@ -238,7 +246,7 @@ class TantivyLexicalIndex(ILexicalIndex):
                 return []
             should = tantivy.Occur.Should
             terms = tantivy.Query.boolean_query(
-                [(should, tantivy.Query.term_query(space.schema, _field_of(t), t)) for t in tokens]
+                [(should, tantivy.Query.term_query(space.schema, "terms", t)) for t in tokens]
             )
             # Another process may have committed since the last search.
             space.index.reload()
@@ -246,7 +254,7 @@ class TantivyLexicalIndex(ILexicalIndex):
             hits = []
             for score, address in searcher.search(terms, k, count=False).hits:
                 doc = searcher.doc(address)
-                hits.append(LexicalHit(id=doc["id"][0], score=float(score), text=doc["text"][0]))
+                hits.append(LexicalHit(id=doc["id"][0], score=float(score), text=_written(doc)))
             return hits
 
         # Sub-millisecond: run inline rather than pay a thread hop.

@@ -9,20 +9,21 @@ code (re-indexing keyword tables with the Chinese segmenter).
 from __future__ import annotations
 
 import sqlite3
+import uuid
 from collections.abc import Callable
 
 from providers.sqlite.database import transaction
 
 
 def _keyword_tables_with_cjk_terms(conn: sqlite3.Connection) -> None:
-    """Rebuild each namespace's FTS5 table with the ``terms`` column of Chinese words.
+    """Rebuild each namespace's FTS5 table with a ``terms`` column (for Chinese words).
 
-    FTS5 tables cannot gain a column, so each is copied into a new table (the stored text
-    segmented on the way), the old one dropped and the namespace pointed at the new one;
-    passage rowids are kept, so ``agent_lexical_passages`` stays valid.
+    FTS5 tables cannot gain a column, so each is copied into a new table, the old one
+    dropped and the namespace pointed at the new one; passage rowids are kept, so
+    ``agent_lexical_passages`` stays valid.
     """
-    from providers.lexical.fts5_index import cjk_terms
-
+    # ``terms`` is left empty: migration 13 rebuilds these tables from the text right after,
+    # so segmenting here would be work thrown away.
     tables = conn.execute("SELECT namespace, table_name FROM agent_lexical_namespaces").fetchall()
     for namespace, old in tables:
         new = f"{old}_cjk"
@@ -33,9 +34,45 @@ def _keyword_tables_with_cjk_terms(conn: sqlite3.Connection) -> None:
         )
         rows = conn.execute(f"SELECT rowid, text FROM {old}").fetchall()
         conn.executemany(
-            f"INSERT INTO {new} (rowid, text, terms) VALUES (?, ?, ?)",
-            [(rowid, text, cjk_terms(text)) for rowid, text in rows],
+            f"INSERT INTO {new} (rowid, text, terms) VALUES (?, ?, '')",
+            rows,
         )
+        conn.execute(f"DROP TABLE {old}")
+        conn.execute(
+            "UPDATE agent_lexical_namespaces SET table_name = ? WHERE namespace = ?",
+            (new, namespace),
+        )
+
+
+def _keyword_tables_index_segmented_text(conn: sqlite3.Connection) -> None:
+    """Rebuild each namespace's FTS5 table to index only ``terms``, the segmented text.
+
+    ``terms`` held only the words of the Chinese and Japanese runs, and ``text`` kept
+    ``这是第7章`` as one token, so the digits and Latin letters written against Chinese
+    (第7章, 2075年, A7X处理器) were terms of neither column and no search found them. Each
+    table is copied into a new one whose ``terms`` is the whole text as
+    ``cjk_segmentation.segmented`` rewrites it and whose ``text`` is unindexed; rowids are
+    kept, so ``agent_lexical_passages`` stays valid.
+    """
+    from providers.lexical.fts5_index import columns
+
+    tables = conn.execute("SELECT namespace, table_name FROM agent_lexical_namespaces").fetchall()
+    for namespace, old in tables:
+        new = f"agent_fts_{uuid.uuid4().hex[:16]}"
+        # The table as it was made when this migration shipped, whatever fts5_index makes now.
+        conn.execute(
+            f"CREATE VIRTUAL TABLE {new} USING fts5(text UNINDEXED, terms,"
+            " tokenize = 'porter unicode61 remove_diacritics 2')"
+        )
+        last = 0
+        while rows := conn.execute(
+            f"SELECT rowid, text FROM {old} WHERE rowid > ? ORDER BY rowid LIMIT 1000", (last,)
+        ).fetchall():
+            conn.executemany(
+                f"INSERT INTO {new} (rowid, text, terms) VALUES (?, ?, ?)",
+                [(rowid, *columns(text)) for rowid, text in rows],
+            )
+            last = rows[-1][0]
         conn.execute(f"DROP TABLE {old}")
         conn.execute(
             "UPDATE agent_lexical_namespaces SET table_name = ? WHERE namespace = ?",
@@ -382,6 +419,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     _sessions_fork_and_retry,
     # 12: a fork's usage carried from its origin (see ``_forks_carry_usage``).
     _forks_carry_usage,
+    # 13: keyword tables index the whole segmented text, digits and Latin letters inside
+    # Chinese included (see ``_keyword_tables_index_segmented_text``).
+    _keyword_tables_index_segmented_text,
 )
 
 
