@@ -1,11 +1,11 @@
 """What the default allowed programs' options do: which write files or run other programs.
 
-A command runs without approval only when every option it uses is known not to write or
-execute. Options are matched the way GNU getopt and git's parse-options read them: short
-options bundled (``-rno/out`` is ``-r -n -o /out``), values attached or separate, long options
-abbreviated to any unique prefix (``--out`` is ``--output``), so an unsafe option is found
-under every spelling. Option values and operands that name files are checked against the
-workspace.
+A command runs without approval only when every option it uses is known not to write, execute
+or read files the judge cannot see (named inside another file: ``sort --files0-from``). Options
+are matched the way GNU getopt and git's parse-options read them: short options bundled
+(``-rno/out`` is ``-r -n -o /out``), values attached or separate, long options abbreviated to
+any unique prefix (``--out`` is ``--output``), so an unsafe option is found under every
+spelling. Option values and operands that name files are checked against the workspace.
 
 Programs added to ``AGENT_SANDBOX_ALLOWED_COMMANDS`` without a profile here are trusted as
 configured: their options are not judged, and they may write inside the workspace.
@@ -17,10 +17,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-ValueKind = Literal["text", "read", "optional", "unsafe"]
+ValueKind = Literal["text", "read", "list", "optional", "unsafe"]
 """``text``/``read``: the option takes a value (attached, or the next word); ``read`` names a
-file. ``optional``: a value only when attached with ``=`` (``--color[=WHEN]``), so the next
-word stays an operand. ``unsafe``: the option writes files or runs programs."""
+file. ``list``: it names a file that lists more files to read (``sort --files0-from``), which
+the judge cannot see. ``optional``: a value only when attached with ``=`` (``--color[=WHEN]``),
+so the next word stays an operand. ``unsafe``: the option writes files or runs programs."""
 OperandKind = Literal["read", "text", "pattern_then_read", "revisions_or_paths", "date"]
 
 
@@ -49,6 +50,7 @@ class OptionVerdict:
     """What a program's arguments do, as far as its profile tells."""
 
     unsafe: tuple[str, ...] = ()
+    """Why the arguments are not proven harmless (a write, a program run, unseen reads)."""
     reads: tuple[str, ...] = ()
     """Option values and operands that name files to read."""
 
@@ -186,7 +188,7 @@ PROFILES: dict[str, ProgramProfile] = {
         long_values={"lines": "text", "bytes": "text", "pid": "text", "sleep-interval": "text"},
         numeric_options=True,
     ),
-    "wc": ProgramProfile(long_values={"files0-from": "read"}),
+    "wc": ProgramProfile(long_values={"files0-from": "list"}),
     "grep": ProgramProfile(
         short_values={
             "e": "text",
@@ -277,7 +279,7 @@ PROFILES: dict[str, ProgramProfile] = {
             "parallel": "text",
             "sort": "text",
             "batch-size": "text",
-            "files0-from": "read",
+            "files0-from": "list",
             "random-source": "read",
         },
     ),
@@ -365,10 +367,10 @@ PROFILES: dict[str, ProgramProfile] = {
         # -C compiles a magic file into the current directory; -z/-Z run decompressors.
         unsafe_short="CzZ",
         unsafe_long=frozenset({"compile", "uncompress", "uncompress-noreport"}),
-        short_values={"m": "read", "f": "read", "F": "text", "e": "text", "P": "text"},
+        short_values={"m": "read", "f": "list", "F": "text", "e": "text", "P": "text"},
         long_values={
             "magic-file": "read",
-            "files-from": "read",
+            "files-from": "list",
             "separator": "text",
             "exclude": "text",
             "exclude-quiet": "text",
@@ -379,7 +381,7 @@ PROFILES: dict[str, ProgramProfile] = {
         short_values={"X": "read", "B": "text", "d": "text", "t": "text"},
         long_values={
             "exclude-from": "read",
-            "files0-from": "read",
+            "files0-from": "list",
             "exclude": "text",
             "block-size": "text",
             "max-depth": "text",
@@ -438,8 +440,10 @@ def judge_options(
                 continue
             if not has_value and index < len(args):
                 value, index = args[index], index + 1
-            if kind == "read":
+            if kind in ("read", "list"):
                 reads.append(value)
+            if kind == "list":
+                unsafe.append(_UNSEEN_READS.format(program=program, option=f"--{match}"))
             continue
         if word.startswith("-") and len(word) > 1:
             if profile.numeric_options and word[1:].isdigit():
@@ -455,8 +459,10 @@ def judge_options(
                 value = word[position + 1 :]
                 if not value and index < len(args):
                     value, index = args[index], index + 1
-                if kind == "read":
+                if kind in ("read", "list"):
                     reads.append(value)
+                if kind == "list":
+                    unsafe.append(_UNSEEN_READS.format(program=program, option=f"-{letter}"))
                 break
             continue
         operands.append(word)
@@ -466,6 +472,12 @@ def judge_options(
         unsafe.append(f"{program} {operands[0]!r} changes the repository")
     reads.extend(_operand_reads(profile, operands, given, program, unsafe))
     return OptionVerdict(tuple(unsafe), tuple(reads)), len(operands)
+
+
+_UNSEEN_READS = (
+    "{program} {option} reads the files named inside its file, which cannot be checked "
+    "against the workspace"
+)
 
 
 def _long_match(profile: ProgramProfile, name: str) -> str | None:

@@ -204,6 +204,14 @@ def test_a_redirection_into_the_workspace_is_a_proven_write(guard: CommandGuard)
         ("uniq --group README.md out.txt", "is an output file"),
         ("git branch --color evil", "changes the repository"),
         ("file -z notes.gz", "file -z"),
+        # Files named inside another file are read without the judge seeing their names.
+        ("echo -n /etc/passwd > list && sort --files0-from=list", "sort --files0-from reads"),
+        ("sort --files0 list", "sort --files0-from reads"),
+        ("wc -l --files0-from=list", "wc --files0-from reads"),
+        ("du --files0-from list", "du --files0-from reads"),
+        ("file -f list", "file -f reads"),
+        ("file -bf list", "file -f reads"),
+        ("file --files-from=list", "file --files-from reads"),
     ],
 )
 def test_anything_not_proven_needs_a_human(
