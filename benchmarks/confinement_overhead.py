@@ -4,11 +4,14 @@
 
 Each run starts ``touch <a file outside the workspace>`` twice, interleaved: once as a plain
 child process (``anyio.open_process``, new session, the same minimal environment: the
-unconfined spawn) and once through the launcher with the full confinement of a command that
-may write the workspace (Landlock, seccomp, limits, no capabilities, read-only mounts; with
-and without namespaces). Times run from the request to the observed exit. The exit code
-proves each run did the work it names: the plain ``touch`` succeeds (and the marker is
-removed after it), the confined one is refused by the kernel.
+unconfined spawn) and once through the launcher with the full confinement of a command that may
+write the workspace (Landlock, seccomp, limits, no capabilities, read-only mounts; with and
+without namespaces). The workspace is a repository with a nested one among
+``PROJECT_DIRECTORIES`` directories, and the confined run includes what the sandbox does per
+command that may write: searching the roots for ``.git`` entries (to keep them read-only)
+before, and again after (to report new ones). Times run from the request to the observed exit.
+The exit code proves each run did the work it names: the plain ``touch`` succeeds (and the
+marker is removed after it), the confined one is refused by the kernel.
 """
 
 from __future__ import annotations
@@ -18,20 +21,25 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 
 from benchmarks.stats import summary
 from providers.sandbox.confinement import (
+    ProtectedEntries,
     carved_paths,
     command_environment,
     command_policy,
+    find_protected,
 )
 from providers.sandbox.launcher_client import CommandLauncher
 from providers.sandbox.program_paths import default_search_path, resolve_program
 
 TARGET_P95_OVERHEAD_MS = 5.0
+PROJECT_DIRECTORIES = 200
 
 
 async def plain(touch: str, marker: Path, workspace: Path, environment: dict[str, str]) -> float:
@@ -47,12 +55,19 @@ async def plain(touch: str, marker: Path, workspace: Path, environment: dict[str
     return elapsed
 
 
-async def confined(launcher: CommandLauncher, policy: dict[str, object], marker: Path) -> float:
+async def confined(
+    launcher: CommandLauncher, policy: Callable[[ProtectedEntries], dict[str, object]],
+    marker: Path, workspace: Path,
+) -> float:  # fmt: skip
     started = time.perf_counter()
-    process = await launcher.spawn(policy)
+    before = await anyio.to_thread.run_sync(find_protected, [workspace])
+    process = await launcher.spawn(policy(before))
     code = await process.wait()
     process.close()
+    after = await anyio.to_thread.run_sync(find_protected, [workspace])
     elapsed = (time.perf_counter() - started) * 1000.0
+    assert len(before.found) == 2, "the search missed a repository"
+    assert not after.added_since(before)
     assert code == 1, f"the confinement did not hold (touch exited {code})"
     return elapsed
 
@@ -60,26 +75,32 @@ async def confined(launcher: CommandLauncher, policy: dict[str, object], marker:
 async def measure(runs: int, namespaces: bool) -> dict[str, dict[str, float]]:
     with tempfile.TemporaryDirectory() as base:
         workspace, temporary = Path(base, "ws"), Path(base, "tmp")
-        os.mkdir(workspace)
+        for index in range(PROJECT_DIRECTORIES):
+            os.makedirs(workspace / f"pkg{index // 20}" / f"mod{index % 20}")
+        for repository in (workspace, workspace / "pkg0"):
+            (repository / ".git" / "hooks").mkdir(parents=True)
         os.mkdir(temporary)
         marker = Path(base, "outside-marker")
         search_path = default_search_path([workspace])
         touch = resolve_program("touch", search_path)
         assert touch is not None
         environment = command_environment(search_path, str(temporary))
-        policy = command_policy(
-            program=touch,
-            argv=["touch", str(marker)],
-            cwd=workspace,
-            environment=environment,
-            roots=[workspace],
-            carved=carved_paths([workspace], [], []),
-            temporary=str(temporary),
-            writable=True,
-            network=False,
-            namespaces=namespaces,
-            search_path=search_path,
-        )
+
+        def policy(found: ProtectedEntries) -> dict[str, object]:
+            return command_policy(
+                program=touch,
+                argv=["touch", str(marker)],
+                cwd=workspace,
+                environment=environment,
+                roots=[workspace],
+                carved=carved_paths([workspace], [], [], found.found),
+                temporary=str(temporary),
+                writable=True,
+                network=False,
+                namespaces=namespaces,
+                search_path=search_path,
+            )
+
         launcher = CommandLauncher()
         info = await launcher.info()
         assert info.landlock_abi > 0, "no Landlock here"
@@ -88,10 +109,10 @@ async def measure(runs: int, namespaces: bool) -> dict[str, dict[str, float]]:
         try:
             for _ in range(10):  # warm-up
                 await plain(touch, marker, workspace, environment)
-                await confined(launcher, policy, marker)
+                await confined(launcher, policy, marker, workspace)
             for _ in range(runs):
                 a = await plain(touch, marker, workspace, environment)
-                b = await confined(launcher, policy, marker)
+                b = await confined(launcher, policy, marker, workspace)
                 plain_ms.append(a)
                 confined_ms.append(b)
                 overhead_ms.append(b - a)

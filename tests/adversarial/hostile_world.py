@@ -2,7 +2,8 @@
 
 Every case of the adversarial suites is judged by what it did, not by the verdict it got:
 
-* files: a marker outside the workspace, a change under ``.git``, in the data directory or
+* files: a marker outside the workspace, a change under ``.git`` (the root's, or a nested
+  repository's: ``vendor/lib/.git``), in the data directory or
   in the user's home; (in guarded runs) any change to the workspace by a call a human did not
   approve;
 * network: a TCP connection or UDP datagram reaching a loopback sink, a connection to a Unix
@@ -190,6 +191,8 @@ class HostileWorld:
         fake.write_text(f"#!/bin/sh\ntouch {self.outside}/marker-bin-cat\n")
         fake.chmod(0o755)
         subprocess.run(["git", "init", "-q", str(self.template)], check=True)
+        # A nested repository (a vendored library, a submodule): your git trusts its .git too.
+        subprocess.run(["git", "init", "-q", str(self.template / "vendor" / "lib")], check=True)
         subprocess.run(
             ["git", "-C", str(self.template), "config", "user.email", "t@example.org"], check=True
         )
@@ -236,6 +239,7 @@ class HostileWorld:
             ),
             "data-notes": (self.data / "notes.txt").read_text(),
             "git": tree_digest(workspace / ".git"),
+            "nested-git": tree_digest(workspace / "vendor" / "lib" / ".git"),
             "workspace": {
                 entry.name: (
                     tree_digest(entry)

@@ -189,6 +189,7 @@ HARMLESS_ESCAPES = [
     "cat /proc/{kernel}/fd/{held}",
     "setsid sleep 987 > /dev/null 2>&1 & sleep 0.5",
     "echo x > .git/m-unconfined",
+    "echo x > vendor/lib/.git/m-unconfined",
 ]
 
 

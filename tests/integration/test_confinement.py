@@ -18,9 +18,10 @@ import anyio
 import pytest
 
 from core_agent.container import KernelContainer
-from core_agent.contracts.errors import ConfinementUnavailableError
-from core_agent.contracts.tool import CallPermit
+from core_agent.contracts.errors import ConfinementUnavailableError, SandboxRefusedError
+from core_agent.contracts.tool import CallPermit, ToolContext
 from core_agent.kernel.call_check import check_call
+from providers.builtin_tools.commands import RunCommandArguments, RunCommandTool
 from providers.sandbox import confinement, launcher, pids_cgroups
 from providers.sandbox.confinement import (
     SYSTEM_HIDDEN_PATHS,
@@ -882,7 +883,7 @@ async def test_requests_of_every_shape_run_one_after_another(tmp_path: Path) -> 
                 cwd=workspace,
                 environment=command_environment(search_path, str(workspace)),
                 roots=[workspace],
-                carved=carved_paths([workspace], [], []),
+                carved=carved_paths([workspace], [], [], ()),
                 temporary=str(workspace),
                 writable=False,
                 network=network,
@@ -1028,3 +1029,126 @@ async def test_protection_that_cannot_be_mounted_does_not_stop_work_beside_it(
         await box.close()
     assert (workspace / "new.txt").exists() and (workspace / "renamed.txt").exists()
     assert (workspace / "realgit" / "config").read_text() == "[core]\n", result.stderr
+
+
+def git(*args: str) -> None:
+    subprocess.run(["git", *args], check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("namespaces", ["auto", "off"])
+async def test_a_nested_repository_stays_read_only_like_the_roots_own(
+    tmp_path: Path, namespaces: str
+) -> None:
+    workspace = tmp_path / "ws"
+    git("init", "-q", str(workspace))
+    git("init", "-q", str(workspace / "sub"))
+    git("init", "-q", str(workspace / "deep" / "a" / "b"))
+    (workspace / "sub" / "notes.txt").write_text("old")
+    # A submodule's (or worktree's) .git is a file naming the repository elsewhere.
+    (workspace / "modgit").mkdir()
+    (workspace / "modgit" / "config").write_text("[core]\n")
+    (workspace / "mod").mkdir()
+    (workspace / "mod" / ".git").write_text("gitdir: ../modgit\n")
+    (workspace / "other").mkdir()
+    configs = {
+        path: path.read_text()
+        for path in (
+            workspace / "sub" / ".git" / "config",
+            workspace / "deep" / "a" / "b" / ".git" / "config",
+            workspace / "modgit" / "config",
+            workspace / "mod" / ".git",
+        )
+    }
+    # The judge is off: only the operating system stands in the way.
+    box = LocalToolSandbox(
+        roots=[workspace],
+        judge_commands=False,
+        namespaces=namespaces,  # type: ignore[arg-type]
+    )
+    try:
+        result = await box.run_command(
+            "printf '#!/bin/sh\\necho PWNED\\n' > sub/.git/hooks/pre-commit; "
+            "git -C sub config core.fsmonitor 'echo FSMON'; "
+            "echo '[core] fsmonitor = x' >> deep/a/b/.git/config; "
+            "echo '[core] fsmonitor = x' >> modgit/config; "
+            "echo 'gitdir: /tmp' > mod/.git; "
+            "mv sub sub.old; mv deep/a deep/z; "
+            "echo new >> sub/notes.txt; echo made > other/made.txt",
+            permit=CallPermit(write=True),
+        )
+    finally:
+        await box.close()
+    assert not (workspace / "sub" / ".git" / "hooks" / "pre-commit").exists(), result.stderr
+    assert {path: path.read_text() for path in configs} == configs, result.stderr
+    assert not (workspace / "sub.old").exists() and not (workspace / "deep" / "z").exists()
+    # Work beside the repositories goes on.
+    assert (workspace / "sub" / "notes.txt").read_text() == "oldnew\n"
+    assert (workspace / "other" / "made.txt").read_text() == "made\n"
+
+
+@pytest.mark.parametrize("namespaces", ["auto", "off"])
+async def test_a_repository_a_command_makes_is_reported_and_read_only_from_then_on(
+    tmp_path: Path, namespaces: str
+) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "work").mkdir(parents=True)
+    box = LocalToolSandbox(
+        roots=[workspace],
+        judge_commands=False,
+        namespaces=namespaces,  # type: ignore[arg-type]
+    )
+    context = ToolContext(
+        task_id="t", session_id="s", call_id="c", sandbox=box, permit=CallPermit(write=True)
+    )
+    try:
+        # Landlock cannot refuse a name: the command can make a repository with a hook.
+        made = await RunCommandTool().execute(
+            RunCommandArguments(command="git init -q work/new && git -C work/new config a.b c"),
+            context,
+        )
+        quiet = await RunCommandTool().execute(
+            RunCommandArguments(command="echo x > work/plain.txt"), context
+        )
+        later = await box.run_command(
+            "git -C work/new config core.fsmonitor 'echo FSMON'", permit=CallPermit(write=True)
+        )
+    finally:
+        await box.close()
+    assert f"warning: the command made {workspace}/work/new/.git" in made
+    assert "warning" not in quiet
+    assert later.exit_code != 0
+    assert "fsmonitor" not in (workspace / "work" / "new" / ".git" / "config").read_text()
+
+
+async def test_a_workspace_too_large_to_search_for_repositories_refuses_writes_not_reads(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    for index in range(confinement.MAX_SCANNED_DIRECTORIES + 1):
+        (workspace / f"d{index // 100}" / f"e{index % 100}").mkdir(parents=True, exist_ok=True)
+    box = LocalToolSandbox(roots=[workspace], judge_commands=False)
+    try:
+        read = await box.run_command("ls d0")
+        with pytest.raises(SandboxRefusedError, match=r"too many to find every \.git"):
+            await box.run_command("touch d0/x", permit=CallPermit(write=True))
+    finally:
+        await box.close()
+    assert "e99" in read.stdout
+    assert not (workspace / "d0" / "x").exists()
+
+
+async def test_too_many_repositories_to_keep_read_only_refuse_writes_not_reads(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    for index in range(confinement.MAX_PROTECTED_ENTRIES + 1):
+        (workspace / f"r{index}" / ".git").mkdir(parents=True)
+    box = LocalToolSandbox(roots=[workspace], judge_commands=False)
+    try:
+        read = await box.run_command("ls r0")
+        with pytest.raises(SandboxRefusedError, match=r"holds 257 \.git entries"):
+            await box.run_command("touch r0/x", permit=CallPermit(write=True))
+    finally:
+        await box.close()
+    assert read.exit_code == 0
+    assert not (workspace / "r0" / "x").exists()

@@ -67,6 +67,8 @@ class CommandResult:
     timed_out: bool = False
     confinement: str = ""
     """How the operating system confined it (``landlock+namespaces+seccomp``, ``unconfined``)."""
+    warnings: tuple[str, ...] = ()
+    """What the person should check that the confinement could not prevent (a new ``.git``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,7 @@ class RunCommandTool(ModelArgumentsTool[RunCommandArguments]):
         )
 
     async def execute(self, args: RunCommandArguments, context: ToolContext) -> str:
-        """Exit code, stdout and stderr, with flags for cut output or a timeout."""
+        """Exit code, stdout and stderr, flags for cut output or a timeout, and warnings."""
         result = await sandbox_of(context, self.name).run_command(
             args.command, timeout_s=args.timeout_s, permit=context.permit
         )
@@ -76,4 +76,5 @@ class RunCommandTool(ModelArgumentsTool[RunCommandArguments]):
             parts.append(f"stdout:\n{result.stdout}")
         if result.stderr:
             parts.append(f"stderr:\n{result.stderr}")
+        parts.extend(f"warning: {warning}" for warning in result.warnings)
         return "\n".join(parts)

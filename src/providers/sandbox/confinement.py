@@ -7,7 +7,9 @@
   the user adds. Not the user's home, not the data directory.
 * **Writes**: a fresh private temporary directory (also ``HOME`` and ``TMPDIR``), and the
   workspace roots only when the call may write (a human approved it, or it was judged a
-  workspace write); never ``.git``, the data directory or the protected paths.
+  workspace write); never a ``.git`` (at any depth), the data directory or the protected
+  paths. A new ``.git`` a command makes cannot be stopped (Landlock cannot refuse a name),
+  only found after it (``ProtectedEntries.added_since``).
 * **Network**: none unless the call's policy allows it; Unix sockets never (a socket file
   such as Docker's is a way out of any sandbox).
 * **Processes**: a session and namespaces of their own, resource limits, no capabilities,
@@ -18,10 +20,13 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from providers.sandbox.paths import PROTECTED_NAMES
 
 SYSTEM_READ_PATHS = (
     "/usr",
@@ -96,33 +101,115 @@ def python_paths() -> tuple[str, ...]:
     return tuple(found)
 
 
-def carved_paths(
-    roots: Sequence[Path], protected: Sequence[Path], hidden: Sequence[Path]
-) -> dict[str, str]:
-    """Paths cut out of the grants: ``readonly`` (``.git``, protected) or ``hidden``.
+MAX_SCANNED_DIRECTORIES = 10_000
+"""How many directories of the roots are searched for protected names before a command that
+may write starts (about 15 µs each): a larger workspace cannot have them all found in time."""
+MAX_PROTECTED_ENTRIES = 256
+"""How many protected entries (``.git``) a command that may write can have kept read-only
+(each costs mounts, or Landlock rules, per command)."""
 
-    Each root's ``.git`` (a directory, or a file naming the real one) is read-only, as is the
-    repository it points to when that is in a root too (outside the roots nothing is writable
-    anyway). Nothing makes a hidden path less hidden: a ``.git`` that is a link to
-    ``/etc/shadow`` protects the link, and the secret stays hidden.
+
+@dataclass(frozen=True, slots=True)
+class ProtectedEntries:
+    """The entries with a protected name (``.git``) below the roots, each with its identity."""
+
+    found: Mapping[str, tuple[int, int, bool]]
+    """Path: device, inode and whether it is a directory (a replaced entry differs)."""
+    complete: bool
+    """False when the roots hold more than ``MAX_SCANNED_DIRECTORIES`` directories."""
+
+    def refusal(self) -> str | None:
+        """Why a command may not write the roots with only these entries protected."""
+        if not self.complete:
+            return (
+                f"the workspace holds more than {MAX_SCANNED_DIRECTORIES} directories, too many "
+                "to find every .git in it (the hooks and config your own git would run) and keep "
+                "it read-only before a command that writes starts; make AGENT_WORKSPACE_ROOTS "
+                "narrower (a project without its virtual environment or node_modules)"
+            )
+        if len(self.found) > MAX_PROTECTED_ENTRIES:
+            return (
+                f"the workspace holds {len(self.found)} .git entries (nested repositories), "
+                f"more than the {MAX_PROTECTED_ENTRIES} a command that writes can have kept "
+                "read-only; make AGENT_WORKSPACE_ROOTS narrower"
+            )
+        return None
+
+    def added_since(self, before: ProtectedEntries) -> list[str]:
+        """Entries that were not there (or were something else) in ``before``, sorted."""
+        return sorted(
+            path for path, identity in self.found.items() if before.found.get(path) != identity
+        )
+
+
+def find_protected(roots: Sequence[Path], skip: Sequence[Path] = ()) -> ProtectedEntries:
+    """Every entry named like a protected name (``PROTECTED_NAMES``, any case) below the roots.
+
+    Your own git trusts a ``.git`` at any depth (a nested repository, a submodule, a
+    worktree's pointer file), so each must stay read-only, not only each root's. Links are
+    not followed; protected names and ``skip`` (protected and hidden paths) are not searched.
+    Breadth first, at most ``MAX_SCANNED_DIRECTORIES`` directories in all.
+    """
+    skipped = {str(path) for path in skip}
+    found: dict[str, tuple[int, int, bool]] = {}
+    pending = deque(str(root) for root in roots)
+    scanned = 0
+    while pending:
+        directory = pending.popleft()
+        scanned += 1
+        if scanned > MAX_SCANNED_DIRECTORIES:
+            return ProtectedEntries(found, complete=False)
+        try:
+            entries = os.scandir(directory)
+        except OSError:
+            continue
+        with entries:
+            for entry in entries:
+                try:
+                    if entry.name.lower() in PROTECTED_NAMES:
+                        info = entry.stat(follow_symlinks=False)
+                        found[entry.path] = (
+                            info.st_dev,
+                            info.st_ino,
+                            entry.is_dir(follow_symlinks=False),
+                        )
+                    elif entry.is_dir(follow_symlinks=False) and entry.path not in skipped:
+                        pending.append(entry.path)
+                except OSError:
+                    continue
+    return ProtectedEntries(found, complete=True)
+
+
+def carved_paths(
+    roots: Sequence[Path],
+    protected: Sequence[Path],
+    hidden: Sequence[Path],
+    entries: Iterable[str],
+) -> dict[str, str]:
+    """Paths cut out of the grants: ``readonly`` (``entries``, protected) or ``hidden``.
+
+    ``entries`` are the ``.git`` entries to keep read-only (``find_protected``; none for a
+    command that cannot write the roots). Each is read-only, and so is the repository it
+    points to (a link, or a file naming the real one) when that is in a root too (outside the
+    roots nothing is writable anyway). Nothing makes a hidden path less hidden: a ``.git``
+    that is a link to ``/etc/shadow`` protects the link, and the secret stays hidden.
     """
     carved: dict[str, str] = {}
 
     def inside_roots(path: str) -> bool:
         return any(path == str(root) or path.startswith(str(root) + os.sep) for root in roots)
 
-    for root in roots:
-        git = root / ".git"
-        if git.is_symlink() or git.exists():
-            carved[str(git)] = "readonly"
-            targets = [os.path.realpath(git)]
-            if git.is_file():
-                pointed = _gitdir(git)
-                if pointed is not None:
-                    targets.append(os.path.realpath(pointed))
-            for target in targets:
-                if inside_roots(target):
-                    carved[target] = "readonly"
+    for entry in entries:
+        git = Path(entry)
+        carved[entry] = "readonly"
+        targets = [os.path.realpath(git)]
+        if git.is_file():
+            pointed = _gitdir(git)
+            if pointed is not None:
+                targets.append(os.path.realpath(pointed))
+        for target in targets:
+            if inside_roots(target):
+                carved[target] = "readonly"
     for path in protected:
         carved.setdefault(os.path.realpath(path), "readonly")
     for secret in (*SYSTEM_HIDDEN_PATHS, *(os.path.realpath(path) for path in hidden)):

@@ -46,9 +46,11 @@ from core_agent.contracts.tool_sandbox import (
 from providers.sandbox.commands import CommandGuard
 from providers.sandbox.confinement import (
     CommandLimits,
+    ProtectedEntries,
     carved_paths,
     command_environment,
     command_policy,
+    find_protected,
 )
 from providers.sandbox.host_death_watch import HostDeathWatch
 from providers.sandbox.launcher_client import CommandLauncher, ConfinedProcess, LauncherInfo
@@ -384,13 +386,20 @@ class LocalToolSandbox(IToolSandbox):
         info = await self._confinement_info()
         roots = self.paths.roots
         namespaces = info.namespaces and self._namespaces != "off"
+        # Only a command that may write the roots could change a .git in them.
+        before = ProtectedEntries({}, complete=True)
+        if permit.write:
+            before = await anyio.to_thread.run_sync(self._find_protected)
+            refusal = before.refusal()
+            if refusal:
+                raise SandboxRefusedError(refusal)
         policy = command_policy(
             program=program,
             argv=argv,
             cwd=roots[0],
             environment=command_environment(self.search_path, temporary),
             roots=roots,
-            carved=carved_paths(roots, self.paths.protected, self.paths.hidden),
+            carved=carved_paths(roots, self.paths.protected, self.paths.hidden, before.found),
             temporary=temporary,
             writable=permit.write,
             network=permit.network,
@@ -404,6 +413,12 @@ class LocalToolSandbox(IToolSandbox):
         outputs, truncated, timed_out = await self._collect(process, limit_s)
         if process.errors and process.returncode in (126, 127):
             outputs["stderr"] += ("\n".join(process.errors) + "\n").encode()
+        warnings: tuple[str, ...] = ()
+        if permit.write:
+            after = await anyio.to_thread.run_sync(self._find_protected)
+            warnings = tuple(_new_repository_warning(path) for path in after.added_since(before))
+            for warning in warnings:
+                log.warning("%s", warning)
         return CommandResult(
             exit_code=process.returncode,
             stdout=outputs["stdout"].decode("utf-8", "replace"),
@@ -411,7 +426,11 @@ class LocalToolSandbox(IToolSandbox):
             truncated=truncated,
             timed_out=timed_out,
             confinement=self.confinement,
+            warnings=warnings,
         )
+
+    def _find_protected(self) -> ProtectedEntries:
+        return find_protected(self.paths.roots, [*self.paths.protected, *self.paths.hidden])
 
     async def _collect(
         self, process: ConfinedProcess, limit_s: float
@@ -508,6 +527,14 @@ class LocalToolSandbox(IToolSandbox):
         """Stop the launcher process (when this sandbox started it)."""
         if self._owns_launcher:
             await self._launcher.close()
+
+
+def _new_repository_warning(path: str) -> str:
+    return (
+        f"the command made {path}: git trusts it as a repository, and its hooks and config "
+        "(which run programs) came from the command, not from you. Later commands cannot "
+        "change it; check it (or remove it) before you run git there."
+    )
 
 
 def _kill_group(process: anyio.abc.Process) -> None:
