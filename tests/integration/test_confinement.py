@@ -1137,6 +1137,23 @@ async def test_a_workspace_too_large_to_search_for_repositories_refuses_writes_n
     assert not (workspace / "d0" / "x").exists()
 
 
+async def test_installed_dependencies_are_not_searched_for_repositories(tmp_path: Path) -> None:
+    # A project's node_modules or virtual environment holds most of its directories; counted,
+    # they refused every command that writes in an ordinary project.
+    workspace = tmp_path / "ws"
+    for index in range(confinement.MAX_SCANNED_DIRECTORIES + 1):
+        (workspace / "node_modules" / f"p{index // 100}" / f"d{index % 100}").mkdir(
+            parents=True, exist_ok=True
+        )
+    (workspace / "src").mkdir()
+    box = LocalToolSandbox(roots=[workspace], judge_commands=False)
+    try:
+        done = await box.run_command("touch src/x", permit=CallPermit(write=True))
+    finally:
+        await box.close()
+    assert done.exit_code == 0 and (workspace / "src" / "x").exists()
+
+
 async def test_too_many_repositories_to_keep_read_only_refuse_writes_not_reads(
     tmp_path: Path,
 ) -> None:

@@ -101,6 +101,23 @@ def python_paths() -> tuple[str, ...]:
     return tuple(found)
 
 
+UNSEARCHED_DIRECTORIES = frozenset(
+    {
+        "node_modules",
+        ".venv",
+        "venv",
+        "site-packages",
+        "__pycache__",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+    }
+)
+"""Directories of installed dependencies and caches, not searched for ``.git``: they hold most
+of a project's directories (a ``node_modules`` alone, tens of thousands) and no repository
+anyone runs git in; searching them made every command that writes slow or refused."""
 MAX_SCANNED_DIRECTORIES = 10_000
 """How many directories of the roots are searched for protected names before a command that
 may write starts (about 15 µs each): a larger workspace cannot have them all found in time."""
@@ -125,7 +142,7 @@ class ProtectedEntries:
                 f"the workspace holds more than {MAX_SCANNED_DIRECTORIES} directories, too many "
                 "to find every .git in it (the hooks and config your own git would run) and keep "
                 "it read-only before a command that writes starts; make AGENT_WORKSPACE_ROOTS "
-                "narrower (a project without its virtual environment or node_modules)"
+                "narrower (one project, not a folder of many)"
             )
         if len(self.found) > MAX_PROTECTED_ENTRIES:
             return (
@@ -147,7 +164,8 @@ def find_protected(roots: Sequence[Path], skip: Sequence[Path] = ()) -> Protecte
 
     Your own git trusts a ``.git`` at any depth (a nested repository, a submodule, a
     worktree's pointer file), so each must stay read-only, not only each root's. Links are
-    not followed; protected names and ``skip`` (protected and hidden paths) are not searched.
+    not followed; protected names, ``skip`` (protected and hidden paths) and dependency and
+    cache directories (``UNSEARCHED_DIRECTORIES``) are not searched.
     Breadth first, at most ``MAX_SCANNED_DIRECTORIES`` directories in all.
     """
     skipped = {str(path) for path in skip}
@@ -173,7 +191,11 @@ def find_protected(roots: Sequence[Path], skip: Sequence[Path] = ()) -> Protecte
                             info.st_ino,
                             entry.is_dir(follow_symlinks=False),
                         )
-                    elif entry.is_dir(follow_symlinks=False) and entry.path not in skipped:
+                    elif (
+                        entry.is_dir(follow_symlinks=False)
+                        and entry.path not in skipped
+                        and entry.name not in UNSEARCHED_DIRECTORIES
+                    ):
                         pending.append(entry.path)
                 except OSError:
                     continue
