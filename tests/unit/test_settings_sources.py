@@ -36,6 +36,21 @@ def test_a_missing_env_file_is_an_error(tmp_path: Path, monkeypatch: pytest.Monk
         AgentSettings()
 
 
+def test_an_env_file_that_is_not_utf8_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Saved in a legacy code page: every command stopped with "internal error:
+    # UnicodeDecodeError" (exit 1) instead of saying which file and which byte.
+    file = tmp_path / "agent.env"
+    file.write_bytes(b"AGENT_MODEL=\xff\xfeopenai/x\n")
+    monkeypatch.setenv("AGENT_ENV_FILE", str(file))
+    with pytest.raises(ConfigurationError) as caught:
+        AgentSettings()
+    assert str(caught.value) == (
+        f"AGENT_ENV_FILE={file} is not UTF-8 text (byte 0xff at offset 12): save it as UTF-8"
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "suggestion"),
     [

@@ -386,8 +386,8 @@ class AgentSettings(BaseSettings):
         """Arguments, then the environment, then ``AGENT_ENV_FILE`` (and nothing else).
 
         Raises:
-            ConfigurationError: ``AGENT_ENV_FILE`` is not a readable file, or an ``AGENT_*``
-                name in the environment or that file is not a setting.
+            ConfigurationError: ``AGENT_ENV_FILE`` is not a readable file of UTF-8 text, or
+                an ``AGENT_*`` name in the environment or that file is not a setting.
         """
         ignored = _names(os.environ.get(f"{PREFIX}IGNORED_VARIABLES", ""))
         check_variable_names(os.environ, "the environment", ignored)
@@ -397,9 +397,22 @@ class AgentSettings(BaseSettings):
             path = Path(named).expanduser()
             if not path.is_file():
                 raise ConfigurationError(f"{ENV_FILE_VARIABLE}={named} is not a readable file")
-            values = dotenv_values(path)
-            check_variable_names(values, str(path), ignored)
-            sources.append(DotEnvSettingsSource(settings_cls, env_file=path, env_prefix=PREFIX))
+            try:
+                values = dotenv_values(path)
+                check_variable_names(values, str(path), ignored)
+                sources.append(
+                    DotEnvSettingsSource(settings_cls, env_file=path, env_prefix=PREFIX)
+                )
+            except UnicodeDecodeError as exc:
+                bad = exc.object[exc.start : exc.start + 1].hex()
+                raise ConfigurationError(
+                    f"{ENV_FILE_VARIABLE}={named} is not UTF-8 text (byte 0x{bad} at offset "
+                    f"{exc.start}): save it as UTF-8"
+                ) from None
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"{ENV_FILE_VARIABLE}={named} is not a readable file ({exc.strerror})"
+                ) from None
         return tuple(sources)
 
     @field_validator(
