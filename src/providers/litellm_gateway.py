@@ -125,13 +125,19 @@ class LiteLLMGateway(ILLMGateway):
 
     @classmethod
     def from_settings(cls, settings: AgentSettings) -> LiteLLMGateway:
-        """Configured from ``AGENT_MODEL*``; ``ModelNotConfiguredError`` without a model."""
+        """Configured from ``AGENT_MODEL*``.
+
+        Raises:
+            ModelNotConfiguredError: No model.
+            ConfigurationError: ``AGENT_MODEL_API_BASE`` is set but no http(s) URL with a host
+                (litellm would report it on every call as a retryable connection error).
+        """
         model = settings.resolved_model
         if not model:
             raise ModelNotConfiguredError(MODEL_CONFIGURATION_HELP)
         return cls(
             model,
-            api_base=settings.model_api_base,
+            api_base=settings.checked_model_api_base,
             api_key=settings.model_api_key.get_secret_value() if settings.model_api_key else None,
             timeout_s=settings.model_timeout_s,
             temperature=settings.model_temperature,

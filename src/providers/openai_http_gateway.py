@@ -150,18 +150,20 @@ class OpenAIHttpGateway(ILLMGateway):
 
         Raises:
             ModelNotConfiguredError: No model, or no ``AGENT_MODEL_API_BASE`` to send it to.
+            ConfigurationError: ``AGENT_MODEL_API_BASE`` is no http(s) URL with a host.
         """
         model = settings.resolved_model
         if not model:
             raise ModelNotConfiguredError(MODEL_CONFIGURATION_HELP)
-        if not settings.model_api_base:
+        api_base = settings.checked_model_api_base
+        if not api_base:
             raise ModelNotConfiguredError(
                 "AGENT_LLM_GATEWAY=openai_http needs AGENT_MODEL_API_BASE, the server's URL "
                 "(e.g. http://localhost:8080/v1); other providers go through litellm"
             )
         return cls(
             model,
-            api_base=settings.model_api_base,
+            api_base=api_base,
             api_key=settings.model_api_key.get_secret_value() if settings.model_api_key else None,
             timeout_s=settings.model_timeout_s,
             temperature=settings.model_temperature,
@@ -261,8 +263,8 @@ class OpenAIHttpGateway(ILLMGateway):
             try:
                 async with self._client() as client:
                     response = await client.post(self._url, json=body, headers=self._headers())
-            except httpx.HTTPError as exc:
-                raise transport_error(exc) from exc
+            except Exception as exc:
+                raise request_error(exc, self._url) from exc
             if response.status_code < 400:
                 break
             if not self._quirks.learn(response.status_code, response.text, body):
@@ -327,8 +329,10 @@ class OpenAIHttpGateway(ILLMGateway):
                         yield LLMTextDelta(text)
                 if done:
                     await _read_to_the_end(events)
-        except httpx.HTTPError as exc:
-            raise transport_error(exc) from exc
+        except ModelError:
+            raise
+        except Exception as exc:
+            raise request_error(exc, self._url) from exc
         if not turn.chunks:
             raise ModelIncompleteError("the model's stream ended without any chunk", retryable=True)
         if turn.finish_reason is None and not done:
@@ -577,17 +581,32 @@ def stream_error(payload: dict[str, Any]) -> ModelError:
     return ModelError(f"model call failed: {body}", status_code=status, body=body, retryable=True)
 
 
-def transport_error(exc: httpx.HTTPError) -> ModelError:
-    """The kernel's error for a failure below HTTP: connection refused or cut, a timeout."""
-    detail = str(exc) or (
-        "nothing from the server within AGENT_MODEL_TIMEOUT_S"
-        if isinstance(exc, httpx.TimeoutException)
-        else "no detail"
+def request_error(exc: Exception, url: str) -> ModelError:
+    """The kernel's error for what sending a request to ``url`` raised.
+
+    Below HTTP (connection refused or cut, a timeout), retryable. A URL that cannot be
+    requested at all is not: httpx's ``InvalidURL`` or ``UnsupportedProtocol``, or what the
+    socket raises for a port past 65535 (an ``OverflowError``, inside anyio's exception
+    group). ``from_settings`` refuses such an ``AGENT_MODEL_API_BASE`` before any call; this
+    covers a gateway built directly.
+    """
+    if isinstance(exc, httpx.HTTPError) and not isinstance(exc, httpx.UnsupportedProtocol):
+        detail = str(exc) or (
+            "nothing from the server within AGENT_MODEL_TIMEOUT_S"
+            if isinstance(exc, httpx.TimeoutException)
+            else "no detail"
+        )
+        message = f"model call failed: {type(exc).__name__}: {detail}"
+        if isinstance(exc, httpx.TimeoutException):
+            return ModelTimeoutError(message, retryable=True)
+        return ModelError(message, retryable=True)
+    cause: BaseException = exc
+    while isinstance(cause, BaseExceptionGroup) and len(cause.exceptions) == 1:
+        cause = cause.exceptions[0]
+    return ModelError(
+        f"model call failed: {url} cannot be requested (check AGENT_MODEL_API_BASE): "
+        f"{type(cause).__name__}: {cause}"
     )
-    message = f"model call failed: {type(exc).__name__}: {detail}"
-    if isinstance(exc, httpx.TimeoutException):
-        return ModelTimeoutError(message, retryable=True)
-    return ModelError(message, retryable=True)
 
 
 class _ServerQuirks:

@@ -4,13 +4,16 @@
 the same verdicts, so every behaviour here is checked on both.
 """
 
+import json
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from core_agent.cli import main
 from core_agent.contracts.errors import (
+    ConfigurationError,
     ModelAuthenticationError,
     ModelContextWindowError,
     ModelError,
@@ -417,3 +420,51 @@ async def test_a_server_refusing_stream_options_is_streamed_without_them(
         assert items[-1].message.content == answer
     assert len(openai_server.refusals) == 1  # refused once, then never asked again
     assert all("stream_options" not in r for r in openai_server.requests)
+
+
+BAD_API_BASES = [
+    ("http://localhost:80800/v1", "Port out of range"),
+    ("http://[::1", "Invalid IPv6 URL"),
+    ("not-a-url", "must be an http:// or https:// URL"),
+]
+
+
+@pytest.mark.parametrize(("api_base", "why"), BAD_API_BASES)
+def test_a_malformed_api_base_is_refused_when_the_gateway_is_built(
+    make: Make, tmp_path, api_base: str, why: str
+) -> None:
+    # It was found only by the first call: the HTTP gateway let httpx's InvalidURL (or an
+    # ExceptionGroup around the socket's OverflowError) out, the task failed as "unhandled
+    # errors in a TaskGroup"; litellm reported a retryable "Connection error", tried 3 times.
+    settings = AgentSettings(data_dir=tmp_path, model="openai/test-model", model_api_base=api_base)
+    with pytest.raises(ConfigurationError) as caught:
+        make.from_settings(settings)
+    assert str(caught.value).startswith("AGENT_MODEL_API_BASE must be an http:// or https://")
+    assert repr(api_base) in str(caught.value) and why in str(caught.value)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize(("api_base", "why"), BAD_API_BASES)
+async def test_a_malformed_api_base_given_directly_fails_as_a_model_error(
+    api_base: str, why: str, stream: bool
+) -> None:
+    gateway = OpenAIHttpGateway("openai/test-model", api_base=api_base, api_key="x")
+    with pytest.raises(ModelError, match="cannot be requested") as caught:
+        await consume(gateway, stream, LLMRequest(messages=[UserMessage(content="x")]))
+    assert not caught.value.retryable and type(caught.value) is ModelError
+    assert "AGENT_MODEL_API_BASE" in str(caught.value)
+
+
+def test_run_with_a_malformed_api_base_stops_before_any_task(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("AGENT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("AGENT_MODEL", "openai/test-model")
+    monkeypatch.setenv("AGENT_MODEL_API_BASE", "http://localhost:80800/v1")
+    assert main(["run", "2+3?", "--mode", "react"]) == 2
+    err = capsys.readouterr().err
+    assert "AGENT_MODEL_API_BASE" in err and "http://localhost:80800/v1" in err
+    assert "internal error" not in err
+    monkeypatch.delenv("AGENT_MODEL_API_BASE")
+    assert main(["tasks", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []

@@ -400,9 +400,7 @@ class AgentSettings(BaseSettings):
             try:
                 values = dotenv_values(path)
                 check_variable_names(values, str(path), ignored)
-                sources.append(
-                    DotEnvSettingsSource(settings_cls, env_file=path, env_prefix=PREFIX)
-                )
+                sources.append(DotEnvSettingsSource(settings_cls, env_file=path, env_prefix=PREFIX))
             except UnicodeDecodeError as exc:
                 bad = exc.object[exc.start : exc.start + 1].hex()
                 raise ConfigurationError(
@@ -487,6 +485,24 @@ class AgentSettings(BaseSettings):
         if self.model_provider and "/" not in self.model:
             return f"{self.model_provider}/{self.model}"
         return self.model
+
+    @property
+    def checked_model_api_base(self) -> str | None:
+        """``model_api_base``, stripped, once it is a URL a model server can be reached at.
+
+        Read by the gateways when they are built (with the kernel), so a mistyped one stops
+        start-up before any task exists, rather than failing a task's every model call.
+
+        Raises:
+            ConfigurationError: It is not an http:// or https:// URL with a host (and a port
+                that is a number up to 65535).
+        """
+        if self.model_api_base is None:
+            return None
+        try:
+            return http_url(self.model_api_base)
+        except ValueError as exc:
+            raise ConfigurationError(f"AGENT_MODEL_API_BASE {exc}") from None
 
     @property
     def span_exporter_name(self) -> str | None:
