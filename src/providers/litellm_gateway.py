@@ -16,10 +16,11 @@ empty answer, or tool-call arguments cut off by the token limit is a retryable
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
 from types import ModuleType
 from typing import Any
 
@@ -257,6 +258,7 @@ class LiteLLMGateway(ILLMGateway):
                     if not (usage_asked and _refuses_stream_options(exc)):
                         raise
                     self._stream_options = False
+            provider = _ProviderChunks.under(stream)
             while (chunk := await _next_chunk(stream, answer)) is not None:
                 chunks.append(chunk)
                 text = answer.take(_chunk_dict(chunk))
@@ -300,6 +302,7 @@ class LiteLLMGateway(ILLMGateway):
                 ),
                 model=answer.model or self._model,
                 finish_reason=finish_reason,
+                refusal=answer.refusal() or (provider.answer.refusal() if provider else None),
             )
         )
 
@@ -312,6 +315,14 @@ class LiteLLMGateway(ILLMGateway):
         calls = tuple(
             parse_tool_call(call.id or f"call_{n}", call.function.name, call.function.arguments)
             for n, call in enumerate(getattr(message, "tool_calls", None) or (), start=1)
+        )
+        legacy: Any = getattr(message, "function_call", None)
+        if not calls and getattr(legacy, "name", None):
+            # The deprecated one-call form (``functions``), read as the HTTP gateway reads it.
+            calls = (parse_tool_call("call_1", str(legacy.name), legacy.arguments),)
+        specific = getattr(message, "provider_specific_fields", None)
+        refusal = getattr(message, "refusal", None) or (
+            specific.get("refusal") if isinstance(specific, dict) else None
         )
         usage = getattr(response, "usage", None)
         return LLMResponse(
@@ -331,6 +342,7 @@ class LiteLLMGateway(ILLMGateway):
             ),
             model=str(getattr(response, "model", None) or self._model),
             finish_reason=_finish_reason(choice),
+            refusal=str(refusal) if refusal else None,
         )
 
     def _token_cost(
@@ -379,6 +391,51 @@ async def _next_chunk(stream: Any, answer: StreamedAnswer) -> Any | None:
         answer.usage is not None and getattr(stream, "received_finish_reason", None) is not None
     )
     return await next_unless_stalled(stream, ended=ended)
+
+
+class _ProviderChunks:
+    """The provider's own stream under litellm's wrapper, its chunks read on their way.
+
+    litellm passes on no chunk that brings only a refusal (OpenAI's ``refusal``: what the
+    model said instead of answering), so the refusal is read here, from the chunks as the
+    provider sent them (``answer``).
+    """
+
+    def __init__(self, inner: AsyncIterable[Any]) -> None:
+        self._inner = inner
+        self._items: AsyncIterator[Any] | None = None
+        self.answer = StreamedAnswer()
+
+    @classmethod
+    def under(cls, stream: Any) -> _ProviderChunks | None:
+        """Put one under litellm's ``stream``; ``None`` where it keeps no provider stream.
+
+        A provider whose chunks are not OpenAI's is read all the same, to no effect.
+        """
+        inner = getattr(stream, "completion_stream", None)
+        if not isinstance(inner, AsyncIterable):
+            return None
+        tap = cls(inner)
+        stream.completion_stream = tap
+        return tap
+
+    def __aiter__(self) -> _ProviderChunks:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._items is None:
+            self._items = aiter(self._inner)
+        chunk = await anext(self._items)
+        self.answer.take(_chunk_dict(chunk))
+        return chunk
+
+    async def aclose(self) -> None:
+        """Close the provider's stream, as litellm would have."""
+        close = getattr(self._inner, "aclose", None) or getattr(self._inner, "close", None)
+        if callable(close):
+            result = close()
+            if inspect.isawaitable(result):
+                await result
 
 
 def _chunk_dict(chunk: Any) -> dict[str, Any]:

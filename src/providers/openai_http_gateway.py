@@ -72,6 +72,7 @@ from core_agent.contracts.settings import (
 from providers import litellm_price_table
 from providers.openai_wire import (
     StreamedAnswer,
+    listed_tool_calls,
     message_text,
     next_unless_stalled,
     parse_tool_call,
@@ -349,6 +350,7 @@ class OpenAIHttpGateway(ILLMGateway):
                 usage=turn.usage,
                 model=turn.model,
                 finish_reason=turn.finish_reason,
+                refusal=turn.refusal(),
             )
         )
 
@@ -364,16 +366,13 @@ class OpenAIHttpGateway(ILLMGateway):
             raise ModelError(
                 "the model's answer has no message", body=json.dumps(data)[:2000], retryable=True
             )
-        listed = message.get("tool_calls") or ()
-        listed = [listed] if isinstance(listed, dict) else listed
         calls = tuple(
             parse_tool_call(
                 str(call.get("id") or f"call_{n}"),
                 str(_function(call).get("name") or ""),
                 _function(call).get("arguments"),
             )
-            for n, call in enumerate(listed if isinstance(listed, list) else (), start=1)
-            if isinstance(call, dict)
+            for n, call in enumerate(listed_tool_calls(message), start=1)
         )
         return self._response(
             content=message_text(message.get("content")),
@@ -382,6 +381,7 @@ class OpenAIHttpGateway(ILLMGateway):
             usage=data.get("usage"),
             model=data.get("model"),
             finish_reason=choice.get("finish_reason"),
+            refusal=message_text(message.get("refusal")),
         )
 
     def _response(
@@ -393,6 +393,7 @@ class OpenAIHttpGateway(ILLMGateway):
         usage: Any,
         model: Any,
         finish_reason: Any,
+        refusal: str | None = None,
     ) -> LLMResponse:
         usage = usage if isinstance(usage, dict) else {}
         input_tokens = _count(usage.get("prompt_tokens"))
@@ -412,6 +413,7 @@ class OpenAIHttpGateway(ILLMGateway):
             # The configured name, as litellm reports it: traces and prices key on it.
             model=self._model if not model else f"{PROVIDER_PREFIX}{model}",
             finish_reason=str(finish_reason) if finish_reason else None,
+            refusal=refusal,
         )
 
 

@@ -143,6 +143,8 @@ class StreamedAnswer:
     thoughts: list[str] = field(default_factory=list)
     """Reasoning the server sends apart from the text (see ``reasoning_text``)."""
     calls: list[_ToolCallParts] = field(default_factory=list)
+    refusals: list[str] = field(default_factory=list)
+    """What the model said instead of answering (OpenAI's ``refusal``), in pieces."""
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
     """The last usage the server sent; ``None`` when it sent none."""
@@ -171,10 +173,17 @@ class StreamedAnswer:
             thought = reasoning_text(delta)
             if thought:
                 self.thoughts.append(thought)
+            refusal = message_text(delta.get("refusal"))
+            if refusal:
+                self.refusals.append(refusal)
             parts = delta.get("tool_calls") or ()
             parts = [parts] if isinstance(parts, dict) else parts
             if not isinstance(parts, list):
                 parts = []
+            legacy = delta.get("function_call")
+            if not parts and isinstance(legacy, dict):
+                # The deprecated one-call form (``functions``): pieces of one call, no id.
+                parts = [{"function": legacy}]
             for part in parts:
                 if isinstance(part, dict):
                     self._take_call(part)
@@ -260,6 +269,10 @@ class StreamedAnswer:
         """The reasoning the server sent apart from the text, if any."""
         return "".join(self.thoughts) or None
 
+    def refusal(self) -> str | None:
+        """What the model said instead of answering, if it declined."""
+        return "".join(self.refusals) or None
+
 
 def _starts_another(known: _ToolCallParts, name: str | None) -> bool:
     """Whether a piece naming ``name`` begins a call after ``known`` rather than continuing it."""
@@ -271,6 +284,21 @@ def _starts_another(known: _ToolCallParts, name: str | None) -> bool:
         return isinstance(json.loads("".join(known.arguments)), dict)
     except ValueError:
         return False
+
+
+def listed_tool_calls(message: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A whole answer's tool calls as the wire lists them (``tool_calls``).
+
+    The deprecated one-call form (``function_call``, answering ``functions``; still sent by
+    some servers and proxies) is that one call, with no id.
+    """
+    listed = message.get("tool_calls") or ()
+    listed = [listed] if isinstance(listed, dict) else listed
+    calls = [call for call in listed if isinstance(call, dict)] if isinstance(listed, list) else []
+    legacy = message.get("function_call")
+    if not calls and isinstance(legacy, dict) and legacy.get("name"):
+        calls = [{"function": legacy}]
+    return calls
 
 
 def parse_tool_call(call_id: str, name: str, raw: Any) -> ToolCall:

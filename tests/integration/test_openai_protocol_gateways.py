@@ -468,3 +468,36 @@ def test_run_with_a_malformed_api_base_stops_before_any_task(
     monkeypatch.delenv("AGENT_MODEL_API_BASE")
     assert main(["tasks", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
+
+
+REFUSAL = "I'm sorry, I can't assist with that request."
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_a_refusal_fails_at_once_and_quotes_it(gateway, openai_server, stream) -> None:
+    # OpenAI's `refusal` (content null) was ignored: "the model returned an empty answer",
+    # retried 3 times, the model's words nowhere. The same request would be refused again.
+    openai_server.reply(None, refusal=REFUSAL)
+    with pytest.raises(ModelIncompleteError) as caught:
+        await consume(gateway, stream, LLMRequest(messages=[UserMessage(content="x")]))
+    assert str(caught.value) == f"the model refused to answer: {REFUSAL!r}"
+    assert caught.value.body == REFUSAL and not caught.value.retryable
+    assert caught.value.usage is not None and caught.value.usage.input_tokens > 0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_a_call_in_the_deprecated_function_call_form_is_one_tool_call(
+    gateway, openai_server, stream
+) -> None:
+    # `function_call` (the `functions` API's one call, no id) was read as an empty answer.
+    openai_server.reply(
+        None,
+        tool_calls=[{"name": "calculator", "arguments": {"expression": "2 + 2"}}],
+        dialect="function_call",
+    )
+    request = LLMRequest(messages=[UserMessage(content="2+2")], tools=[CALC])
+    response = await consume(gateway, stream, request)
+    assert [(c.id, c.name, c.arguments) for c in response.message.tool_calls] == [
+        ("call_1", "calculator", {"expression": "2 + 2"})
+    ]
+    assert response.finish_reason == "function_call"

@@ -38,6 +38,7 @@ Dialect = Literal[
     "index_null",
     "plain_text_events",
     "latin1_events",
+    "function_call",
 ]
 """How servers other than OpenAI's shape valid answers (see ``Reply.dialect``)."""
 """How a reply goes wrong.
@@ -74,13 +75,17 @@ class Reply:
     (Ollama, some proxies); tool-call pieces with no index, the id on the first only;
     arguments as a JSON object instead of a string; content as a list of text parts;
     ``"error": null`` in every chunk; a choice's index null; an event stream labelled
-    ``text/plain``, or ``charset=ISO-8859-1``."""
+    ``text/plain``, or ``charset=ISO-8859-1``; the one tool call in the deprecated
+    ``function_call`` form (no id, ``finish_reason: function_call``)."""
     reasoning: str | None = None
     """Sent apart from the text as ``reasoning_content`` (DeepSeek, vLLM and llama.cpp with a
     reasoning parser), before it when streamed."""
     finish_reason: str | None = None
     """Sent instead of the usual one (``length``: the output token limit cut the answer
     off; ``content_filter``: the provider's filter stopped it)."""
+    refusal: str | None = None
+    """Sent as OpenAI's ``refusal`` (what the model says instead of answering), with the
+    content null; streamed in pieces after an empty one."""
 
 
 def _tokens(text: str) -> int:
@@ -268,6 +273,7 @@ class OpenAIServer:
         dialect: Dialect | None = None,
         finish_reason: str | None = None,
         reasoning: str | None = None,
+        refusal: str | None = None,
     ) -> None:
         self.replies.append(
             Reply(
@@ -283,6 +289,7 @@ class OpenAIServer:
                 dialect,
                 reasoning,
                 finish_reason,
+                refusal,
             )
         )
 
@@ -372,6 +379,8 @@ class OpenAIServer:
             return reply.finish_reason
         if reply.fault == "truncated_arguments":
             return "length"
+        if reply.tool_calls and reply.dialect == "function_call":
+            return "function_call"
         return "tool_calls" if reply.tool_calls else "stop"
 
     def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
@@ -381,7 +390,12 @@ class OpenAIServer:
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if reply.reasoning is not None:
             message["reasoning_content"] = reply.reasoning
-        if reply.tool_calls:
+        if reply.refusal is not None:
+            message["refusal"] = reply.refusal
+        if reply.tool_calls and reply.dialect == "function_call":
+            (call,) = self._tool_calls(reply)
+            message["function_call"] = call["function"]
+        elif reply.tool_calls:
             message["tool_calls"] = self._tool_calls(reply)
             if reply.dialect == "arguments_object":
                 for call in message["tool_calls"]:
@@ -427,10 +441,22 @@ class OpenAIServer:
         thought = reply.reasoning or ""
         for start in range(0, len(thought), 7):
             chunks.append(chunk({"reasoning_content": thought[start : start + 7]}))
+        if reply.refusal is not None:
+            chunks.append(chunk({"content": None, "refusal": ""}))
+            for start in range(0, len(reply.refusal), 7):
+                chunks.append(chunk({"refusal": reply.refusal[start : start + 7]}))
         text = reply.content or ""
         for start in range(0, len(text), 7):
             chunks.append(chunk({"content": text[start : start + 7]}))
         for index, call in enumerate(self._tool_calls(reply)):
+            if reply.dialect == "function_call":
+                arguments = call["function"]["arguments"]
+                named = {"name": call["function"]["name"], "arguments": ""}
+                chunks.append(chunk({"function_call": named}))
+                for start in range(0, len(arguments), 5):
+                    piece_of = {"arguments": arguments[start : start + 5]}
+                    chunks.append(chunk({"function_call": piece_of}))
+                continue
             arguments = call["function"]["arguments"]
             first = {
                 "id": call["id"],

@@ -45,6 +45,9 @@ class LLMResponse:
     """Why the model stopped, in OpenAI's words where the provider's map to them (``stop``,
     ``tool_calls``, ``length``: the output token limit, ``content_filter``); other values
     as the server sent them."""
+    refusal: str | None = None
+    """What the model said instead of answering, when it declined (OpenAI's ``refusal``
+    member, sent in place of the content): ``checked_response`` fails such an answer."""
     usage_estimated: bool = False
     """The server reported no token counts: ``usage`` was counted offline by the kernel
     (``EstimatedUsageGateway``). Gateways leave it ``False``."""
@@ -180,9 +183,17 @@ def checked_response(response: LLMResponse) -> LLMResponse:
             an error here: they go back to the model as the tool's error. The provider
             ended the answer with a failure (``FAILED_FINISH_REASONS``). Not retryable: the
             provider's content filter stopped the answer (``FILTERED_FINISH_REASONS``), which
-            the same request would meet again.
+            the same request would meet again; the model refused to answer (``refusal``),
+            which it would do again, and which is quoted so that it is not lost.
     """
     message = response.message
+    if response.refusal and response.refusal.strip():
+        raise ModelIncompleteError(
+            f"the model refused to answer: {response.refusal.strip()!r}",
+            body=response.refusal,
+            retryable=False,
+            usage=response.usage,
+        )
     if response.finish_reason in FILTERED_FINISH_REASONS:
         raise ModelIncompleteError(
             "the provider's content filter stopped the model's answer "
