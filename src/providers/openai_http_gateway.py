@@ -266,8 +266,10 @@ class OpenAIHttpGateway(ILLMGateway):
                     response = await client.post(self._url, json=body, headers=self._headers())
             except Exception as exc:
                 raise request_error(exc, self._url) from exc
-            if response.status_code < 400:
+            if response.status_code < 300:
                 break
+            if response.status_code < 400:
+                raise redirect_error(response)
             if not self._quirks.learn(response.status_code, response.text, body):
                 raise status_error(response.status_code, response.text, response.headers)
         return checked_response(self._to_response(_json_body(response.content)))
@@ -285,10 +287,12 @@ class OpenAIHttpGateway(ILLMGateway):
                 self._client() as client,
                 client.stream("POST", self._url, json=sent, headers=self._headers()) as response,
             ):
-                if response.status_code < 400:
+                if response.status_code < 300:
                     yield response
                     return
                 await response.aread()
+                if response.status_code < 400:
+                    raise redirect_error(response)
                 if not self._quirks.learn(response.status_code, response.text, sent):
                     raise status_error(response.status_code, response.text, response.headers)
 
@@ -569,6 +573,36 @@ def status_error(status: int, text: str, headers: httpx.Headers | None = None) -
             message, status_code=status, body=body, retryable=True, retry_after_s=retry_after
         )
     return ModelError(message, status_code=status, body=body)
+
+
+def redirect_error(response: httpx.Response) -> ModelError:
+    """The kernel's error for a redirect: not followed, and not retryable.
+
+    A POST redirected with 301, 302 or 303 comes back as a GET without its body, and a
+    redirect from ``http`` to ``https`` would be paid on every call: the base URL is wrong,
+    and the error says which one the server points to.
+    """
+    status = response.status_code
+    location = response.headers.get("location")
+    if not location:
+        return ModelError(
+            f"model call failed: HTTP {status}: the server redirects, without saying where "
+            "(no Location); check AGENT_MODEL_API_BASE",
+            status_code=status,
+            body=response.text[:4000],
+        )
+    target = str(response.url.join(location))
+    path = target.split("?")[0]
+    advice = (
+        f"set AGENT_MODEL_API_BASE to {path.removesuffix('/chat/completions')}"
+        if path.endswith("/chat/completions")
+        else "check AGENT_MODEL_API_BASE"
+    )
+    return ModelError(
+        f"model call failed: HTTP {status}: the server redirects to {target}; {advice}",
+        status_code=status,
+        body=location,
+    )
 
 
 def stream_error(payload: dict[str, Any]) -> ModelError:

@@ -452,3 +452,32 @@ async def test_a_422_echoing_the_request_is_not_a_refusal_of_its_members(canned)
     with pytest.raises(ModelError):
         await streamed(gateway)
     assert len(canned.requests) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+@pytest.mark.parametrize(
+    ("status", "location", "body", "advice"),
+    [
+        (
+            307,
+            "https://models.example/v1/chat/completions",
+            "",
+            "set AGENT_MODEL_API_BASE to https://models.example/v1",
+        ),
+        (301, "/login?next=/v1", "<html><body>Moved</body></html>", "check AGENT_MODEL_API_BASE"),
+    ],
+)
+async def test_a_redirect_is_a_configuration_mistake_named_at_once(
+    openai_server, stream, status, location, body, advice
+) -> None:
+    # Every status below 400 was taken for an answer: "empty body" or "not JSON", retried.
+    openai_server.reply(status=status, location=location, error_message=body)
+    gateway = OpenAIHttpGateway("openai/m", api_base=openai_server.base_url)
+    with pytest.raises(ModelError) as caught:
+        await (streamed(gateway) if stream else gateway.complete(ASK))
+    target = location if location.startswith("https:") else openai_server.base_url[:-3] + location
+    assert str(caught.value) == (
+        f"model call failed: HTTP {status}: the server redirects to {target}; {advice}"
+    )
+    assert caught.value.status_code == status and not caught.value.retryable
+    assert len(openai_server.requests) == 1

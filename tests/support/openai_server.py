@@ -83,6 +83,8 @@ class Reply:
     finish_reason: str | None = None
     """Sent instead of the usual one (``length``: the output token limit cut the answer
     off; ``content_filter``: the provider's filter stopped it)."""
+    location: str | None = None
+    """A redirect's ``Location`` (with a 3xx ``status``; ``error_message`` is its body)."""
     refusal: str | None = None
     """Sent as OpenAI's ``refusal`` (what the model says instead of answering), with the
     content null; streamed in pieces after an empty one."""
@@ -166,6 +168,15 @@ class OpenAIServer:
                 if reply.fault == "hang":
                     server._closing.wait()
                     self.close_connection = True
+                    return
+                if reply.location is not None:
+                    data = reply.error_message.encode()
+                    self.send_response(reply.status)
+                    self.send_header("Location", reply.location)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                     return
                 if reply.status != 200:
                     self._json(
@@ -274,6 +285,7 @@ class OpenAIServer:
         finish_reason: str | None = None,
         reasoning: str | None = None,
         refusal: str | None = None,
+        location: str | None = None,
     ) -> None:
         self.replies.append(
             Reply(
@@ -289,6 +301,7 @@ class OpenAIServer:
                 dialect,
                 reasoning,
                 finish_reason,
+                location,
                 refusal,
             )
         )
