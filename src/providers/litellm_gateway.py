@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 import logging
 import os
 import threading
@@ -54,6 +55,7 @@ from providers.openai_wire import (
     parse_tool_call,
     refused_members,
     retry_after_seconds,
+    stream_error,
     to_openai_message,
     to_openai_tools,
 )
@@ -259,6 +261,9 @@ class LiteLLMGateway(ILLMGateway):
                         raise
                     self._stream_options = False
             provider = _ProviderChunks.under(stream)
+            answered = await provider.error_answered() if provider else None
+            if answered is not None:
+                raise answered
             while (chunk := await _next_chunk(stream, answer)) is not None:
                 chunks.append(chunk)
                 text = answer.take(_chunk_dict(chunk))
@@ -418,6 +423,27 @@ class _ProviderChunks:
         tap = cls(inner)
         stream.completion_stream = tap
         return tap
+
+    async def error_answered(self) -> ModelError | None:
+        """The error the server answered with instead of a stream, if it did.
+
+        A JSON body holding an ``error`` with status 200 (Ollama's "model 'x' not found"):
+        the openai client under litellm reads it as an event stream with no events, and
+        its message was lost. The body read here is read again by that client.
+        """
+        response = getattr(self._inner, "response", None)
+        headers = getattr(response, "headers", None)
+        if response is None or not isinstance(headers, Mapping):
+            return None
+        if "text/event-stream" in str(headers.get("content-type", "")):
+            return None
+        try:
+            payload = json.loads(await response.aread())
+        except ValueError:
+            return None
+        if isinstance(payload, dict) and payload.get("error"):
+            return stream_error(payload)
+        return None
 
     def __aiter__(self) -> _ProviderChunks:
         return self

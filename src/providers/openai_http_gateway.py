@@ -36,6 +36,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import ssl
 import threading
 import weakref
@@ -45,7 +46,6 @@ from typing import Any
 
 import anyio
 import httpx
-from httpx_sse import EventSource
 
 from core_agent.contracts.errors import (
     ModelAuthenticationError,
@@ -71,6 +71,7 @@ from core_agent.contracts.settings import (
 )
 from providers import litellm_price_table
 from providers.openai_wire import (
+    CONTEXT_WINDOW_PHRASES,
     StreamedAnswer,
     listed_tool_calls,
     message_text,
@@ -79,6 +80,7 @@ from providers.openai_wire import (
     reasoning_text,
     refused_members,
     retry_after_seconds,
+    stream_error,
     to_openai_message,
     to_openai_tools,
 )
@@ -90,17 +92,6 @@ _EVENT_STREAM_STARTS = (b"data:", b":", b"event:", b"id:", b"retry:")
 """How a body that is an event stream, whatever its label, begins."""
 
 PROVIDER_PREFIX = "openai/"
-
-# Phrases servers use when a prompt does not fit (OpenAI, vLLM, llama.cpp, LM Studio...).
-_CONTEXT_WINDOW_PHRASES = (
-    "context_length_exceeded",
-    "maximum context length",
-    "context length",
-    "context window",
-    "exceeds the available context",
-    "prompt is too long",
-    "too many tokens",
-)
 
 _tls_lock = threading.Lock()
 _tls: ssl.SSLContext | None = None
@@ -495,11 +486,8 @@ async def _events(response: httpx.Response) -> AsyncIterator[str]:
     otherwise have its Chinese turned into mojibake.
     """
     response.encoding = "utf-8"
-    async for event in EventSource(response).aiter_sse():
-        if event.event == "error":
-            yield _as_error(event.data)
-        else:
-            yield event.data
+    async for data in _events_in(response.aiter_text()):
+        yield data
 
 
 def _as_error(data: str) -> str:
@@ -520,23 +508,74 @@ def _function(call: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _events_of(body: bytes) -> AsyncIterator[str]:
-    """The data of each event of an event stream already read whole.
+    """The data of each event of an event stream already read whole."""
 
-    Lines end at CR or LF only, as the event-stream format says (not at the other breaks
-    ``splitlines`` knows, which a model's text may hold).
+    async def whole() -> AsyncIterator[str]:
+        yield body.decode("utf-8", errors="replace")
+
+    async for data in _events_in(whole()):
+        yield data
+
+
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_FIELDS = ("data", "event", "id", "retry")
+_STRAY_KEPT_CHARS = 4000
+
+
+async def _events_in(texts: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The data of each event of an event stream, read from its text as it comes.
+
+    Lines end at CR, LF or CRLF only, as the event-stream format says (not at the other
+    breaks ``splitlines`` knows, which a model's text may hold); an ``error`` event's data
+    is made an error chunk (``_as_error``). A body that holds no event at all but lines that
+    are none of the format's (a bare JSON error under an event-stream label) is given as
+    one event, so that what the server said is read rather than lost as "no chunk" (as
+    httpx-sse, used before, drops every line that is not a field, with no way to see them).
     """
-    text = body.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
     kind, data = "", list[str]()
-    for line in [*text.split("\n"), ""]:
+    stray, stray_chars, found = list[str](), 0, False
+
+    def take(line: str) -> str | None:
+        nonlocal kind, data, stray_chars
         if not line:
+            event = None
             if data:
                 joined = "\n".join(data)
-                yield _as_error(joined) if kind == "error" else joined
+                event = _as_error(joined) if kind == "error" else joined
             kind, data = "", []
-        elif line.startswith("data:"):
-            data.append(line[5:].removeprefix(" "))
-        elif line.startswith("event:"):
-            kind = line[6:].strip()
+            return event
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value.removeprefix(" "))
+        elif name == "event":
+            kind = value.strip()
+        elif name not in _FIELDS and name and stray_chars < _STRAY_KEPT_CHARS:
+            stray.append(line)
+            stray_chars += len(line)
+        return None
+
+    partial: list[str] = []
+    after_cr = False
+    async for text in texts:
+        if after_cr and text.startswith("\n"):
+            text = text[1:]  # the LF of a CRLF split between two pieces: that line has ended
+        after_cr = text.endswith("\r")
+        pieces = _LINE_BREAK.split(text)
+        partial.append(pieces[0])
+        if len(pieces) == 1:
+            continue
+        lines = ["".join(partial), *pieces[1:-1]]
+        partial = [pieces[-1]]
+        for line in lines:
+            if (event := take(line)) is not None:
+                found = True
+                yield event
+    for line in ("".join(partial), ""):
+        if (event := take(line)) is not None:
+            found = True
+            yield event
+    if not found and stray:
+        yield "\n".join(stray)[:_STRAY_KEPT_CHARS]
 
 
 def _error_message(text: str) -> str:
@@ -560,7 +599,7 @@ def status_error(status: int, text: str, headers: httpx.Headers | None = None) -
     message = f"model call failed: HTTP {status}: {body}"
     retry_after = retry_after_seconds(dict(headers) if headers else None)
     lowered = text.lower()
-    if status in (400, 413, 422) and any(p in lowered for p in _CONTEXT_WINDOW_PHRASES):
+    if status in (400, 413, 422) and any(p in lowered for p in CONTEXT_WINDOW_PHRASES):
         return ModelContextWindowError(message, status_code=status, body=body)
     if status == 429:
         return ModelRateLimitError(
@@ -603,18 +642,6 @@ def redirect_error(response: httpx.Response) -> ModelError:
         status_code=status,
         body=location,
     )
-
-
-def stream_error(payload: dict[str, Any]) -> ModelError:
-    """An error the server put in a 200 answer or mid-stream (vLLM, proxies): retryable."""
-    error = payload.get("error")
-    detail = error.get("message") if isinstance(error, dict) else error
-    code = error.get("code") if isinstance(error, dict) else None
-    status = code if isinstance(code, int) else None
-    body = str(detail or payload)[:4000]
-    if any(p in body.lower() for p in _CONTEXT_WINDOW_PHRASES):
-        return ModelContextWindowError(f"model call failed: {body}", status_code=status, body=body)
-    return ModelError(f"model call failed: {body}", status_code=status, body=body, retryable=True)
 
 
 def request_error(exc: Exception, url: str) -> ModelError:

@@ -20,6 +20,12 @@ from typing import Any, TypeVar
 
 import anyio
 
+from core_agent.contracts.errors import (
+    ModelAuthenticationError,
+    ModelContextWindowError,
+    ModelError,
+    ModelRateLimitError,
+)
 from core_agent.contracts.llm_gateway import ToolDefinition
 from shared.agent_protocol import (
     ChatMessage,
@@ -313,6 +319,42 @@ def parse_tool_call(call_id: str, name: str, raw: Any) -> ToolCall:
         parsed = None
     arguments = parsed if isinstance(parsed, dict) else None
     return ToolCall(id=call_id, name=name, arguments=arguments, raw_arguments=raw)
+
+
+CONTEXT_WINDOW_PHRASES = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "exceeds the available context",
+    "prompt is too long",
+    "too many tokens",
+)
+"""Phrases servers use when a prompt does not fit (OpenAI, vLLM, llama.cpp, LM Studio...)."""
+
+
+def stream_error(payload: Mapping[str, Any]) -> ModelError:
+    """An error the server put in a 200 answer or mid-stream (vLLM, Ollama, proxies).
+
+    Retryable, unless its numeric ``code`` is an HTTP status that would fail the same request
+    again (Ollama's "model 'x' not found" with ``code: 404``, a refused key), as that status
+    would have.
+    """
+    error = payload.get("error")
+    detail = error.get("message") if isinstance(error, dict) else error
+    code = error.get("code") if isinstance(error, dict) else None
+    status = code if isinstance(code, int) and not isinstance(code, bool) else None
+    body = str(detail or payload)[:4000]
+    message = f"model call failed: {body}"
+    if any(p in body.lower() for p in CONTEXT_WINDOW_PHRASES):
+        return ModelContextWindowError(message, status_code=status, body=body)
+    if status == 429:
+        return ModelRateLimitError(message, status_code=status, body=body, retryable=True)
+    if status in (401, 403):
+        return ModelAuthenticationError(message, status_code=status, body=body)
+    if status is not None and 400 <= status < 500 and status not in (408, 409):
+        return ModelError(message, status_code=status, body=body)
+    return ModelError(message, status_code=status, body=body, retryable=True)
 
 
 def retry_after_seconds(

@@ -501,3 +501,32 @@ async def test_a_call_in_the_deprecated_function_call_form_is_one_tool_call(
         ("call_1", "calculator", {"expression": "2 + 2"})
     ]
     assert response.finish_reason == "function_call"
+
+
+NOT_PULLED = "model 'x' not found, try pulling it first"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_an_error_body_with_status_200_says_what_the_server_said(
+    gateway, openai_server, stream
+) -> None:
+    # Ollama's answer for a model it does not have. Streamed through litellm it was "the
+    # stream ended before the provider said it was finished", and both gateways retried it.
+    openai_server.reply(fault="error_200", error_message=NOT_PULLED)
+    with pytest.raises(ModelError) as caught:
+        await consume(gateway, stream, LLMRequest(messages=[UserMessage(content="x")]))
+    assert NOT_PULLED in str(caught.value) and caught.value.status_code == 404
+    assert not caught.value.retryable and len(openai_server.requests) == 1
+
+
+async def test_an_error_body_labelled_as_an_event_stream_is_read_as_the_error(
+    litellm_settings, openai_server
+) -> None:
+    # No `data:` line: the HTTP gateway found no event and said "ended without any chunk".
+    # (litellm's client reads it as an empty stream too: its text is not kept to be read.)
+    gateway = OpenAIHttpGateway("openai/m", api_base=litellm_settings.model_api_base)
+    openai_server.reply(fault="error_200_events", error_message=NOT_PULLED)
+    with pytest.raises(ModelError) as caught:
+        await consume(gateway, True, LLMRequest(messages=[UserMessage(content="x")]))
+    assert str(caught.value) == f"model call failed: {NOT_PULLED}"
+    assert caught.value.status_code == 404 and not caught.value.retryable

@@ -28,7 +28,16 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-Fault = Literal["hang", "reset", "cut", "empty", "truncated_arguments", "stall_after_finish"]
+Fault = Literal[
+    "hang",
+    "reset",
+    "cut",
+    "empty",
+    "truncated_arguments",
+    "stall_after_finish",
+    "error_200",
+    "error_200_events",
+]
 Dialect = Literal[
     "index_zero",
     "no_index",
@@ -48,7 +57,10 @@ Dialect = Literal[
 * ``cut``: a stream stops halfway and the connection closes cleanly, with no finish reason
   and no ``[DONE]`` (what a proxy dropping a connection-delimited response looks like);
 * ``empty``: status 200 with an empty body;
-* ``truncated_arguments``: tool-call arguments cut in half, ``finish_reason: length``.
+* ``truncated_arguments``: tool-call arguments cut in half, ``finish_reason: length``;
+* ``error_200``: status 200 with a JSON error body, ``error_message`` with ``code: 404`` (as
+  Ollama answers for a model it does not have), streamed or not;
+* ``error_200_events``: the same body, labelled ``text/event-stream`` (no ``data:`` line).
 """
 
 
@@ -190,6 +202,21 @@ class OpenAIServer:
                         },
                         headers={"Retry-After": reply.retry_after} if reply.retry_after else {},
                     )
+                    return
+                if reply.fault in ("error_200", "error_200_events"):
+                    data = json.dumps(
+                        {"error": {"message": reply.error_message, "code": 404}}
+                    ).encode()
+                    self.send_response(200)
+                    self.send_header(
+                        "Content-Type",
+                        "text/event-stream"
+                        if reply.fault == "error_200_events"
+                        else "application/json",
+                    )
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                     return
                 if reply.fault == "empty":
                     self.send_response(200)
