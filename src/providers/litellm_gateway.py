@@ -7,7 +7,8 @@ from the network on import; so it is imported on the first call, never at start-
 litellm's own retries (and the openai SDK's under it) are off: one call here is one request.
 The kernel retries, with backoff, a deadline and a circuit breaker, and traces every try
 (``core_agent.orchestration.resilient_gateway``). What this adapter owes the kernel is an
-honest verdict on each request: a stream that ended without the provider's finish reason, an
+honest verdict on each request: a stream that ended without the provider's finish reason
+(and without ``[DONE]``, where the openai client under litellm read the stream), an
 empty answer, or tool-call arguments cut off by the token limit is a retryable
 ``ModelIncompleteError``, never a response; a ``Retry-After`` header is passed on in
 ``ModelError.retry_after_s``.
@@ -241,9 +242,9 @@ class LiteLLMGateway(ILLMGateway):
         here, and the kernel counts them itself (``EstimatedUsageGateway``).
 
         Raises:
-            ModelIncompleteError: The stream ended without the provider's finish reason (a
-                connection cut mid-answer), or its answer is empty or cut (see
-                ``checked_response``).
+            ModelIncompleteError: The stream ended without the provider's finish reason and
+                without ``[DONE]`` (a connection cut mid-answer), or its answer is empty or
+                cut (see ``checked_response``).
         """
         litellm = await litellm_off_the_loop()
         arguments = self._arguments(request)
@@ -274,10 +275,10 @@ class LiteLLMGateway(ILLMGateway):
                     "the model's stream ended without any chunk", retryable=True
                 )
             finish_reason = provider_finish_reason(stream, chunks)
-            if finish_reason is None:
+            if finish_reason is None and not (provider and provider.done):
                 raise ModelIncompleteError(
                     "the model's stream ended before the provider said it was finished (no "
-                    "finish reason): the answer was cut off",
+                    "finish reason, no [DONE]): the answer was cut off",
                     retryable=True,
                 )
         except ModelError:
@@ -403,13 +404,21 @@ class _ProviderChunks:
 
     litellm passes on no chunk that brings only a refusal (OpenAI's ``refusal``: what the
     model said instead of answering), so the refusal is read here, from the chunks as the
-    provider sent them (``answer``).
+    provider sent them (``answer``). And neither litellm nor the openai client under it says
+    whether the stream ended with ``[DONE]``, the protocol's end, which the HTTP gateway
+    takes for a whole answer when no finish reason came: the client's event decoder is
+    read on its way too (``done``), where the client has one.
     """
 
     def __init__(self, inner: AsyncIterable[Any]) -> None:
         self._inner = inner
         self._items: AsyncIterator[Any] | None = None
         self.answer = StreamedAnswer()
+        self.done = False
+        """The provider's stream held ``[DONE]``."""
+        decoder = getattr(inner, "_decoder", None)
+        if callable(getattr(decoder, "aiter_bytes", None)):
+            inner._decoder = _DoneSeen(decoder, self)  # type: ignore[attr-defined]
 
     @classmethod
     def under(cls, stream: Any) -> _ProviderChunks | None:
@@ -462,6 +471,24 @@ class _ProviderChunks:
             result = close()
             if inspect.isawaitable(result):
                 await result
+
+
+class _DoneSeen:
+    """The openai client's event decoder, noting ``[DONE]`` as the client reads past it."""
+
+    def __init__(self, decoder: Any, seen: _ProviderChunks) -> None:
+        self._decoder = decoder
+        self._seen = seen
+
+    async def aiter_bytes(self, iterator: AsyncIterator[bytes]) -> AsyncIterator[Any]:
+        """The decoder's events, unchanged."""
+        async for event in self._decoder.aiter_bytes(iterator):
+            if str(getattr(event, "data", "")).startswith("[DONE]"):
+                self._seen.done = True
+            yield event
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._decoder, name)
 
 
 def _chunk_dict(chunk: Any) -> dict[str, Any]:

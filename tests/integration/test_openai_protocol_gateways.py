@@ -530,3 +530,21 @@ async def test_an_error_body_labelled_as_an_event_stream_is_read_as_the_error(
         await consume(gateway, True, LLMRequest(messages=[UserMessage(content="x")]))
     assert str(caught.value) == f"model call failed: {NOT_PULLED}"
     assert caught.value.status_code == 404 and not caught.value.retryable
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["connection-delimited", "chunked"])
+async def test_a_stream_ended_by_done_without_a_finish_reason_is_whole_on_both(
+    make: Make, chunked: bool
+) -> None:
+    # [DONE] is the protocol's end of stream. The HTTP gateway took such an answer; litellm,
+    # which does not say whether it saw [DONE], failed it as cut off, 3 times.
+    with OpenAIServer(chunked=chunked) as server:
+        gateway = make("openai/test-model", api_base=server.base_url, api_key="x")
+        server.reply(TEXT, finish_reason="")
+        response = await consume(gateway, True, LLMRequest(messages=[UserMessage(content="x")]))
+        assert response.message.content == TEXT and response.finish_reason is None
+        # Without [DONE] either, it was cut: a retryable error, as before.
+        server.reply(TEXT, finish_reason="", fault="cut")
+        with pytest.raises(ModelError) as caught:
+            await consume(gateway, True, LLMRequest(messages=[UserMessage(content="x")]))
+        assert caught.value.retryable
