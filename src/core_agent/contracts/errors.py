@@ -338,8 +338,9 @@ class ModelIncompleteError(ModelError):
     A stream that ended without a finish reason, a completion with neither text nor tool
     calls, or tool-call arguments cut off by the token limit: retryable, a transport or
     provider fault, not an answer. Not retryable when the same request would be cut again:
-    an answer the provider's content filter stopped, or a text answer the output token limit
-    kept cutting off after the model was asked to go on with it.
+    an answer the provider's content filter stopped, a refusal (the model's words are the
+    ``body``), or a text answer the output token limit kept cutting off after the model was
+    asked to go on with it.
     """
 
 
