@@ -172,6 +172,7 @@ class ToolCallGate:
             risk=decision.risk,
             rule=decision.rule,
             reason=decision.reason,
+            tainted=tainted,
         )
         request, answer = await self._ask(
             context,
@@ -182,7 +183,9 @@ class ToolCallGate:
             "and needs a human's approval, but no approver is connected",
         )
         self._check_answer(spec.name, arguments, request, answer)
-        self._grants.add(answer, request, tainted=tainted)
+        # The request the human saw, possibly judged before the task was suspended: the taint
+        # it was judged under, not today's (taint that came while it waited was not shown).
+        self._grants.add(answer, request, tainted=request.tainted is True)
         return judgement.approved_permit
 
     async def confirm_rerun(
@@ -218,6 +221,7 @@ class ToolCallGate:
                 "not have taken effect. Approve to run it again; deny to tell the model it "
                 "may have happened."
             ),
+            tainted=context.run.tainted,
         )
         request, answer = await self._ask(
             context,
@@ -291,6 +295,7 @@ def _request(
     risk: RiskLevel,
     rule: str | None,
     reason: str,
+    tainted: bool | None = None,
 ) -> ApprovalRequest:
     """A new request to approve ``call``, bound to the hash of its validated arguments."""
     return ApprovalRequest(
@@ -303,4 +308,5 @@ def _request(
         rule=rule,
         reason=reason,
         created_at=datetime.now(UTC),
+        tainted=tainted,
     )

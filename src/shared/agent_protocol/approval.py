@@ -34,6 +34,12 @@ class ApprovalRequest(BaseModel):
     reason: str = ""
     created_at: datetime
     expires_at: datetime | None = None
+    tainted: bool | None = Field(
+        default=None,
+        description="Whether untrusted content was in the task when the call was judged "
+        "(what a wider-scoped approval of it may then cover); None in requests stored "
+        "before it was recorded.",
+    )
 
 
 class ApprovalDecision(BaseModel):
