@@ -164,3 +164,15 @@ async def test_a_walk_over_the_workspace_skips_what_the_rules_keep_from_it(
     for name in ("grep", "list_files"):
         assert "name them alone: .env" in said[name]
         assert "1 files left out: a policy rule denies them" in said[name]
+
+
+async def test_a_search_for_text_that_looks_like_a_ruled_path_is_not_denied(
+    workspace: Path,
+) -> None:
+    # grep's "pattern" is a regular expression: searching src/ for "private/" touches nothing
+    # under private/ (it was denied, as if the pattern were a path).
+    (workspace / "src").mkdir()
+    assert await verdict(workspace, "grep", pattern="private/", directory="src") == (
+        "low",
+        "default:capabilities(read)",
+    )

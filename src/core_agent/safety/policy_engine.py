@@ -199,7 +199,7 @@ class RulePolicyEngine(IPolicyEngine):
 
         Taint raises write, exec and network calls by one level. Path rules see the paths
         the tool's ``assessment`` names (as the sandbox resolves them) when it names any, the
-        path arguments' normalized text otherwise; a deny rule also sees the text as given.
+        path arguments' text otherwise (a grade rule normalized, a deny rule also as given).
         A call touching several paths is graded by its riskiest path.
         """
         facts = self._facts(arguments, assessment)
@@ -309,12 +309,13 @@ class RulePolicyEngine(IPolicyEngine):
         for name, value in arguments.items():
             values = [v for v in _strings(value)]
             key = name.lower()
-            if key in PATH_ARGUMENTS:
+            if key in PATH_ARGUMENTS and not resolved:
+                # A tool that names the paths it touches knows which arguments are paths
+                # (grep's "pattern" is a regular expression, not one) and where they lead.
                 for text in values:
                     forms = _path_forms(text)
                     paths.extend([text, *forms])
-                    if not resolved:
-                        graded.append(forms)
+                    graded.append(forms)
             if key in COMMAND_ARGUMENTS:
                 for command in values:
                     split, ok, unproven = self._sub_commands(command)
