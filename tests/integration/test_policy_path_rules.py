@@ -82,6 +82,10 @@ async def verdict(workspace: Path, tool: str, **arguments: Any) -> tuple[str, st
         ("run_command", {"command": "cat private/notes.txt"}),
         ("run_command", {"command": "head -n 1 README.md shortcut/notes.txt"}),
         ("run_command", {"command": "grep -r diary private"}),
+        ("run_command", {"command": "cat priv*/notes.txt"}),  # what the shell expands to
+        ("run_command", {"command": "git show HEAD:private/notes.txt"}),
+        ("run_command", {"command": "git diff --no-index README.md private"}),
+        ("run_command", {"command": "git log -p -- private"}),
         ("grep", {"pattern": "diary", "directory": "private"}),
         ("grep", {"pattern": "diary", "directory": "shortcut"}),
         ("list_files", {"directory": "private"}),
@@ -103,6 +107,12 @@ async def test_a_deny_rule_on_a_folder_holds_for_every_tool_and_spelling(
         ("run_command", {"command": "cat .env"}),
         ("run_command", {"command": "cat README.md .env"}),  # graded by its riskiest file
         ("run_command", {"command": "wc -c < settings.txt"}),
+        ("run_command", {"command": "cat .en?"}),
+        ("run_command", {"command": "head .en[v] README.md"}),
+        ("run_command", {"command": "git show HEAD:.env"}),
+        ("run_command", {"command": "git show :0:.env"}),
+        ("run_command", {"command": "git diff --no-index README.md .env"}),
+        ("run_command", {"command": "git log --format=%H -L1,1:.env"}),
         # A user's rule lowering writes to docs/ does not reach the file a link there leads to.
         ("write_file", {"path": "docs/env", "content": "TOKEN=y"}),
     ],

@@ -16,6 +16,7 @@ confinement of every command (``confinement``).
 
 from __future__ import annotations
 
+import glob
 import os
 import shlex
 from collections.abc import Sequence
@@ -167,7 +168,29 @@ class CommandGuard:
         reasons.extend(self._outside(verdict.reads, name, named))
         for index in simple.globbed:
             reasons.extend(self._outside([_glob_base(argv[index])], name, named, tree=True))
+            # The files the shell will put in its place, as they are now: each is read, and
+            # each is what path rules must see (``cat .en?`` reads ``.env``).
+            matches = self._expand(argv[index])
+            if matches is None:
+                reasons.append(
+                    f"{shown!r}: {argv[index]!r} matches more than {_MAX_GLOB_MATCHES} files"
+                )
+            else:
+                reasons.extend(self._outside(matches, name, named))
         return reasons, program, False
+
+    def _expand(self, pattern: str) -> list[str] | None:
+        """What the shell would expand ``pattern`` to in the first root (``None``: too much).
+
+        Python's ``glob`` reads patterns as bash does by default: no ``**`` recursion, and
+        a wildcard matches no leading dot unless the pattern spells the dot.
+        """
+        found: list[str] = []
+        for match in glob.iglob(pattern, root_dir=self._paths.roots[0]):
+            found.append(match)
+            if len(found) > _MAX_GLOB_MATCHES:
+                return None
+        return found
 
     def _match(self, program: str, words: Sequence[str]) -> tuple[str, ...] | None:
         """The longest allowlist entry for ``program`` whose words start ``words``."""
@@ -212,6 +235,7 @@ class CommandGuard:
 
 
 _DIRECTORY_CHANGES = frozenset({"cd", "pushd", "popd"})
+_MAX_GLOB_MATCHES = 1_000
 _GIT_FLAGS = frozenset(
     {
         "-p",

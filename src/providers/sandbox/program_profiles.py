@@ -17,11 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-ValueKind = Literal["text", "read", "list", "optional", "unsafe"]
+ValueKind = Literal["text", "read", "ranged_read", "list", "optional", "unsafe"]
 """``text``/``read``: the option takes a value (attached, or the next word); ``read`` names a
-file. ``list``: it names a file that lists more files to read (``sort --files0-from``), which
-the judge cannot see. ``optional``: a value only when attached with ``=`` (``--color[=WHEN]``),
-so the next word stays an operand. ``unsafe``: the option writes files or runs programs."""
+file, ``ranged_read`` one after the value's last ``:`` (``git log -L 1,9:file``). ``list``: it
+names a file that lists more files to read (``sort --files0-from``), which the judge cannot
+see. ``optional``: a value only when attached with ``=`` (``--color[=WHEN]``), so the next
+word stays an operand. ``unsafe``: the option writes files or runs programs."""
 OperandKind = Literal["read", "text", "pattern_then_read", "revisions_or_paths", "date"]
 
 
@@ -74,7 +75,14 @@ GIT_GLOBAL = ProgramProfile(
 _HISTORY = ProgramProfile(
     # --output writes the patch to a file; --ext-diff runs the configured external diff.
     unsafe_long=frozenset({"output", "ext-diff"}),
-    short_values={"n": "text", "U": "text", "S": "text", "G": "text", "O": "read", "L": "text"},
+    short_values={
+        "n": "text",
+        "U": "text",
+        "S": "text",
+        "G": "text",
+        "O": "read",
+        "L": "ranged_read",
+    },
     long_values={
         "format": "text",
         "pretty": "optional",
@@ -442,6 +450,8 @@ def judge_options(
                 value, index = args[index], index + 1
             if kind in ("read", "list"):
                 reads.append(value)
+            elif kind == "ranged_read":
+                reads.append(value.rsplit(":", 1)[-1] if ":" in value else "")
             if kind == "list":
                 unsafe.append(_UNSEEN_READS.format(program=program, option=f"--{match}"))
             continue
@@ -461,6 +471,8 @@ def judge_options(
                     value, index = args[index], index + 1
                 if kind in ("read", "list"):
                     reads.append(value)
+                elif kind == "ranged_read":
+                    reads.append(value.rsplit(":", 1)[-1] if ":" in value else "")
                 if kind == "list":
                     unsafe.append(_UNSEEN_READS.format(program=program, option=f"-{letter}"))
                 break
@@ -517,7 +529,20 @@ def _operand_reads(
         pattern_given = given & {"-e", "--regexp", "-f", "--file"}
         return operands if pattern_given else operands[1:]
     if kind == "revisions_or_paths":
-        return [operand for operand in operands if looks_like_path(operand)]
+        # A revision and a file are not told apart by their spelling (``id_rsa``, ``private``
+        # are files; ``main`` may be either), so every operand is judged as the file it may
+        # be (a revision is a harmless name), and ``REV:path``, ``:path``, ``:N:path`` by the
+        # file of the repository they show.
+        reads = []
+        for operand in operands:
+            if ":" in operand and "://" not in operand:
+                path = operand.split(":", 1)[1]
+                if operand.startswith(":") and path[:1].isdigit() and path[1:2] == ":":
+                    path = path[2:]  # :N:path, the file at stage N of the index
+                reads.append(path or ".")
+            else:
+                reads.append(operand)
+        return reads
     return operands
 
 
