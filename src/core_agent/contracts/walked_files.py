@@ -7,6 +7,7 @@ policy through the call's permit (``CallPermit.withheld``), so that a rule on ``
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 
 import anyio.to_thread
@@ -33,11 +34,17 @@ async def walked_files(
         return files, ""
 
     def screened() -> tuple[list[Path], str]:
+        # The walk follows no link, so a file's path is its directory's (resolved once) and
+        # its own below it: no resolving per file, which cost more than the screen.
+        base = sandbox.check_path(directory, Capability.READ).path
         kept: list[Path] = []
         denied, asking = 0, []
         for relative in files:
-            path = sandbox.check_path(Path(directory) / relative, Capability.READ).path
-            reason = screen(path) if path is not None else None
+            if base is None:
+                kept.append(relative)
+                continue
+            path = posixpath.normpath(posixpath.join(base, relative.as_posix()))
+            reason = screen(path)
             if reason is None:
                 kept.append(relative)
             elif reason.startswith("denied"):
