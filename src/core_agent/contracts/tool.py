@@ -51,6 +51,16 @@ class ToolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class WithheldFile:
+    """Why a walk leaves one file out (``CallPermit.withheld``)."""
+
+    denied: bool
+    """A policy rule denies the file (the walk counts it, without naming it); otherwise
+    reading it needs a human's approval (the walk names it, to be asked for alone)."""
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class CallPermit:
     """What the policy lets one call do beyond reading, decided before it runs.
 
@@ -65,7 +75,7 @@ class CallPermit:
     """May open network connections (a policy rule allows it for this call)."""
     approved: bool = False
     """A human approved this call (or a standing grant covers it)."""
-    withheld: Callable[[str], str | None] | None = None
+    withheld: Callable[[str], WithheldFile | None] | None = None
     """For a call that walks directories: why a file it comes across (a workspace path, as
     ``SandboxVerdict.path`` gives it) is kept from it, or ``None``. A policy rule denies that
     file, or grades reading it higher than the call and at the approval threshold (the

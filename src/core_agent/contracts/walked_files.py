@@ -44,10 +44,10 @@ async def walked_files(
                 kept.append(relative)
                 continue
             path = posixpath.normpath(posixpath.join(base, relative.as_posix()))
-            reason = screen(path)
-            if reason is None:
+            kept_out = screen(path)
+            if kept_out is None:
                 kept.append(relative)
-            elif reason.startswith("denied"):
+            elif kept_out.denied:
                 denied += 1
             else:
                 asking.append(path)

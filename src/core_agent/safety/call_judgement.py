@@ -12,7 +12,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core_agent.contracts.policy_engine import IPolicyEngine, PolicyDecision
-from core_agent.contracts.tool import CallPermit, ITool, ToolAssessment, ToolContext
+from core_agent.contracts.tool import (
+    CallPermit,
+    ITool,
+    ToolAssessment,
+    ToolContext,
+    WithheldFile,
+)
 from shared.agent_protocol import RiskLevel
 
 
@@ -91,7 +97,7 @@ def _screen(
     *,
     tainted: bool,
     threshold: RiskLevel,
-) -> Callable[[str], str | None]:
+) -> Callable[[str], WithheldFile | None]:
     """``CallPermit.withheld`` for a walk graded ``decision``.
 
     The walk was graded by its directory; each file below is graded as if the call named it
@@ -100,12 +106,12 @@ def _screen(
     """
     spec = tool.spec
 
-    def withheld(path: str) -> str | None:
+    def withheld(path: str) -> WithheldFile | None:
         alone = policy.evaluate(spec, {}, tainted=tainted, assessment=ToolAssessment(paths=(path,)))
         if alone.denied:
-            return f"denied by rule {alone.rule}"
+            return WithheldFile(denied=True, reason=f"denied by rule {alone.rule}")
         if alone.risk.rank > decision.risk.rank and alone.risk.at_least(threshold):
-            return f"{alone.risk.value} risk by rule {alone.rule}: ask for it by name"
+            return WithheldFile(denied=False, reason=f"{alone.risk.value} risk by {alone.rule}")
         return None
 
     return withheld
