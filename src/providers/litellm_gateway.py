@@ -444,7 +444,10 @@ class _ProviderChunks:
         headers = getattr(response, "headers", None)
         if response is None or not isinstance(headers, Mapping):
             return None
-        if "text/event-stream" in str(headers.get("content-type", "")):
+        kind = str(headers.get("content-type", "")).split(";", 1)[0].strip().lower()
+        if not (kind == "application/json" or kind.endswith("+json")):
+            # Only a body that says it is JSON is read whole here: anything else may be a
+            # stream (unlabelled, text/plain), whose cuts and stalls litellm's reading judges.
             return None
         try:
             payload = json.loads(await response.aread())

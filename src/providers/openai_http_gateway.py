@@ -475,7 +475,7 @@ def _chunk(data: str) -> dict[str, Any]:
             "the model's stream held a chunk that is not an object", retryable=True
         )
     if chunk.get("error"):  # also beside choices (OpenRouter's error mid-stream)
-        raise stream_error(chunk)
+        raise stream_error(chunk, whole=False)
     return chunk
 
 
@@ -519,7 +519,7 @@ async def _events_of(body: bytes) -> AsyncIterator[str]:
 
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
 _FIELDS = ("data", "event", "id", "retry")
-_STRAY_KEPT_CHARS = 4000
+_STRAY_KEPT_CHARS = 1_000_000  # a whole JSON body told as a stream is parsed from these
 
 
 async def _events_in(texts: AsyncIterator[str]) -> AsyncIterator[str]:
@@ -575,7 +575,36 @@ async def _events_in(texts: AsyncIterator[str]) -> AsyncIterator[str]:
             found = True
             yield event
     if not found and stray:
-        yield "\n".join(stray)[:_STRAY_KEPT_CHARS]
+        yield _whole_body("\n".join(stray))
+
+
+def _whole_body(text: str) -> str:
+    """A body with no event in it, as one event: what the server answered instead of a stream.
+
+    A JSON error is raised as the whole answer's error (its status counts); a whole
+    completion (``message``, not ``delta``) becomes one chunk of the same answer; anything
+    else goes on as it is, to be reported as what it is.
+    """
+    try:
+        payload = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(payload, dict):
+        return text
+    if payload.get("error"):
+        raise stream_error(payload)
+    choices = payload.get("choices")
+    if (
+        isinstance(choices, list)
+        and choices
+        and all(isinstance(c, dict) and isinstance(c.get("message"), dict) for c in choices)
+    ):
+        payload["choices"] = [
+            {**{k: v for k, v in c.items() if k != "message"}, "delta": c["message"]}
+            for c in choices
+        ]
+        return json.dumps(payload)
+    return text
 
 
 def _error_message(text: str) -> str:

@@ -333,12 +333,14 @@ CONTEXT_WINDOW_PHRASES = (
 """Phrases servers use when a prompt does not fit (OpenAI, vLLM, llama.cpp, LM Studio...)."""
 
 
-def stream_error(payload: Mapping[str, Any]) -> ModelError:
+def stream_error(payload: Mapping[str, Any], *, whole: bool = True) -> ModelError:
     """An error the server put in a 200 answer or mid-stream (vLLM, Ollama, proxies).
 
-    Retryable, unless its numeric ``code`` is an HTTP status that would fail the same request
-    again (Ollama's "model 'x' not found" with ``code: 404``, a refused key), as that status
-    would have.
+    Retryable, unless the answer was that error alone (``whole``) and its numeric ``code`` is
+    an HTTP status that would fail the same request again (Ollama's "model 'x' not found"
+    with ``code: 404``, a refused key), as that status would have. An error event inside a
+    stream the server accepted is not such a status: vLLM and SGLang put ``code: 400`` on any
+    failure while generating.
     """
     error = payload.get("error")
     detail = error.get("message") if isinstance(error, dict) else error
@@ -348,6 +350,8 @@ def stream_error(payload: Mapping[str, Any]) -> ModelError:
     message = f"model call failed: {body}"
     if any(p in body.lower() for p in CONTEXT_WINDOW_PHRASES):
         return ModelContextWindowError(message, status_code=status, body=body)
+    if not whole:
+        return ModelError(message, status_code=status, body=body, retryable=True)
     if status == 429:
         return ModelRateLimitError(message, status_code=status, body=body, retryable=True)
     if status in (401, 403):

@@ -532,6 +532,62 @@ async def test_an_error_body_labelled_as_an_event_stream_is_read_as_the_error(
     assert caught.value.status_code == 404 and not caught.value.retryable
 
 
+async def test_a_long_error_body_labelled_as_an_event_stream_is_read_whole(
+    litellm_settings, openai_server
+) -> None:
+    # Past 4,000 characters the body was cut before it was parsed: "a chunk that is not
+    # JSON", retried, its status lost.
+    gateway = OpenAIHttpGateway("openai/m", api_base=litellm_settings.model_api_base)
+    openai_server.reply(fault="error_200_events", error_message=NOT_PULLED + " y" * 2500)
+    with pytest.raises(ModelError) as caught:
+        await consume(gateway, True, LLMRequest(messages=[UserMessage(content="x")]))
+    assert NOT_PULLED in str(caught.value)
+    assert caught.value.status_code == 404 and not caught.value.retryable
+
+
+async def test_a_whole_completion_labelled_as_an_event_stream_is_the_answer(
+    litellm_settings, openai_server
+) -> None:
+    # A server that ignores "stream": true and labels its whole answer as a stream: the
+    # answer was read as no event, "an empty answer", and retried.
+    gateway = OpenAIHttpGateway("openai/m", api_base=litellm_settings.model_api_base)
+    openai_server.reply("答案是 42。", fault="whole_as_events")
+    response = await consume(gateway, True, LLMRequest(messages=[UserMessage(content="x")]))
+    assert response.message.content == "答案是 42。" and response.finish_reason == "stop"
+
+
+async def test_an_error_event_in_an_accepted_stream_is_retryable(gateway, openai_server) -> None:
+    # vLLM and SGLang put code 400 on any failure while generating: the request was accepted
+    # (200) and may well succeed again; the HTTP gateway took the code for the request's
+    # status and gave up.
+    openai_server.reply("一段会被打断的回答，后面还有很多字。", fault="error_mid_stream")
+    with pytest.raises(ModelError) as caught:
+        await consume(gateway, True, LLMRequest(messages=[UserMessage(content="x")]))
+    assert "Background loop has errored already." in str(caught.value)
+    assert caught.value.retryable
+
+
+@pytest.mark.parametrize("fault", ["cut", "stall_after_finish"])
+async def test_litellm_judges_a_stream_labelled_text_plain_as_a_stream(
+    litellm_settings, openai_server, fault
+) -> None:
+    # The check for an error body read every body not labelled an event stream whole, before
+    # litellm: a cut became a non-retryable read error, a stall after the finish reason a
+    # timeout instead of the answer.
+    gateway = LiteLLMGateway(
+        litellm_settings.model, api_base=litellm_settings.model_api_base, timeout_s=30
+    )
+    openai_server.reply("完整的回答，分成很多块发出来。", dialect="plain_text_events", fault=fault)
+    request = LLMRequest(messages=[UserMessage(content="x")])
+    if fault == "cut":
+        with pytest.raises(ModelError) as caught:
+            await consume(gateway, True, request)
+        assert caught.value.retryable
+    else:
+        response = await consume(gateway, True, request)
+        assert response.message.content == "完整的回答，分成很多块发出来。"
+
+
 @pytest.mark.parametrize("chunked", [False, True], ids=["connection-delimited", "chunked"])
 async def test_a_stream_ended_by_done_without_a_finish_reason_is_whole_on_both(
     make: Make, chunked: bool

@@ -37,6 +37,8 @@ Fault = Literal[
     "stall_after_finish",
     "error_200",
     "error_200_events",
+    "error_mid_stream",
+    "whole_as_events",
 ]
 Dialect = Literal[
     "index_zero",
@@ -60,7 +62,11 @@ Dialect = Literal[
 * ``truncated_arguments``: tool-call arguments cut in half, ``finish_reason: length``;
 * ``error_200``: status 200 with a JSON error body, ``error_message`` with ``code: 404`` (as
   Ollama answers for a model it does not have), streamed or not;
-* ``error_200_events``: the same body, labelled ``text/event-stream`` (no ``data:`` line).
+* ``error_200_events``: the same body, labelled ``text/event-stream`` (no ``data:`` line);
+* ``error_mid_stream``: half a stream, then an error event with ``code: 400`` and ``[DONE]``
+  (what vLLM and SGLang send when generation fails after the request was accepted);
+* ``whole_as_events``: a whole completion (``message``, not chunks), labelled
+  ``text/event-stream``.
 """
 
 
@@ -218,6 +224,14 @@ class OpenAIServer:
                     self.end_headers()
                     self.wfile.write(data)
                     return
+                if reply.fault == "whole_as_events":
+                    data = json.dumps(server._completion(body, reply)).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if reply.fault == "empty":
                     self.send_response(200)
                     self.send_header("Content-Type", "application/json")
@@ -255,9 +269,12 @@ class OpenAIServer:
                     self.send_header("Connection", "close")
                 self.end_headers()
                 chunks = server._chunks(body, reply)
-                if reply.fault in ("reset", "cut"):
+                if reply.fault in ("reset", "cut", "error_mid_stream"):
                     # Halfway through the answer, before any finish reason.
                     chunks = chunks[: max(2, len(chunks) // 2)]
+                if reply.fault == "error_mid_stream":
+                    message = reply.error_message or "Background loop has errored already."
+                    chunks.append({"error": {"object": "error", "message": message, "code": 400}})
                 for chunk in chunks:
                     self._send(f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode())
                 if reply.fault == "reset":
