@@ -676,12 +676,20 @@ def redirect_error(response: httpx.Response) -> ModelError:
 def request_error(exc: Exception, url: str) -> ModelError:
     """The kernel's error for what sending a request to ``url`` raised.
 
-    Below HTTP (connection refused or cut, a timeout), retryable. A URL that cannot be
+    Below HTTP (connection refused or cut, a timeout), retryable; a redirect to a URL httpx
+    cannot read is not (httpx raises it as a protocol error). A URL that cannot be
     requested at all is not: httpx's ``InvalidURL`` or ``UnsupportedProtocol``, or what the
     socket raises for a port past 65535 (an ``OverflowError``, inside anyio's exception
     group). ``from_settings`` refuses such an ``AGENT_MODEL_API_BASE`` before any call; this
     covers a gateway built directly.
     """
+    if isinstance(exc, httpx.RemoteProtocolError) and "location header" in str(exc).lower():
+        # A redirect whose target httpx cannot even read: a redirect all the same, which
+        # asking again will not change (see ``redirect_error``).
+        return ModelError(
+            f"model call failed: the server at {url} redirects to a URL that cannot be read "
+            f"({exc}); check AGENT_MODEL_API_BASE"
+        )
     if isinstance(exc, httpx.HTTPError) and not isinstance(exc, httpx.UnsupportedProtocol):
         detail = str(exc) or (
             "nothing from the server within AGENT_MODEL_TIMEOUT_S"

@@ -481,3 +481,14 @@ async def test_a_redirect_is_a_configuration_mistake_named_at_once(
     )
     assert caught.value.status_code == status and not caught.value.retryable
     assert len(openai_server.requests) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_a_redirect_to_an_unreadable_url_is_named_at_once_too(openai_server, stream) -> None:
+    # httpx raises it as a protocol error before the redirect is seen: it was retried 3 times.
+    openai_server.reply(status=307, location="http://[::1/v1/chat/completions")
+    gateway = OpenAIHttpGateway("openai/m", api_base=openai_server.base_url)
+    with pytest.raises(ModelError) as caught:
+        await (streamed(gateway) if stream else gateway.complete(ASK))
+    assert "redirects to a URL that cannot be read" in str(caught.value)
+    assert not caught.value.retryable and len(openai_server.requests) == 1
