@@ -188,8 +188,12 @@ class StreamedAnswer:
                 parts = []
             legacy = delta.get("function_call")
             if not parts and isinstance(legacy, dict):
-                # The deprecated one-call form (``functions``): pieces of one call, no id.
-                parts = [{"function": legacy}]
+                # The deprecated one-call form (``functions``): pieces of its one call, no id;
+                # a piece that names the function again (a closing one) still continues it.
+                piece = dict(legacy)
+                if self.calls:
+                    piece.pop("name", None)
+                parts = [{"function": piece}]
             for part in parts:
                 if isinstance(part, dict):
                     self._take_call(part)

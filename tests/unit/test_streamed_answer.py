@@ -51,3 +51,19 @@ def test_parallel_calls_without_ids_or_arguments_stay_two() -> None:
         ("call_1", "now", {}),
         ("call_2", "now", {}),
     ]
+
+
+def test_a_legacy_function_call_named_again_on_its_closing_piece_stays_one() -> None:
+    # The deprecated one-call form carries no id: a closing piece repeating the name made a
+    # second call with no arguments.
+    answer = StreamedAnswer()
+    pieces = [
+        {"function_call": {"name": "calculator", "arguments": '{"expression": "1+1"}'}},
+        {"function_call": {"name": "calculator", "arguments": ""}},
+    ]
+    for delta in pieces:
+        answer.take({"choices": [{"index": 0, "delta": delta}]})
+    answer.take({"choices": [{"index": 0, "delta": {}, "finish_reason": "function_call"}]})
+    assert [(c.name, c.arguments) for c in answer.tool_calls()] == [
+        ("calculator", {"expression": "1+1"})
+    ]
