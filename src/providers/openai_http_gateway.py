@@ -555,8 +555,11 @@ async def _events_in(texts: AsyncIterator[str]) -> AsyncIterator[str]:
         return None
 
     partial: list[str] = []
-    after_cr = False
+    after_cr, started = False, False
     async for text in texts:
+        if not started and text:
+            started = True
+            text = text.removeprefix("\ufeff")  # the format's byte order mark, not a field
         if after_cr and text.startswith("\n"):
             text = text[1:]  # the LF of a CRLF split between two pieces: that line has ended
         after_cr = text.endswith("\r")

@@ -492,3 +492,11 @@ async def test_a_redirect_to_an_unreadable_url_is_named_at_once_too(openai_serve
         await (streamed(gateway) if stream else gateway.complete(ASK))
     assert "redirects to a URL that cannot be read" in str(caught.value)
     assert not caught.value.retryable and len(openai_server.requests) == 1
+
+
+async def test_a_stream_opening_with_a_byte_order_mark_loses_no_event(canned) -> None:
+    # The mark made the first line's field name "\ufeffdata": the first piece of text was lost.
+    canned.events(chunk({"content": "Hello"}), chunk({"content": " world"}, "stop"), "data: [DONE]")
+    canned.body = "\ufeff".encode() + canned.body
+    deltas, final = await streamed(OpenAIHttpGateway("openai/m", api_base=canned.base_url))
+    assert final.message.content == "Hello world" and deltas == ["Hello", " world"]
