@@ -186,3 +186,93 @@ async def test_a_search_for_text_that_looks_like_a_ruled_path_is_not_denied(
         "low",
         "default:capabilities(read)",
     )
+
+
+@pytest.mark.parametrize("namespaces", ["auto", "off"], ids=["namespaces", "landlock-only"])
+async def test_a_command_that_walks_the_workspace_cannot_read_what_the_rules_keep_from_it(
+    workspace: Path, namespaces: str
+) -> None:
+    # grep -r over "." (or no directory at all: grep -r reads ".") is graded low by its
+    # directory and runs without a human; .env (a secret) and private/ (denied) must not come
+    # with it, however it reaches them: through a link (-R follows links) or a symlinked file.
+    (workspace / "docs" / "plan.md").write_text("TOKEN in the plan")
+    policy = workspace.parent / "policy.toml"
+    policy.write_text(PRIVATE_FOLDER)
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={
+                "data_dir": workspace.parent / "data",
+                "workspace_roots": (workspace,),
+                "policy_file": policy,
+                "sandbox_namespaces": namespaces,
+            }
+        )
+    )
+    commands = ["grep -r 'diary\\|TOKEN' .", "grep -rn TOKEN", "grep -R TOKEN docs"]
+    turns = [
+        ScriptedTurn(tool_calls=[ScriptedToolCall(name="run_command", arguments={"command": c})])
+        for c in commands
+    ]
+    container.llm_gateway.override(ScriptedLLMGateway([*turns, ScriptedTurn(content="done")]))
+    async with container.kernel() as kernel:
+        result = await kernel.execute_task(TaskRequest(task="look around", force_mode="react"))
+        events = await kernel.task_events(result.task_id)
+    assert result.status is TaskStatus.SUCCEEDED  # no human was asked
+    said = [e.result.content for e in events if isinstance(e, ToolCompleted)]
+    assert len(said) == 3
+    for output in said:
+        assert "plan.md:" in output and "TOKEN in the plan" in output, output
+        assert "TOKEN=x" not in output and "my diary" not in output, output
+        assert "name them alone: .env" in output, output
+    assert "1 files left out: a policy rule denies them" in said[0]
+
+
+async def test_unconfined_a_walk_past_a_ruled_file_is_refused_as_it_cannot_be_hidden(
+    workspace: Path,
+) -> None:
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={
+                "data_dir": workspace.parent / "data",
+                "workspace_roots": (workspace,),
+                "sandbox_mode": "unconfined",
+            }
+        )
+    )
+    calls = [
+        ScriptedToolCall(name="run_command", arguments={"command": "grep -r TOKEN ."}),
+        ScriptedToolCall(name="run_command", arguments={"command": "grep -r hello docs"}),
+    ]
+    container.llm_gateway.override(
+        ScriptedLLMGateway(
+            [ScriptedTurn(tool_calls=[call]) for call in calls] + [ScriptedTurn(content="done")]
+        )
+    )
+    (workspace / "docs" / "env").unlink()  # docs/ holds nothing a rule concerns now
+    (workspace / "docs" / "hello.md").write_text("hello")
+    async with container.kernel() as kernel:
+        result = await kernel.execute_task(TaskRequest(task="look around", force_mode="react"))
+        events = await kernel.task_events(result.task_id)
+    done = [e.result for e in events if isinstance(e, ToolCompleted)]
+    assert done[0].is_error and "cannot be hidden" in done[0].content, done[0]
+    assert "TOKEN=x" not in done[0].content
+    assert not done[1].is_error and "docs/hello.md:hello" in done[1].content, done[1]
+
+
+def test_a_walk_past_too_many_withheld_files_is_refused_with_the_reason(
+    workspace: Path, tmp_path: Path
+) -> None:
+    from core_agent.contracts.tool import WithheldFile
+    from providers.sandbox.paths import PathGuard
+    from providers.sandbox.walk_screen import screen_walks
+
+    def secret(path: str) -> WithheldFile | None:
+        return WithheldFile(denied=True, reason="x") if "private" in path or "env" in path else None
+
+    paths = PathGuard([workspace])
+    screen = screen_walks(paths, ["."], secret)
+    assert screen.refusal is None and screen.denied == 2  # .env, private/notes.txt, once each
+    assert screen_walks(paths, ["."], secret, max_hidden=1).refusal is not None
+    assert "more than 3 files" in (screen_walks(paths, ["."], secret, max_files=3).refusal or "")

@@ -49,6 +49,10 @@ class CommandAssessment:
     paths: tuple[str, ...] = ()
     """The workspace paths it names (operands, redirections), as ``SandboxVerdict.path``
     gives them; a directory whose files it reads (a glob's) ends with ``/``."""
+    walks: tuple[str, ...] = ()
+    """The directories (as ``paths`` gives them, without the ``/``) below which it reads
+    every file (``grep -r``, ``rg``, ``diff -r``). The sandbox keeps from the command the files
+    below them that the call's permit withholds (``CallPermit.withheld``)."""
 
     @property
     def allowed(self) -> bool:

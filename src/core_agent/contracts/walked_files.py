@@ -8,6 +8,7 @@ policy through the call's permit (``CallPermit.withheld``), so that a rule on ``
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio.to_thread
@@ -51,14 +52,23 @@ async def walked_files(
                 denied += 1
             else:
                 asking.append(path)
-        notes = []
-        if asking:
-            notes.append(
-                f"[not read: reading these needs a human's approval, name them alone: "
-                f"{', '.join(str(p) for p in asking[:20])}]"
-            )
-        if denied:
-            notes.append(f"[{denied} files left out: a policy rule denies them]")
-        return kept, "\n".join(notes)
+        return kept, withheld_note(asking, denied)
 
     return await anyio.to_thread.run_sync(screened)
+
+
+def withheld_note(asking: Sequence[str], denied: int) -> str:
+    """What a walk tells the model of the files it left out ("" when none).
+
+    ``asking``: the files reading which needs a human, named so the model can ask for one
+    alone; ``denied``: how many a rule denies, counted without naming them.
+    """
+    notes = []
+    if asking:
+        notes.append(
+            f"[not read: reading these needs a human's approval, name them alone: "
+            f"{', '.join(asking[:20])}]"
+        )
+    if denied:
+        notes.append(f"[{denied} files left out: a policy rule denies them]")
+    return "\n".join(notes)

@@ -83,7 +83,9 @@ def judge_call(
     approval_required = not decision.denied and decision.risk.at_least(threshold)
     withheld = None
     if any(path.endswith("/") for path in assessment.paths):
-        withheld = _screen(policy, tool, decision, tainted=tainted, threshold=threshold)
+        withheld = _screen(
+            policy, tool, arguments, assessment, decision, tainted=tainted, threshold=threshold
+        )
     permit = CallPermit(write=assessment.writes, network=decision.allow_network, withheld=withheld)
     if decision.unproven and not assessment.unproven:
         assessment = replace(assessment, unproven=decision.unproven)
@@ -93,6 +95,8 @@ def judge_call(
 def _screen(
     policy: IPolicyEngine,
     tool: ITool,
+    arguments: Mapping[str, Any],
+    assessment: ToolAssessment,
     decision: PolicyDecision,
     *,
     tainted: bool,
@@ -101,13 +105,17 @@ def _screen(
     """``CallPermit.withheld`` for a walk graded ``decision``.
 
     The walk was graded by its directory; each file below is graded as if the call named it
-    alone. Approving the walk does not hand over those files: whoever approved saw a
-    directory, not them.
+    alone (the same arguments and the tool's own grade, that one path): a file no path rule
+    concerns keeps the call's grade, so only what a rule grades higher is withheld (``grep
+    -r`` over a workspace holding ``.env``). Approving the walk does not hand over those
+    files: whoever approved saw a directory, not them.
     """
     spec = tool.spec
 
     def withheld(path: str) -> WithheldFile | None:
-        alone = policy.evaluate(spec, {}, tainted=tainted, assessment=ToolAssessment(paths=(path,)))
+        alone = policy.evaluate(
+            spec, arguments, tainted=tainted, assessment=replace(assessment, paths=(path,))
+        )
         if alone.denied:
             return WithheldFile(denied=True, reason=f"denied by rule {alone.rule}")
         if alone.risk.rank > decision.risk.rank and alone.risk.at_least(threshold):

@@ -17,6 +17,7 @@ before taint raises it).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import posixpath
 import re
 import tomllib
@@ -55,6 +56,7 @@ PATH_ARGUMENTS = frozenset(
 )
 COMMAND_ARGUMENTS = frozenset({"command", "cmd", "script", "shell"})
 URL_ARGUMENTS = frozenset({"url", "urls", "uri", "endpoint", "href", "link"})
+_PARSED_COMMANDS_KEPT = 256
 _TAINT_SENSITIVE = frozenset({Capability.WRITE, Capability.EXEC, Capability.NETWORK})
 _CAPABILITY_RISK = {
     Capability.EXEC: RiskLevel.HIGH,
@@ -153,6 +155,9 @@ class RulePolicyEngine(IPolicyEngine):
         self._rules = [*rules, *(rule for rule in floor_rules if rule.effect == "deny")]
         self._floor = [rule for rule in floor_rules if rule.effect == "grade"]
         self._parser = shell_parser
+        # A command is read once however often it is graded: a walking command's screen
+        # grades it again for every file below its directory (``call_judgement._screen``).
+        self._sub_commands = functools.lru_cache(maxsize=_PARSED_COMMANDS_KEPT)(self._split)
         # One compiled regular expression per rule and argument kind: matching is the hot path.
         self._compiled = {
             id(rule): (
@@ -336,16 +341,16 @@ class RulePolicyEngine(IPolicyEngine):
             tuple(doubts),
         )
 
-    def _sub_commands(self, command: str) -> tuple[list[str], bool, tuple[str, ...]]:
+    def _split(self, command: str) -> tuple[tuple[str, ...], bool, tuple[str, ...]]:
         """The sub-commands' texts, whether the line parsed, what could not be read."""
         if self._parser is None:
-            return [command.strip()], True, ()
+            return (command.strip(),), True, ()
         parsed = self._parser.parse(command)
-        found = [" ".join(c.argv) for c in parsed.commands]
+        found = tuple(" ".join(c.argv) for c in parsed.commands)
         if not parsed.ok:
             # Deny rules still see every command the parser could find, and the raw line.
-            return [*found, command.strip()], False, (f"cannot be parsed: {parsed.error}",)
-        return found or [command.strip()], True, parsed.unproven
+            return (*found, command.strip()), False, (f"cannot be parsed: {parsed.error}",)
+        return found or (command.strip(),), True, parsed.unproven
 
     def _matches(
         self,

@@ -88,6 +88,7 @@ class CommandGuard:
             return CommandAssessment(refusal="the command runs no program")
         writes = False
         named: list[str] = []  # what policy path rules will see, resolved
+        walks: list[str] = []  # directories whose every file is read
         for redirection in parsed.redirections:
             target = redirection.target
             if redirection.dynamic or target in _HARMLESS_TARGETS:
@@ -105,7 +106,7 @@ class CommandGuard:
                 named.append(verdict.path)
         programs: list[str] = []
         for simple in parsed.commands:
-            reasons, program, simple_writes = self._judge(simple, named)
+            reasons, program, simple_writes = self._judge(simple, named, walks)
             unproven.extend(reasons)
             writes = writes or simple_writes
             if program is not None and program not in programs:
@@ -115,12 +116,16 @@ class CommandGuard:
             writes=writes,
             programs=tuple(programs),
             paths=tuple(dict.fromkeys(named)),
+            walks=tuple(dict.fromkeys(walks)),
         )
 
-    def _judge(self, simple: SimpleCommand, named: list[str]) -> tuple[list[str], str | None, bool]:
+    def _judge(
+        self, simple: SimpleCommand, named: list[str], walks: list[str]
+    ) -> tuple[list[str], str | None, bool]:
         """Reasons ``simple`` is not proven, the program it runs, and whether it writes.
 
-        The workspace paths it names are added to ``named``.
+        The workspace paths it names are added to ``named``, the directories whose every file
+        it reads (``grep -r``) to ``walks``.
         """
         argv = simple.argv
         shown = " ".join(argv)[:120]
@@ -165,7 +170,8 @@ class CommandGuard:
             return reasons, program, True
         verdict, _ = judge_options(profile, args, program=name)
         reasons.extend(verdict.unsafe)
-        reasons.extend(self._outside(verdict.reads, name, named))
+        walked = walks if verdict.walks else None
+        reasons.extend(self._outside(verdict.reads, name, named, walks=walked))
         for index in simple.globbed:
             reasons.extend(self._outside([_glob_base(argv[index])], name, named, tree=True))
             # The files the shell will put in its place, as they are now: each is read, and
@@ -176,7 +182,7 @@ class CommandGuard:
                     f"{shown!r}: {argv[index]!r} matches more than {_MAX_GLOB_MATCHES} files"
                 )
             else:
-                reasons.extend(self._outside(matches, name, named))
+                reasons.extend(self._outside(matches, name, named, walks=walked))
         return reasons, program, False
 
     def _expand(self, pattern: str) -> list[str] | None:
@@ -216,9 +222,19 @@ class CommandGuard:
         return PROFILES.get(name)
 
     def _outside(
-        self, paths: Sequence[str], program: str, named: list[str], *, tree: bool = False
+        self,
+        paths: Sequence[str],
+        program: str,
+        named: list[str],
+        *,
+        tree: bool = False,
+        walks: list[str] | None = None,
     ) -> list[str]:
-        """Why ``program`` may not read ``paths``; those it may are added to ``named``."""
+        """Why ``program`` may not read ``paths``; those it may are added to ``named``.
+
+        With ``walks`` (the program reads every file below a directory it is given), the
+        directories among them are added there too.
+        """
         reasons = []
         for path in paths:
             if not path:
@@ -229,8 +245,10 @@ class CommandGuard:
             elif verdict.path is not None:
                 # A directory operand is read whole by the programs that take one (grep -r,
                 # ls, du): rules on any path below it concern it.
-                walked = tree or os.path.isdir(self._paths.resolve(path))
-                named.append(f"{verdict.path}/" if walked else verdict.path)
+                directory = os.path.isdir(self._paths.resolve(path))
+                named.append(f"{verdict.path}/" if tree or directory else verdict.path)
+                if walks is not None and directory:
+                    walks.append(verdict.path)
         return reasons
 
 

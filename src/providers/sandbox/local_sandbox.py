@@ -57,6 +57,7 @@ from providers.sandbox.launcher_client import CommandLauncher, ConfinedProcess, 
 from providers.sandbox.network import NetworkGuard
 from providers.sandbox.paths import PathGuard
 from providers.sandbox.program_paths import default_search_path
+from providers.sandbox.walk_screen import WalkScreen, screen_walks
 from providers.shell.tree_sitter_parser import TreeSitterShellParser
 
 log = logging.getLogger(__name__)
@@ -298,6 +299,20 @@ class LocalToolSandbox(IToolSandbox):
         if assessment.refusal:
             raise SandboxRefusedError(assessment.refusal)
         permit = permit or CallPermit()
+        screen = WalkScreen()
+        if assessment.walks and permit.withheld is not None:
+            screen = await anyio.to_thread.run_sync(
+                screen_walks, self.paths, assessment.walks, permit.withheld
+            )
+            if screen.refusal:
+                raise SandboxRefusedError(screen.refusal)
+            if screen.hidden and self._mode == "unconfined":
+                raise SandboxRefusedError(
+                    "the command reads every file below a directory holding files the policy "
+                    f"keeps from it ({', '.join(screen.asking[:5]) or 'denied files'}), and "
+                    "commands run unconfined here, so they cannot be hidden from it: search "
+                    "the files it may read by name, or use the grep tool"
+                )
         timeout = timeout_s or self._command_timeout_s
         program, argv = self._invocation(command)
         temporary = await anyio.to_thread.run_sync(
@@ -306,7 +321,7 @@ class LocalToolSandbox(IToolSandbox):
         try:
             if self._mode == "unconfined":
                 return await self._run_unconfined(program, argv, temporary, timeout)
-            return await self._run_confined(program, argv, temporary, timeout, permit)
+            return await self._run_confined(program, argv, temporary, timeout, permit, screen)
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(temporary, ignore_errors=True))
@@ -381,7 +396,13 @@ class LocalToolSandbox(IToolSandbox):
         return info
 
     async def _run_confined(
-        self, program: str, argv: list[str], temporary: str, limit_s: float, permit: CallPermit
+        self,
+        program: str,
+        argv: list[str],
+        temporary: str,
+        limit_s: float,
+        permit: CallPermit,
+        screen: WalkScreen,
     ) -> CommandResult:
         info = await self._confinement_info()
         roots = self.paths.roots
@@ -399,7 +420,12 @@ class LocalToolSandbox(IToolSandbox):
             cwd=roots[0],
             environment=command_environment(self.search_path, temporary),
             roots=roots,
-            carved=carved_paths(roots, self.paths.protected, self.paths.hidden, before.found),
+            carved=carved_paths(
+                roots,
+                self.paths.protected,
+                [*self.paths.hidden, *map(Path, screen.hidden)],
+                before.found,
+            ),
             temporary=temporary,
             writable=permit.write,
             network=permit.network,
@@ -413,12 +439,13 @@ class LocalToolSandbox(IToolSandbox):
         outputs, truncated, timed_out = await self._collect(process, limit_s)
         if process.errors and process.returncode in (126, 127):
             outputs["stderr"] += ("\n".join(process.errors) + "\n").encode()
-        warnings: tuple[str, ...] = ()
+        warnings: tuple[str, ...] = (screen.note,) if screen.note else ()
         if permit.write:
             after = await anyio.to_thread.run_sync(self._find_protected)
-            warnings = tuple(_new_repository_warning(path) for path in after.added_since(before))
-            for warning in warnings:
+            new = tuple(_new_repository_warning(path) for path in after.added_since(before))
+            for warning in new:
                 log.warning("%s", warning)
+            warnings += new
         return CommandResult(
             exit_code=process.returncode,
             stdout=outputs["stdout"].decode("utf-8", "replace"),

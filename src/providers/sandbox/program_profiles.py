@@ -44,6 +44,14 @@ class ProgramProfile:
     unsafe_operands_without: frozenset[str] = frozenset()
     """Operands are unsafe unless one of these options is given (``git branch NAME`` creates a
     branch; ``git branch --list PATTERN`` only lists)."""
+    walk_options: frozenset[str] = frozenset()
+    """Options that make the program read every file below its directory operands, or below
+    the current directory when it names no file (``grep -r``). ``NAME=VALUE`` stands for an
+    option with that value (``--directories=recurse``); a long name or a value may be given
+    abbreviated, as getopt allows."""
+    walks_always: bool = False
+    """The program reads every file below its directory operands whatever its options, and
+    below the current directory when it names no file (``rg``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,9 @@ class OptionVerdict:
     """Why the arguments are not proven harmless (a write, a program run, unseen reads)."""
     reads: tuple[str, ...] = ()
     """Option values and operands that name files to read."""
+    walks: bool = False
+    """The program reads every file below the directories among ``reads`` (``grep -r``); the
+    current directory is among them when it names no file."""
 
 
 READ_ONLY = ProgramProfile()
@@ -229,6 +240,16 @@ PROFILES: dict[str, ProgramProfile] = {
         },
         operands="pattern_then_read",
         numeric_options=True,
+        walk_options=frozenset(
+            {
+                "-r",
+                "-R",
+                "--recursive",
+                "--dereference-recursive",
+                "-d=recurse",
+                "--directories=recurse",
+            }
+        ),
     ),
     "rg": ProgramProfile(
         # --pre and --hostname-bin run programs; -z runs decompressors.
@@ -273,6 +294,7 @@ PROFILES: dict[str, ProgramProfile] = {
             "after-context": "text",
         },
         operands="pattern_then_read",
+        walks_always=True,
     ),
     "sort": ProgramProfile(
         # -o writes a file, -T writes temporary files in a directory, and
@@ -350,6 +372,8 @@ PROFILES: dict[str, ProgramProfile] = {
             "tabsize": "text",
             "horizon-lines": "text",
         },
+        # Two directories are compared file by file (every level with -r): read whole.
+        walks_always=True,
     ),
     "echo": ProgramProfile(operands="text"),
     "pwd": ProgramProfile(operands="text", max_operands=0),
@@ -448,6 +472,7 @@ def judge_options(
                 continue
             if not has_value and index < len(args):
                 value, index = args[index], index + 1
+            given.add(f"--{match}={value}")
             if kind in ("read", "list"):
                 reads.append(value)
             elif kind == "ranged_read":
@@ -469,6 +494,7 @@ def judge_options(
                 value = word[position + 1 :]
                 if not value and index < len(args):
                     value, index = args[index], index + 1
+                given.add(f"-{letter}={value}")
                 if kind in ("read", "list"):
                     reads.append(value)
                 elif kind == "ranged_read":
@@ -482,8 +508,35 @@ def judge_options(
         unsafe.append(f"{program}: operand {operands[profile.max_operands]!r} is an output file")
     if profile.unsafe_operands_without and operands and not given & profile.unsafe_operands_without:
         unsafe.append(f"{program} {operands[0]!r} changes the repository")
-    reads.extend(_operand_reads(profile, operands, given, program, unsafe))
-    return OptionVerdict(tuple(unsafe), tuple(reads)), len(operands)
+    named = _operand_reads(profile, operands, given, program, unsafe)
+    walks = profile.walks_always or _walk_option_given(profile.walk_options, given)
+    if walks and not named and profile.operands != "text":
+        named = ["."]  # grep -r PATTERN, rg PATTERN: the current directory
+    reads.extend(named)
+    return OptionVerdict(tuple(unsafe), tuple(reads), walks), len(operands)
+
+
+def _walk_option_given(options: frozenset[str], given: set[str]) -> bool:
+    """Whether one of ``options`` (``ProgramProfile.walk_options``) is among ``given``.
+
+    Long names and values count when given abbreviated (``--recur``, ``-d rec``): getopt
+    takes a unique prefix, and an ambiguous one fails the program, so counting it too only
+    errs towards screening.
+    """
+    for option in options:
+        if option in given:
+            return True
+        name, equals, value = option.partition("=")
+        for word in given:
+            word_name, word_equals, word_value = word.partition("=")
+            if bool(equals) != bool(word_equals) or not word_name.startswith(name[:2]):
+                continue
+            if equals:
+                if word_name == name and word_value and value.startswith(word_value):
+                    return True
+            elif name.startswith("--") and len(word_name) > 3 and name.startswith(word_name):
+                return True
+    return False
 
 
 _UNSEEN_READS = (

@@ -267,6 +267,38 @@ def test_option_values_and_operands_that_name_files_are_reported_as_reads() -> N
     assert verdict.reads == ("a.txt",)
 
 
+@pytest.mark.parametrize(
+    ("command", "walks"),
+    [
+        ("grep -r TODO src", ("src",)),
+        ("grep -rn TODO", (".",)),  # grep -r without a file reads the current directory
+        ("grep TODO -R .", (".",)),
+        ("grep --recur TODO src", ("src",)),  # getopt takes a unique prefix
+        ("grep -d recurse TODO src", ("src",)),
+        ("grep --directories=rec TODO src", ("src",)),
+        ("grep -r -e TODO src src/app.py", ("src",)),  # a file is read, not walked
+        ("diff -r src src", ("src",)),
+        ("grep TODO src/app.py", ()),
+        ("grep -d skip TODO src", ()),
+        ("ls -R src", ()),  # names, not contents
+    ],
+)
+def test_commands_that_read_every_file_below_a_directory_name_it(
+    guard: CommandGuard, workspace: Path, command: str, walks: tuple[str, ...]
+) -> None:
+    (workspace / "src" / "app.py").write_text("# TODO")
+    verdict = guard.assess(command)
+    assert verdict.walks == walks, verdict
+
+
+def test_rg_reads_every_file_below_its_directories_or_the_current_one() -> None:
+    # rg is not installed on every machine: its profile is read directly.
+    verdict, _ = judge_options(PROFILES["rg"], ["TODO"], program="rg")
+    assert verdict.walks and verdict.reads == (".",)
+    verdict, _ = judge_options(PROFILES["rg"], ["TODO", "src"], program="rg")
+    assert verdict.walks and verdict.reads == ("src",)
+
+
 def test_a_workspace_program_named_like_an_allowed_one_is_not_allowed(
     guard: CommandGuard, workspace: Path
 ) -> None:
