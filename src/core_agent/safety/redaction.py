@@ -3,7 +3,9 @@
 A ``Redactor`` replaces, in any text, the values of the model and embedding keys, the values
 of the host's credential variables (names with KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL...),
 well-known key formats (OpenAI, Anthropic, GitHub, AWS, Google, Slack, Stripe keys, JWTs,
-bearer tokens, private key blocks) and the patterns the user configures
+bearer tokens, private key blocks), values a label names as secret (``password: …``,
+``密码：…``, ``DB_PASSWORD=…``, ``Authorization: Basic …``, a URL's password; the label
+stays) and the patterns the user configures
 (``AGENT_REDACT_PATTERNS``), with ``[REDACTED]``. The store wrappers in ``redacting_stores``
 apply it to every event, span, checkpoint and memory before it is written; what the model and
 the host see in memory is unchanged.
@@ -28,6 +30,8 @@ M = TypeVar("M", bound=BaseModel)
 MARK = "[REDACTED]"
 MIN_SECRET_CHARS = 8
 """Shorter values of credential variables are not treated as secrets (too many false hits)."""
+_VALUE = r"[^\s\"'\\,:;\]}}，。；、（）][^\s\"'\\，。；、（）]{{{least},}}"
+"""A labelled secret's value, of at least ``least`` + 1 characters (a ``str.format`` template)."""
 
 KEY_FORMATS = (
     r"sk-ant-[A-Za-z0-9_\-]{20,}",
@@ -47,8 +51,21 @@ KEY_FORMATS = (
     # (a key in JSON text).
     r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|"
     r"(?:(?:Proc-Type|DEK-Info):[ \t\w,-]*|[A-Za-z0-9+/=\s]|\\[rn])*)",
+    # A value after a label that says it is one; the label is kept (``KEPT_GROUPS``). The
+    # value stops at a quote, a backslash or a space, and cannot start at JSON's punctuation,
+    # so a JSON text searched whole is never cut across its structure.
+    r"(?P<kept_label>(?:(?i:password|passwd|passphrase|aws_secret_access_key)|密码|口令|密钥)"
+    r"[ \t]*[:=：][ \t]*[\"']?)" + _VALUE.format(least=3),
+    r"(?P<kept_variable>[A-Z][A-Z0-9_]*_(?:KEY|TOKEN|SECRET|PASSWORD|PASS|PWD|CREDENTIALS?)"
+    r"[ \t]*=[ \t]*[\"']?)" + _VALUE.format(least=7),
+    r"(?P<kept_basic>(?i:authorization)[ \t]*[:=][ \t]*[\"']?(?i:basic)[ \t]+)"
+    r"[A-Za-z0-9+/=]{8,}",
+    # The password of a URL's user (``https://user:pw@host``), the ``@`` kept.
+    r"(?P<kept_url>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@\"'\\]+:)[^\s/@\"'\\]+(?P<kept_at>@)",
 )
 """Credential formats redacted wherever they appear."""
+KEPT_GROUPS = ("kept_label", "kept_variable", "kept_basic", "kept_url")
+"""Groups of ``KEY_FORMATS`` that stay in the text before the mark (a label, a URL's user)."""
 KEY_FORMAT_ANCHORS = (
     "sk-",
     "_live_",
@@ -68,14 +85,22 @@ KEY_FORMAT_ANCHORS = (
     "eyJ",
     "-----BEGIN",
 )
-"""Every match of a case-sensitive ``KEY_FORMATS`` pattern holds one of these (the bearer
-format is looked for in lower case). Finding none with ``in`` is about thirty times faster
-than the patterns' search, which is then skipped: events, spans and checkpoints of every step
-are redacted, and almost none holds a key. Stripe-style keys (``sk_live_...``) are found by
+"""Every match of a case-sensitive, unlabelled ``KEY_FORMATS`` pattern holds one of these.
+Finding none with ``in`` is about thirty times faster than the patterns' search, which is
+then skipped: events, spans and checkpoints of every step are redacted, and almost none
+holds a key. Stripe-style keys (``sk_live_...``) are found by
 their middle: ``sk_`` alone is in ``task_id`` and ``risk_level``, which every event's JSON
-holds, and the search ran over all of them."""
-SHORTEST_KEY_FORMAT = 15
-"""No text shorter than this matches one of ``KEY_FORMATS`` (``xox?-`` and ten characters)."""
+holds, and the search ran over all of them. The formats that match in any case are found by
+``CASELESS_ANCHORS`` instead."""
+CASELESS_ANCHORS = ("bearer", "passw", "passphrase", "aws_secret", "authorization")
+"""Every match of a case-insensitive ``KEY_FORMATS`` pattern holds one of these, looked for in
+the text in lower case."""
+VARIABLE_ANCHORS = ("_KEY", "_TOKEN", "_SECRET", "_PASS", "_PWD", "_CREDENTIAL")
+"""Every ``NAME_KEY=value`` match holds ``=`` and one of these (looked for after the ``=``)."""
+CHINESE_ANCHORS = ("密码", "口令", "密钥")
+"""Every match of a Chinese label holds one of these (looked for in non-ASCII texts only)."""
+SHORTEST_KEY_FORMAT = 7
+"""No text shorter than this matches one of ``KEY_FORMATS`` (``密码:`` and four characters)."""
 
 _CREDENTIAL_NAME = re.compile(
     r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|COOKIE|PRIVATE|SESSION|PAT)",
@@ -144,7 +169,7 @@ class Redactor:
         """``value`` with every secret replaced by ``[REDACTED]``."""
         if self._regex is None or not self._may_hold_secret(value):
             return value
-        return self._regex.sub(MARK, value)
+        return self._regex.sub(_marked, value)
 
     def contains_secret(self, value: str) -> bool:
         """Whether ``value`` holds something ``text`` would replace."""
@@ -162,7 +187,7 @@ class Redactor:
         for anchor in anchors:
             if anchor in value:
                 return True
-        return "bearer" in value.lower()
+        return _holds_other_anchor(value)
 
     def data(self, value: Any, *, max_chars: int | None = None, keys: bool = True) -> Any:
         """JSON-like data with every string (keys included) redacted.
@@ -179,7 +204,7 @@ class Redactor:
 
     def _string(self, value: str, max_chars: int | None) -> str:
         if self._regex is not None and self._may_hold_secret(value):
-            value = self._regex.sub(MARK, value)
+            value = self._regex.sub(_marked, value)
         if max_chars is None or len(value) <= max_chars:
             return value
         return cut_text(value, max_chars)
@@ -242,7 +267,7 @@ class Redactor:
         for anchor in anchors:
             if anchor in text:
                 return True
-        return "bearer" in text.lower()
+        return _holds_other_anchor(text)
 
     def _clean_model(self, model: M, regex: re.Pattern[str]) -> M:
         fixed = _literal_fields(type(model))
@@ -260,7 +285,7 @@ class Redactor:
         if type(value) is str:  # an enumeration's member is a str too, and is left alone
             if not self._may_hold_secret(value):
                 return value
-            cleaned, count = regex.subn(MARK, value)
+            cleaned, count = regex.subn(_marked, value)
             return cleaned if count else value
         if isinstance(value, BaseModel):
             return self._clean_model(value, regex)
@@ -280,6 +305,33 @@ class Redactor:
                 return value
             return kind(cleaned_items)
         return value
+
+
+def _holds_other_anchor(text: str) -> bool:
+    """Whether ``text`` holds what a labelled ``KEY_FORMATS`` match needs (cheapest first)."""
+    equals = "=" in text
+    if not equals and ":" not in text and "：" not in text:
+        # Every label is followed by one of these; only the bearer format needs none.
+        return "bearer" in text.lower()
+    if equals and any(anchor in text for anchor in VARIABLE_ANCHORS):
+        return True
+    if "://" in text and "@" in text:
+        return True
+    if not text.isascii() and any(anchor in text for anchor in CHINESE_ANCHORS):
+        return True
+    lowered = text.lower()
+    return any(anchor in lowered for anchor in CASELESS_ANCHORS)
+
+
+def _marked(match: re.Match[str]) -> str:
+    """What a secret is replaced by: the mark, after what its pattern keeps (``KEPT_GROUPS``)."""
+    if match.lastgroup is None:
+        return MARK
+    groups = match.groupdict()
+    return f"{groups.get('kept_label') or groups.get('kept_variable') or ''}" + (
+        f"{groups.get('kept_basic') or ''}{groups.get('kept_url') or ''}{MARK}"
+        f"{groups.get('kept_at') or ''}"
+    )
 
 
 @functools.cache

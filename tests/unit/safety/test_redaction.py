@@ -83,9 +83,9 @@ def test_texts_too_short_for_any_secret_are_let_through_but_none_is_missed() -> 
     # Every shipped format needs at least SHORTEST_KEY_FORMAT characters...
     assert min(parser.parse(f).getwidth()[0] for f in KEY_FORMATS) == SHORTEST_KEY_FORMAT
     # ... so a short text is not searched, but the shortest secret is still found,
-    shortest = "xoxb-" + "1" * 10
+    shortest = "密码:" + "1" * 4
     assert len(shortest) == SHORTEST_KEY_FORMAT
-    assert Redactor().text(shortest) == MARK
+    assert Redactor().text(shortest) == f"密码:{MARK}"
     # as are a literal secret of the least length, and what a short user pattern matches.
     assert Redactor(["hunter22"]).text("pw hunter22") == f"pw {MARK}"
     assert Redactor(patterns=[r"\bPIN\d{2}\b"]).text("PIN42") == MARK
@@ -194,7 +194,10 @@ def test_a_models_strings_are_redacted_as_text_redacts_them() -> None:
 
 def test_the_key_formats_anchors_read_the_same_in_json() -> None:
     # Redactor.model looks for them in a model's JSON before it searches the strings.
-    assert all(json.dumps(anchor)[1:-1] == anchor for anchor in KEY_FORMAT_ANCHORS)
+    # (pydantic writes non-ASCII characters as they are: 密码 stays 密码.)
+    assert all(
+        json.dumps(anchor, ensure_ascii=False)[1:-1] == anchor for anchor in KEY_FORMAT_ANCHORS
+    )
 
 
 OPENSSH_BODY = [
@@ -230,3 +233,43 @@ def test_a_private_key_cut_before_its_end_line_is_redacted(cut: str) -> None:
 def test_text_after_a_whole_private_key_is_kept() -> None:
     key = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1r\n-----END OPENSSH PRIVATE KEY-----"
     assert Redactor().text(f"{key}\nnext step: deploy") == f"{MARK}\nnext step: deploy"
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("login with password: hunter22 now", f"login with password: {MARK} now"),
+        ("PASSWORD='s3cr3t!x'", f"PASSWORD='{MARK}'"),
+        ("数据库密码：Abc12345，请妥善保管", f"数据库密码：{MARK}，请妥善保管"),
+        ("口令=zz99yy88", f"口令={MARK}"),
+        ("DB_PASSWORD=supersecret1\nDEBUG=1", f"DB_PASSWORD={MARK}\nDEBUG=1"),
+        ('export API_KEY="sk-secret-123456"', f'export API_KEY="{MARK}"'),
+        (
+            "aws_secret_access_key = wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+            f"aws_secret_access_key = {MARK}",
+        ),
+        ("Authorization: Basic dXNlcjpwYXNzd29yZA==", f"Authorization: Basic {MARK}"),
+        (
+            "git clone https://bob:s3cr3t@example.com/r.git",
+            f"git clone https://bob:{MARK}@example.com/r.git",
+        ),
+    ],
+)
+def test_a_value_its_label_calls_secret_is_redacted_and_the_label_kept(
+    text: str, kept: str
+) -> None:
+    assert Redactor().text(text) == kept
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "DEBUG_KEY=true",  # too short to be a credential
+        "https://example.com:8080/a@b",  # a port, not a password
+        '["password=",123456789]',  # JSON searched whole is never cut across its structure
+        '{"password": 12345678}',
+        "the basic idea of authorization",
+    ],
+)
+def test_labels_without_a_secret_after_them_leave_the_text_alone(text: str) -> None:
+    assert Redactor().text(text) == text
