@@ -48,8 +48,10 @@ KEY_FORMATS = (
     r"(?i:bearer)\s+[A-Za-z0-9._~+/=\-]{20,}",
     # To its END line or, cut before it (``head -n 3 key``, an output cut short), to the end
     # of its body: encryption headers, base64 and the space between lines, spelled ``\n`` too
-    # (a key in JSON text).
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----|"
+    # (a key in JSON text). The way to the END line never passes five dashes in a row (the
+    # next BEGIN line): a text of many BEGIN lines without END was searched to its end from
+    # each of them (100 kB: 3 s).
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?:(?:[^-]|-{1,4}[^-])*?-----END [A-Z ]*PRIVATE KEY-----|"
     r"(?:(?:Proc-Type|DEK-Info):[ \t\w,-]*|[A-Za-z0-9+/=\s]|\\[rn])*)",
     # A value after a label that says it is one; the label is kept (``KEPT_GROUPS``). The
     # value stops at a quote, a backslash or a space, and cannot start at JSON's punctuation,
