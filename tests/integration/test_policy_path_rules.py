@@ -4,12 +4,14 @@ Graded through the kernel's own tools, a real workspace sandbox and the shipped 
 user's deny rule (the README's "private folder" example), as `core-agent policy check` does.
 """
 
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from core_agent.container import KernelContainer
+from core_agent.contracts.settings import DEFAULT_ALLOWED_COMMANDS
 from core_agent.kernel.call_check import check_call
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
 from shared.agent_protocol import TaskRequest, TaskStatus, ToolCompleted
@@ -271,8 +273,68 @@ def test_a_walk_past_too_many_withheld_files_is_refused_with_the_reason(
     def secret(path: str) -> WithheldFile | None:
         return WithheldFile(denied=True, reason="x") if "private" in path or "env" in path else None
 
-    paths = PathGuard([workspace])
-    screen = screen_walks(paths, ["."], secret)
+    paths, walks = PathGuard([workspace]), [str(workspace)]
+    screen = screen_walks(paths, walks, secret)
     assert screen.refusal is None and screen.denied == 2  # .env, private/notes.txt, once each
-    assert screen_walks(paths, ["."], secret, max_hidden=1).refusal is not None
-    assert "more than 3 files" in (screen_walks(paths, ["."], secret, max_files=3).refusal or "")
+    assert screen_walks(paths, walks, secret, max_hidden=1).refusal is not None
+    assert "more than 3 files" in (screen_walks(paths, walks, secret, max_files=3).refusal or "")
+
+
+async def run_commands(workspace: Path, commands: list[str], **settings: Any) -> list[Any]:
+    """Each command run by a scripted model in its own turn; the tool results in order."""
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={"data_dir": workspace.parent / "data", "workspace_roots": (workspace,)}
+            | settings
+        )
+    )
+    turns = [
+        ScriptedTurn(tool_calls=[ScriptedToolCall(name="run_command", arguments={"command": c})])
+        for c in commands
+    ]
+    container.llm_gateway.override(ScriptedLLMGateway([*turns, ScriptedTurn(content="done")]))
+    async with container.kernel() as kernel:
+        result = await kernel.execute_task(TaskRequest(task="look around", force_mode="react"))
+        events = await kernel.task_events(result.task_id)
+    assert result.status is TaskStatus.SUCCEEDED  # no human was asked
+    return [e.result for e in events if isinstance(e, ToolCompleted)]
+
+
+async def test_a_walk_reaching_a_secret_by_another_root_link_or_name_does_not_read_it(
+    workspace: Path, tmp_path: Path
+) -> None:
+    # Another root (walked by its absolute path), a link out of the roots to a readable
+    # folder (grep -R follows it), a hard link (a second name of .env), an allowlist entry
+    # with words of its own (grep -n): each walked past a secret, none may read it.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / ".env").write_text("TOKEN=other")
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "server.pem").write_text("TOKEN=pem")
+    (workspace / "ext").symlink_to(extra)
+    os.link(workspace / ".env", workspace / "notes.bak")
+    results = await run_commands(
+        workspace,
+        # The configured entry first: it may write, so after a tainting read it would ask.
+        ["grep -n -r TOKEN", f"grep -r TOKEN {other}", "grep -R TOKEN .", "grep -r TOKEN ."],
+        workspace_roots=(workspace, other),
+        sandbox_read_paths=(extra,),
+        sandbox_allowed_commands=(*DEFAULT_ALLOWED_COMMANDS, "grep -n"),
+    )
+    assert len(results) == 4
+    for result in results:
+        assert not result.is_error, result
+        assert "TOKEN=" not in result.content, result.content
+    assert "name them alone: .env" in results[1].content  # other's, by its own root
+    assert "notes.bak" in results[3].content and "server.pem" in results[2].content
+
+
+async def test_a_withheld_file_whose_name_is_not_utf8_refuses_the_walk_plainly(
+    workspace: Path,
+) -> None:
+    os.rename(workspace / ".env", os.path.join(os.fsencode(workspace), b"k\xfe.pem"))
+    (result,) = await run_commands(workspace, ["grep -r TOKEN ."])
+    assert result.is_error and "not UTF-8" in result.content, result
+    assert "TOKEN=x" not in result.content

@@ -50,9 +50,9 @@ class CommandAssessment:
     """The workspace paths it names (operands, redirections), as ``SandboxVerdict.path``
     gives them; a directory whose files it reads (a glob's) ends with ``/``."""
     walks: tuple[str, ...] = ()
-    """The directories (as ``paths`` gives them, without the ``/``) below which it reads
-    every file (``grep -r``, ``rg``, ``diff -r``). The sandbox keeps from the command the files
-    below them that the call's permit withholds (``CallPermit.withheld``)."""
+    """The directories, resolved (absolute, links followed), below which it reads every file
+    (``grep -r``, ``rg``, ``diff -r``). The sandbox keeps from the command the files below
+    them that the call's permit withholds (``CallPermit.withheld``)."""
 
     @property
     def allowed(self) -> bool:

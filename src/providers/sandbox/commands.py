@@ -167,6 +167,12 @@ class CommandGuard:
             # Allowed by configuration without a profile: trusted as configured, may write.
             paths = [word for word in args if looks_like_path(word)]
             reasons.extend(self._outside(paths, name, named))
+            known = PROFILES.get(name) if name != "git" else None
+            if known is not None:
+                # A configured entry with words (``grep -n``) still walks as the program does.
+                seen, _ = judge_options(known, args, program=name)
+                if seen.walks:
+                    reasons.extend(self._outside(seen.reads, name, named, walks=walks))
             return reasons, program, True
         verdict, _ = judge_options(profile, args, program=name)
         reasons.extend(verdict.unsafe)
@@ -248,7 +254,7 @@ class CommandGuard:
                 directory = os.path.isdir(self._paths.resolve(path))
                 named.append(f"{verdict.path}/" if tree or directory else verdict.path)
                 if walks is not None and directory:
-                    walks.append(verdict.path)
+                    walks.append(str(self._paths.resolve(path)))
         return reasons
 
 

@@ -62,6 +62,10 @@ class PathGuard:
         """
         if "\x00" in str(path):
             return SandboxVerdict(False, "the path contains a NUL byte")
+        if _under_proc(path, self.roots[0]):
+            # /proc/self (cwd, root, fd) is resolved here as the kernel's process sees it; a
+            # command would see its own, somewhere else.
+            return SandboxVerdict(False, f"{path} is under /proc, whose links depend on who reads")
         resolved = self.resolve(path)
         root = self.root_of(resolved)
         if root is None:
@@ -182,6 +186,13 @@ class PathGuard:
                 if len(found) >= limit:
                     return found
         return found
+
+
+def _under_proc(path: str | Path, first_root: Path) -> bool:
+    """Whether ``path``, spelled out (``..`` folded, relative to ``first_root``), is in /proc."""
+    spelled = os.path.expanduser(str(path))
+    absolute = os.path.normpath(os.path.join(first_root, spelled))
+    return absolute == "/proc" or absolute.startswith("/proc/")
 
 
 _SWAPPED = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EMLINK})

@@ -19,13 +19,14 @@ import posixpath
 import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from core_agent.contracts.tool import Capability, WithheldFile
 from core_agent.contracts.walked_files import withheld_note
 from providers.sandbox.paths import PathGuard
 
 MAX_SCREENED_FILES = 100_000
-MAX_HIDDEN_FILES = 256
+MAX_HIDDEN_FILES = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,68 +58,133 @@ def screen_walks(
 ) -> WalkScreen:
     """Screen every file below ``walks`` (``CommandAssessment.walks``) through ``withheld``.
 
-    Blocking: run it in a worker thread. Directories outside the roots or in the kernel's
-    data are not searched (the confinement keeps them from the command anyway).
+    Blocking: run it in a worker thread. A file in a root is screened by its workspace path
+    (``SandboxVerdict.path``), one a link leads to outside the roots by its absolute path
+    (the confinement may let the command read it: an extra read path, ``/opt``); the
+    kernel's data and the kernel-made file systems (``/proc``, ``/sys``, ``/dev``) are not
+    searched. A file with several names (a hard link) is withheld under all of them.
     """
-    hidden: list[str] = []
-    asking: list[str] = []
-    denied = 0
-    screened = 0
-    visited: set[tuple[int, int]] = set()
-    pending: list[str] = [str(paths.resolve(walk)) for walk in walks]
-    while pending:
-        directory = pending.pop()
-        verdict = paths.check(directory, Capability.READ)
-        if not verdict.allowed or verdict.path is None:
-            continue
-        try:
-            info = os.stat(directory)
-            if (info.st_dev, info.st_ino) in visited:
+    search = _Search(paths, withheld, max_files, max_hidden)
+    try:
+        for walk in walks:
+            search.directory(os.path.realpath(walk))
+    except _Refused as refused:
+        return WalkScreen(refusal=_too_many(walks, str(refused)))
+    return search.outcome()
+
+
+class _Refused(Exception):
+    """The walk cannot be screened (the text says why)."""
+
+
+class _Search:
+    """One screen's walk: what it visited, screened and withheld so far."""
+
+    def __init__(
+        self,
+        paths: PathGuard,
+        withheld: Callable[[str], WithheldFile | None],
+        max_files: int,
+        max_hidden: int,
+    ) -> None:
+        self.paths = paths
+        self.withheld = withheld
+        self.max_files = max_files
+        self.max_hidden = max_hidden
+        self.visited: set[tuple[int, int]] = set()
+        self.screened = 0
+        self.kept_out: dict[str, tuple[str, WithheldFile]] = {}
+        """Real path: (the path shown, why), for each file withheld."""
+        self.linked: dict[tuple[int, int], list[tuple[str, str]]] = {}
+        """Files with more than one name, by identity: (real path, path shown) of each."""
+        self.withheld_ids: dict[tuple[int, int], WithheldFile] = {}
+
+    def directory(self, start: str) -> None:
+        pending = [start]
+        while pending:
+            directory = pending.pop()
+            shown = self._shown(directory)
+            if shown is None:
                 continue
-            visited.add((info.st_dev, info.st_ino))
-            with os.scandir(directory) as entries:
-                found = list(entries)
-        except OSError:
-            continue
-        shown = verdict.path
-        for entry in found:
             try:
-                if entry.is_symlink():
-                    # Screened where it leads: the file or directory it names is reached
-                    # there with its own workspace path (a link out of the roots is not).
-                    target = os.path.realpath(entry.path)
-                    if os.path.isdir(target):
-                        pending.append(target)
-                        continue
-                    target_shown = paths.check(target, Capability.READ).path
-                    if target_shown is None or not os.path.isfile(target):
-                        continue
-                    real, workspace_path = target, target_shown
-                elif entry.is_dir(follow_symlinks=False):
-                    pending.append(entry.path)
+                info = os.stat(directory)
+                if (info.st_dev, info.st_ino) in self.visited:
                     continue
-                elif stat.S_ISREG(entry.stat(follow_symlinks=False).st_mode):
-                    real = entry.path
-                    workspace_path = posixpath.normpath(posixpath.join(shown, entry.name))
-                else:
-                    continue
+                self.visited.add((info.st_dev, info.st_ino))
+                with os.scandir(directory) as entries:
+                    found = list(entries)
             except OSError:
                 continue
-            screened += 1
-            if screened > max_files:
-                return WalkScreen(refusal=_too_many(walks, f"more than {max_files} files"))
-            kept_out = withheld(workspace_path)
-            if kept_out is None or real in hidden:
-                continue
-            hidden.append(real)
-            if len(hidden) > max_hidden:
-                kept = f"more than {max_hidden} files the policy keeps from it"
-                return WalkScreen(refusal=_too_many(walks, kept))
-            if kept_out.denied:
-                denied += 1
-            else:
-                asking.append(workspace_path)
-    return WalkScreen(tuple(hidden), tuple(asking), denied)
+            for entry in found:
+                try:
+                    if entry.is_symlink():
+                        # Followed (grep -R, rg -L): the place it leads is screened as that
+                        # place, whatever the link is called.
+                        target = os.path.realpath(entry.path)
+                        if os.path.isdir(target):
+                            pending.append(target)
+                        elif os.path.isfile(target):
+                            target_shown = self._shown(target)
+                            if target_shown is not None:
+                                self.file(target, target_shown, os.stat(target))
+                    elif entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    else:
+                        info = entry.stat(follow_symlinks=False)
+                        if stat.S_ISREG(info.st_mode):
+                            name = posixpath.normpath(posixpath.join(shown, entry.name))
+                            self.file(entry.path, name, info)
+                except OSError:
+                    continue
+
+    def _shown(self, real: str) -> str | None:
+        """How ``real`` is named to the policy, or ``None`` when it is not searched."""
+        verdict = self.paths.check(real, Capability.READ)
+        if verdict.allowed and verdict.path is not None:
+            return verdict.path
+        if self.paths.root_of(Path(real)) is not None or _kernel_made(real):
+            return None  # the kernel's data, or not files anyone wrote
+        if any(real == str(h) or real.startswith(f"{h}/") for h in self.paths.hidden):
+            return None
+        return real
+
+    def file(self, real: str, shown: str, info: os.stat_result) -> None:
+        self.screened += 1
+        if self.screened > self.max_files:
+            raise _Refused(f"more than {self.max_files} files")
+        identity = (info.st_dev, info.st_ino)
+        if info.st_nlink > 1:
+            self.linked.setdefault(identity, []).append((real, shown))
+        if real in self.kept_out:
+            return
+        why = self.withheld(shown)
+        if why is not None:
+            self._withhold(real, shown, why)
+            self.withheld_ids[identity] = why
+
+    def _withhold(self, real: str, shown: str, why: WithheldFile) -> None:
+        try:
+            real.encode("utf-8")
+        except UnicodeEncodeError:
+            name = real.encode("utf-8", "surrogateescape")
+            raise _Refused(f"a file the policy keeps from it named {name!r}, not UTF-8") from None
+        self.kept_out[real] = (shown, why)
+        if len(self.kept_out) > self.max_hidden:
+            raise _Refused(f"more than {self.max_hidden} files the policy keeps from it")
+
+    def outcome(self) -> WalkScreen:
+        # A second name of a withheld file is withheld as it is (a hard link to .env).
+        for identity, why in self.withheld_ids.items():
+            for real, shown in self.linked.get(identity, ()):
+                if real not in self.kept_out:
+                    self._withhold(real, shown, why)
+        asking = tuple(shown for shown, why in self.kept_out.values() if not why.denied)
+        denied = sum(1 for _, why in self.kept_out.values() if why.denied)
+        return WalkScreen(tuple(self.kept_out), asking, denied)
+
+
+def _kernel_made(path: str) -> bool:
+    return any(path == top or path.startswith(f"{top}/") for top in ("/proc", "/sys", "/dev"))
 
 
 def _too_many(walks: Sequence[str], what: str) -> str:

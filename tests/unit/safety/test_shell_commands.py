@@ -288,7 +288,15 @@ def test_commands_that_read_every_file_below_a_directory_name_it(
 ) -> None:
     (workspace / "src" / "app.py").write_text("# TODO")
     verdict = guard.assess(command)
-    assert verdict.walks == walks, verdict
+    assert verdict.walks == tuple(os.path.realpath(workspace / w) for w in walks), verdict
+
+
+def test_a_path_under_proc_is_never_read_as_the_kernel_sees_it(guard: CommandGuard) -> None:
+    # /proc/self/cwd is the kernel's working directory to the judge, the command's own to
+    # the command: whatever the judge found there says nothing about what the command reads.
+    for command in ("grep -r KEY /proc/self/cwd", "cat /proc/thread-self/cwd/.env"):
+        verdict = guard.assess(command)
+        assert any("/proc" in reason for reason in verdict.unproven), verdict
 
 
 def test_rg_reads_every_file_below_its_directories_or_the_current_one() -> None:
