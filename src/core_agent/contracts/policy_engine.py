@@ -50,3 +50,12 @@ class IPolicyEngine(abc.ABC):
             assessment: The tool's own static judgement of the call: a refusal denies it;
                 its risk grades the call when no rule does.
         """
+
+    def concerns_path(self, path: str) -> bool:
+        """Whether some rule's paths may match ``path`` (as ``SandboxVerdict.path`` gives it).
+
+        ``False`` lets a caller skip grading a file that only a path rule could grade apart
+        from the call that reaches it (a walk screens every file below its directory). The
+        default, ``True``, is always safe; an engine with path rules answers faster.
+        """
+        return True

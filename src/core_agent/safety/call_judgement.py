@@ -113,6 +113,8 @@ def _screen(
     spec = tool.spec
 
     def withheld(path: str) -> WithheldFile | None:
+        if not policy.concerns_path(path):
+            return None  # graded as the call is: what no path rule concerns is the call's
         alone = policy.evaluate(
             spec, arguments, tainted=tainted, assessment=replace(assessment, paths=(path,))
         )

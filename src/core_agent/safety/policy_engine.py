@@ -168,6 +168,9 @@ class RulePolicyEngine(IPolicyEngine):
             )
             for rule in [*self._rules, *self._floor]
         }
+        self._path_patterns = [
+            paths for paths, _, _, _ in self._compiled.values() if paths is not None
+        ]
 
     @classmethod
     def from_file(
@@ -340,6 +343,11 @@ class RulePolicyEngine(IPolicyEngine):
             unparsable,
             tuple(doubts),
         )
+
+    def concerns_path(self, path: str) -> bool:
+        """See ``IPolicyEngine.concerns_path``: any rule's path globs against its forms."""
+        forms = _path_forms(path)
+        return any(pattern.match(form) for pattern in self._path_patterns for form in forms)
 
     def _split(self, command: str) -> tuple[tuple[str, ...], bool, tuple[str, ...]]:
         """The sub-commands' texts, whether the line parsed, what could not be read."""

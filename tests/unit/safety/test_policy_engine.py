@@ -164,3 +164,17 @@ def test_a_tool_that_does_not_judge_its_command_gets_the_parsers_doubts(engine) 
     )
     assert not plain.approval_required
     assert doubted.approval_required and "command substitution" in doubted.decision.reason
+
+
+def test_a_path_no_rule_names_is_told_apart_without_grading_it(engine) -> None:
+    # A walk's screen skips grading a file no path rule concerns (concerns_path): it must
+    # say True for every file a path rule grades, False for the others.
+    run = ToolSpec("run_command", "", {}, frozenset({Capability.EXEC}))
+    for path in (".env", "deploy/.env.production", "keys/server.pem", "home/.ssh/id_rsa"):
+        assert engine.concerns_path(path), path
+        graded = engine.evaluate(
+            run, {}, assessment=ToolAssessment(risk=RiskLevel.LOW, paths=(path,))
+        )
+        assert graded.rule == "secret-files", (path, graded)
+    for path in ("src/app.py", "README.md", "docs/"):
+        assert not engine.concerns_path(path), path
