@@ -142,7 +142,8 @@ GIT_SUBCOMMANDS: dict[str, ProgramProfile] = {
     "show": _HISTORY,
     "rev-parse": ProgramProfile(
         long_values={"git-path": "text", "short": "optional", "abbrev-ref": "optional"},
-        operands="text",
+        # ``git rev-parse HEAD:.env`` names the object holding .env (``git show ID`` prints it).
+        operands="revisions_or_paths",
     ),
     "branch": ProgramProfile(
         unsafe_short="dDmMcCuft",
@@ -585,14 +586,17 @@ def _operand_reads(
         # A revision and a file are not told apart by their spelling (``id_rsa``, ``private``
         # are files; ``main`` may be either), so every operand is judged as the file it may
         # be (a revision is a harmless name), and ``REV:path``, ``:path``, ``:N:path`` by the
-        # file of the repository they show.
+        # file of the repository they show. Git splits at the first colon outside braces
+        # (``HEAD@{tomorrow 00:00}:.env``, ``HEAD^{/:x}:.env``): what follows every colon is
+        # judged, which covers however git splits it.
         reads = []
         for operand in operands:
             if ":" in operand and "://" not in operand:
-                path = operand.split(":", 1)[1]
-                if operand.startswith(":") and path[:1].isdigit() and path[1:2] == ":":
-                    path = path[2:]  # :N:path, the file at stage N of the index
-                reads.append(path or ".")
+                reads.extend(
+                    operand[index + 1 :] or "."
+                    for index, character in enumerate(operand)
+                    if character == ":"
+                )
             else:
                 reads.append(operand)
         return reads
