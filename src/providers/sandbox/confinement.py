@@ -19,9 +19,13 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
+import threading
+import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -165,10 +169,12 @@ def find_protected(roots: Sequence[Path], skip: Sequence[Path] = ()) -> Protecte
     Your own git trusts a ``.git`` at any depth (a nested repository, a submodule, a
     worktree's pointer file), so each must stay read-only, not only each root's. Links are
     not followed; protected names, ``skip`` (protected and hidden paths) and dependency and
-    cache directories (``UNSEARCHED_DIRECTORIES``) are not searched.
-    Breadth first, at most ``MAX_SCANNED_DIRECTORIES`` directories in all.
+    cache directories (``UNSEARCHED_DIRECTORIES``) are not searched; a directory that cannot
+    be read is passed over. Breadth first, at most ``MAX_SCANNED_DIRECTORIES`` directories
+    in all. A full walk, every time: ``ProtectedEntrySearch`` gives the same answer and lists
+    again only the directories that changed.
     """
-    skipped = {str(path) for path in skip}
+    skipped = frozenset(str(path) for path in skip)
     found: dict[str, tuple[int, int, bool]] = {}
     pending = deque(str(root) for root in roots)
     scanned = 0
@@ -178,28 +184,178 @@ def find_protected(roots: Sequence[Path], skip: Sequence[Path] = ()) -> Protecte
         if scanned > MAX_SCANNED_DIRECTORIES:
             return ProtectedEntries(found, complete=False)
         try:
-            entries = os.scandir(directory)
+            subdirectories, protected = _list_directory(directory, skipped)
         except OSError:
             continue
-        with entries:
-            for entry in entries:
-                try:
-                    if entry.name.lower() in PROTECTED_NAMES:
-                        info = entry.stat(follow_symlinks=False)
-                        found[entry.path] = (
-                            info.st_dev,
-                            info.st_ino,
-                            entry.is_dir(follow_symlinks=False),
-                        )
-                    elif (
-                        entry.is_dir(follow_symlinks=False)
-                        and entry.path not in skipped
-                        and entry.name not in UNSEARCHED_DIRECTORIES
-                    ):
-                        pending.append(entry.path)
-                except OSError:
-                    continue
+        found.update(protected)
+        pending.extend(subdirectories)
     return ProtectedEntries(found, complete=True)
+
+
+RACY_MARGIN_NS = 2_000_000_000
+"""How long after a directory last changed its listing can be remembered (git's "racy"
+timestamps). A directory's times only say it changed when the change falls in a later clock
+tick than the times remembered: the file system keeps times to its granularity (a second on
+some, such as ext3 and HFS+) and the kernel stamps them from a coarse clock that lags the one
+``time.time_ns`` reads by up to a tick (10 ms at most). A change made after a listing began
+therefore bears times later than the moment it began less that lag; a listing is remembered
+only when the directory's times are older than its beginning by more than this margin, so any
+later change shows as different times. Two seconds covers both."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    """One directory as it was listed: its identity and times then, and what it held."""
+
+    identity: tuple[int, int, int, int]
+    """``st_dev``, ``st_ino``, ``st_mtime_ns`` and ``st_ctime_ns`` (not following a link)."""
+    subdirectories: tuple[str, ...]
+    """The directories in it to search, in the order listed."""
+    protected: tuple[tuple[str, tuple[int, int, bool]], ...]
+    """Its entries with a protected name, each with its identity as ``ProtectedEntries``."""
+
+    def holds_for(self, info: os.stat_result) -> bool:
+        """Whether the directory, now ``info``, still holds what was listed.
+
+        Creating, removing or renaming an entry sets the directory's mtime and ctime; the
+        ctime cannot be set back (only the clock could, and that takes ``CAP_SYS_TIME``), so
+        a command that resets the mtime (``touch -d``) still shows. A directory replaced at
+        the same path, or a file system mounted on it, has another inode or device. The
+        protected entries are checked one by one too (a mount on a ``.git`` changes no
+        directory's times); they are few.
+        """
+        if _identity_and_times(info) != self.identity:
+            return False
+        return not self.protected or all(
+            _identity(path) == identity for path, identity in self.protected
+        )
+
+
+class ProtectedEntrySearch:
+    """``find_protected`` of fixed roots, again and again, listing only what changed.
+
+    A command that may write is searched for before and after (``LocalToolSandbox``), and a
+    full walk costs about 15 µs a directory; a directory's ``lstat`` about 1.5 µs. So this
+    remembers each directory it listed (``_Listing``) and, on the next search, walks the same
+    breadth-first order but lists a directory again only when its device, inode, mtime or
+    ctime changed, or a protected entry in it is no longer the same. Listings made within
+    ``racy_margin_ns`` of the directory's last change are not remembered (see
+    ``RACY_MARGIN_NS``). Directories no longer reached are forgotten, so at most
+    ``MAX_SCANNED_DIRECTORIES`` listings are held. One search runs at a time (a lock):
+    commands run concurrently and search from worker threads.
+
+    What it trusts: that changing a directory's entries sets its ctime to the present, and
+    that the wall clock does not go back (a step back larger than the margin, such as an
+    administrator setting the date, could hide a change made at the same moment).
+    """
+
+    def __init__(
+        self,
+        roots: Sequence[Path],
+        skip: Sequence[Path] = (),
+        *,
+        racy_margin_ns: int = RACY_MARGIN_NS,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self._roots = tuple(str(root) for root in roots)
+        self._skipped = frozenset(str(path) for path in skip)
+        self._racy_margin_ns = racy_margin_ns
+        self._clock = clock
+        self._listings: dict[str, _Listing] = {}
+        self._lock = threading.Lock()
+        self.listed = 0
+        """How many directories the last search listed (the others it remembered)."""
+
+    @property
+    def remembered(self) -> int:
+        """How many directory listings are held (those of the last search, not racy)."""
+        return len(self._listings)
+
+    def search(self) -> ProtectedEntries:
+        """What ``find_protected(roots, skip)`` would return now."""
+        with self._lock:
+            # Read before any directory is: a change after it bears later times (less the lag).
+            settled_before = self._clock() - self._racy_margin_ns
+            kept: dict[str, _Listing] = {}
+            found: dict[str, tuple[int, int, bool]] = {}
+            pending = deque(self._roots)
+            visited = listed = 0
+            complete = True
+            while pending:
+                directory = pending.popleft()
+                visited += 1
+                if visited > MAX_SCANNED_DIRECTORIES:
+                    complete = False
+                    break
+                try:
+                    info: os.stat_result | None = os.lstat(directory)
+                except OSError:
+                    info = None  # listed all the same, as find_protected would
+                listing = self._listings.get(directory)
+                if listing is None or info is None or not listing.holds_for(info):
+                    listed += 1
+                    try:
+                        subdirectories, protected = _list_directory(directory, self._skipped)
+                    except OSError:
+                        continue  # and forgotten
+                    listing = _Listing(
+                        (0, 0, 0, 0) if info is None else _identity_and_times(info),
+                        tuple(subdirectories),
+                        tuple(protected.items()),
+                    )
+                    # Not remembered when racy, nor a root that is a link (listed each time).
+                    if (
+                        info is not None
+                        and stat.S_ISDIR(info.st_mode)
+                        and max(info.st_mtime_ns, info.st_ctime_ns) < settled_before
+                    ):
+                        kept[directory] = listing
+                else:
+                    kept[directory] = listing
+                found.update(listing.protected)
+                pending.extend(listing.subdirectories)
+            self._listings = kept
+            self.listed = listed
+            return ProtectedEntries(found, complete=complete)
+
+
+def _identity_and_times(info: os.stat_result) -> tuple[int, int, int, int]:
+    return (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _identity(path: str) -> tuple[int, int, bool] | None:
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, stat.S_ISDIR(info.st_mode))
+
+
+def _list_directory(
+    directory: str, skipped: AbstractSet[str]
+) -> tuple[list[str], dict[str, tuple[int, int, bool]]]:
+    """The directory's subdirectories to search and its protected entries (``OSError``: none)."""
+    subdirectories: list[str] = []
+    protected: dict[str, tuple[int, int, bool]] = {}
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            try:
+                if entry.name.lower() in PROTECTED_NAMES:
+                    info = entry.stat(follow_symlinks=False)
+                    protected[entry.path] = (
+                        info.st_dev,
+                        info.st_ino,
+                        stat.S_ISDIR(info.st_mode),
+                    )
+                elif (
+                    entry.is_dir(follow_symlinks=False)
+                    and entry.path not in skipped
+                    and entry.name not in UNSEARCHED_DIRECTORIES
+                ):
+                    subdirectories.append(entry.path)
+            except OSError:
+                continue
+    return subdirectories, protected
 
 
 def carved_paths(
