@@ -26,6 +26,7 @@ from providers.sandbox import confinement, launcher, pids_cgroups
 from providers.sandbox.confinement import (
     SYSTEM_HIDDEN_PATHS,
     CommandLimits,
+    ProtectedEntrySearch,
     carved_paths,
     command_environment,
     command_policy,
@@ -42,6 +43,7 @@ from shared.agent_protocol import (
     ToolCompleted,
     ToolMessage,
 )
+from support.file_times import settle
 from tests.adversarial.hostile_world import TcpSink
 
 pytestmark = pytest.mark.anyio
@@ -1118,6 +1120,56 @@ async def test_a_repository_a_command_makes_is_reported_and_read_only_from_then_
     assert "warning" not in quiet
     assert later.exit_code != 0
     assert "fsmonitor" not in (workspace / "work" / "new" / ".git" / "config").read_text()
+
+
+@pytest.mark.parametrize("namespaces", ["auto", "off"])
+@pytest.mark.parametrize("margin", ["none", "as shipped"])
+async def test_a_repository_made_under_a_remembered_directory_is_read_only_for_the_next_command(
+    tmp_path: Path, namespaces: str, margin: str
+) -> None:
+    workspace = tmp_path / "ws"
+    (workspace / "sub").mkdir(parents=True)
+    (workspace / "sub" / "notes.txt").write_text("old\n")
+    (workspace / "other").mkdir()
+    box = LocalToolSandbox(
+        roots=[workspace],
+        judge_commands=False,
+        namespaces=namespaces,  # type: ignore[arg-type]
+    )
+    if margin == "none":  # the listings are remembered at once, so the next search uses them
+        box.protected_search = ProtectedEntrySearch(box.paths.roots, racy_margin_ns=0)
+        settle(workspace)
+    mtime = os.lstat(workspace / "sub").st_mtime_ns
+    write = CallPermit(write=True)
+    try:
+        warm = await box.run_command("echo x > other/x", permit=write)
+        remembered = box.protected_search.remembered
+        # A new repository with a hook directory, its directory's mtime set back as it was
+        # (without namespaces a command cannot change times: only the repository is made).
+        made = await box.run_command(
+            f"mkdir -p sub/.git/hooks; touch -d @{mtime // 10**9}.{mtime % 10**9:09d} sub",
+            permit=write,
+        )
+        if namespaces == "auto":
+            assert os.lstat(workspace / "sub").st_mtime_ns == mtime, made.stderr
+        later = await box.run_command(
+            "printf '#!/bin/sh\\necho PWNED\\n' > sub/.git/hooks/post-checkout; "
+            "echo '[core] fsmonitor = x' > sub/.git/config",
+            permit=write,
+        )
+        beside = await box.run_command("echo new >> sub/notes.txt", permit=write)
+    finally:
+        await box.close()
+    assert warm.exit_code == 0 and remembered == (3 if margin == "none" else 0)
+    assert made.warnings == (
+        f"the command made {workspace}/sub/.git: git trusts it as a repository, and its hooks "
+        "and config (which run programs) came from the command, not from you. Later commands "
+        "cannot change it; check it (or remove it) before you run git there.",
+    )
+    assert later.exit_code != 0
+    assert not (workspace / "sub" / ".git" / "hooks" / "post-checkout").exists()
+    assert not (workspace / "sub" / ".git" / "config").exists()
+    assert beside.exit_code == 0 and (workspace / "sub" / "notes.txt").read_text() == "old\nnew\n"
 
 
 async def test_a_workspace_too_large_to_search_for_repositories_refuses_writes_not_reads(

@@ -47,10 +47,10 @@ from providers.sandbox.commands import CommandGuard
 from providers.sandbox.confinement import (
     CommandLimits,
     ProtectedEntries,
+    ProtectedEntrySearch,
     carved_paths,
     command_environment,
     command_policy,
-    find_protected,
 )
 from providers.sandbox.host_death_watch import HostDeathWatch
 from providers.sandbox.launcher_client import CommandLauncher, ConfinedProcess, LauncherInfo
@@ -125,6 +125,10 @@ class LocalToolSandbox(IToolSandbox):
         excluded = [*self.paths.roots, *self.paths.hidden]
         self.search_path = default_search_path(excluded)
         self.commands = CommandGuard(self._parser, allowed_commands, self.paths, self.search_path)
+        # One for the sandbox's life: each command that may write searches before and after.
+        self.protected_search = ProtectedEntrySearch(
+            self.paths.roots, [*self.paths.protected, *self.paths.hidden]
+        )
         self.network = NetworkGuard(
             allowed_domains=allowed_domains,
             allowed_private=allowed_private_addresses,
@@ -410,7 +414,7 @@ class LocalToolSandbox(IToolSandbox):
         # Only a command that may write the roots could change a .git in them.
         before = ProtectedEntries({}, complete=True)
         if permit.write:
-            before = await anyio.to_thread.run_sync(self._find_protected)
+            before = await anyio.to_thread.run_sync(self.protected_search.search)
             refusal = before.refusal()
             if refusal:
                 raise SandboxRefusedError(refusal)
@@ -441,7 +445,7 @@ class LocalToolSandbox(IToolSandbox):
             outputs["stderr"] += ("\n".join(process.errors) + "\n").encode()
         warnings: tuple[str, ...] = (screen.note,) if screen.note else ()
         if permit.write:
-            after = await anyio.to_thread.run_sync(self._find_protected)
+            after = await anyio.to_thread.run_sync(self.protected_search.search)
             new = tuple(_new_repository_warning(path) for path in after.added_since(before))
             for warning in new:
                 log.warning("%s", warning)
@@ -455,9 +459,6 @@ class LocalToolSandbox(IToolSandbox):
             confinement=self.confinement,
             warnings=warnings,
         )
-
-    def _find_protected(self) -> ProtectedEntries:
-        return find_protected(self.paths.roots, [*self.paths.protected, *self.paths.hidden])
 
     async def _collect(
         self, process: ConfinedProcess, limit_s: float
