@@ -5,6 +5,8 @@ user's deny rule (the README's "private folder" example), as `core-agent policy 
 """
 
 import os
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,14 @@ from core_agent.container import KernelContainer
 from core_agent.contracts.settings import DEFAULT_ALLOWED_COMMANDS
 from core_agent.kernel.call_check import check_call
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
-from shared.agent_protocol import TaskRequest, TaskStatus, ToolCompleted
+from shared.agent_protocol import (
+    ChatMessage,
+    TaskRequest,
+    TaskStatus,
+    ToolCompleted,
+    ToolMessage,
+    UserMessage,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -341,3 +350,61 @@ async def test_a_withheld_file_whose_name_is_not_utf8_refuses_the_walk_plainly(
     (result,) = await run_commands(workspace, ["grep -r TOKEN ."])
     assert result.is_error and "not UTF-8" in result.content, result
     assert "TOKEN=x" not in result.content
+
+
+def git(workspace: Path, *args: str) -> None:
+    identity = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a"}
+    env = {**os.environ, **identity, "GIT_COMMITTER_EMAIL": "a@b"}
+    subprocess.run(["git", *args], cwd=workspace, env=env, check=True, capture_output=True)
+
+
+async def test_git_cannot_print_a_secret_its_history_keeps_once_deleted(tmp_path: Path) -> None:
+    # A committed .env stays in the history after it is deleted: git log -p, git show and git
+    # diff (allowed, read-only, no human asked) print it unless the repository is screened.
+    workspace = tmp_path / "repo"
+    (workspace / "src").mkdir(parents=True)
+    git(workspace, "init", "-q")
+    (workspace / "src" / "app.py").write_text("x = 1\n")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "first")
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={"data_dir": tmp_path / "data", "workspace_roots": (workspace,)}
+        )
+    )
+
+    def model(messages: Sequence[ChatMessage]) -> ScriptedTurn:
+        # Runs the command the task names, then answers.
+        if isinstance(messages[-1], ToolMessage):
+            return ScriptedTurn(content="done")
+        command = [m for m in messages if isinstance(m, UserMessage)][-1].content
+        call = ScriptedToolCall(name="run_command", arguments={"command": command})
+        return ScriptedTurn(tool_calls=[call])
+
+    container.llm_gateway.override(ScriptedLLMGateway(policy=model))
+
+    async def run(kernel: Any, command: str) -> Any:
+        result = await kernel.execute_task(TaskRequest(task=command, force_mode="react"))
+        assert result.status is TaskStatus.SUCCEEDED  # no human was asked
+        events = await kernel.task_events(result.task_id)
+        (done,) = [e.result for e in events if isinstance(e, ToolCompleted)]
+        return done
+
+    async with container.kernel() as kernel:
+        clean = await run(kernel, "git log -p")
+        assert not clean.is_error and "x = 1" in clean.content  # nothing withheld yet
+        (workspace / ".env").write_text("TOKEN=sk-secret-123456\n")
+        git(workspace, "add", ".env")
+        git(workspace, "commit", "-qm", "oops")
+        git(workspace, "rm", "-q", ".env")
+        git(workspace, "commit", "-qm", "removed")
+        for command in ("git log -p", "git show HEAD~1", "git diff HEAD~2", "git log -S TOKEN"):
+            refused = await run(kernel, command)
+            assert refused.is_error and "(.env)" in refused.content, refused
+            assert "sk-secret" not in refused.content
+        limited = await run(kernel, "git log -p -- src")
+        assert not limited.is_error and "x = 1" in limited.content
+        assert "sk-secret" not in limited.content
+        names = await run(kernel, "git log --oneline")
+        assert not names.is_error and "oops" in names.content

@@ -53,6 +53,11 @@ class CommandAssessment:
     """The directories, resolved (absolute, links followed), below which it reads every file
     (``grep -r``, ``rg``, ``diff -r``). The sandbox keeps from the command the files below
     them that the call's permit withholds (``CallPermit.withheld``)."""
+    histories: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """For each git command that may print tracked files' contents (``git diff``, ``git
+    show``, ``git log -p``): the directory git runs in (resolved) and the paths it limits
+    itself to (empty: all). The sandbox refuses it when the repository's history or index
+    holds a file the call's permit withholds."""
 
     @property
     def allowed(self) -> bool:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from core_agent.contracts.shell_parser import IShellParser, ParsedCommand, SimpleCommand
 from core_agent.contracts.tool import Capability
 from core_agent.contracts.tool_sandbox import CommandAssessment
+from providers.sandbox.git_history import shown_history
 from providers.sandbox.paths import PathGuard
 from providers.sandbox.program_paths import resolve_program
 from providers.sandbox.program_profiles import (
@@ -89,6 +90,7 @@ class CommandGuard:
         writes = False
         named: list[str] = []  # what policy path rules will see, resolved
         walks: list[str] = []  # directories whose every file is read
+        histories: list[tuple[str, tuple[str, ...]]] = []  # git commands printing contents
         for redirection in parsed.redirections:
             target = redirection.target
             if redirection.dynamic or target in _HARMLESS_TARGETS:
@@ -106,7 +108,7 @@ class CommandGuard:
                 named.append(verdict.path)
         programs: list[str] = []
         for simple in parsed.commands:
-            reasons, program, simple_writes = self._judge(simple, named, walks)
+            reasons, program, simple_writes = self._judge(simple, named, walks, histories)
             unproven.extend(reasons)
             writes = writes or simple_writes
             if program is not None and program not in programs:
@@ -117,15 +119,21 @@ class CommandGuard:
             programs=tuple(programs),
             paths=tuple(dict.fromkeys(named)),
             walks=tuple(dict.fromkeys(walks)),
+            histories=tuple(dict.fromkeys(histories)),
         )
 
     def _judge(
-        self, simple: SimpleCommand, named: list[str], walks: list[str]
+        self,
+        simple: SimpleCommand,
+        named: list[str],
+        walks: list[str],
+        histories: list[tuple[str, tuple[str, ...]]],
     ) -> tuple[list[str], str | None, bool]:
         """Reasons ``simple`` is not proven, the program it runs, and whether it writes.
 
         The workspace paths it names are added to ``named``, the directories whose every file
-        it reads (``grep -r``) to ``walks``.
+        it reads (``grep -r``) to ``walks``, a git command that may print tracked contents
+        to ``histories`` (``CommandAssessment.histories``).
         """
         argv = simple.argv
         shown = " ".join(argv)[:120]
@@ -151,6 +159,7 @@ class CommandGuard:
             return [f"{name!r} is not a program on the system path"], None, False
         args = list(argv[1:])
         subcommand: str | None = None
+        global_args: list[str] = []
         if os.path.basename(program) == "git":
             global_args, subcommand, args, unknown = _split_git(args)
             if unknown:
@@ -176,6 +185,8 @@ class CommandGuard:
             return reasons, program, True
         verdict, _ = judge_options(profile, args, program=name)
         reasons.extend(verdict.unsafe)
+        if subcommand is not None:
+            reasons.extend(self._history(shown, global_args, subcommand, args, named, histories))
         walked = walks if verdict.walks else None
         reasons.extend(self._outside(verdict.reads, name, named, walks=walked))
         for index in simple.globbed:
@@ -190,6 +201,34 @@ class CommandGuard:
             else:
                 reasons.extend(self._outside(matches, name, named, walks=walked))
         return reasons, program, False
+
+    def _history(
+        self,
+        shown: str,
+        global_args: list[str],
+        subcommand: str,
+        args: list[str],
+        named: list[str],
+        histories: list[tuple[str, tuple[str, ...]]],
+    ) -> list[str]:
+        """Note a git command that may print tracked contents; why it cannot be screened."""
+        directory = self._paths.roots[0]
+        for index, word in enumerate(global_args):
+            if word == "-C" and index + 1 < len(global_args):
+                directory = self._paths.resolve(directory / global_args[index + 1])
+            elif (
+                word.split("=", 1)[0] in ("--git-dir", "--work-tree", "--namespace")
+                and shown_history(subcommand, args, lambda _: False) is not None
+            ):
+                return [f"{shown!r}: {word} names a repository the screen does not follow"]
+        limits = shown_history(
+            subcommand, args, lambda word: os.path.lexists(self._paths.resolve(directory / word))
+        )
+        if limits is None:
+            return []
+        histories.append((str(directory), limits))
+        named.append("./")  # the whole repository is read: its screen comes with the permit
+        return []
 
     def _expand(self, pattern: str) -> list[str] | None:
         """What the shell would expand ``pattern`` to in the first root (``None``: too much).

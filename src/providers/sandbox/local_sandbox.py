@@ -52,6 +52,7 @@ from providers.sandbox.confinement import (
     command_environment,
     command_policy,
 )
+from providers.sandbox.git_history import HistoryPaths
 from providers.sandbox.host_death_watch import HostDeathWatch
 from providers.sandbox.launcher_client import CommandLauncher, ConfinedProcess, LauncherInfo
 from providers.sandbox.network import NetworkGuard
@@ -122,6 +123,7 @@ class LocalToolSandbox(IToolSandbox):
             "read_paths": list(read_paths),
         }
         self.paths = PathGuard(roots, protected, hidden)
+        self._history_paths = HistoryPaths()
         excluded = [*self.paths.roots, *self.paths.hidden]
         self.search_path = default_search_path(excluded)
         self.commands = CommandGuard(self._parser, allowed_commands, self.paths, self.search_path)
@@ -317,6 +319,18 @@ class LocalToolSandbox(IToolSandbox):
                     "commands run unconfined here, so they cannot be hidden from it: search "
                     "the files it may read by name, or use the grep tool"
                 )
+        if permit.withheld is not None:
+            for directory, limits in assessment.histories:
+                refusal = await anyio.to_thread.run_sync(
+                    self._history_paths.screen,
+                    self.paths,
+                    directory,
+                    limits,
+                    permit.withheld,
+                    f"the command {command[:80]!r}",
+                )
+                if refusal:
+                    raise SandboxRefusedError(refusal)
         timeout = timeout_s or self._command_timeout_s
         program, argv = self._invocation(command)
         temporary = await anyio.to_thread.run_sync(

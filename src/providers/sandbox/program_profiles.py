@@ -589,7 +589,7 @@ def _operand_reads(
         # file of the repository they show. Git splits at the first colon outside braces
         # (``HEAD@{tomorrow 00:00}:.env``, ``HEAD^{/:x}:.env``): what follows every colon is
         # judged, which covers however git splits it.
-        reads = []
+        reads: list[str] = []
         for operand in operands:
             if ":" in operand and "://" not in operand:
                 reads.extend(

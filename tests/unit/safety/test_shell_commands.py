@@ -356,3 +356,31 @@ def test_the_words_a_program_gets_are_the_words_bash_gives_it(words: str) -> Non
     expected = tuple(bash.split("\0")[:-1])
     (command,) = PARSER.parse(f"printf {words}").commands
     assert command.argv[1:] == expected
+
+
+@pytest.mark.parametrize(
+    ("subcommand", "args", "limits"),
+    [
+        ("log", ["--oneline"], None),  # messages only
+        ("log", ["-p"], ()),
+        ("log", ["-3", "--patch", "main"], ()),  # a revision limits nothing
+        ("log", ["-S", "API_KEY", "--oneline"], ()),  # a pickaxe tells what a file held
+        ("log", ["-pn3"], ()),
+        ("log", ["-p", "--", "src", "docs"], ("src", "docs")),
+        ("log", ["-p", "src"], ("src",)),  # an operand that is a path limits to it
+        ("log", ["-p", "--", ":(exclude).env"], ()),  # magic is read as every path
+        ("show", [], ()),
+        ("show", ["HEAD:src/app.py"], None),  # a blob, judged by its path
+        ("show", ["--stat", "HEAD"], None),
+        ("diff", [], ()),
+        ("diff", ["--name-only", "HEAD~1"], None),
+        ("diff", ["--stat", "-p"], ()),
+        ("status", [], None),
+    ],
+)
+def test_git_commands_that_print_tracked_contents_are_told_apart(
+    subcommand: str, args: list[str], limits: tuple[str, ...] | None
+) -> None:
+    from providers.sandbox.git_history import shown_history
+
+    assert shown_history(subcommand, args, lambda word: word in ("src", "docs")) == limits
