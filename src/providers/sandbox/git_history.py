@@ -26,7 +26,17 @@ from providers.sandbox.paths import PathGuard
 
 MAX_HISTORY_PATHS = 200_000
 LISTING_TIMEOUT_S = 20.0
-_SAFE_GIT = ("-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null", "--no-pager")
+_SAFE_GIT = (
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "log.showSignature=false",
+    "--no-pager",
+)
+"""Nothing the repository configures runs: no hooks, no file-system monitor, no signature
+program (``gpg.program`` with ``log.showSignature``), no pager."""
 
 _PATCH_OPTIONS = frozenset(
     {
