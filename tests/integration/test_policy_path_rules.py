@@ -408,3 +408,13 @@ async def test_git_cannot_print_a_secret_its_history_keeps_once_deleted(tmp_path
         assert "sk-secret" not in limited.content
         names = await run(kernel, "git log --oneline")
         assert not names.is_error and "oops" in names.content
+
+
+async def test_git_diff_of_two_directories_is_a_walk_and_screened(workspace: Path) -> None:
+    # Outside a repository (or with --no-index), git diff compares directories file by file.
+    (workspace / "empty").mkdir()
+    results = await run_commands(
+        workspace, ["git diff --no-index empty .", "git diff --no-index . empty"]
+    )
+    for result in results:
+        assert "TOKEN=x" not in result.content and "my diary" not in result.content, result

@@ -187,7 +187,9 @@ class CommandGuard:
         reasons.extend(verdict.unsafe)
         if subcommand is not None:
             reasons.extend(self._history(shown, global_args, subcommand, args, named, histories))
-        walked = walks if verdict.walks else None
+        # git diff compares two directories file by file with --no-index, or outside a
+        # repository without it: its directory operands are walked like diff's.
+        walked = walks if verdict.walks or subcommand == "diff" else None
         reasons.extend(self._outside(verdict.reads, name, named, walks=walked))
         for index in simple.globbed:
             reasons.extend(self._outside([_glob_base(argv[index])], name, named, tree=True))

@@ -278,6 +278,7 @@ def test_option_values_and_operands_that_name_files_are_reported_as_reads() -> N
         ("grep --directories=rec TODO src", ("src",)),
         ("grep -r -e TODO src src/app.py", ("src",)),  # a file is read, not walked
         ("diff -r src src", ("src",)),
+        ("git diff --no-index src src/app.py", ("src",)),
         ("grep TODO src/app.py", ()),
         ("grep -d skip TODO src", ()),
         ("ls -R src", ()),  # names, not contents
