@@ -399,9 +399,17 @@ async def test_git_cannot_print_a_secret_its_history_keeps_once_deleted(tmp_path
         git(workspace, "commit", "-qm", "oops")
         git(workspace, "rm", "-q", ".env")
         git(workspace, "commit", "-qm", "removed")
-        for command in ("git log -p", "git show HEAD~1", "git diff HEAD~2", "git log -S TOKEN"):
+        for command in (
+            "git log -p",
+            "git show HEAD~1",
+            "git diff HEAD~2",
+            "git log -S TOKEN",
+            "git log -p -- '*.env'",  # a glob pathspec
+            "git -C .git log -p",  # no work tree
+        ):
             refused = await run(kernel, command)
-            assert refused.is_error and "(.env)" in refused.content, refused
+            why = "without a work tree" if ".git " in command else "(.env)"
+            assert refused.is_error and why in refused.content, refused
             assert "sk-secret" not in refused.content
         limited = await run(kernel, "git log -p -- src")
         assert not limited.is_error and "x = 1" in limited.content
@@ -418,3 +426,47 @@ async def test_git_diff_of_two_directories_is_a_walk_and_screened(workspace: Pat
     )
     for result in results:
         assert "TOKEN=x" not in result.content and "my diary" not in result.content, result
+
+
+async def test_git_cannot_print_a_secret_only_a_reflog_or_a_merge_still_holds(
+    tmp_path: Path,
+) -> None:
+    # A commit reset away stays in ORIG_HEAD and the reflog; a file a merge alone added and a
+    # later commit removed shows only in the merge's own changes.
+    workspace = tmp_path / "repo"
+    workspace.mkdir()
+    git(workspace, "init", "-q", "-b", "main")
+    (workspace / "app.py").write_text("x = 1\n")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "first")
+    (workspace / "server.pem").write_text("PRIVATE pem-secret\n")
+    git(workspace, "add", "server.pem")
+    git(workspace, "commit", "-qm", "key")
+    git(workspace, "reset", "-q", "--hard", "HEAD~1")
+    results = await run_commands(
+        workspace,
+        ["git show ORIG_HEAD", "git log -g -p", "git log --oneline", "git show HEAD:app.py"],
+    )
+    for refused in results[:2]:
+        assert refused.is_error and "server.pem" in refused.content, refused
+        assert "pem-secret" not in refused.content
+    assert not results[2].is_error and not results[3].is_error and "x = 1" in results[3].content
+    workspace = tmp_path / "merged"
+    workspace.mkdir()
+    git(workspace, "init", "-q", "-b", "main")
+    (workspace / "app.py").write_text("x = 1\n")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "first")
+    git(workspace, "checkout", "-qb", "side")
+    (workspace / "side.txt").write_text("side\n")
+    git(workspace, "add", "-A")
+    git(workspace, "commit", "-qm", "side")
+    git(workspace, "checkout", "-q", "main")
+    git(workspace, "merge", "-q", "--no-ff", "--no-commit", "side")
+    (workspace / ".env").write_text("TOKEN=merge-secret\n")
+    git(workspace, "add", ".env")
+    git(workspace, "commit", "-qm", "merge")
+    git(workspace, "rm", "-q", ".env")
+    git(workspace, "commit", "-qm", "removed")
+    (refused,) = await run_commands(workspace, ["git show HEAD~1"])
+    assert refused.is_error and ".env" in refused.content and "merge-secret" not in refused.content

@@ -214,20 +214,17 @@ class CommandGuard:
         histories: list[tuple[str, tuple[str, ...]]],
     ) -> list[str]:
         """Note a git command that may print tracked contents; why it cannot be screened."""
+        limits = shown_history(subcommand, args, global_args)
+        if limits is None:
+            return []
         directory = self._paths.roots[0]
         for index, word in enumerate(global_args):
             if word == "-C" and index + 1 < len(global_args):
                 directory = self._paths.resolve(directory / global_args[index + 1])
-            elif (
-                word.split("=", 1)[0] in ("--git-dir", "--work-tree", "--namespace")
-                and shown_history(subcommand, args, lambda _: False) is not None
-            ):
+            elif word.split("=", 1)[0] in ("--git-dir", "--work-tree", "--namespace"):
                 return [f"{shown!r}: {word} names a repository the screen does not follow"]
-        limits = shown_history(
-            subcommand, args, lambda word: os.path.lexists(self._paths.resolve(directory / word))
-        )
-        if limits is None:
-            return []
+        if any(word.startswith("--submodule") for word in args):
+            return [f"{shown!r}: it shows submodules' contents, which are not screened"]
         histories.append((str(directory), limits))
         named.append("./")  # the whole repository is read: its screen comes with the permit
         return []

@@ -3,19 +3,23 @@
 ``git diff``, ``git show`` and ``git log -p`` print what the repository holds: the index and
 every commit, not only the work tree a walk's screen (``walk_screen``) can hide files from.
 A committed ``.env`` stays in the history after it is deleted. So before such a command
-runs, the paths the repository has ever tracked (its history on every ref, and its index)
-below the paths the command limits itself to are screened through the call's permit
-(``CallPermit.withheld``); when one is withheld the command is refused with the files named,
-and the model can ask again for the paths it needs (``git log -p -- src``).
+runs, every path the repository has held (every ref, the reflogs, the pseudo-refs such as
+``ORIG_HEAD``, merges' own changes, the index) below the paths the command limits itself to
+is screened through the call's permit (``CallPermit.withheld``); when one is withheld the
+command is refused with the files named, and the model can ask again for the paths it needs
+(``git log -p -- src``). What a command may print is judged from lists of what is known
+harmless, never of what is known to print contents: git has too many ways to print them.
 
-The paths are listed by git itself (``git log --all --name-only``, ``git ls-files``), run by
-the kernel with the repository's hooks and file-system monitor off, and kept per repository
-until one of its refs, its index or its HEAD changes.
+The paths are listed by git itself (``git log --all --reflog -m --name-only``, ``git
+ls-files``), run by the kernel with nothing the repository configures running, and kept per
+repository until one of its refs, reflogs, its index or its HEAD changes.
 """
 
 from __future__ import annotations
 
 import os
+import posixpath
+import re
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
@@ -25,6 +29,15 @@ from core_agent.contracts.tool import Capability, WithheldFile
 from providers.sandbox.paths import PathGuard
 
 MAX_HISTORY_PATHS = 200_000
+_PSEUDO_REFS = (
+    "ORIG_HEAD",
+    "FETCH_HEAD",
+    "MERGE_HEAD",
+    "CHERRY_PICK_HEAD",
+    "REVERT_HEAD",
+    "REBASE_HEAD",
+    "AUTO_MERGE",
+)
 LISTING_TIMEOUT_S = 20.0
 _SAFE_GIT = (
     "-c",
@@ -38,67 +51,118 @@ _SAFE_GIT = (
 """Nothing the repository configures runs: no hooks, no file-system monitor, no signature
 program (``gpg.program`` with ``log.showSignature``), no pager."""
 
-_PATCH_OPTIONS = frozenset(
+_METADATA_OPTIONS = frozenset(
     {
-        "-p",
-        "-u",
-        "--patch",
-        "--patch-with-stat",
-        "--patch-with-raw",
-        "-c",
-        "--cc",
-        "--dd",
-        "-m",
-        "--full-diff",
-        "--binary",
-        "--text",
-        "-a",
-        "--pickaxe-all",
-        "--pickaxe-regex",
-    }
-)
-_PATCH_PREFIXES = (
-    "-U",
-    "--unified",
-    "-L",
-    "-S",
-    "-G",
-    "--word-diff",
-    "--color-words",
-    "--find-object",
-    "--diff-merges",
-    "--patch",
-)
-_NAMES_ONLY = frozenset(
-    {
+        "--oneline",
+        "--graph",
+        "--decorate",
+        "--no-decorate",
+        "-n",
+        "--max-count",
+        "--skip",
+        "--since",
+        "--until",
+        "--after",
+        "--before",
+        "--author",
+        "--committer",
+        "--grep",
+        "--all-match",
+        "--invert-grep",
+        "-i",
+        "--regexp-ignore-case",
+        "-E",
+        "-F",
+        "--extended-regexp",
+        "--fixed-strings",
+        "--format",
+        "--pretty",
+        "--abbrev-commit",
+        "--no-abbrev-commit",
+        "--abbrev",
+        "--date",
+        "--relative-date",
+        "--reverse",
+        "--first-parent",
+        "--merges",
+        "--no-merges",
+        "--all",
+        "--branches",
+        "--tags",
+        "--remotes",
+        "--date-order",
+        "--author-date-order",
+        "--topo-order",
+        "--ancestry-path",
+        "--left-right",
+        "--boundary",
+        "--parents",
+        "--children",
+        "--no-color",
+        "--color",
+        "-z",
+        "--no-walk",
+        "--source",
+        "--use-mailmap",
         "--stat",
-        "--numstat",
         "--shortstat",
+        "--numstat",
         "--name-only",
         "--name-status",
         "--summary",
         "--dirstat",
+        "--compact-summary",
         "--quiet",
-        "--raw",
+        "-s",
+        "--no-patch",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--exit-code",
+    }
+)
+"""Options of ``git log``, ``show`` and ``diff`` that print no file's contents (names, counts,
+messages, dates); any other option may (``-p``, ``-L``, ``-S``, ``--check``, ``--follow``,
+``--submodule=diff``, ``--remerge-diff``...), so the list is of what is known harmless."""
+_NAMES_ONLY = frozenset(
+    {
+        "--stat",
+        "--shortstat",
+        "--numstat",
+        "--name-only",
+        "--name-status",
+        "--summary",
+        "--dirstat",
+        "--compact-summary",
+        "--quiet",
         "-s",
         "--no-patch",
     }
 )
+_LIMITING_GLOBALS = frozenset({"--glob-pathspecs", "--icase-pathspecs", "--noglob-pathspecs"})
+_BLOB_DISPLAY = re.compile(r"[^:{}\s]*:[^:{}]+")
+"""``REV:path`` with no braces: the file ``path`` at ``REV`` (judged as that path)."""
+_MAY_BE_AN_OBJECT_ID = re.compile(r"[0-9a-fA-F]{4,}")
 
 
 def shown_history(
-    subcommand: str, args: Sequence[str], exists: Callable[[str], bool]
+    subcommand: str, args: Sequence[str], global_args: Sequence[str] = ()
 ) -> tuple[str, ...] | None:
     """The paths a git command may print the tracked contents of, or ``None`` for none.
 
-    ``()`` means every path of the repository. ``git log`` prints contents only with a patch
-    or a pickaxe option (``-p``, ``-L``, ``-S``...: a pickaxe tells whether a text was ever
-    in a file); ``git diff`` unless it prints names and counts only; ``git show`` unless
-    every operand names a blob (``REV:path``, judged as that path). The paths are the
-    operands after ``--`` and, before it, the operands that are paths in the work tree
-    (``exists``), as git reads them; anything it cannot read (pathspec magic) means every
-    path.
+    ``()`` means every path the repository ever held. Options are judged by a list of those
+    known to print no contents (``_METADATA_OPTIONS``): ``git log`` with only those prints
+    none; ``git show`` and ``git diff`` print none only with one that prints names instead
+    (``--stat``); ``git show REV:path`` shows one file, judged as that path; ``git status``
+    prints contents with ``-v``. The paths a command limits itself to count only when given
+    literally after ``--`` (no glob characters, no magic, no global pathspec options), with
+    no revision that may name a blob by its id (git ignores paths for a blob): anything else
+    may reach every path.
     """
+    if subcommand == "status":
+        verbose = any(
+            a in ("-v", "-vv", "--verbose") or (a[:2] == "-v" and set(a[1:]) == {"v"}) for a in args
+        )
+        return () if verbose else None
     if subcommand not in ("diff", "show", "log", "whatchanged"):
         return None
     before, after = list(args), None
@@ -107,25 +171,25 @@ def shown_history(
         before, after = list(args[:cut]), list(args[cut + 1 :])
     options = [word for word in before if word.startswith("-") and word != "-"]
     operands = [word for word in before if not word.startswith("-") or word == "-"]
-    patch = any(_shows_patch(option) for option in options)
-    if subcommand in ("log", "whatchanged") and not patch:
+    names = [option.split("=", 1)[0] for option in options]
+    harmless = all(
+        name in _METADATA_OPTIONS or (name[1:].isdigit() and name[:1] == "-") for name in names
+    )
+    if harmless and subcommand == "log":
         return None
-    if subcommand in ("diff", "show") and set(options) & _NAMES_ONLY and not patch:
+    if harmless and subcommand in ("show", "diff") and set(names) & _NAMES_ONLY:
         return None
-    if subcommand == "show" and operands and after is None and all(":" in o for o in operands):
+    blobs = bool(operands) and all(_BLOB_DISPLAY.fullmatch(operand) for operand in operands)
+    if subcommand == "show" and blobs and not options and after is None:
         return None
-    limits = [o for o in operands if ":" not in o and exists(o)] + (after or [])
-    if any(limit.startswith(":") for limit in limits):
-        return ()  # pathspec magic (``:(exclude)``, ``:!``): read as every path
-    return tuple(limits)
-
-
-def _shows_patch(option: str) -> bool:
-    name = option.split("=", 1)[0]
-    if name in _PATCH_OPTIONS or option.startswith(_PATCH_PREFIXES):
-        return True
-    # Bundled short options (``-pn``): any letter that makes a patch or a pickaxe.
-    return not option.startswith("--") and any(letter in option[1:] for letter in "puLSGcma")
+    literal = (
+        after
+        and not set(global_args) & _LIMITING_GLOBALS
+        and not any(set(limit) & set("*?[]\\") or limit.startswith(":") for limit in after)
+        and not any(_MAY_BE_AN_OBJECT_ID.match(operand) for operand in operands)
+        and not any(name in ("--follow", "--full-diff", "-L") for name in names)
+    )
+    return tuple(after or ()) if literal else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,14 +228,16 @@ class HistoryPaths:
         prefixes = [os.path.normpath(os.path.join(here, limit)) for limit in limits]
         if not prefixes or any(p == "." or p.startswith("..") for p in prefixes):
             prefixes = [""]  # the whole repository (or more than it)
+        # A path the history holds is named to the policy as the work tree would name it:
+        # spelled from the repository's top (no links to follow in a commit).
+        top = guard.check(listing.top, Capability.READ)
+        base = top.path if top.allowed and top.path is not None else listing.top
         asking: list[str] = []
         denied = 0
         for path in sorted(listing.paths):
             if not any(not p or path == p or path.startswith(f"{p}/") for p in prefixes):
                 continue
-            absolute = os.path.join(listing.top, path)
-            verdict = guard.check(absolute, Capability.READ)
-            shown = verdict.path if verdict.allowed and verdict.path is not None else absolute
+            shown = posixpath.normpath(posixpath.join(base, path))
             why = withheld(shown)
             if why is None:
                 continue
@@ -188,27 +254,37 @@ class HistoryPaths:
         return (
             f"{command} may print what the repository holds of files the policy keeps from "
             f"this command ({held}): its history and index keep them whatever the work tree "
-            "holds. Name the paths to show after -- (for example: git log -p -- src)"
+            "holds. Name the paths to show after -- (for example: git log -p -- src), or "
+            "see names only (--stat)"
         )
 
     def _listing(self, directory: str) -> _Listing | str | None:
-        top = _git(directory, "rev-parse", "--show-toplevel")
-        if top is None:
-            return None
-        top = os.path.realpath(top.strip("\n"))
-        git_dir = _git(top, "rev-parse", "--absolute-git-dir")
+        git_dir = _git(directory, "rev-parse", "--absolute-git-dir")
         if git_dir is None:
-            return None
-        signature = _signature(git_dir.strip("\n"))
+            return None  # no repository here: git will say so itself
+        top = _git(directory, "rev-parse", "--show-toplevel")
+        if top is None or not top.strip("\n"):
+            # Inside a .git, or a bare repository: git finds the history, nothing to screen
+            # it against a work tree by.
+            return "git runs here without a work tree (inside .git or a bare repository)"
+        top = os.path.realpath(top.strip("\n"))
+        git_dir = git_dir.strip("\n")
+        signature = _signature(git_dir)
         with self._lock:
             kept = self._listings.get(top)
             if kept is not None and kept.signature == signature:
                 return kept
-        history = _git(top, "log", "--all", "--format=", "--name-only", "-z")
-        index = _git(top, "ls-files", "-z")
+        # Every ref and what the reflogs and the pseudo-refs still reach (a commit reset away
+        # stays in ORIG_HEAD and the reflog), merges' own changes too (-m).
+        pseudo = [name for name in _PSEUDO_REFS if os.path.exists(os.path.join(git_dir, name))]
+        history = _git(
+            top, "log", "--all", "--reflog", "-m", "--format=", "--name-only", "-z", *pseudo, "--"
+        )
+        index = _git(top, "ls-files", "-z", "--stage")
         if history is None or index is None:
             return "the repository's history could not be listed to screen it"
-        paths = frozenset(p for p in (*history.split("\0"), *index.split("\0")) if p)
+        staged = (entry.split("\t", 1)[-1] for entry in index.split("\0") if entry)
+        paths = frozenset(p for p in (*history.split("\0"), *staged) if p)
         if len(paths) > MAX_HISTORY_PATHS:
             return (
                 f"the repository has tracked more than {MAX_HISTORY_PATHS} paths, too many to "
@@ -237,9 +313,9 @@ def _git(directory: str, *args: str) -> str | None:
 
 
 def _signature(git_dir: str) -> tuple[object, ...]:
-    """What changes when a ref, the index or HEAD does (mtimes and sizes, refs walked)."""
+    """What changes when a ref, a reflog, the index or HEAD does (mtimes, sizes; refs walked)."""
     parts: list[object] = []
-    for name in ("HEAD", "index", "packed-refs"):
+    for name in ("HEAD", "index", "packed-refs", "logs/HEAD", *_PSEUDO_REFS):
         try:
             info = os.stat(os.path.join(git_dir, name))
         except OSError:
