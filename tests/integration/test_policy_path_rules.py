@@ -127,6 +127,7 @@ async def test_a_deny_rule_on_a_folder_holds_for_every_tool_and_spelling(
         ("run_command", {"command": "git show 'HEAD@{tomorrow 00:00}:.env'"}),
         ("run_command", {"command": "git show 'HEAD^{/:x}:.env'"}),
         ("run_command", {"command": "git rev-parse HEAD:.env"}),
+        ("run_command", {"command": "git show -U HEAD:.env -- src"}),  # -U takes no next word
         # A user's rule lowering writes to docs/ does not reach the file a link there leads to.
         ("write_file", {"path": "docs/env", "content": "TOKEN=y"}),
     ],

@@ -151,16 +151,21 @@ def shown_history(
 
     ``()`` means every path the repository ever held. Options are judged by a list of those
     known to print no contents (``_METADATA_OPTIONS``): ``git log`` with only those prints
-    none; ``git show`` and ``git diff`` print none only with one that prints names instead
-    (``--stat``); ``git show REV:path`` shows one file, judged as that path; ``git status``
-    prints contents with ``-v``. The paths a command limits itself to count only when given
-    literally after ``--`` (no glob characters, no magic, no global pathspec options), with
-    no revision that may name a blob by its id (git ignores paths for a blob): anything else
-    may reach every path.
+    none; ``git diff`` prints none only with one that prints names instead (``--stat``);
+    ``git show`` prints an object named by id or tag whatever its options, so only ``git
+    show REV:path`` (one file, judged as that path) goes unscreened; ``git status`` prints
+    contents with ``-v`` however spelled. The paths a command limits itself to count only
+    when given literally after ``--`` (no glob characters, no magic, no global pathspec
+    options), with no revision that may name an object by its id or a file (``REV:path``):
+    git ignores paths for a file's object. Anything else may reach every path.
     """
     if subcommand == "status":
+        # -v, bundled (-bv) or a long prefix (--verb): the staged and unstaged diffs.
         verbose = any(
-            a in ("-v", "-vv", "--verbose") or (a[:2] == "-v" and set(a[1:]) == {"v"}) for a in args
+            (word[:1] == "-" and word[1:2] != "-" and "v" in word[1:])
+            or (len(word) > 3 and "--verbose".startswith(word.split("=", 1)[0]))
+            for word in args
+            if word != "--"
         )
         return () if verbose else None
     if subcommand not in ("diff", "show", "log", "whatchanged"):
@@ -177,7 +182,8 @@ def shown_history(
     )
     if harmless and subcommand == "log":
         return None
-    if harmless and subcommand in ("show", "diff") and set(names) & _NAMES_ONLY:
+    # Not git show: it prints a file's object whatever the options (--stat ID).
+    if harmless and subcommand == "diff" and set(names) & _NAMES_ONLY:
         return None
     blobs = bool(operands) and all(_BLOB_DISPLAY.fullmatch(operand) for operand in operands)
     if subcommand == "show" and blobs and not options and after is None:
@@ -187,6 +193,8 @@ def shown_history(
         and not set(global_args) & _LIMITING_GLOBALS
         and not any(set(limit) & set("*?[]\\") or limit.startswith(":") for limit in after)
         and not any(_MAY_BE_AN_OBJECT_ID.match(operand) for operand in operands)
+        # REV:path is one file, whose object git prints whatever paths follow.
+        and not any(":" in operand for operand in operands)
         and not any(name in ("--follow", "--full-diff", "-L") for name in names)
     )
     return tuple(after or ()) if literal else ()

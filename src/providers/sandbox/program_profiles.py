@@ -21,7 +21,7 @@ ValueKind = Literal["text", "read", "ranged_read", "list", "optional", "unsafe"]
 """``text``/``read``: the option takes a value (attached, or the next word); ``read`` names a
 file, ``ranged_read`` one after the value's last ``:`` (``git log -L 1,9:file``). ``list``: it
 names a file that lists more files to read (``sort --files0-from``), which the judge cannot
-see. ``optional``: a value only when attached with ``=`` (``--color[=WHEN]``), so the next
+see. ``optional``: a value only when attached (``--color[=WHEN]``, ``-U3``), so the next
 word stays an operand. ``unsafe``: the option writes files or runs programs."""
 OperandKind = Literal["read", "text", "pattern_then_read", "revisions_or_paths", "date"]
 
@@ -88,7 +88,7 @@ _HISTORY = ProgramProfile(
     unsafe_long=frozenset({"output", "ext-diff"}),
     short_values={
         "n": "text",
-        "U": "text",
+        "U": "optional",  # -U<n>: git takes a value only attached
         "S": "text",
         "G": "text",
         "O": "read",
@@ -133,7 +133,7 @@ _HISTORY = ProgramProfile(
 
 GIT_SUBCOMMANDS: dict[str, ProgramProfile] = {
     "status": ProgramProfile(
-        short_values={"u": "text"},
+        short_values={"u": "optional"},  # -u<mode>, attached only
         long_values={"untracked-files": "optional", "ignored": "optional", "column": "optional"},
         operands="read",
     ),
@@ -493,7 +493,7 @@ def judge_options(
                 if kind is None:
                     continue
                 value = word[position + 1 :]
-                if not value and index < len(args):
+                if not value and kind != "optional" and index < len(args):
                     value, index = args[index], index + 1
                 given.add(f"-{letter}={value}")
                 if kind in ("read", "list"):

@@ -377,12 +377,16 @@ def test_the_words_a_program_gets_are_the_words_bash_gives_it(words: str) -> Non
         ("show", [], ()),
         ("show", ["HEAD:src/app.py"], None),  # one file, judged by its path
         ("show", ["HEAD@{1:1}"], ()),  # braces: a revision, not a file
-        ("show", ["--stat", "HEAD"], None),
+        ("show", ["--stat", "HEAD"], ()),  # HEAD could be a tag of a file's object
+        ("show", ["-U", "HEAD:.env", "--", "src"], ()),  # a file: its paths are ignored
         ("diff", [], ()),
         ("diff", ["--name-only", "HEAD~1"], None),
         ("diff", ["--stat", "-p"], ()),
         ("status", [], None),
         ("status", ["-v"], ()),
+        ("status", ["-bv"], ()),
+        ("status", ["--verb"], ()),
+        ("status", ["--short", "-b"], None),
     ],
 )
 def test_git_commands_that_print_tracked_contents_are_told_apart(
