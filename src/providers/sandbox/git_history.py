@@ -277,7 +277,8 @@ class HistoryPaths:
             return "git runs here without a work tree (inside .git or a bare repository)"
         top = os.path.realpath(top.strip("\n"))
         git_dir = git_dir.strip("\n")
-        signature = _signature(git_dir)
+        common = _git(directory, "rev-parse", "--path-format=absolute", "--git-common-dir")
+        signature = _signature(git_dir, common.strip("\n") if common else git_dir)
         with self._lock:
             kept = self._listings.get(top)
             if kept is not None and kept.signature == signature:
@@ -320,21 +321,29 @@ def _git(directory: str, *args: str) -> str | None:
     return done.stdout.decode("utf-8", "surrogateescape")
 
 
-def _signature(git_dir: str) -> tuple[object, ...]:
-    """What changes when a ref, a reflog, the index or HEAD does (mtimes, sizes; refs walked)."""
+def _signature(git_dir: str, common_dir: str) -> tuple[object, ...]:
+    """What changes when a ref, a reflog, the index or HEAD does (mtimes, sizes; refs walked).
+
+    A linked worktree keeps its HEAD and index in ``git_dir`` and shares the refs of
+    ``common_dir``; the reftable format keeps them all in ``reftable/``.
+    """
     parts: list[object] = []
-    for name in ("HEAD", "index", "packed-refs", "logs/HEAD", *_PSEUDO_REFS):
+    for folder, name in (
+        *((git_dir, n) for n in ("HEAD", "index", "logs/HEAD", *_PSEUDO_REFS)),
+        (common_dir, "packed-refs"),
+    ):
         try:
-            info = os.stat(os.path.join(git_dir, name))
+            info = os.stat(os.path.join(folder, name))
         except OSError:
             parts.append(None)
             continue
-        parts.append((name, info.st_mtime_ns, info.st_size, info.st_ino))
-    for folder, _, files in os.walk(os.path.join(git_dir, "refs")):
-        for name in files:
-            try:
-                info = os.stat(os.path.join(folder, name))
-            except OSError:
-                continue
-            parts.append((folder, name, info.st_mtime_ns, info.st_size))
+        parts.append((folder, name, info.st_mtime_ns, info.st_size, info.st_ino))
+    for tree in ("refs", "reftable", "logs/refs"):
+        for folder, _, files in os.walk(os.path.join(common_dir, tree)):
+            for name in files:
+                try:
+                    info = os.stat(os.path.join(folder, name))
+                except OSError:
+                    continue
+                parts.append((folder, name, info.st_mtime_ns, info.st_size, info.st_ino))
     return tuple(parts)
