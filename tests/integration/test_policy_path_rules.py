@@ -471,3 +471,27 @@ async def test_git_cannot_print_a_secret_only_a_reflog_or_a_merge_still_holds(
     git(workspace, "commit", "-qm", "removed")
     (refused,) = await run_commands(workspace, ["git show HEAD~1"])
     assert refused.is_error and ".env" in refused.content and "merge-secret" not in refused.content
+
+
+async def test_a_repository_above_the_workspace_is_screened_by_the_workspaces_own_paths(
+    tmp_path: Path,
+) -> None:
+    # The workspace is a folder of a larger repository: its history names app/private/...,
+    # which the workspace's rule on private/** (relative to its root) must still see.
+    repository = tmp_path / "repo"
+    workspace = repository / "app"
+    (workspace / "private").mkdir(parents=True)
+    git(repository, "init", "-q")
+    (workspace / "private" / "notes.txt").write_text("my diary\n")
+    (workspace / "main.py").write_text("x = 1\n")
+    git(repository, "add", "-A")
+    git(repository, "commit", "-qm", "first")
+    git(repository, "rm", "-rq", "app/private")
+    git(repository, "commit", "-qm", "removed")
+    policy = tmp_path / "policy.toml"
+    policy.write_text(
+        '[[rule]]\nname = "private-folder"\neffect = "deny"\npaths = ["private/**"]\n'
+    )
+    (result,) = await run_commands(workspace, ["git log -p"], policy_file=policy)
+    assert result.is_error and "a policy rule denies" in result.content, result
+    assert "my diary" not in result.content

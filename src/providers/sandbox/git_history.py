@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from core_agent.contracts.tool import Capability, WithheldFile
+from core_agent.contracts.tool import WithheldFile
 from providers.sandbox.paths import PathGuard
 
 MAX_HISTORY_PATHS = 200_000
@@ -236,16 +236,20 @@ class HistoryPaths:
         prefixes = [os.path.normpath(os.path.join(here, limit)) for limit in limits]
         if not prefixes or any(p == "." or p.startswith("..") for p in prefixes):
             prefixes = [""]  # the whole repository (or more than it)
-        # A path the history holds is named to the policy as the work tree would name it:
-        # spelled from the repository's top (no links to follow in a commit).
-        top = guard.check(listing.top, Capability.READ)
-        base = top.path if top.allowed and top.path is not None else listing.top
+        # A path the history holds is named to the policy as the work tree would name it,
+        # spelled from the repository's top (no links to follow in a commit): relative to
+        # its root, or absolute outside the roots (a repository above the workspace).
+        roots = [str(root) for root in guard.roots]
         asking: list[str] = []
         denied = 0
         for path in sorted(listing.paths):
             if not any(not p or path == p or path.startswith(f"{p}/") for p in prefixes):
                 continue
-            shown = posixpath.normpath(posixpath.join(base, path))
+            absolute = posixpath.normpath(posixpath.join(listing.top, path))
+            shown = next(
+                (absolute[len(root) + 1 :] for root in roots if absolute.startswith(f"{root}/")),
+                absolute,
+            )
             why = withheld(shown)
             if why is None:
                 continue
