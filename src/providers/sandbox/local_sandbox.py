@@ -305,32 +305,7 @@ class LocalToolSandbox(IToolSandbox):
         if assessment.refusal:
             raise SandboxRefusedError(assessment.refusal)
         permit = permit or CallPermit()
-        screen = WalkScreen()
-        if assessment.walks and permit.withheld is not None:
-            screen = await anyio.to_thread.run_sync(
-                screen_walks, self.paths, assessment.walks, permit.withheld
-            )
-            if screen.refusal:
-                raise SandboxRefusedError(screen.refusal)
-            if screen.hidden and self._mode == "unconfined":
-                raise SandboxRefusedError(
-                    "the command reads every file below a directory holding files the policy "
-                    f"keeps from it ({', '.join(screen.asking[:5]) or 'denied files'}), and "
-                    "commands run unconfined here, so they cannot be hidden from it: search "
-                    "the files it may read by name, or use the grep tool"
-                )
-        if permit.withheld is not None:
-            for directory, limits in assessment.histories:
-                refusal = await anyio.to_thread.run_sync(
-                    self._history_paths.screen,
-                    self.paths,
-                    directory,
-                    limits,
-                    permit.withheld,
-                    f"the command {command[:80]!r}",
-                )
-                if refusal:
-                    raise SandboxRefusedError(refusal)
+        screen = await self._screen_reads(command, assessment, permit)
         timeout = timeout_s or self._command_timeout_s
         program, argv = self._invocation(command)
         temporary = await anyio.to_thread.run_sync(
@@ -343,6 +318,48 @@ class LocalToolSandbox(IToolSandbox):
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(temporary, ignore_errors=True))
+
+    async def _screen_reads(
+        self, command: str, assessment: CommandAssessment, permit: CallPermit
+    ) -> WalkScreen:
+        """The files to hide from ``command``'s walks; refuses what cannot be screened.
+
+        Walks (``grep -r``) get the files below them that the permit withholds, to hide;
+        git commands that may print tracked contents are refused when the repository has
+        held such a file (``git_history``).
+
+        Raises:
+            SandboxRefusedError: Too much to screen, or nothing could hide the files.
+        """
+        withheld = permit.withheld
+        if withheld is None:
+            return WalkScreen()
+        screen = WalkScreen()
+        if assessment.walks:
+            screen = await anyio.to_thread.run_sync(
+                screen_walks, self.paths, assessment.walks, withheld
+            )
+            if screen.refusal:
+                raise SandboxRefusedError(screen.refusal)
+            if screen.hidden and self._mode == "unconfined":
+                raise SandboxRefusedError(
+                    "the command reads every file below a directory holding files the policy "
+                    f"keeps from it ({', '.join(screen.asking[:5]) or 'denied files'}), and "
+                    "commands run unconfined here, so they cannot be hidden from it: search "
+                    "the files it may read by name, or use the grep tool"
+                )
+        for directory, limits in assessment.histories:
+            refusal = await anyio.to_thread.run_sync(
+                self._history_paths.screen,
+                self.paths,
+                directory,
+                limits,
+                withheld,
+                f"the command {command[:80]!r}",
+            )
+            if refusal:
+                raise SandboxRefusedError(refusal)
+        return screen
 
     def _invocation(self, command: str) -> tuple[str, list[str]]:
         """A plain command runs its program directly; anything else runs in bash."""
