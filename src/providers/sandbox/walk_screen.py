@@ -100,6 +100,7 @@ class _Search:
         self.withheld_ids: dict[tuple[int, int], WithheldFile] = {}
 
     def directory(self, start: str) -> None:
+        """Screen every file below ``start`` (a real path), following links."""
         pending = [start]
         while pending:
             directory = pending.pop()
@@ -149,6 +150,7 @@ class _Search:
         return real
 
     def file(self, real: str, shown: str, info: os.stat_result) -> None:
+        """Screen one regular file, ``shown`` to the policy; ``info`` is its ``lstat``."""
         self.screened += 1
         if self.screened > self.max_files:
             raise _Refused(f"more than {self.max_files} files")
@@ -173,6 +175,7 @@ class _Search:
             raise _Refused(f"more than {self.max_hidden} files the policy keeps from it")
 
     def outcome(self) -> WalkScreen:
+        """What the walk found, once every name of a withheld file is withheld too."""
         # A second name of a withheld file is withheld as it is (a hard link to .env).
         for identity, why in self.withheld_ids.items():
             for real, shown in self.linked.get(identity, ()):
