@@ -403,7 +403,7 @@ async def test_git_cannot_print_a_secret_its_history_keeps_once_deleted(tmp_path
         for command in (
             "git log -p",
             "git show HEAD~1",
-            "git diff HEAD~2",
+            "git diff HEAD~1",  # its tree holds .env
             "git log -S TOKEN",
             "git log -p -- '*.env'",  # a glob pathspec
             "git -C .git log -p",  # no work tree
@@ -417,6 +417,11 @@ async def test_git_cannot_print_a_secret_its_history_keeps_once_deleted(tmp_path
         assert "sk-secret" not in limited.content
         names = await run(kernel, "git log --oneline")
         assert not names.is_error and "oops" in names.content
+        # A diff reads the index, the work tree and the trees it names, not the history.
+        (workspace / "src" / "app.py").write_text("x = 2\n")
+        for command in ("git diff", "git diff HEAD~2 HEAD", "git diff --cached"):
+            compared = await run(kernel, command)
+            assert not compared.is_error, compared
 
 
 async def test_git_diff_of_two_directories_is_a_walk_and_screened(workspace: Path) -> None:

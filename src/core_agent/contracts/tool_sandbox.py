@@ -30,6 +30,20 @@ class SandboxVerdict:
 
 
 @dataclass(frozen=True, slots=True)
+class GitContentRead:
+    """What of a repository one git command may print the contents of."""
+
+    directory: str
+    """Where git runs (resolved)."""
+    limits: tuple[str, ...] = ()
+    """The paths it limits itself to, relative to ``directory`` (empty: every path)."""
+    revisions: tuple[str, ...] | None = None
+    """The revisions it compares besides the index and the work tree (``git diff A B``,
+    ``--cached``: ``HEAD``), as given; ``None`` when it may reach any commit (``git log -p``,
+    ``git show``)."""
+
+
+@dataclass(frozen=True, slots=True)
 class CommandAssessment:
     """What the sandbox can tell about a command line before it runs.
 
@@ -53,11 +67,10 @@ class CommandAssessment:
     """The directories, resolved (absolute, links followed), below which it reads every file
     (``grep -r``, ``rg``, ``diff -r``). The sandbox keeps from the command the files below
     them that the call's permit withholds (``CallPermit.withheld``)."""
-    histories: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    """For each git command that may print tracked files' contents (``git diff``, ``git
-    show``, ``git log -p``): the directory git runs in (resolved) and the paths it limits
-    itself to (empty: all). The sandbox refuses it when the repository's history or index
-    holds a file the call's permit withholds."""
+    histories: tuple[GitContentRead, ...] = ()
+    """Each git command that may print tracked files' contents (``git diff``, ``git show``,
+    ``git log -p``). The sandbox refuses it when what it may read of the repository holds a
+    file the call's permit withholds."""
 
     @property
     def allowed(self) -> bool:

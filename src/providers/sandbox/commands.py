@@ -23,8 +23,8 @@ from collections.abc import Sequence
 
 from core_agent.contracts.shell_parser import IShellParser, ParsedCommand, SimpleCommand
 from core_agent.contracts.tool import Capability
-from core_agent.contracts.tool_sandbox import CommandAssessment
-from providers.sandbox.git_history import shown_history
+from core_agent.contracts.tool_sandbox import CommandAssessment, GitContentRead
+from providers.sandbox.git_history import compared_revisions, shown_history
 from providers.sandbox.paths import PathGuard
 from providers.sandbox.program_paths import resolve_program
 from providers.sandbox.program_profiles import (
@@ -90,7 +90,7 @@ class CommandGuard:
         writes = False
         named: list[str] = []  # what policy path rules will see, resolved
         walks: list[str] = []  # directories whose every file is read
-        histories: list[tuple[str, tuple[str, ...]]] = []  # git commands printing contents
+        histories: list[GitContentRead] = []  # git commands printing contents
         for redirection in parsed.redirections:
             target = redirection.target
             if redirection.dynamic or target in _HARMLESS_TARGETS:
@@ -127,7 +127,7 @@ class CommandGuard:
         simple: SimpleCommand,
         named: list[str],
         walks: list[str],
-        histories: list[tuple[str, tuple[str, ...]]],
+        histories: list[GitContentRead],
     ) -> tuple[list[str], str | None, bool]:
         """Reasons ``simple`` is not proven, the program it runs, and whether it writes.
 
@@ -211,7 +211,7 @@ class CommandGuard:
         subcommand: str,
         args: list[str],
         named: list[str],
-        histories: list[tuple[str, tuple[str, ...]]],
+        histories: list[GitContentRead],
     ) -> list[str]:
         """Note a git command that may print tracked contents; why it cannot be screened."""
         limits = shown_history(subcommand, args, global_args)
@@ -225,7 +225,8 @@ class CommandGuard:
                 return [f"{shown!r}: {word} names a repository the screen does not follow"]
         if any(word.startswith("--submodule") for word in args):
             return [f"{shown!r}: it shows submodules' contents, which are not screened"]
-        histories.append((str(directory), limits))
+        revisions = compared_revisions(subcommand, args)
+        histories.append(GitContentRead(str(directory), limits, revisions))
         named.append("./")  # the whole repository is read: its screen comes with the permit
         return []
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from core_agent.contracts.tool import WithheldFile
+from core_agent.contracts.tool_sandbox import GitContentRead
 from providers.sandbox.paths import PathGuard
 
 MAX_HISTORY_PATHS = 200_000
@@ -170,6 +171,8 @@ def shown_history(
         return () if verbose else None
     if subcommand not in ("diff", "show", "log", "whatchanged"):
         return None
+    if subcommand == "diff" and "--no-index" in args:
+        return None  # two paths compared as files, no repository read (walked if folders)
     before, after = list(args), None
     if "--" in args:
         cut = list(args).index("--")
@@ -200,52 +203,133 @@ def shown_history(
     return tuple(after or ()) if literal else ()
 
 
+def compared_revisions(subcommand: str, args: Sequence[str]) -> tuple[str, ...] | None:
+    """What ``git diff`` or ``git status -v`` compares besides the index and work tree.
+
+    ``git diff`` reads the index, the work tree and the revisions among its operands (the
+    sandbox tells them from paths), ``HEAD`` too with ``--cached``; ``git status -v`` reads
+    ``HEAD``. ``None`` for a command that may reach any commit (``git log``, ``git show``),
+    or a diff with an option that may compare something else (``--merge-base``...).
+    """
+    if subcommand == "status":
+        return ("HEAD",)
+    if subcommand != "diff":
+        return None
+    before = list(args[: list(args).index("--")]) if "--" in args else list(args)
+    options = [word for word in before if word.startswith("-") and word != "-"]
+    if not all(_compares_the_same(option) for option in options):
+        return None
+    revisions = [word for word in before if not word.startswith("-") or word == "-"]
+    if {"--cached", "--staged"} & {option.split("=", 1)[0] for option in options}:
+        revisions.append("HEAD")
+    return tuple(revisions)
+
+
+def _compares_the_same(option: str) -> bool:
+    if option.startswith("--"):
+        return option.split("=", 1)[0] in _COMPARING_SAME
+    for letter in option[1:]:  # bundled; -U3 and -M50% end with their value
+        if f"-{letter}" not in _COMPARING_SAME:
+            return False
+        if letter in "UM":
+            return True
+    return True
+
+
+_COMPARING_SAME = frozenset(
+    {
+        "--cached",
+        "--staged",
+        "-p",
+        "-u",
+        "--patch",
+        "-w",
+        "-b",
+        "--ignore-all-space",
+        "--ignore-space-change",
+        "--ignore-blank-lines",
+        "-R",
+        "--color",
+        "--no-color",
+        "--word-diff",
+        "--color-words",
+        "--unified",
+        "-U",
+        "--minimal",
+        "--patience",
+        "--histogram",
+        "--no-renames",
+        "-M",
+        "--find-renames",
+        "--relative",
+        "--no-relative",
+        "--text",
+        "-a",
+        "--check",
+        "--exit-code",
+        "--quiet",
+        *_METADATA_OPTIONS,
+    }
+)
+"""``git diff`` options that change how two sides are shown, never which sides are read
+(``-U3`` and ``--unified=3`` are matched by name)."""
+
+
 @dataclass(frozen=True, slots=True)
-class _Listing:
-    signature: tuple[object, ...]
+class _Repository:
+    """Where a git command's repository lies, and what its refs and index look like now."""
+
     top: str
-    paths: frozenset[str]
+    git_dir: str
+    signature: tuple[object, ...]
 
 
 class HistoryPaths:
-    """The paths each repository has tracked, listed by git and kept until it changes."""
+    """The paths each repository has held, listed by git and kept until it changes.
+
+    Three listings, each kept: the whole history (every ref, reflog, pseudo-ref, merge) and
+    the index, until a ref, a reflog, the index or HEAD changes; a tree's paths for good (a
+    tree never changes: it is kept by its id).
+    """
 
     def __init__(self) -> None:
-        self._listings: dict[str, _Listing] = {}
+        self._histories: dict[str, tuple[tuple[object, ...], frozenset[str]]] = {}
+        self._indexes: dict[str, tuple[tuple[object, ...], frozenset[str]]] = {}
+        self._trees: dict[tuple[str, str], frozenset[str]] = {}
         self._lock = threading.Lock()
 
     def screen(
         self,
         guard: PathGuard,
-        directory: str,
-        limits: Sequence[str],
+        read: GitContentRead,
         withheld: Callable[[str], WithheldFile | None],
         command: str,
     ) -> str | None:
-        """Why ``command`` may not run: the tracked files below ``limits`` it may not read.
+        """Why ``command`` may not run: the files it may print that ``withheld`` keeps back.
 
-        ``directory`` is where git runs; ``None`` when nothing is withheld (or it is no
-        repository: the command will say so itself). Blocking.
+        ``None`` when nothing is withheld (or there is no repository: the command will say
+        so itself). Blocking.
         """
-        listing = self._listing(directory)
-        if isinstance(listing, str):
-            return listing
-        if listing is None:
-            return None
-        here = os.path.relpath(os.path.realpath(directory), listing.top)
-        prefixes = [os.path.normpath(os.path.join(here, limit)) for limit in limits]
+        repository = self._repository(read.directory)
+        if repository is None or isinstance(repository, str):
+            return repository
+        paths = self._paths(repository, read)
+        if isinstance(paths, str):
+            return paths
+        here = os.path.relpath(os.path.realpath(read.directory), repository.top)
+        prefixes = [os.path.normpath(os.path.join(here, limit)) for limit in read.limits]
         if not prefixes or any(p == "." or p.startswith("..") for p in prefixes):
             prefixes = [""]  # the whole repository (or more than it)
-        # A path the history holds is named to the policy as the work tree would name it,
+        # A path the repository holds is named to the policy as the work tree would name it,
         # spelled from the repository's top (no links to follow in a commit): relative to
         # its root, or absolute outside the roots (a repository above the workspace).
         roots = [str(root) for root in guard.roots]
         asking: list[str] = []
         denied = 0
-        for path in sorted(listing.paths):
+        for path in sorted(paths):
             if not any(not p or path == p or path.startswith(f"{p}/") for p in prefixes):
                 continue
-            absolute = posixpath.normpath(posixpath.join(listing.top, path))
+            absolute = posixpath.normpath(posixpath.join(repository.top, path))
             shown = next(
                 (absolute[len(root) + 1 :] for root in roots if absolute.startswith(f"{root}/")),
                 absolute,
@@ -263,14 +347,15 @@ class HistoryPaths:
         held = "; ".join(
             part for part in (named, f"{denied} a policy rule denies" if denied else "") if part
         )
+        reach = "its history and index keep" if read.revisions is None else "what it compares holds"
         return (
             f"{command} may print what the repository holds of files the policy keeps from "
-            f"this command ({held}): its history and index keep them whatever the work tree "
-            "holds. Name the paths to show after -- (for example: git log -p -- src), or "
-            "see names only (--stat)"
+            f"this command ({held}): {reach} them whatever the work tree holds. Name the "
+            "paths to show after -- (for example: git log -p -- src), or see names only "
+            "(--stat)"
         )
 
-    def _listing(self, directory: str) -> _Listing | str | None:
+    def _repository(self, directory: str) -> _Repository | str | None:
         git_dir = _git(directory, "rev-parse", "--absolute-git-dir")
         if git_dir is None:
             return None  # no repository here: git will say so itself
@@ -279,34 +364,99 @@ class HistoryPaths:
             # Inside a .git, or a bare repository: git finds the history, nothing to screen
             # it against a work tree by.
             return "git runs here without a work tree (inside .git or a bare repository)"
-        top = os.path.realpath(top.strip("\n"))
         git_dir = git_dir.strip("\n")
         common = _git(directory, "rev-parse", "--path-format=absolute", "--git-common-dir")
         signature = _signature(git_dir, common.strip("\n") if common else git_dir)
+        return _Repository(os.path.realpath(top.strip("\n")), git_dir, signature)
+
+    def _paths(self, repository: _Repository, read: GitContentRead) -> frozenset[str] | str:
+        """What of the repository ``read`` may print, or why it cannot be listed."""
+        if read.revisions is None:
+            return self._history(repository)
+        paths = self._index(repository)
+        if isinstance(paths, str):
+            return paths
+        for operand in read.revisions:
+            if _BLOB_DISPLAY.fullmatch(operand):
+                continue  # REV:path, one file, judged as that path
+            for revision in _range_ends(operand):
+                tree = self._tree(repository, read.directory, revision)
+                if isinstance(tree, str):
+                    return tree
+                paths = paths | tree
+        return paths
+
+    def _history(self, repository: _Repository) -> frozenset[str] | str:
+        top = repository.top
         with self._lock:
-            kept = self._listings.get(top)
-            if kept is not None and kept.signature == signature:
-                return kept
+            kept = self._histories.get(top)
+        if kept is not None and kept[0] == repository.signature:
+            return kept[1]
         # Every ref and what the reflogs and the pseudo-refs still reach (a commit reset away
         # stays in ORIG_HEAD and the reflog), merges' own changes too (-m).
-        pseudo = [name for name in _PSEUDO_REFS if os.path.exists(os.path.join(git_dir, name))]
-        history = _git(
+        pseudo = [n for n in _PSEUDO_REFS if os.path.exists(os.path.join(repository.git_dir, n))]
+        listed = _git(
             top, "log", "--all", "--reflog", "-m", "--format=", "--name-only", "-z", *pseudo, "--"
         )
-        index = _git(top, "ls-files", "-z", "--stage")
-        if history is None or index is None:
+        index = self._index(repository)
+        if listed is None or isinstance(index, str):
             return "the repository's history could not be listed to screen it"
-        staged = (entry.split("\t", 1)[-1] for entry in index.split("\0") if entry)
-        paths = frozenset(p for p in (*history.split("\0"), *staged) if p)
+        paths = frozenset(p for p in listed.split("\0") if p) | index
         if len(paths) > MAX_HISTORY_PATHS:
             return (
-                f"the repository has tracked more than {MAX_HISTORY_PATHS} paths, too many to "
+                f"the repository has held more than {MAX_HISTORY_PATHS} paths, too many to "
                 "screen against the policy; name the paths to show after --"
             )
-        listing = _Listing(signature, top, paths)
         with self._lock:
-            self._listings[top] = listing
-        return listing
+            self._histories[top] = (repository.signature, paths)
+        return paths
+
+    def _index(self, repository: _Repository) -> frozenset[str] | str:
+        top = repository.top
+        with self._lock:
+            kept = self._indexes.get(top)
+        if kept is not None and kept[0] == repository.signature:
+            return kept[1]
+        listed = _git(top, "ls-files", "-z", "--stage")
+        if listed is None:
+            return "the repository's index could not be listed to screen it"
+        # Every stage of a conflicted file: "mode id stage<TAB>path".
+        paths = frozenset(e.split("\t", 1)[-1] for e in listed.split("\0") if e)
+        with self._lock:
+            self._indexes[top] = (repository.signature, paths)
+        return paths
+
+    def _tree(self, repository: _Repository, directory: str, revision: str) -> frozenset[str] | str:
+        """The paths of the tree ``revision`` names; nothing when it names no object."""
+        tree = _git(
+            directory, "rev-parse", "--verify", "-q", "--end-of-options", f"{revision}^{{tree}}"
+        )
+        if tree is None:
+            if _git(directory, "rev-parse", "--verify", "-q", "--end-of-options", revision):
+                # An object that is no commit or tree (a file's, by id or tag): its contents
+                # cannot be told apart by path.
+                return f"{revision!r} names an object that is not a commit or a tree"
+            return frozenset()  # a path, not a revision (or nothing git will read)
+        key = (repository.top, tree.strip())
+        with self._lock:
+            kept = self._trees.get(key)
+        if kept is not None:
+            return kept
+        listed = _git(repository.top, "ls-tree", "-r", "--name-only", "-z", tree.strip())
+        if listed is None:
+            return f"the tree of {revision!r} could not be listed to screen it"
+        paths = frozenset(p for p in listed.split("\0") if p)
+        with self._lock:
+            self._trees[key] = paths
+        return paths
+
+
+def _range_ends(operand: str) -> list[str]:
+    """The revisions a diff operand names (``A..B``, ``A...B``; an empty end is ``HEAD``)."""
+    for separator in ("...", ".."):
+        if separator in operand:
+            return [end or "HEAD" for end in operand.split(separator, 1)]
+    return [operand]
 
 
 def _git(directory: str, *args: str) -> str | None:

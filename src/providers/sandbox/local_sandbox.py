@@ -348,12 +348,11 @@ class LocalToolSandbox(IToolSandbox):
                     "commands run unconfined here, so they cannot be hidden from it: search "
                     "the files it may read by name, or use the grep tool"
                 )
-        for directory, limits in assessment.histories:
+        for read in assessment.histories:
             refusal = await anyio.to_thread.run_sync(
                 self._history_paths.screen,
                 self.paths,
-                directory,
-                limits,
+                read,
                 withheld,
                 f"the command {command[:80]!r}",
             )

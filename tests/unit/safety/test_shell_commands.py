@@ -397,3 +397,23 @@ def test_git_commands_that_print_tracked_contents_are_told_apart(
     assert shown_history(subcommand, args) == limits
     if limits:
         assert shown_history(subcommand, args, ["--icase-pathspecs"]) == ()
+
+
+@pytest.mark.parametrize(
+    ("args", "revisions"),
+    [
+        ([], ()),
+        (["--cached"], ("HEAD",)),
+        (["-U3", "-w", "main", "--", "src"], ("main",)),
+        (["HEAD~2..HEAD"], ("HEAD~2..HEAD",)),
+        (["--merge-base", "main"], None),  # compares something it does not name
+        (["--no-index", "a", "b"], None),
+    ],
+)
+def test_a_git_diff_reads_the_revisions_it_names_and_the_index(
+    args: list[str], revisions: tuple[str, ...] | None
+) -> None:
+    from providers.sandbox.git_history import compared_revisions
+
+    assert compared_revisions("diff", args) == revisions
+    assert compared_revisions("log", args) is None
