@@ -404,6 +404,8 @@ async def test_git_cannot_print_a_secret_its_history_keeps_once_deleted(tmp_path
             "git log -p",
             "git show HEAD~1",
             "git diff HEAD~1",  # its tree holds .env
+            "git diff HEAD~1^!",  # that commit against its parent
+            "git diff HEAD~2...HEAD~1",  # against the merge base
             "git log -S TOKEN",
             "git log -p -- '*.env'",  # a glob pathspec
             "git -C .git log -p",  # no work tree

@@ -379,8 +379,15 @@ class HistoryPaths:
         for operand in read.revisions:
             if _BLOB_DISPLAY.fullmatch(operand):
                 continue  # REV:path, one file, judged as that path
+            if "..." in operand:
+                # A...B compares B with the merge base, a commit it does not name.
+                return self._history(repository)
             for revision in _range_ends(operand):
                 tree = self._tree(repository, read.directory, revision)
+                if tree is None:
+                    # Neither a revision git verifies (X^!, X^@ name several) nor a path of
+                    # the work tree: whatever git makes of it may be any commit.
+                    return self._history(repository)
                 if isinstance(tree, str):
                     return tree
                 paths = paths | tree
@@ -426,8 +433,14 @@ class HistoryPaths:
             self._indexes[top] = (repository.signature, paths)
         return paths
 
-    def _tree(self, repository: _Repository, directory: str, revision: str) -> frozenset[str] | str:
-        """The paths of the tree ``revision`` names; nothing when it names no object."""
+    def _tree(
+        self, repository: _Repository, directory: str, revision: str
+    ) -> frozenset[str] | str | None:
+        """The paths of the tree ``revision`` names; nothing for a path of the work tree.
+
+        ``None`` when it is neither a revision git verifies nor such a path; a text when it
+        names an object that is no commit or tree.
+        """
         tree = _git(
             directory, "rev-parse", "--verify", "-q", "--end-of-options", f"{revision}^{{tree}}"
         )
@@ -436,7 +449,9 @@ class HistoryPaths:
                 # An object that is no commit or tree (a file's, by id or tag): its contents
                 # cannot be told apart by path.
                 return f"{revision!r} names an object that is not a commit or a tree"
-            return frozenset()  # a path, not a revision (or nothing git will read)
+            if os.path.lexists(os.path.join(directory, revision)):
+                return frozenset()  # a path, not a revision
+            return None
         key = (repository.top, tree.strip())
         with self._lock:
             kept = self._trees.get(key)
