@@ -406,6 +406,9 @@ async def test_git_cannot_print_a_secret_its_history_keeps_once_deleted(tmp_path
             "git diff HEAD~1",  # its tree holds .env
             "git diff HEAD~1^!",  # that commit against its parent
             "git diff HEAD~2...HEAD~1",  # against the merge base
+            "git diff HEAD~1 -- --no-index .",  # after --, a path: not the no-index mode
+            "git diff HEAD~1:src HEAD:src",  # trees, not files
+            f"git diff ':{workspace}/|oops'",  # a commit found by its message
             "git log -S TOKEN",
             "git log -p -- '*.env'",  # a glob pathspec
             "git -C .git log -p",  # no work tree

@@ -171,7 +171,8 @@ def shown_history(
         return () if verbose else None
     if subcommand not in ("diff", "show", "log", "whatchanged"):
         return None
-    if subcommand == "diff" and "--no-index" in args:
+    options_given = list(args[: list(args).index("--")]) if "--" in args else list(args)
+    if subcommand == "diff" and "--no-index" in options_given:
         return None  # two paths compared as files, no repository read (walked if folders)
     before, after = list(args), None
     if "--" in args:
@@ -377,8 +378,13 @@ class HistoryPaths:
         if isinstance(paths, str):
             return paths
         for operand in read.revisions:
-            if _BLOB_DISPLAY.fullmatch(operand):
-                continue  # REV:path, one file, judged as that path
+            if ":" in operand:
+                # REV:path, :/message, :N:path... One file's object is judged by its path;
+                # a tree (REV:folder) or a commit found by its message may hold anything.
+                # (Asked by id: a suffix such as ^{tree} would be read as part of the message.)
+                if _object_type(read.directory, operand) != "blob":
+                    return self._history(repository)
+                continue
             if "..." in operand:
                 # A...B compares B with the merge base, a commit it does not name.
                 return self._history(repository)
@@ -464,6 +470,15 @@ class HistoryPaths:
         with self._lock:
             self._trees[key] = paths
         return paths
+
+
+def _object_type(directory: str, revision: str) -> str | None:
+    """The type of the one object git resolves ``revision`` to, or ``None``."""
+    found = _git(directory, "rev-parse", "--verify", "-q", "--end-of-options", revision)
+    if found is None:
+        return None
+    kind = _git(directory, "cat-file", "-t", found.strip())
+    return kind.strip() if kind else None
 
 
 def _range_ends(operand: str) -> list[str]:
