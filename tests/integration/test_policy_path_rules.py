@@ -400,6 +400,7 @@ async def test_git_cannot_print_a_secret_its_history_keeps_once_deleted(tmp_path
         git(workspace, "commit", "-qm", "oops")
         git(workspace, "rm", "-q", ".env")
         git(workspace, "commit", "-qm", "removed")
+        (workspace / "HEAD~1^!").write_text("a file named like a revision\n")
         for command in (
             "git log -p",
             "git show HEAD~1",
@@ -409,6 +410,8 @@ async def test_git_cannot_print_a_secret_its_history_keeps_once_deleted(tmp_path
             "git diff HEAD~1 -- --no-index .",  # after --, a path: not the no-index mode
             "git diff HEAD~1:src HEAD:src",  # trees, not files
             f"git diff ':{workspace}/|oops'",  # a commit found by its message
+            f"git show ':{workspace}/|oops'",
+            "git diff 'HEAD~1^!' -- .",  # git reads it as a revision, file or not
             "git log -S TOKEN",
             "git log -p -- '*.env'",  # a glob pathspec
             "git -C .git log -p",  # no work tree
@@ -505,3 +508,18 @@ async def test_a_repository_above_the_workspace_is_screened_by_the_workspaces_ow
     (result,) = await run_commands(workspace, ["git log -p"], policy_file=policy)
     assert result.is_error and "a policy rule denies" in result.content, result
     assert "my diary" not in result.content
+
+
+async def test_a_file_of_a_commit_is_graded_by_its_name_not_where_a_link_now_leads(
+    tmp_path: Path,
+) -> None:
+    # git show HEAD~1:.env reads .env from the commit; in the work tree .env is now a link to
+    # README.md, which must not make it README.md to the policy.
+    workspace = tmp_path / "repo"
+    workspace.mkdir()
+    (workspace / "README.md").write_text("hello")
+    (workspace / ".env").symlink_to(workspace / "README.md")
+    assert await verdict(workspace, "run_command", command="git show HEAD~1:.env") == (
+        "high",
+        "secret-files",
+    )

@@ -38,9 +38,11 @@ class GitContentRead:
     limits: tuple[str, ...] = ()
     """The paths it limits itself to, relative to ``directory`` (empty: every path)."""
     revisions: tuple[str, ...] | None = None
-    """The revisions it compares besides the index and the work tree (``git diff A B``,
-    ``--cached``: ``HEAD``), as given; ``None`` when it may reach any commit (``git log -p``,
-    ``git show``)."""
+    """The revisions it reads besides the index and the work tree (``git diff A B``,
+    ``--cached``: ``HEAD``; ``git show REV:path``), as given; ``None`` when it may reach any
+    commit (``git log -p``, ``git show``)."""
+    index: bool = True
+    """Whether it reads the index too (``git show REV:path`` does not)."""
 
 
 @dataclass(frozen=True, slots=True)

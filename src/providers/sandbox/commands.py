@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import glob
 import os
+import posixpath
 import shlex
 from collections.abc import Sequence
 
@@ -226,7 +227,9 @@ class CommandGuard:
         if any(word.startswith("--submodule") for word in args):
             return [f"{shown!r}: it shows submodules' contents, which are not screened"]
         revisions = compared_revisions(subcommand, args)
-        histories.append(GitContentRead(str(directory), limits, revisions))
+        histories.append(
+            GitContentRead(str(directory), limits, revisions, index=subcommand != "show")
+        )
         named.append("./")  # the whole repository is read: its screen comes with the permit
         return []
 
@@ -292,6 +295,11 @@ class CommandGuard:
                 # ls, du): rules on any path below it concern it.
                 directory = os.path.isdir(self._paths.resolve(path))
                 named.append(f"{verdict.path}/" if tree or directory else verdict.path)
+                # And as spelled: a git operand (HEAD~1:.env) names a file of a commit, where
+                # no link of the work tree leads (.env may be a link to README there).
+                spelled = posixpath.normpath(path)
+                if not spelled.startswith(("/", "~", "..")) and spelled != verdict.path:
+                    named.append(spelled)
                 if walks is not None and directory:
                     walks.append(str(self._paths.resolve(path)))
         return reasons

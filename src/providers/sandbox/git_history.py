@@ -140,8 +140,6 @@ _NAMES_ONLY = frozenset(
     }
 )
 _LIMITING_GLOBALS = frozenset({"--glob-pathspecs", "--icase-pathspecs", "--noglob-pathspecs"})
-_BLOB_DISPLAY = re.compile(r"[^:{}\s]*:[^:{}]+")
-"""``REV:path`` with no braces: the file ``path`` at ``REV`` (judged as that path)."""
 _MAY_BE_AN_OBJECT_ID = re.compile(r"[0-9a-fA-F]{4,}")
 
 
@@ -164,7 +162,7 @@ def shown_history(
         # -v, bundled (-bv) or a long prefix (--verb): the staged and unstaged diffs.
         verbose = any(
             (word[:1] == "-" and word[1:2] != "-" and "v" in word[1:])
-            or (len(word) > 3 and "--verbose".startswith(word.split("=", 1)[0]))
+            or (len(word) >= 3 and "--verbose".startswith(word.split("=", 1)[0]))
             for word in args
             if word != "--"
         )
@@ -189,9 +187,6 @@ def shown_history(
     # Not git show: it prints a file's object whatever the options (--stat ID).
     if harmless and subcommand == "diff" and set(names) & _NAMES_ONLY:
         return None
-    blobs = bool(operands) and all(_BLOB_DISPLAY.fullmatch(operand) for operand in operands)
-    if subcommand == "show" and blobs and not options and after is None:
-        return None
     literal = (
         after
         and not set(global_args) & _LIMITING_GLOBALS
@@ -214,6 +209,13 @@ def compared_revisions(subcommand: str, args: Sequence[str]) -> tuple[str, ...] 
     """
     if subcommand == "status":
         return ("HEAD",)
+    if subcommand == "show":
+        # Files shown by REV:path, each judged by its path once the sandbox sees it is a
+        # file's object (:/message or REV:folder is not).
+        operands = list(args)
+        if operands and all(":" in o and not o.startswith("-") for o in operands):
+            return tuple(operands)
+        return None
     if subcommand != "diff":
         return None
     before = list(args[: list(args).index("--")]) if "--" in args else list(args)
@@ -374,7 +376,7 @@ class HistoryPaths:
         """What of the repository ``read`` may print, or why it cannot be listed."""
         if read.revisions is None:
             return self._history(repository)
-        paths = self._index(repository)
+        paths = self._index(repository) if read.index else frozenset()
         if isinstance(paths, str):
             return paths
         for operand in read.revisions:
@@ -385,15 +387,17 @@ class HistoryPaths:
                 if _object_type(read.directory, operand) != "blob":
                     return self._history(repository)
                 continue
-            if "..." in operand:
-                # A...B compares B with the merge base, a commit it does not name.
+            # The commits git reads for it, as git reads it (A..B, A...B with its merge base,
+            # X^!, X^@), even when a file is named like it; nothing for a path.
+            listed = (
+                _git(read.directory, "rev-parse", "--revs-only", operand)
+                if not operand.startswith("-")
+                else None
+            )
+            if listed is None:
                 return self._history(repository)
-            for revision in _range_ends(operand):
-                tree = self._tree(repository, read.directory, revision)
-                if tree is None:
-                    # Neither a revision git verifies (X^!, X^@ name several) nor a path of
-                    # the work tree: whatever git makes of it may be any commit.
-                    return self._history(repository)
+            for revision in listed.split():
+                tree = self._tree(repository, read.directory, revision.lstrip("^"))
                 if isinstance(tree, str):
                     return tree
                 paths = paths | tree
@@ -439,25 +443,17 @@ class HistoryPaths:
             self._indexes[top] = (repository.signature, paths)
         return paths
 
-    def _tree(
-        self, repository: _Repository, directory: str, revision: str
-    ) -> frozenset[str] | str | None:
-        """The paths of the tree ``revision`` names; nothing for a path of the work tree.
+    def _tree(self, repository: _Repository, directory: str, revision: str) -> frozenset[str] | str:
+        """The paths of the tree of ``revision`` (an object id), or why not.
 
-        ``None`` when it is neither a revision git verifies nor such a path; a text when it
-        names an object that is no commit or tree.
+        A text when it names an object that is no commit or tree (a file's, whose contents
+        cannot be told apart by path) or nothing git knows.
         """
         tree = _git(
             directory, "rev-parse", "--verify", "-q", "--end-of-options", f"{revision}^{{tree}}"
         )
         if tree is None:
-            if _git(directory, "rev-parse", "--verify", "-q", "--end-of-options", revision):
-                # An object that is no commit or tree (a file's, by id or tag): its contents
-                # cannot be told apart by path.
-                return f"{revision!r} names an object that is not a commit or a tree"
-            if os.path.lexists(os.path.join(directory, revision)):
-                return frozenset()  # a path, not a revision
-            return None
+            return f"{revision!r} names an object that is not a commit or a tree"
         key = (repository.top, tree.strip())
         with self._lock:
             kept = self._trees.get(key)
@@ -479,14 +475,6 @@ def _object_type(directory: str, revision: str) -> str | None:
         return None
     kind = _git(directory, "cat-file", "-t", found.strip())
     return kind.strip() if kind else None
-
-
-def _range_ends(operand: str) -> list[str]:
-    """The revisions a diff operand names (``A..B``, ``A...B``; an empty end is ``HEAD``)."""
-    for separator in ("...", ".."):
-        if separator in operand:
-            return [end or "HEAD" for end in operand.split(separator, 1)]
-    return [operand]
 
 
 def _git(directory: str, *args: str) -> str | None:

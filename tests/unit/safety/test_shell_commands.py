@@ -375,7 +375,7 @@ def test_the_words_a_program_gets_are_the_words_bash_gives_it(words: str) -> Non
         ("log", ["-p", "--full-diff", "--", "a.txt"], ()),
         ("show", ["3abd730", "--", "a.txt"], ()),  # a blob id: its paths are ignored
         ("show", [], ()),
-        ("show", ["HEAD:src/app.py"], None),  # one file, judged by its path
+        ("show", ["HEAD:src/app.py"], ()),  # screened as the object it names (a file: its path)
         ("show", ["HEAD@{1:1}"], ()),  # braces: a revision, not a file
         ("show", ["--stat", "HEAD"], ()),  # HEAD could be a tag of a file's object
         ("show", ["-U", "HEAD:.env", "--", "src"], ()),  # a file: its paths are ignored
@@ -386,6 +386,7 @@ def test_the_words_a_program_gets_are_the_words_bash_gives_it(words: str) -> Non
         ("status", ["-v"], ()),
         ("status", ["-bv"], ()),
         ("status", ["--verb"], ()),
+        ("status", ["--v"], ()),
         ("status", ["--short", "-b"], None),
     ],
 )
