@@ -3,16 +3,20 @@
 ``git diff``, ``git show`` and ``git log -p`` print what the repository holds: the index and
 every commit, not only the work tree a walk's screen (``walk_screen``) can hide files from.
 A committed ``.env`` stays in the history after it is deleted. So before such a command
-runs, every path the repository has held (every ref, the reflogs, the pseudo-refs such as
-``ORIG_HEAD``, merges' own changes, the index) below the paths the command limits itself to
-is screened through the call's permit (``CallPermit.withheld``); when one is withheld the
-command is refused with the files named, and the model can ask again for the paths it needs
-(``git log -p -- src``). What a command may print is judged from lists of what is known
-harmless, never of what is known to print contents: git has too many ways to print them.
+runs, what it may read is screened through the call's permit (``CallPermit.withheld``):
+for ``git log`` and ``git show``, every path the repository has held (every ref, the
+reflogs, the pseudo-refs such as ``ORIG_HEAD``, merges' own changes, the index); for ``git
+diff`` and ``git status -v``, the index and the trees of the commits they compare, as git
+itself resolves their operands (``rev-parse --revs-only``); below the paths the command
+limits itself to. When a file is withheld the command is refused with the files named, and
+the model can ask again for the paths it needs (``git log -p -- src``). What a command may
+print is judged from lists of what is known harmless, never of what is known to print
+contents: git has too many ways to print them.
 
 The paths are listed by git itself (``git log --all --reflog -m --name-only``, ``git
-ls-files``), run by the kernel with nothing the repository configures running, and kept per
-repository until one of its refs, reflogs, its index or its HEAD changes.
+ls-files``, ``git ls-tree``), run by the kernel with nothing the repository configures
+running, and kept per repository until one of its refs, reflogs, its index or its HEAD
+changes (a tree's, for good).
 """
 
 from __future__ import annotations
@@ -151,9 +155,9 @@ def shown_history(
     ``()`` means every path the repository ever held. Options are judged by a list of those
     known to print no contents (``_METADATA_OPTIONS``): ``git log`` with only those prints
     none; ``git diff`` prints none only with one that prints names instead (``--stat``);
-    ``git show`` prints an object named by id or tag whatever its options, so only ``git
-    show REV:path`` (one file, judged as that path) goes unscreened; ``git status`` prints
-    contents with ``-v`` however spelled. The paths a command limits itself to count only
+    ``git show`` prints an object named by id or tag whatever its options (``git show
+    REV:path`` is screened as the object it names: ``compared_revisions``); ``git status``
+    prints contents with ``-v`` however spelled. The paths a command limits itself to count only
     when given literally after ``--`` (no glob characters, no magic, no global pathspec
     options), with no revision that may name an object by its id or a file (``REV:path``):
     git ignores paths for a file's object. Anything else may reach every path.
@@ -200,12 +204,14 @@ def shown_history(
 
 
 def compared_revisions(subcommand: str, args: Sequence[str]) -> tuple[str, ...] | None:
-    """What ``git diff`` or ``git status -v`` compares besides the index and work tree.
+    """The operands whose objects a git command reads besides the index and work tree.
 
     ``git diff`` reads the index, the work tree and the revisions among its operands (the
-    sandbox tells them from paths), ``HEAD`` too with ``--cached``; ``git status -v`` reads
-    ``HEAD``. ``None`` for a command that may reach any commit (``git log``, ``git show``),
-    or a diff with an option that may compare something else (``--merge-base``...).
+    sandbox reads each as git does, ``rev-parse --revs-only``: a path yields none), ``HEAD``
+    too with ``--cached``; ``git status -v`` reads ``HEAD``; ``git show REV:path ...`` the
+    objects it names (a file's is judged by its path). ``None`` for a command that may
+    reach any commit (``git log``, any other ``git show``), or a diff with an option that
+    may compare something else (``--merge-base``...).
     """
     if subcommand == "status":
         return ("HEAD",)
