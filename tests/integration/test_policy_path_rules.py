@@ -353,10 +353,13 @@ async def test_a_withheld_file_whose_name_is_not_utf8_refuses_the_walk_plainly(
     assert "TOKEN=x" not in result.content
 
 
-def git(workspace: Path, *args: str) -> None:
+def git(workspace: Path, *args: str) -> str:
     identity = {"GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a"}
     env = {**os.environ, **identity, "GIT_COMMITTER_EMAIL": "a@b"}
-    subprocess.run(["git", *args], cwd=workspace, env=env, check=True, capture_output=True)
+    done = subprocess.run(
+        ["git", *args], cwd=workspace, env=env, check=True, capture_output=True, text=True
+    )
+    return done.stdout.strip()
 
 
 async def test_git_cannot_print_a_secret_its_history_keeps_once_deleted(tmp_path: Path) -> None:
@@ -427,9 +430,13 @@ async def test_git_cannot_print_a_secret_its_history_keeps_once_deleted(tmp_path
         assert not names.is_error and "oops" in names.content
         # A diff reads the index, the work tree and the trees it names, not the history.
         (workspace / "src" / "app.py").write_text("x = 2\n")
-        for command in ("git diff", "git diff HEAD~2 HEAD", "git diff --cached"):
+        for command in ("git diff", "git diff HEAD~2 HEAD", "git diff --cached", "git show --stat"):
             compared = await run(kernel, command)
             assert not compared.is_error, compared
+        # --stat prints a commit's names only, but a file's object whole.
+        blob = git(workspace, "rev-parse", "HEAD~1:.env")
+        refused = await run(kernel, f"git show --stat {blob[:10]}")
+        assert refused.is_error and "sk-secret" not in refused.content, refused
 
 
 async def test_git_diff_of_two_directories_is_a_walk_and_screened(workspace: Path) -> None:

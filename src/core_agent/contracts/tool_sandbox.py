@@ -43,6 +43,9 @@ class GitContentRead:
     commit (``git log -p``, ``git show``)."""
     index: bool = True
     """Whether it reads the index too (``git show REV:path`` does not)."""
+    commits_named_only: bool = False
+    """It prints only names and counts of what ``revisions`` changed, provided each names a
+    commit (``git show --stat HEAD``); any other object may be printed whole."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from core_agent.contracts.shell_parser import IShellParser, ParsedCommand, SimpleCommand
 from core_agent.contracts.tool import Capability
 from core_agent.contracts.tool_sandbox import CommandAssessment, GitContentRead
-from providers.sandbox.git_history import compared_revisions, shown_history
+from providers.sandbox.git_history import compared_revisions, names_only_show, shown_history
 from providers.sandbox.paths import PathGuard
 from providers.sandbox.program_paths import resolve_program
 from providers.sandbox.program_profiles import (
@@ -227,8 +227,15 @@ class CommandGuard:
         if any(word.startswith("--submodule") for word in args):
             return [f"{shown!r}: it shows submodules' contents, which are not screened"]
         revisions = compared_revisions(subcommand, args)
+        shows_names = subcommand == "show" and names_only_show(args)
         histories.append(
-            GitContentRead(str(directory), limits, revisions, index=subcommand != "show")
+            GitContentRead(
+                str(directory),
+                limits,
+                revisions,
+                index=subcommand != "show",
+                commits_named_only=shows_names,
+            )
         )
         named.append("./")  # the whole repository is read: its screen comes with the permit
         return []

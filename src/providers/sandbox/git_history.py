@@ -217,10 +217,13 @@ def compared_revisions(subcommand: str, args: Sequence[str]) -> tuple[str, ...] 
         return ("HEAD",)
     if subcommand == "show":
         # Files shown by REV:path, each judged by its path once the sandbox sees it is a
-        # file's object (:/message or REV:folder is not).
+        # file's object (:/message or REV:folder is not); commits shown by name and count
+        # only (--stat), once it sees each is a commit.
         operands = list(args)
         if operands and all(":" in o and not o.startswith("-") for o in operands):
             return tuple(operands)
+        if names_only_show(args):
+            return tuple(o for o in operands if not o.startswith("-")) or ("HEAD",)
         return None
     if subcommand != "diff":
         return None
@@ -232,6 +235,22 @@ def compared_revisions(subcommand: str, args: Sequence[str]) -> tuple[str, ...] 
     if {"--cached", "--staged"} & {option.split("=", 1)[0] for option in options}:
         revisions.append("HEAD")
     return tuple(revisions)
+
+
+def names_only_show(args: Sequence[str]) -> bool:
+    """Whether ``git show ARGS`` prints only names and counts of the commits it shows.
+
+    Only harmless options (``_METADATA_OPTIONS``), one of which prints names instead of
+    patches (``--stat``), and no ``--``: for a commit. Another object (a file's, a tag's)
+    is printed whole whatever the options: the sandbox checks each operand is a commit.
+    """
+    if "--" in args:
+        return False
+    names = [word.split("=", 1)[0] for word in args if word.startswith("-") and word != "-"]
+    harmless = all(
+        name in _METADATA_OPTIONS or (name[1:].isdigit() and name[:1] == "-") for name in names
+    )
+    return harmless and bool(set(names) & _NAMES_ONLY)
 
 
 def _compares_the_same(option: str) -> bool:
@@ -382,6 +401,12 @@ class HistoryPaths:
         """What of the repository ``read`` may print, or why it cannot be listed."""
         if read.revisions is None:
             return self._history(repository)
+        if read.commits_named_only:
+            # Names and counts of commits: nothing of a file is printed, if each is one.
+            for operand in read.revisions:
+                if operand.startswith("-") or _object_type(read.directory, operand) != "commit":
+                    return self._history(repository)
+            return frozenset()
         paths = self._index(repository) if read.index else frozenset()
         if isinstance(paths, str):
             return paths

@@ -418,3 +418,12 @@ def test_a_git_diff_reads_the_revisions_it_names_and_the_index(
 
     assert compared_revisions("diff", args) == revisions
     assert compared_revisions("log", args) is None
+
+
+def test_a_git_show_of_names_only_is_told_apart() -> None:
+    from providers.sandbox.git_history import names_only_show
+
+    assert names_only_show(["--stat", "HEAD"]) and names_only_show(["--name-only"])
+    assert not names_only_show(["HEAD"])  # a patch
+    assert not names_only_show(["--stat", "-p", "HEAD"])
+    assert not names_only_show(["--stat", "HEAD", "--", "src"])
