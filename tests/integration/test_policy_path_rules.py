@@ -213,28 +213,11 @@ async def test_a_command_that_walks_the_workspace_cannot_read_what_the_rules_kee
     (workspace / "docs" / "plan.md").write_text("TOKEN in the plan")
     policy = workspace.parent / "policy.toml"
     policy.write_text(PRIVATE_FOLDER)
-    container = KernelContainer()
-    container.settings.override(
-        container.settings().model_copy(
-            update={
-                "data_dir": workspace.parent / "data",
-                "workspace_roots": (workspace,),
-                "policy_file": policy,
-                "sandbox_namespaces": namespaces,
-            }
-        )
-    )
     commands = ["grep -r 'diary\\|TOKEN' .", "grep -rn TOKEN", "grep -R TOKEN docs"]
-    turns = [
-        ScriptedTurn(tool_calls=[ScriptedToolCall(name="run_command", arguments={"command": c})])
-        for c in commands
-    ]
-    container.llm_gateway.override(ScriptedLLMGateway([*turns, ScriptedTurn(content="done")]))
-    async with container.kernel() as kernel:
-        result = await kernel.execute_task(TaskRequest(task="look around", force_mode="react"))
-        events = await kernel.task_events(result.task_id)
-    assert result.status is TaskStatus.SUCCEEDED  # no human was asked
-    said = [e.result.content for e in events if isinstance(e, ToolCompleted)]
+    results = await run_commands(
+        workspace, commands, policy_file=policy, sandbox_namespaces=namespaces
+    )  # no human was asked
+    said = [result.content for result in results]
     assert len(said) == 3
     for output in said:
         assert "plan.md:" in output and "TOKEN in the plan" in output, output

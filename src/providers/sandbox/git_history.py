@@ -56,6 +56,22 @@ _SAFE_GIT = (
 """Nothing the repository configures runs: no hooks, no file-system monitor, no signature
 program (``gpg.program`` with ``log.showSignature``), no pager."""
 
+_NAMES_ONLY = frozenset(
+    {
+        "--stat",
+        "--shortstat",
+        "--numstat",
+        "--name-only",
+        "--name-status",
+        "--summary",
+        "--dirstat",
+        "--compact-summary",
+        "--quiet",
+        "-s",
+        "--no-patch",
+    }
+)
+"""Options that print names and counts instead of contents (of a commit)."""
 _METADATA_OPTIONS = frozenset(
     {
         "--oneline",
@@ -109,40 +125,15 @@ _METADATA_OPTIONS = frozenset(
         "--no-walk",
         "--source",
         "--use-mailmap",
-        "--stat",
-        "--shortstat",
-        "--numstat",
-        "--name-only",
-        "--name-status",
-        "--summary",
-        "--dirstat",
-        "--compact-summary",
-        "--quiet",
-        "-s",
-        "--no-patch",
         "--no-ext-diff",
         "--no-textconv",
         "--exit-code",
+        *_NAMES_ONLY,
     }
 )
 """Options of ``git log``, ``show`` and ``diff`` that print no file's contents (names, counts,
 messages, dates); any other option may (``-p``, ``-L``, ``-S``, ``--check``, ``--follow``,
 ``--submodule=diff``, ``--remerge-diff``...), so the list is of what is known harmless."""
-_NAMES_ONLY = frozenset(
-    {
-        "--stat",
-        "--shortstat",
-        "--numstat",
-        "--name-only",
-        "--name-status",
-        "--summary",
-        "--dirstat",
-        "--compact-summary",
-        "--quiet",
-        "-s",
-        "--no-patch",
-    }
-)
 _LIMITING_GLOBALS = frozenset({"--glob-pathspecs", "--icase-pathspecs", "--noglob-pathspecs"})
 _MAY_BE_AN_OBJECT_ID = re.compile(r"[0-9a-fA-F]{4,}")
 
@@ -173,19 +164,16 @@ def shown_history(
         return () if verbose else None
     if subcommand not in ("diff", "show", "log", "whatchanged"):
         return None
-    options_given = list(args[: list(args).index("--")]) if "--" in args else list(args)
-    if subcommand == "diff" and "--no-index" in options_given:
-        return None  # two paths compared as files, no repository read (walked if folders)
     before, after = list(args), None
     if "--" in args:
         cut = list(args).index("--")
         before, after = list(args[:cut]), list(args[cut + 1 :])
+    if subcommand == "diff" and "--no-index" in before:
+        return None  # two paths compared as files, no repository read (walked if folders)
     options = [word for word in before if word.startswith("-") and word != "-"]
     operands = [word for word in before if not word.startswith("-") or word == "-"]
     names = [option.split("=", 1)[0] for option in options]
-    harmless = all(
-        name in _METADATA_OPTIONS or (name[1:].isdigit() and name[:1] == "-") for name in names
-    )
+    harmless = _harmless(names)
     if harmless and subcommand == "log":
         return None
     # Not git show: it prints a file's object whatever the options (--stat ID).
@@ -247,10 +235,14 @@ def names_only_show(args: Sequence[str]) -> bool:
     if "--" in args:
         return False
     names = [word.split("=", 1)[0] for word in args if word.startswith("-") and word != "-"]
-    harmless = all(
+    return _harmless(names) and bool(set(names) & _NAMES_ONLY)
+
+
+def _harmless(names: Sequence[str]) -> bool:
+    """Whether every option named is known to print no contents (``-5`` counts commits)."""
+    return all(
         name in _METADATA_OPTIONS or (name[1:].isdigit() and name[:1] == "-") for name in names
     )
-    return harmless and bool(set(names) & _NAMES_ONLY)
 
 
 def _compares_the_same(option: str) -> bool:
@@ -384,17 +376,23 @@ class HistoryPaths:
         )
 
     def _repository(self, directory: str) -> _Repository | str | None:
-        git_dir = _git(directory, "rev-parse", "--absolute-git-dir")
-        if git_dir is None:
+        dirs = _git(
+            directory,
+            "rev-parse",
+            "--absolute-git-dir",
+            "--path-format=absolute",
+            "--git-common-dir",
+        )
+        if dirs is None:
             return None  # no repository here: git will say so itself
+        # (Asked apart: in a bare repository it fails, and the two above would not print.)
         top = _git(directory, "rev-parse", "--show-toplevel")
         if top is None or not top.strip("\n"):
             # Inside a .git, or a bare repository: git finds the history, nothing to screen
             # it against a work tree by.
             return "git runs here without a work tree (inside .git or a bare repository)"
-        git_dir = git_dir.strip("\n")
-        common = _git(directory, "rev-parse", "--path-format=absolute", "--git-common-dir")
-        signature = _signature(git_dir, common.strip("\n") if common else git_dir)
+        git_dir, _, common = dirs.strip("\n").partition("\n")
+        signature = _signature(git_dir, common or git_dir)
         return _Repository(os.path.realpath(top.strip("\n")), git_dir, signature)
 
     def _paths(self, repository: _Repository, read: GitContentRead) -> frozenset[str] | str:
