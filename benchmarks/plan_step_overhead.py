@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.stats import (
-    STORES_NOTE,
     check_tool_steps,
     durable_settings,
     intervals_between,
+    kernel_container,
     run_step_benchmark,
 )
-from core_agent import KernelContainer, tool
+from core_agent import tool
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import (
     ScriptedConversation,
@@ -67,8 +67,8 @@ def gateway(steps: int) -> ScriptedLLMGateway:
     )
 
 
-async def measure(tasks: int, steps: int, data_dir: Path) -> list[float]:
-    container = KernelContainer()
+async def measure(tasks: int, steps: int, data_dir: Path, stores: str = "sqlite") -> list[float]:
+    container = kernel_container(stores)
     container.settings.override(durable_settings(data_dir, plan_max_steps=steps))
     container.tool_registry.override(ToolRegistry([noop]))
     container.llm_gateway.override(gateway(steps))
@@ -95,8 +95,7 @@ def main() -> None:
         measure,
         doc=__doc__,
         default_tasks=40,
-        note=f"every plan step one successful noop() call, checked from events and ledger; "
-        f"{STORES_NOTE}",
+        note="every plan step one successful noop() call, checked from events and ledger",
     )
 
 

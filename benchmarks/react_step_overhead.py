@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.stats import (
-    STORES_NOTE,
     check_tool_steps,
     durable_settings,
     intervals_between,
+    kernel_container,
     run_step_benchmark,
 )
-from core_agent import KernelContainer, tool
+from core_agent import tool
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import (
     ScriptedLLMGateway,
@@ -46,8 +46,8 @@ async def record(n: int) -> str:
     return f"recorded {n}"
 
 
-async def measure(tasks: int, steps: int, data_dir: Path) -> list[float]:
-    container = KernelContainer()
+async def measure(tasks: int, steps: int, data_dir: Path, stores: str = "sqlite") -> list[float]:
+    container = kernel_container(stores)
     container.settings.override(durable_settings(data_dir, max_turns=steps + 1))
     container.tool_registry.override(ToolRegistry([record]))
     script = [
@@ -86,8 +86,7 @@ def main() -> None:
         doc=__doc__,
         default_tasks=60,
         target_p95_ms=0.5,
-        note=f"every step a successful record(n=i) call, checked from events and ledger; "
-        f"{STORES_NOTE}",
+        note="every step a successful record(n=i) call, checked from events and ledger",
     )
 
 

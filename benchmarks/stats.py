@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 
+from core_agent import KernelContainer
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool_call_ledger import IToolCallLedger
 
@@ -35,6 +36,54 @@ STORES_NOTE = (
     "SQLite task, trace and checkpoint stores and tool-call ledger on "
     "(AGENT_CHECKPOINT_STORE=sqlite, AGENT_TOOL_CALL_LEDGER=sqlite)"
 )
+MEMORY_STORES_NOTE = (
+    "--stores memory: the tests' in-memory task, trace and checkpoint stores and tool-call "
+    "ledger in place of SQLite (the same records kept in Python, checkpoints and messages as "
+    "JSON): what is left is the kernel's own work, which no faster storage would remove"
+)
+STORES = ("sqlite", "memory")
+"""What ``--stores`` chooses between: the durable SQLite stores (what the targets are about),
+or in-memory ones, to tell what of a figure is the database's and what the kernel's."""
+
+
+def stores_note(stores: str) -> str:
+    """The sentence a benchmark prints about the stores it ran on."""
+    return MEMORY_STORES_NOTE if stores == "memory" else STORES_NOTE
+
+
+def add_stores_option(parser: argparse.ArgumentParser) -> None:
+    """``--stores sqlite|memory`` (see ``STORES``)."""
+    parser.add_argument(
+        "--stores",
+        choices=STORES,
+        default="sqlite",
+        help="sqlite (the default, what the target is about) or memory (the same run without "
+        "a database, to see what of the figure the database costs)",
+    )
+
+
+def kernel_container(stores: str = "sqlite") -> KernelContainer:
+    """A kernel container, with in-memory stores in place of SQLite for ``memory``.
+
+    The in-memory stores are the tests' fakes (``tests/fakes/stores.py``), imported only here:
+    run from the project's root, as the README says, ``tests`` is importable.
+    """
+    container = KernelContainer()
+    if stores == "memory":
+        from tests.fakes.stores import (
+            FakeCheckpointStore,
+            FakeTaskStore,
+            FakeToolCallLedger,
+            FakeTraceStore,
+        )
+
+        container.task_store.override(FakeTaskStore())
+        container.trace_store.override(FakeTraceStore())
+        container.checkpoint_store.override(FakeCheckpointStore())
+        container.tool_call_ledger.override(FakeToolCallLedger())
+    elif stores != "sqlite":
+        raise ValueError(f"stores must be one of {STORES}, not {stores!r}")
+    return container
 
 
 def durable_settings(data_dir: Path, **fields: Any) -> AgentSettings:
@@ -119,25 +168,32 @@ async def intervals_between(
 def run_step_benchmark(
     name: str,
     label: str,
-    measure: Callable[[int, int, Path], Awaitable[list[float]]],
+    measure: Callable[[int, int, Path, str], Awaitable[list[float]]],
     *,
     doc: str | None,
     default_tasks: int,
     target_p95_ms: float = 2.0,
     note: str | None = None,
 ) -> None:
-    """Parse ``--tasks``/``--steps``, warm up, measure, print JSON and a sentence."""
+    """Parse ``--tasks``/``--steps``/``--stores``, warm up, measure, print JSON and a sentence.
+
+    ``measure(tasks, steps, data_dir, stores)``; ``note`` is printed with the stores' note.
+    """
     parser = argparse.ArgumentParser(description=doc)
     parser.add_argument("--tasks", type=int, default=default_tasks)
     parser.add_argument("--steps", type=int, default=20)
+    add_stores_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        anyio.run(measure, 3, args.steps, Path(tmp))  # warm-up: imports, caches, WAL file
-        samples = anyio.run(measure, args.tasks, args.steps, Path(tmp))
+        anyio.run(measure, 3, args.steps, Path(tmp), args.stores)  # warm-up: imports, caches
+        samples = anyio.run(measure, args.tasks, args.steps, Path(tmp), args.stores)
     stats = summary(samples)
-    print(json.dumps({"benchmark": name, **stats, "target_p95_ms": target_p95_ms}))
-    if note:
-        print(note)
+    print(
+        json.dumps(
+            {"benchmark": name, **stats, "stores": args.stores, "target_p95_ms": target_p95_ms}
+        )
+    )
+    print(f"{note}; {stores_note(args.stores)}" if note else stores_note(args.stores))
     verdict = "meets" if stats["p95_ms"] < target_p95_ms else "MISSES"
     print(
         f"{label} over {int(stats['n'])} steps: p50 {stats['p50_ms']:.3f} ms, "

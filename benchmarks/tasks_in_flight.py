@@ -23,8 +23,13 @@ from typing import Any
 
 import anyio
 
-from benchmarks.stats import STORES_NOTE, durable_settings, summary
-from core_agent import KernelContainer
+from benchmarks.stats import (
+    add_stores_option,
+    durable_settings,
+    kernel_container,
+    stores_note,
+    summary,
+)
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest, LLMResponse, LLMStreamItem
 from core_agent.tooling.registry import ToolRegistry
 from shared.agent_protocol import AssistantMessage, TaskRequest, TaskStatus, TokenUsage
@@ -58,9 +63,11 @@ class SleepingGateway(ILLMGateway):
         yield await self.complete(request)
 
 
-async def run(tasks: int, data_dir: Path, warmup: int = 10) -> dict[str, Any]:
+async def run(
+    tasks: int, data_dir: Path, warmup: int = 10, stores: str = "sqlite"
+) -> dict[str, Any]:
     gateway = SleepingGateway(MODEL_S)
-    container = KernelContainer()
+    container = kernel_container(stores)
     container.settings.override(durable_settings(data_dir))
     container.tool_registry.override(ToolRegistry([]))
     container.llm_gateway.override(gateway)
@@ -110,12 +117,22 @@ async def run(tasks: int, data_dir: Path, warmup: int = 10) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--tasks", type=int, nargs="+", default=[100, 1000])
+    add_stores_option(parser)
     args = parser.parse_args()
     for tasks in args.tasks:
         with tempfile.TemporaryDirectory() as tmp:
-            report = anyio.run(run, tasks, Path(tmp))
+            report = anyio.run(run, tasks, Path(tmp), 10, args.stores)
         target = TARGET_RATIO if tasks == max(args.tasks) else None
-        print(json.dumps({"benchmark": "tasks_in_flight", **report, "target_ratio": target}))
+        print(
+            json.dumps(
+                {
+                    "benchmark": "tasks_in_flight",
+                    **report,
+                    "stores": args.stores,
+                    "target_ratio": target,
+                }
+            )
+        )
         verdict = (
             ""
             if target is None
@@ -128,7 +145,7 @@ def main() -> None:
             f"{report['first_model_call_ms']:.0f} and {report['last_model_call_ms']:.0f} ms; "
             f"all {tasks} succeeded with one model call each"
         )
-    print(STORES_NOTE)
+    print(stores_note(args.stores))
 
 
 if __name__ == "__main__":

@@ -27,8 +27,15 @@ from typing import Any
 
 import anyio
 
-from benchmarks.stats import STORES_NOTE, check_tool_steps, durable_settings, summary
-from core_agent import KernelContainer, tool
+from benchmarks.stats import (
+    add_stores_option,
+    check_tool_steps,
+    durable_settings,
+    kernel_container,
+    stores_note,
+    summary,
+)
+from core_agent import tool
 from core_agent.contracts.trace_store import CONTENT_ATTRIBUTES
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
@@ -52,12 +59,21 @@ async def record(n: int) -> str:
 class Side:
     """One kernel of the comparison, its samples and how to check its tasks."""
 
-    def __init__(self, name: str, data_dir: Path, steps: int, *, spans: bool, content: bool):
+    def __init__(
+        self,
+        name: str,
+        data_dir: Path,
+        steps: int,
+        *,
+        spans: bool,
+        content: bool,
+        stores: str = "sqlite",
+    ):
         self.name = name
         self.steps = steps
         self.spans = spans
         self.content = content
-        container = KernelContainer()
+        container = kernel_container(stores)
         container.settings.override(
             durable_settings(data_dir, max_turns=steps + 1, tracing=spans, trace_content=content)
         )
@@ -119,11 +135,11 @@ class Side:
         )
 
 
-async def measure(rounds: int, steps: int, directory: Path) -> list[Side]:
+async def measure(rounds: int, steps: int, directory: Path, stores: str = "sqlite") -> list[Side]:
     sides = [
-        Side("off", directory / "off", steps, spans=False, content=False),
-        Side("spans", directory / "spans", steps, spans=True, content=False),
-        Side("content", directory / "content", steps, spans=True, content=True),
+        Side("off", directory / "off", steps, spans=False, content=False, stores=stores),
+        Side("spans", directory / "spans", steps, spans=True, content=False, stores=stores),
+        Side("content", directory / "content", steps, spans=True, content=True, stores=stores),
     ]
     async with sides[0].kernel, sides[1].kernel, sides[2].kernel:
         for side in sides:  # warm-up: imports, caches, the WAL files
@@ -143,9 +159,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=60, help="tasks per kernel")
     parser.add_argument("--steps", type=int, default=20)
+    add_stores_option(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        off, spans, content = anyio.run(measure, args.rounds, args.steps, Path(tmp))
+        off, spans, content = anyio.run(measure, args.rounds, args.steps, Path(tmp), args.stores)
     stats = {side.name: summary(side.samples) for side in (off, spans, content)}
     cpu_ms = {
         side.name: side.cpu_s * 1000.0 / (args.rounds * args.steps)
@@ -166,11 +183,12 @@ def main() -> None:
                 "steps": stats,
                 "cpu_ms_per_step": cpu_ms,
                 "ratio_to_off": ratios,
+                "stores": args.stores,
                 "target_ratio": TARGET_RATIO,
             }
         )
     )
-    print(f"every step a successful record(n=i) call, checked; {STORES_NOTE}")
+    print(f"every step a successful record(n=i) call, checked; {stores_note(args.stores)}")
     labels = {
         "off": "tracing off",
         "spans": "tracing on, content off",
