@@ -163,6 +163,10 @@ class ITaskStore(abc.ABC):
         A turn superseded by a retry that added no turn of its own is taken over too (from
         ``supersede_turn`` on), so a canceled retry can be retried again.
 
+        Inside an open unit of work, what the unit holds so far is stored first, in the same
+        atomic step (as ``flush`` would, a commit sooner): a child task created inside its
+        parent's step commits with the parent's record of handing it over.
+
         Raises:
             SessionBusyError: With ``exclusive``, another task of the session is queued,
                 running or waiting for a human (nothing was written).

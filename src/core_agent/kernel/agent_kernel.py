@@ -1364,10 +1364,13 @@ class AgentKernel:
             TaskQueued, session_id=state.session_id, trace_id=state.trace_id, request=request
         )
         # One task at a time per session: a conversation's next turn needs the last one's end.
-        # A retry supersedes the turns it replaces in the same transaction.
+        # A retry supersedes the turns it replaces in the same transaction. A child task
+        # created in its parent's step commits with what that step holds (its handoff).
         await self._task_store.create_task(state, queued, exclusive=True, supersede_turn=supersede)
         await lifecycle.events.publish(queued)
-        return await self._start(lifecycle, response_model, sandbox=sandbox, routing=routing)
+        # Its run commits step by step, apart from a step of a parent it runs in.
+        with self._task_store.independent_work():
+            return await self._start(lifecycle, response_model, sandbox=sandbox, routing=routing)
 
     async def _routing(
         self, request: TaskRequest

@@ -11,9 +11,10 @@ How a child runs inside its parent (``NestedAgents.run``):
 
 * depth: a call that would go deeper than ``AGENT_MAX_AGENT_DEPTH`` is refused with a tool
   error the model reads;
-* the parent publishes an ``agent.handoff`` event (made durable first), then the child runs
-  with its writes apart from the parent's open unit of work (``independent_work``), so its
-  events are published as they happen and a stream of the parent carries them in order
+* the parent records an ``agent.handoff`` event, which commits with the child's creation
+  (so it is durable and published before the child's first event), then the child runs with
+  its writes apart from the parent's open unit of work (``independent_work``), so its events
+  are published as they happen and a stream of the parent carries them in order
   (``TaskTree``);
 * its id follows from the parent's call (its idempotency key), so a parent resumed after a
   crash finds the child again: finished, its result is reused; left running, it is resumed;
@@ -307,8 +308,6 @@ class NestedAgents:
             sub_task=sub_task,
             call_id=call_id,
         )
-        # Durable and published before the child's first event, whose stream follows it.
-        await parent.flush()
         children = self._children.setdefault(parent_task, set())
         children.add(child_id)
         self._awaited.add(child_id)
@@ -318,14 +317,22 @@ class NestedAgents:
         result: TaskResult | None = None
         found: TaskState | None = None
         try:
-            with self._task_store.independent_work():
-                if parent.run.resuming and key is not None:
+            if parent.run.resuming and key is not None:
+                # Durable and published before the child's first event, whose stream
+                # follows it.
+                await parent.flush()
+                with self._task_store.independent_work():
                     result, found = await self._run_or_find(parent, request, child_id)
-                else:  # a fresh run's keys are new: its children are too
-                    result = await self._execute(request, child_id)
-                if result.status is TaskStatus.WAITING_APPROVAL:
-                    # The child waits for a human (durably: nobody to ask now); so does the
-                    # parent, running, until whoever answers carries the child to its end.
+            else:
+                # A fresh run's keys are new: its children are too. The child's creation
+                # commits with the handoff (``ITaskStore.create_task``), so the handoff is
+                # durable and published before the child's first event; its run commits
+                # apart from the parent's step.
+                result = await self._execute(request, child_id)
+            if result.status is TaskStatus.WAITING_APPROVAL:
+                # The child waits for a human (durably: nobody to ask now); so does the
+                # parent, running, until whoever answers carries the child to its end.
+                with self._task_store.independent_work():
                     result, found = await self._until_ended(parent, child_id)
         finally:
             children.discard(child_id)

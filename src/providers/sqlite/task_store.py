@@ -362,7 +362,8 @@ class SqliteTaskStore(ITaskStore):
 
         With ``exclusive`` the session's open tasks are checked in that transaction
         (``BEGIN IMMEDIATE`` holds the write lock), so the check cannot race another writer;
-        a retry's superseded turns are marked in it too (``supersede_turns``).
+        a retry's superseded turns are marked in it too (``supersede_turns``). The open unit
+        of work's writes so far commit in it too (``SqliteDatabase.commit_with``).
         """
 
         def write(conn: sqlite3.Connection) -> None:
@@ -374,7 +375,7 @@ class SqliteTaskStore(ITaskStore):
                 _insert_task(conn, task)
                 _insert_event(conn, queued_event)
 
-        await self._db.transact(write)
+        await self._db.commit_with(write)
 
     async def insert_task(self, task: TaskState, events: Sequence[TaskEvent]) -> None:
         """See ``ITaskStore.insert_task``: one transaction (the open unit of work's, if any)."""
