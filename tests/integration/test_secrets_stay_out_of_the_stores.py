@@ -150,3 +150,46 @@ async def test_a_private_key_cut_before_its_end_line_never_reaches_the_data_dire
     for line in body:
         assert line.encode() not in stored, f"{line} reached the data directory"
     assert b"[REDACTED]" in stored
+
+
+@pytest.mark.parametrize(
+    ("arguments", "secret"),
+    [
+        # ``密码：…`` as servers built on Python's json.dumps send it: every Chinese
+        # character a \uXXXX escape, the label invisible to a search of the text.
+        (r'{"expression": "1+1", "note": "\u5bc6\u7801\uff1aMIMA-9f8e7d6c"}', "MIMA-9f8e7d6c"),
+        # A quoted password inside a JSON string: the quote is \" in the text.
+        (r'{"expression": "1+1", "note": "login password: \"PW-q-4d3c2b1a\""}', "PW-q-4d3c2b1a"),
+        # A member named like a secret, in any case, whatever its value starts with.
+        (r'{"expression": "1+1", "password": "PW-m-5e6f7a8b"}', "PW-m-5e6f7a8b"),
+        (r'{"expression": "1+1", "clientSecret": "\"S-6a7b8c9d"}', "S-6a7b8c9d"),
+    ],
+)
+async def test_a_secret_in_the_json_text_of_a_models_call_never_reaches_the_data_directory(
+    tmp_path: Path, arguments: str, secret: str
+) -> None:
+    # The model's arguments come as JSON text through litellm and a real HTTP server: the
+    # parsed arguments were redacted, the text the model sent (raw_arguments, the spans'
+    # arguments, the exports) was searched as text and kept the secret.
+    from core_agent import create_kernel
+    from core_agent.contracts.settings import AgentSettings
+    from support.openai_server import OpenAIServer
+
+    data = tmp_path / "data"
+    with OpenAIServer() as server:
+        settings = AgentSettings(
+            data_dir=data,
+            model="openai/local",
+            model_api_base=server.base_url,
+            model_api_key="sk-local",
+            model_max_retries=0,
+        )
+        server.reply(tool_calls=[{"name": "calculator", "arguments": arguments}])
+        server.reply("2")
+        async with create_kernel(settings) as kernel:
+            result = await kernel.execute_task(TaskRequest(task="1+1?", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    stored = b"".join(path.read_bytes() for path in data.rglob("*") if path.is_file())
+    assert b"calculator" in stored, "the call was stored"
+    assert secret.encode() not in stored, f"{secret} reached the data directory"
+    assert b"[REDACTED]" in stored

@@ -323,7 +323,13 @@ class RedactingTraceStore(ITraceStore):
         # Quotes put back (JSON texts within a span's JSON: tool arguments), every string is
         # in the text as it is, unless another character was escaped: a backslash is left.
         text = text.replace('\\"', '"')
-        return len(text) <= limit and "\\" not in text and not self._redactor.contains_secret(text)
+        if len(text) > limit or "\\" in text:
+            return False
+        # A member named like a secret is redacted by its name, whatever its value holds (a
+        # value that starts with a quote is no longer one string in this text).
+        return not (
+            self._redactor.contains_secret(text) or self._redactor.names_secret_member(text)
+        )
 
     async def list_spans(
         self, *, task_id: str | None = None, trace_id: str | None = None

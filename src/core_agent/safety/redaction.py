@@ -4,16 +4,19 @@ A ``Redactor`` replaces, in any text, the values of the model and embedding keys
 of the host's credential variables (names with KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL...),
 well-known key formats (OpenAI, Anthropic, GitHub, AWS, Google, Slack, Stripe keys, JWTs,
 bearer tokens, private key blocks), values a label names as secret (``password: …``,
-``密码：…``, ``DB_PASSWORD=…``, ``Authorization: Basic …``, a URL's password; the label
-stays) and the patterns the user configures
-(``AGENT_REDACT_PATTERNS``), with ``[REDACTED]``. The store wrappers in ``redacting_stores``
-apply it to every event, span, checkpoint and memory before it is written; what the model and
-the host see in memory is unchanged.
+``密码：…``, ``DB_PASSWORD=…``, ``Authorization: Basic …``, a URL's password, a JSON member
+or a dictionary entry named like one, ``"db_password": …``; the label stays) and the
+patterns the user configures (``AGENT_REDACT_PATTERNS``), with ``[REDACTED]``. A JSON text
+that escapes characters (a Chinese label spelled in ``u`` escapes, a quote before a value) is
+searched as the strings it encodes. The store wrappers in ``redacting_stores`` apply it to
+every event, span, checkpoint and memory before it is written; what the model and the host
+see in memory is unchanged.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import typing
 from collections.abc import Iterable, Mapping
@@ -32,6 +35,36 @@ MIN_SECRET_CHARS = 8
 """Shorter values of credential variables are not treated as secrets (too many false hits)."""
 _VALUE = r"[^\s\"'\\,:;\]}}，。；、（）][^\s\"'\\，。；、（）]{{{least},}}"
 """A labelled secret's value, of at least ``least`` + 1 characters (a ``str.format`` template)."""
+
+SECRET_NAMES = (
+    "password",
+    "passwd",
+    "passphrase",
+    "secret",
+    "token",
+    "api_key",
+    "api-key",
+    "apikey",
+    "access_key",
+    "access-key",
+    "accesskey",
+    "private_key",
+    "private-key",
+    "privatekey",
+    "credential",
+    "credentials",
+    "authorization",
+)
+"""What the name of a JSON member or a dictionary's key ends with (in any case) when its value
+is a secret (``"db_password"``, ``"clientSecret"``, ``"X-Api-Key"``), with ``密码``, ``口令`` and
+``密钥``. ``tokens`` (counts) and ``pwd`` (a working directory) are not among them."""
+_SECRET_NAME = (
+    "(?:(?ai:"
+    + "|".join(re.escape(name) for name in sorted(SECRET_NAMES, key=len, reverse=True))
+    + ")|密码|口令|密钥)"
+)
+_SECRET_KEY = re.compile(r"[^\"\\\n]{0,64}?" + _SECRET_NAME)
+"""A dictionary key whose string value is redacted whole (matched in full)."""
 
 KEY_FORMATS = (
     r"sk-ant-[A-Za-z0-9_\-]{20,}",
@@ -64,9 +97,12 @@ KEY_FORMATS = (
     r"[A-Za-z0-9+/=]{8,}",
     # The password of a URL's user (``https://user:pw@host``), the ``@`` kept.
     r"(?P<kept_url>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@\"'\\]+:)[^\s/@\"'\\]+(?P<kept_at>@)",
+    # A JSON member named like a secret (``"db_password": "…"``): its string, escapes and
+    # all, up to its closing quote; the name kept.
+    r'(?P<kept_member>"[^"\\\n]{0,64}?' + _SECRET_NAME + r'"[ \t]*:[ \t]*")(?:[^"\\\n]|\\.)+',
 )
 """Credential formats redacted wherever they appear."""
-KEPT_GROUPS = ("kept_label", "kept_variable", "kept_basic", "kept_url")
+KEPT_GROUPS = ("kept_label", "kept_variable", "kept_basic", "kept_url", "kept_member")
 """Groups of ``KEY_FORMATS`` that stay in the text before the mark (a label, a URL's user)."""
 KEY_FORMAT_ANCHORS = (
     "sk-",
@@ -101,6 +137,21 @@ VARIABLE_ANCHORS = ("_KEY", "_TOKEN", "_SECRET", "_PASS", "_PWD", "_CREDENTIAL")
 """Every ``NAME_KEY=value`` match holds ``=`` and one of these (looked for after the ``=``)."""
 CHINESE_ANCHORS = ("密码", "口令", "密钥")
 """Every match of a Chinese label holds one of these (looked for in non-ASCII texts only)."""
+_MEMBER_STEMS = ("token", "secret", "key", "credential")
+"""Every ``SECRET_NAMES`` name that no ``CASELESS_ANCHORS`` anchor finds holds one of these."""
+MEMBER_ANCHORS = {
+    stem: tuple(
+        f"{name}{quote}"
+        for name in SECRET_NAMES
+        if stem in name and not any(anchor in name for anchor in CASELESS_ANCHORS)
+        for quote in ('"', '\\"')
+    )
+    for stem in _MEMBER_STEMS
+}
+"""By stem: what every JSON member named with a ``SECRET_NAMES`` name holds in lower case (the
+name's end and its closing quote, escaped too: a JSON text inside a string), unless a
+``CASELESS_ANCHORS`` anchor finds it. Looked for only when the stem is in the text: a check
+of every anchor cost a model's quick check 9 us."""
 SHORTEST_KEY_FORMAT = 7
 """No text shorter than this matches one of ``KEY_FORMATS`` (``密码:`` and four characters)."""
 
@@ -168,16 +219,66 @@ class Redactor:
         return self._user_patterns == ()
 
     def text(self, value: str) -> str:
-        """``value`` with every secret replaced by ``[REDACTED]``."""
-        if self._regex is None or not self._may_hold_secret(value):
+        """``value`` with every secret replaced by ``[REDACTED]``.
+
+        A JSON text that escapes characters is searched as the strings it encodes (a secret
+        spelled in escapes, or after an escaped quote, is found), and written again if one
+        was replaced.
+        """
+        regex = self._regex
+        if regex is None:
             return value
-        return self._regex.sub(_marked, value)
+        return self._cleaned_string(value, regex)
 
     def contains_secret(self, value: str) -> bool:
         """Whether ``value`` holds something ``text`` would replace."""
-        if self._regex is None or not self._may_hold_secret(value):
+        regex = self._regex
+        if regex is None:
             return False
-        return self._regex.search(value) is not None
+        if _escaped_json(value) and self._decoded_json(value, regex) is not None:
+            return True
+        return self._may_hold_secret(value) and regex.search(value) is not None
+
+    def names_secret_member(self, text: str) -> bool:
+        """Whether ``text`` (a JSON text) may hold a member or key named like a secret.
+
+        By its name alone, whatever its value: a member whose value starts with an escaped
+        quote is one the member format cannot take from the JSON text, but a walk of the
+        data redacts it by its key (``data``).
+        """
+        if len(text) < self._shortest or ":" not in text:
+            return False
+        lowered = text.lower()
+        return (
+            _names_member(lowered)
+            or any(anchor in lowered for anchor in CASELESS_ANCHORS)
+            or (not text.isascii() and any(anchor in text for anchor in CHINESE_ANCHORS))
+        )
+
+    def _cleaned_string(self, value: str, regex: re.Pattern[str]) -> str:
+        """``text``: ``value`` redacted, the same object when nothing was."""
+        if _escaped_json(value):
+            decoded = self._decoded_json(value, regex)
+            if decoded is not None:
+                value = decoded
+        if not self._may_hold_secret(value):
+            return value
+        cleaned, count = regex.subn(_marked, value)
+        return cleaned if count else value
+
+    def _decoded_json(self, value: str, regex: re.Pattern[str]) -> str | None:
+        """``value``, a JSON text, with its strings (and secret-named members) redacted.
+
+        Written again; ``None`` when it is not JSON or nothing in it was redacted.
+        """
+        try:
+            data = json.loads(value)
+        except ValueError:
+            return None  # not JSON after all: searched as text
+        cleaned = self._clean_value(data, regex)
+        if cleaned is data:
+            return None
+        return json.dumps(cleaned, ensure_ascii=False)
 
     def _may_hold_secret(self, value: str) -> bool:
         """``False`` when ``value`` cannot hold a secret, without running the patterns."""
@@ -205,8 +306,8 @@ class Redactor:
         return value
 
     def _string(self, value: str, max_chars: int | None) -> str:
-        if self._regex is not None and self._may_hold_secret(value):
-            value = self._regex.sub(_marked, value)
+        if self._regex is not None:
+            value = self._cleaned_string(value, self._regex)
         if max_chars is None or len(value) <= max_chars:
             return value
         return cut_text(value, max_chars)
@@ -218,6 +319,8 @@ class Redactor:
         if isinstance(value, dict):
             cleaned = {}
             for key, item in value.items():
+                if isinstance(item, str) and _names_secret(key, item):
+                    item = MARK
                 if keys and isinstance(key, str):
                     key = string(key, None)
                 if isinstance(item, str):
@@ -262,14 +365,16 @@ class Redactor:
 
         ``anchors`` holds each literal secret as the model's serializer spells it (a quote
         escaped, a control character as ``\uXXXX``), so the test holds however a string
-        holding it was escaped; the key formats' anchors have no character JSON escapes.
+        holding it was escaped; the key formats' anchors have no character JSON escapes. A
+        string that holds a backslash (``\\`` in the model's JSON) may be a JSON text whose
+        escapes hide a secret: it is decoded (``_cleaned_string``).
         """
         if len(text) < self._shortest:
             return False
         for anchor in anchors:
             if anchor in text:
                 return True
-        return _holds_other_anchor(text)
+        return "\\\\" in text or _holds_other_anchor(text)
 
     def _clean_model(self, model: M, regex: re.Pattern[str]) -> M:
         fixed = _literal_fields(type(model))
@@ -285,10 +390,7 @@ class Redactor:
     def _clean_value(self, value: Any, regex: re.Pattern[str]) -> Any:
         """``value`` with its strings redacted; the same object when nothing was."""
         if type(value) is str:  # an enumeration's member is a str too, and is left alone
-            if not self._may_hold_secret(value):
-                return value
-            cleaned, count = regex.subn(_marked, value)
-            return cleaned if count else value
+            return self._cleaned_string(value, regex)
         if isinstance(value, BaseModel):
             return self._clean_model(value, regex)
         kind = type(value)
@@ -297,7 +399,11 @@ class Redactor:
             changed = False
             for key, item in value.items():
                 new_key = self._clean_value(key, regex)
-                new_item = self._clean_value(item, regex)
+                new_item = (
+                    MARK
+                    if type(item) is str and _names_secret(key, item)
+                    else self._clean_value(item, regex)
+                )
                 changed = changed or new_key is not key or new_item is not item
                 items[new_key] = new_item
             return items if changed else value
@@ -322,7 +428,30 @@ def _holds_other_anchor(text: str) -> bool:
     if not text.isascii() and any(anchor in text for anchor in CHINESE_ANCHORS):
         return True
     lowered = text.lower()
-    return any(anchor in lowered for anchor in CASELESS_ANCHORS)
+    return any(anchor in lowered for anchor in CASELESS_ANCHORS) or _names_member(lowered)
+
+
+def _names_member(lowered: str) -> bool:
+    """Whether ``lowered`` holds a JSON member named with ``MEMBER_ANCHORS``' stems."""
+    for stem in _MEMBER_STEMS:
+        if stem in lowered and any(anchor in lowered for anchor in MEMBER_ANCHORS[stem]):
+            return True
+    return False
+
+
+def _escaped_json(value: str) -> bool:
+    """Whether ``value`` may be a JSON object or array whose escapes hide what it says."""
+    return value[:1] in ("{", "[") and "\\" in value
+
+
+def _names_secret(key: object, value: str) -> bool:
+    """Whether a dictionary's ``key`` names its string ``value`` a secret (``SECRET_NAMES``)."""
+    return (
+        isinstance(key, str)
+        and value != MARK
+        and value != ""
+        and _SECRET_KEY.fullmatch(key) is not None
+    )
 
 
 def _marked(match: re.Match[str]) -> str:
@@ -330,10 +459,8 @@ def _marked(match: re.Match[str]) -> str:
     if match.lastgroup is None:
         return MARK
     groups = match.groupdict()
-    return f"{groups.get('kept_label') or groups.get('kept_variable') or ''}" + (
-        f"{groups.get('kept_basic') or ''}{groups.get('kept_url') or ''}{MARK}"
-        f"{groups.get('kept_at') or ''}"
-    )
+    kept = "".join(groups.get(name) or "" for name in KEPT_GROUPS)
+    return f"{kept}{MARK}{groups.get('kept_at') or ''}"
 
 
 @functools.cache

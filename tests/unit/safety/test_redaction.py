@@ -284,3 +284,50 @@ def test_the_way_to_a_keys_end_line_never_passes_another_begin_line() -> None:
     assert Redactor().text(text) == f"{MARK}{MARK}"
     many = Redactor().text(f"{begin}abc\n" * 20_000)
     assert many == MARK * 20_000
+
+
+def test_values_named_secret_by_their_key_are_redacted_and_counts_are_not() -> None:
+    redactor = Redactor()
+    data = {
+        "db_password": "hunter2",
+        "clientSecret": "abc",
+        "X-Api-Key": "k1",
+        "用户密码": "口令八位",
+        "max_tokens": "512",
+        "tokens": "5",
+        "pwd": "/home/me",
+        "note": "plain",
+        "nested": [{"refresh_token": "r1", "count": 3}],
+    }
+    assert redactor.data(data) == {
+        **data,
+        "db_password": MARK,
+        "clientSecret": MARK,
+        "X-Api-Key": MARK,
+        "用户密码": MARK,
+        "nested": [{"refresh_token": MARK, "count": 3}],
+    }
+    call = ToolCall(id="c", name="login", arguments={"user": "me", "password": "hunter2"})
+    assert redactor.model(call).arguments == {"user": "me", "password": MARK}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        json.dumps({"note": "密码：MIMA-9f8e7d6c"}),  # \uXXXX escapes hide the label
+        json.dumps({"note": 'login password: "MIMA-9f8e7d6c"'}),  # \" before the value
+        json.dumps([{"password": "MIMA-9f8e7d6c"}], indent=2),
+        '{"token": "\\"MIMA-9f8e7d6c"}',
+    ],
+)
+def test_a_json_text_is_searched_as_the_strings_it_encodes(text: str) -> None:
+    redactor = Redactor()
+    assert redactor.contains_secret(text)
+    cleaned = redactor.text(text)
+    assert "MIMA-9f8e7d6c" not in cleaned and MARK in cleaned
+    json.loads(cleaned)  # still JSON
+    raw = ToolCall(id="c", name="f", arguments={}, raw_arguments=text)
+    assert "MIMA-9f8e7d6c" not in (redactor.model(raw).raw_arguments or "")
+    # Nothing to redact: the very same text, not one written again.
+    plain = json.dumps({"note": "长城", "max_tokens": 5})
+    assert redactor.text(plain) is plain
