@@ -445,7 +445,12 @@ class FakeToolCallLedger(IToolCallLedger):
         self.closed = False
 
     async def begin(self, entry: LedgerEntry) -> LedgerEntry:
-        return self.entries_by_key.setdefault(entry.idempotency_key, entry)
+        stored = self.entries_by_key.setdefault(entry.idempotency_key, entry)
+        if stored is not entry and stored.status == "started":
+            stored = self.entries_by_key[entry.idempotency_key] = replace(
+                stored, started_at=entry.started_at
+            )
+        return stored
 
     async def finish(self, idempotency_key, result, *, status="finished", note=None) -> None:  # type: ignore[no-untyped-def]
         entry = self.entries_by_key[idempotency_key]

@@ -71,6 +71,53 @@ async def test_a_call_that_may_or_may_not_have_happened_goes_to_a_human(tmp_path
         await kernel.aclose()
 
 
+async def test_an_approved_call_cut_by_a_crash_is_not_run_again_on_that_approval(
+    tmp_path: Path,
+) -> None:
+    # The human approved running ``effect r2``; the host died inside it. Whether to run it
+    # again (it may have acted) is another question: the approval to run it once was taken
+    # for that answer, and recovery ran it a second time without asking.
+    config = config_in(tmp_path, crash_at="r2", dedupe=False, approval_risk="low")
+    host = start_host({**config, "approve_all": True})
+    assert host.wait(timeout=60) == -9
+    kernel, tasks = await recover_all(config)
+    try:
+        (task,) = tasks
+        assert task.status is TaskStatus.WAITING_APPROVAL, task.error
+        (pending,) = await kernel.pending_approvals()
+        assert pending.tool_call is not None and pending.tool_call.arguments == {"step": "r2"}
+        assert pending.rule == "ledger:uncertain"
+        assert Counter(step for _, step in effects(Path(config["effects"]))) == {"r1": 1, "r2": 1}
+    finally:
+        await kernel.aclose()
+
+
+async def test_a_decision_to_run_a_call_again_covers_one_attempt(tmp_path: Path) -> None:
+    # Recovery asks whether to run ``effect r2`` again; the human says yes; that run is cut
+    # short too. The next recovery asks again: the yes was for the attempt it was shown.
+    config = config_in(tmp_path, crash_at="r2", dedupe=False)
+    assert start_host(config).wait(timeout=60) == -9
+    kernel, tasks = await recover_all(config)
+    try:
+        (pending,) = await kernel.pending_approvals()
+        assert pending.rule == "ledger:uncertain"
+    finally:
+        await kernel.aclose()
+    # The approved run, in a host that dies inside it again.
+    resolver = start_host({**config, "resolve_pending": True})
+    assert resolver.wait(timeout=60) == -9
+    assert Counter(step for _, step in effects(Path(config["effects"]))) == {"r1": 1, "r2": 2}
+    kernel, tasks = await recover_all(config)
+    try:
+        (task,) = tasks
+        assert task.status is TaskStatus.WAITING_APPROVAL, task.error
+        (again,) = await kernel.pending_approvals()
+        assert again.rule == "ledger:uncertain" and again.request_id != pending.request_id
+        assert Counter(step for _, step in effects(Path(config["effects"]))) == {"r1": 1, "r2": 2}
+    finally:
+        await kernel.aclose()
+
+
 async def test_hosts_killed_at_random_moments_lose_and_repeat_nothing(tmp_path: Path) -> None:
     chance = random.Random(int(os.environ.get("CRASH_SEED", "7")))
     report = [

@@ -10,6 +10,11 @@ scripted (``policy``): a ReAct task records ``steps`` effects, one per turn, the
 plan-and-execute task plans two steps (``a``, then ``b``) that record ``steps`` effects
 between them.
 
+With ``approval_risk`` (``"low"``) every effect needs a human's approval, which a host with
+``approve_all`` gives at once through its approval callback (recovery kernels have none). A
+host with ``resolve_pending`` starts no task: it approves what waits for a human and carries
+those tasks on.
+
 The effect tool appends ``task step key`` to the effects file. With ``dedupe`` it first
 looks for its idempotency key there (as a service that deduplicates requests would) and is
 declared idempotent; without, it is not idempotent.
@@ -34,7 +39,13 @@ from core_agent.contracts.tool import ToolContext
 from core_agent.tooling.function_tool import FunctionTool
 from core_agent.tooling.registry import ToolRegistry
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedToolCall, ScriptedTurn
-from shared.agent_protocol import ChatMessage, TaskRequest, ToolMessage
+from shared.agent_protocol import (
+    ApprovalDecision,
+    ChatMessage,
+    RiskLevel,
+    TaskRequest,
+    ToolMessage,
+)
 
 PLAN = json.dumps(
     {
@@ -102,6 +113,12 @@ def kernel_for(config: dict[str, Any]):  # type: ignore[no-untyped-def]
                 "recovery": config.get("recovery", "off"),
                 "max_turns": config["steps"] + 3,
                 "plan_step_max_turns": config["steps"] + 3,
+                # With ``approval_risk``, every effect needs a human's approval first.
+                **(
+                    {"policy_approval_required_risk": RiskLevel(config["approval_risk"])}
+                    if config.get("approval_risk")
+                    else {}
+                ),
             }
         )
     )
@@ -123,7 +140,20 @@ def kernel_for(config: dict[str, Any]):  # type: ignore[no-untyped-def]
 
 async def main(config: dict[str, Any]) -> None:
     kernel = kernel_for(config)
+    if config.get("approve_all"):
+        # A host whose human approves every request at once (through the callback).
+        kernel.set_approval_callback(
+            lambda request: ApprovalDecision(request_id=request.request_id, approved=True)
+        )
     async with kernel:
+        if config.get("resolve_pending"):
+            # A human approves what waits (a call to run again): the tasks carry on here.
+            for request in await kernel.pending_approvals():
+                await kernel.resolve_approval(
+                    request.request_id,
+                    ApprovalDecision(request_id=request.request_id, approved=True),
+                )
+            return
 
         async def one(number: int) -> None:
             await kernel.execute_task(

@@ -10,8 +10,9 @@ human was shown. The gate returns
 the call's permit: what the sandbox lets it do (an approved call may write the workspace).
 
 ``confirm_rerun`` asks the same human about a call found in the tool-call ledger without a
-result after a crash (rule ``ledger:uncertain``): the request shows the call and says it may
-or may not have happened, and the call runs again only if approved.
+result after a crash (rule ``ledger:uncertain``, ``RERUN_RULE``): the request shows the call
+and says it may or may not have happened, and the call runs again only if approved. An
+approval to run a call never answers that question, and an answer to it covers one attempt.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from shared.agent_protocol import (
     RiskLevel,
     ToolCall,
 )
+
+RERUN_RULE = "ledger:uncertain"
+"""The rule of a request to run again a call that may or may not have acted."""
 
 
 class ToolCallGate:
@@ -214,7 +218,7 @@ class ToolCallGate:
             spec.name,
             arguments,
             risk=RiskLevel.HIGH,
-            rule="ledger:uncertain",
+            rule=RERUN_RULE,
             reason=(
                 f"{spec.name} started at {entry.started_at:%Y-%m-%d %H:%M:%S} UTC and the "
                 "process running it stopped before its result was recorded: it may or may "
@@ -246,7 +250,7 @@ class ToolCallGate:
         assert request.tool_call is not None
         call, name = request.tool_call, request.tool_call.name
         resumed = context.humans.resumed_approvals.get(call.id)
-        if resumed is not None:
+        if resumed is not None and _asks_the_same(resumed[0], request):
             # A human decided while the task was suspended; the shown call is the bound one.
             return resumed
         if context.humans.can_suspend:
@@ -284,6 +288,20 @@ class ToolCallGate:
                 "the arguments changed after approval; the approved call was not this one",
                 tool_name=name,
             )
+
+
+def _asks_the_same(shown: ApprovalRequest, asked: ApprovalRequest) -> bool:
+    """Whether a human's decision on ``shown`` answers ``asked`` (about the same call).
+
+    An approval to run a call is no decision to run it again after it may have acted
+    (``RERUN_RULE``), nor the other way round; and a decision to run it again covers the
+    attempt it named (its reason says when that attempt started; a later attempt, cut short
+    too, starts later in the ledger). An approval to run it stands as given: the call shown is
+    bound by its arguments' hash, and its grant by the taint it was shown under.
+    """
+    if (shown.rule == RERUN_RULE) != (asked.rule == RERUN_RULE):
+        return False
+    return shown.rule != RERUN_RULE or shown.reason == asked.reason
 
 
 def _request(

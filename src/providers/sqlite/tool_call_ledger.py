@@ -80,6 +80,12 @@ class SqliteToolCallLedger(IToolCallLedger):
             ).rowcount
             if inserted:
                 return None
+            # Run again after an interruption: the attempt starts now (see the port).
+            conn.execute(
+                "UPDATE agent_tool_calls SET started_at = ? "
+                "WHERE idempotency_key = ? AND status = 'started'",
+                (row[8], entry.idempotency_key),
+            )
             found: tuple[Any, ...] | None = conn.execute(
                 f"SELECT {_COLUMNS} FROM agent_tool_calls WHERE idempotency_key = ?",
                 (entry.idempotency_key,),
