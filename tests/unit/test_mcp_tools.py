@@ -82,6 +82,10 @@ def test_servers_can_be_declared_in_an_environment_variable(monkeypatch) -> None
         ({"t": {"url": "ftp://h"}}, "url: String should match"),
         ({"t": {"command": "x", "comand": "y"}}, "comand: Extra inputs are not permitted"),
         ({"a.b": {"command": "x"}}, "MCP server name 'a.b'"),
+        # Names whose tools could not be told from another server's: a_'s "echo" and a's
+        # "_echo" would both be a___echo, and a__* would select both.
+        ({"a": {"command": "x"}, "a_": {"command": "x"}}, "MCP server name 'a_'"),
+        ({"x__y": {"command": "x"}}, "MCP server name 'x__y' (in AGENT_MCP_SERVERS) may not"),
     ],
 )
 def test_a_wrong_declaration_is_refused_when_the_kernel_is_built(
@@ -92,6 +96,15 @@ def test_a_wrong_declaration_is_refused_when_the_kernel_is_built(
     with pytest.raises(ConfigurationError, match="MCP server") as caught:
         create_kernel(settings)
     assert message in str(caught.value)
+
+
+def test_server_names_keep_the_server_the_text_before_a_tools_first_separator() -> None:
+    # Single underscores, dashes and a leading underscore leave "<server>__" unambiguous.
+    names = ["a", "a_b", "a-", "_a", "a-_b"]
+    servers = declared_servers(AgentSettings(mcp_servers={n: {"command": "x"} for n in names}))
+    assert sorted(servers) == sorted(names)
+    with pytest.raises(ConfigurationError, match="may not contain '__' nor end with '_'"):
+        declared_servers(AgentSettings(mcp_servers={"notes_": {"command": "x"}}))
 
 
 def test_an_unreadable_file_is_a_clear_error(tmp_path: Path) -> None:
@@ -187,22 +200,14 @@ def listed_tool(name: str, description: str = "Read a note.", schema=None) -> To
 
 
 def test_tools_whose_names_collide_after_namespacing_are_all_left_out(caplog) -> None:
-    servers = McpServers(
-        {
-            "a": McpServerSettings(command="a", capabilities=["read"]),
-            "a_": McpServerSettings(command="a_", capabilities=["read"]),
-        }
-    )
-    listings = {
-        "a": [listed_tool("x.y"), listed_tool("x_y"), listed_tool("_b"), listed_tool("ok")],
-        "a_": [listed_tool("b")],
-    }
-    tools = [McpTool(servers, s, t) for s, ts in listings.items() for t in ts]
+    # (Two servers' tools cannot collide: declared_servers refuses names such as "a_".)
+    servers = McpServers({"a": McpServerSettings(command="a", capabilities=["read"])})
+    listed = [listed_tool("x.y"), listed_tool("x_y"), listed_tool("_b"), listed_tool("ok")]
+    tools = [McpTool(servers, "a", t) for t in listed]
     with caplog.at_level(logging.WARNING):
         kept = _without_collisions(tools)
-    assert [t.spec.name for t in kept] == ["a__ok"]
+    assert [t.spec.name for t in kept] == ["a___b", "a__ok"]
     assert "tool 'x.y' of MCP server 'a' and tool 'x_y' of MCP server 'a'" in caplog.text
-    assert "tool '_b' of MCP server 'a' and tool 'b' of MCP server 'a_'" in caplog.text
 
 
 def test_a_discovered_tool_never_shadows_a_built_in_one(caplog) -> None:

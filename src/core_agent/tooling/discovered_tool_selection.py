@@ -10,6 +10,12 @@ where ``<server>`` is a declared server, is taken as a choice among those tools:
 * when it names some, only those join, and a server it does not name contributes none;
 * a name no server offers once they are asked is reported in the log (the kernel runs on
   without it, as it does without a server that fails to start).
+
+A name's server is what precedes its first ``__``. That reading is exact only because a
+server's name holds no ``__`` and does not end with ``_`` (the MCP provider refuses other
+names when the kernel is built): with servers ``a`` and ``a_``, ``a___echo`` would be
+``a``'s tool ``_echo`` and ``a_``'s ``echo`` alike, and no matching against the declared
+names could tell which ``a__*`` means.
 """
 
 from __future__ import annotations

@@ -282,9 +282,9 @@ def server_tools(servers: McpServers) -> list[ITool]:
 def _without_collisions(tools: list[McpTool]) -> list[ITool]:
     """``tools`` less those whose kernel names collide, all of them (none is preferred).
 
-    Replacing characters and joining with ``__`` can give two tools one name (tools ``a.b``
-    and ``a_b`` of one server; tool ``_b`` of server ``a`` and tool ``b`` of server ``a_``):
-    keeping either would let one server's tool answer for the other's.
+    Replacing characters can give two tools of a server one name (tools ``a.b`` and
+    ``a_b``): keeping either would let one tool answer for the other. (Two servers' tools
+    never share a name: ``declared_servers`` refuses the server names that would allow it.)
     """
     by_name: dict[str, list[McpTool]] = {}
     for tool in tools:

@@ -16,6 +16,12 @@ object as Claude Desktop writes it)::
 ``capabilities`` is what the user vouches the server's tools do (``read``, ``write``,
 ``network``, ``exec``); the policy grades calls by it. Left out, the server is undeclared and
 its tools need a human's approval by default (see ``McpTool``).
+
+A server's name may not hold ``__`` nor end with ``_``: its tools are named
+``<server>__<tool>``, and the kernel (``AGENT_TOOLS``' ``<server>__*``, policy rules'
+``tools = ["<server>__*"]``) takes what comes before the first ``__`` as the server. With
+servers ``a`` and ``a_``, ``a___echo`` would be ``a``'s ``_echo`` as well as ``a_``'s
+``echo``, and ``a__*`` would reach both: no reading of the name can tell them apart.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ from core_agent.contracts.settings import AgentSettings
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,30}$")
 """Short enough that ``<server>__<tool>`` leaves room for the tool's own name in 64."""
+NAMESPACE_SEPARATOR = "__"
+"""Between a server's name and its tool's (``McpTool``)."""
 
 DeclaredCapability = Literal["read", "write", "network", "exec"]
 
@@ -80,8 +88,9 @@ def declared_servers(settings: AgentSettings) -> dict[str, McpServerSettings]:
 
     Raises:
         ConfigurationError: The file cannot be read or parsed, a name is not made of
-            letters, digits, ``_`` and ``-`` (30 at most), or a server's table is wrong; the
-            message names the server and the field.
+            letters, digits, ``_`` and ``-`` (30 at most), holds ``__`` or ends with ``_``
+            (see the module), or a server's table is wrong; the message names the server and
+            the field.
     """
     tables = settings.mcp_server_tables()
     source = "AGENT_MCP_SERVERS"
@@ -92,6 +101,13 @@ def declared_servers(settings: AgentSettings) -> dict[str, McpServerSettings]:
         if not SERVER_NAME.match(name):
             raise ConfigurationError(
                 f"MCP server name {name!r} (in {source}) must match {SERVER_NAME.pattern}"
+            )
+        if NAMESPACE_SEPARATOR in name or name.endswith("_"):
+            raise ConfigurationError(
+                f"MCP server name {name!r} (in {source}) may not contain "
+                f"{NAMESPACE_SEPARATOR!r} nor end with '_': its tools are named "
+                f"'<server>{NAMESPACE_SEPARATOR}<tool>', and with such a name they could not "
+                "be told from another server's (rename it, for example with '-')"
             )
         try:
             servers[name] = McpServerSettings.model_validate(table)
