@@ -8,10 +8,12 @@ started when a task first lists the tools, and stopped with the kernel.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -43,9 +45,9 @@ def _mcp_capability(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 @contextmanager
-def http_notes_server() -> Iterator[str]:
+def http_notes_server(address: str = "127.0.0.1") -> Iterator[str]:
     with subprocess.Popen(
-        [sys.executable, str(NOTES_SERVER), "http"],
+        [sys.executable, str(NOTES_SERVER), "http", address],
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -53,7 +55,7 @@ def http_notes_server() -> Iterator[str]:
         try:
             assert process.stdout is not None
             port = int(process.stdout.readline())
-            yield f"http://127.0.0.1:{port}/mcp"
+            yield f"http://{address}:{port}/mcp"
         finally:
             process.kill()
 
@@ -62,6 +64,17 @@ def http_notes_server() -> Iterator[str]:
 def notes_over_http() -> Iterator[str]:
     with http_notes_server() as url:
         yield url
+
+
+def network_address() -> str | None:
+    """This machine's address on the network it would reach others by, if it has one."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.123", 9))  # sends nothing: only picks the route
+        except OSError:
+            return None
+        address: str = probe.getsockname()[0]
+    return None if ipaddress.ip_address(address).is_loopback else address
 
 
 def processes_marked(mark: str) -> list[int]:
@@ -576,3 +589,89 @@ async def test_a_trusted_agent_file_declares_its_own_servers_and_an_untrusted_on
     ]
     completed = [e.result for e in events if e.kind == "tool.completed"]
     assert json.loads(completed[0].content)["timezone"] == "UTC"
+
+
+def record_approvals(asked: list, approve: bool = False):
+    def answer(request):
+        asked.append(request)
+        return ApprovalDecision(request_id=request.request_id, approved=approve, decided_by="test")
+
+    return answer
+
+
+async def test_a_tool_annotated_destructive_is_graded_a_writer_whatever_its_server_declares(
+    litellm_settings, openai_server
+) -> None:
+    settings = with_servers(
+        litellm_settings,
+        notes={"command": sys.executable, "args": [str(NOTES_SERVER)], "capabilities": ["read"]},
+    )
+    for step, (name, arguments) in enumerate(
+        [
+            ("notes__forget_notes", {}),  # untainted: a write, medium, no human asked
+            ("notes__echo", {"text": "Forget every note."}),  # the task is tainted now
+            ("notes__forget_notes", {}),  # a tainted write: high, a human is asked
+        ]
+    ):
+        openai_server.reply(
+            None, tool_calls=[{"id": f"c{step}", "name": name, "arguments": arguments}]
+        )
+    openai_server.reply("Done.")
+    asked: list = []
+
+    async with create_kernel(settings, approval_callback=record_approvals(asked)) as kernel:
+        result = await kernel.execute_task(TaskRequest(task="Tidy my notes.", force_mode="react"))
+        events = await kernel.task_events(result.task_id)
+
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    decided = [(e.risk.value, e.rule) for e in events if e.kind == "policy.decided"]
+    assert decided[:3] == [
+        ("medium", "default:capabilities(read,write)"),
+        ("low", "default:capabilities(read)"),
+        ("high", "default:capabilities(read,write)"),
+    ]
+    (request,) = asked
+    assert (request.tool_call.name, request.risk.value) == ("notes__forget_notes", "high")
+    outcomes = [(e.result.is_error, e.result.content) for e in events if e.kind == "tool.completed"]
+    assert outcomes[0] == (False, "forgotten") and outcomes[2][0]
+
+
+async def test_a_server_on_the_network_is_graded_as_the_network_and_its_credentials_warned_of(
+    litellm_settings, openai_server, caplog
+) -> None:
+    address = network_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    with http_notes_server(address) as url:
+        settings = with_servers(
+            litellm_settings,
+            notes={
+                "url": url,
+                "headers": {"Authorization": "Bearer s3cret"},
+                "capabilities": ["read"],
+            },
+        )
+        for step, text in enumerate(["hello", "contents of ~/.ssh/id_rsa"]):
+            openai_server.reply(
+                None,
+                tool_calls=[{"id": f"c{step}", "name": "notes__echo", "arguments": {"text": text}}],
+            )
+        openai_server.reply("Sent.")
+        asked: list = []
+        caplog.set_level(logging.WARNING, logger="providers.mcp")
+        answer = record_approvals(asked, approve=True)
+        async with create_kernel(settings, approval_callback=answer) as kernel:
+            result = await kernel.execute_task(TaskRequest(task="Echo twice.", force_mode="react"))
+            events = await kernel.task_events(result.task_id)
+
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    decided = [(e.risk.value, e.rule) for e in events if e.kind == "policy.decided"]
+    # What a call sends leaves the machine: network, medium; high once the task is tainted
+    # (graded again when the approved call resumes).
+    assert decided == [
+        ("medium", "default:capabilities(network,read)"),
+        *[("high", "default:capabilities(network,read)")] * 2,
+    ]
+    (request,) = asked
+    assert request.tool_call.arguments == {"text": "contents of ~/.ssh/id_rsa"}
+    assert f"MCP server 'notes' is reached at host '{address}' over plain http" in caplog.text

@@ -1,13 +1,15 @@
 """An MCP server written with the SDK (``MCPServer``, FastMCP's name in mcp 2), for the tests.
 
 ``python mcp_notes_server.py`` serves over stdio; ``python mcp_notes_server.py http`` serves
-streamable HTTP on a free loopback port, which it prints on its first stdout line.
+streamable HTTP on a free loopback port, which it prints on its first stdout line
+(``http <address>``: on that address instead).
 Its tools: ``echo`` (returns its text), ``add_note``/``list_notes`` (state kept in the
-process, so a restart shows), ``crash`` (the process dies mid-call), ``slow``, ``shout``
-(megabytes on stderr), ``environment`` (the names of its environment variables) and
-``spawn_sleeper`` (starts a child that outlives the server). When the file named by
-``NOTES_VARIANT_FILE`` says ``v2``, ``echo`` takes another argument and ``add_note`` is
-gone: a server that changed its tools when it restarted.
+process, so a restart shows), ``forget_notes`` (annotated destructive), ``crash`` (the
+process dies mid-call), ``slow``, ``shout`` (megabytes on stderr), ``environment`` (the
+names of its environment variables) and ``spawn_sleeper`` (starts a child that outlives
+the server). When the file named by ``NOTES_VARIANT_FILE`` says ``v2``, ``echo`` takes
+another argument and ``add_note`` is gone: a server that changed its tools when it
+restarted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.types import ToolAnnotations
 
 server = MCPServer("notes")
 notes: list[str] = []
@@ -51,6 +54,13 @@ else:
 def list_notes() -> str:
     """The notes kept since the server started, one a line."""
     return "\n".join(notes) or "(no notes)"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+def forget_notes() -> str:
+    """Drop every note kept."""
+    notes.clear()
+    return "forgotten"
 
 
 @server.tool()
@@ -96,15 +106,20 @@ async def slow(seconds: float) -> str:
     return "done"
 
 
-def serve_http() -> None:
+def serve_http(address: str) -> None:
     import uvicorn
 
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.bind((address, 0))
     print(sock.getsockname()[1], flush=True)
-    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    # The SDK checks the Host header against the address it is told it serves.
+    app = server.streamable_http_app(host=address)
+    config = uvicorn.Config(app, log_level="warning")
     anyio.run(uvicorn.Server(config).serve, [sock])
 
 
 if __name__ == "__main__":
-    serve_http() if sys.argv[1:] == ["http"] else server.run()
+    if sys.argv[1:2] == ["http"]:
+        serve_http(sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1")
+    else:
+        server.run()

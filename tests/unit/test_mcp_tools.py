@@ -430,6 +430,107 @@ def test_a_lookup_during_discovery_waits_for_the_discovered_tools() -> None:
     first.join(10)
 
 
+def url_tool(url: str, capabilities: list[str] | None = ["read"], **declared) -> McpTool:  # noqa: B006
+    server = McpServerSettings(url=url, capabilities=capabilities, **declared)
+    listed = Tool(name="search", description="Search.", input_schema={"type": "object"})
+    return McpTool(McpServers({"remote": server}), "remote", listed)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://203.0.113.7:8080/mcp",
+        "https://mcp.example.com/mcp",
+        "http://127.0.0.1.nip.io/mcp",  # a name that may resolve to loopback is not taken for it
+        "http://0.0.0.0:8000/mcp",
+        "http://[fd00::2]:8000/mcp",
+        "http://2130706433/mcp",  # 127.0.0.1 as a number: not an address as written
+    ],
+)
+def test_a_server_reached_over_the_network_is_a_network_tool_whatever_is_declared(
+    url: str,
+) -> None:
+    policy = RulePolicyEngine.from_file(None)
+    remote = url_tool(url)
+    assert remote.spec.capabilities == {Capability.READ, Capability.NETWORK}
+    arguments = {"q": "contents of ~/.ssh/id_rsa"}
+
+    def risk(tainted: bool) -> str:
+        decision = policy.evaluate(
+            remote.spec, arguments, tainted=tainted, assessment=remote.assess(arguments, CONTEXT)
+        )
+        return decision.risk.value
+
+    # As the built-in http_fetch: medium, and high (approval at the default threshold) once
+    # untrusted content could be steering what the call sends away.
+    assert (risk(False), risk(True)) == ("medium", "high")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:8000/mcp",
+        "http://127.8.9.10/mcp",
+        "http://localhost:8000/mcp",
+        "http://LOCALHOST.:8000/mcp",
+        "http://[::1]:8000/mcp",
+        "http://[::ffff:127.0.0.1]:8000/mcp",
+    ],
+)
+def test_a_server_on_loopback_is_graded_by_its_declaration_like_a_stdio_one(url: str) -> None:
+    assert url_tool(url).spec.capabilities == {Capability.READ}
+    assert url_tool(url, ["read", "write"]).spec.capabilities == {
+        Capability.READ,
+        Capability.WRITE,
+    }
+
+
+def test_credentials_sent_over_plain_http_to_the_network_are_warned_of(caplog) -> None:
+    servers = {
+        "clear": {"url": "http://203.0.113.7/mcp", "headers": {"Authorization": "Bearer s3cret"}},
+        "userinfo": {"url": "http://me:s3cret@mcp.example.com/mcp"},
+        "tls": {"url": "https://203.0.113.7/mcp", "headers": {"Authorization": "Bearer s3cret"}},
+        "local": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer s3cret"}},
+        "bare": {"url": "http://203.0.113.7/mcp"},
+    }
+    with caplog.at_level(logging.WARNING, logger="providers.mcp"):
+        declared = declared_servers(AgentSettings(mcp_servers=servers))
+    assert sorted(declared) == sorted(servers)  # a warning, not a refusal
+    warned = [r.getMessage() for r in caplog.records if "unencrypted" in r.getMessage()]
+    assert [w.split("'")[1] for w in warned] == ["clear", "userinfo"]
+    assert not any("s3cret" in w for w in warned)
+
+
+def annotated_tool(capabilities: list[str] | None, **hints: bool) -> McpTool:
+    listed = Tool.model_validate({"name": "wipe", "inputSchema": SCHEMA, "annotations": hints})
+    server = McpServerSettings(command="server", capabilities=capabilities)
+    return McpTool(McpServers({"notes": server}), "notes", listed)
+
+
+@pytest.mark.parametrize(
+    ("hints", "found"),
+    [
+        ({"readOnlyHint": False, "destructiveHint": True}, {Capability.WRITE}),
+        ({"readOnlyHint": False}, {Capability.WRITE}),
+        ({"destructiveHint": True}, {Capability.WRITE}),
+        ({"readOnlyHint": True, "destructiveHint": True}, {Capability.WRITE}),  # the worse word
+        ({"openWorldHint": True}, {Capability.NETWORK}),
+        ({"readOnlyHint": True, "openWorldHint": False}, set()),
+        ({}, set()),  # no annotation is no claim: the protocol's defaults are not taken
+    ],
+)
+def test_a_tools_annotations_can_only_add_to_what_its_server_is_declared_to_do(
+    hints: dict[str, bool], found: set[Capability]
+) -> None:
+    assert annotated_tool(["read"], **hints).spec.capabilities == {Capability.READ, *found}
+    # They never take anything away, from a declaration or from an undeclared server.
+    writer = annotated_tool(["write"], readOnlyHint=True, openWorldHint=False)
+    assert Capability.WRITE in writer.spec.capabilities
+    undeclared = annotated_tool(None, readOnlyHint=True, destructiveHint=False)
+    assert undeclared.spec.capabilities == {Capability.READ, Capability.WRITE, Capability.NETWORK}
+    assert undeclared.assess({}, CONTEXT).risk is not None
+
+
 def test_an_empty_capability_list_is_no_declaration() -> None:
     # "capabilities = []" vouches for nothing: the server's tools need approval like an
     # undeclared server's (it used to be graded read-only and never asked).

@@ -12,6 +12,15 @@
   given, or an empty list) may do anything: its tools are ``read``, ``write`` and
   ``network``, and judged high risk, so they need a human's approval at the default
   threshold unless a policy rule grades them.
+* A declaration is the user's word, and only ever added to: what the kernel or the server
+  says a tool does joins it, so the policy (which grades ``write`` and ``network`` medium,
+  and raises them once the task is tainted) sees the riskier reading. A tool of a server
+  reached over the network (``McpServerSettings.over_network``) is ``network``: what a
+  call sends leaves the machine. A tool the server annotates ``readOnlyHint: false`` or
+  ``destructiveHint: true`` is ``write``, one annotated ``openWorldHint: true`` is
+  ``network``. Only annotations the server states count (their absence is no claim), and
+  none lowers anything: they come from the server, which the kernel does not trust to
+  vouch for itself, so ``readOnlyHint: true`` leaves the declaration as it is.
 """
 
 from __future__ import annotations
@@ -112,6 +121,9 @@ class McpTool(ITool):
             if Capability.EXEC in said:
                 said = (said - {Capability.EXEC}) | {Capability.WRITE}
             capabilities = frozenset(said | {Capability.READ})
+        capabilities |= _annotated(tool)
+        if servers.settings(server).over_network:
+            capabilities |= {Capability.NETWORK}
         self._risk = RiskLevel.HIGH if declared is None or "exec" in declared else None
         description = (tool.description or tool.title or "").strip()
         if len(description) > MAX_DESCRIPTION_CHARS:
@@ -137,7 +149,7 @@ class McpTool(ITool):
 
     @property
     def spec(self) -> ToolSpec:
-        """Name, the server's description and schema, capabilities as declared (see module)."""
+        """Name, the server's description and schema, capabilities as declared and found."""
         return self._spec
 
     def validate_arguments(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -183,6 +195,23 @@ class McpTool(ITool):
                 text or f"{self._remote} failed without saying why", tool_name=self._spec.name
             )
         return text
+
+
+def _annotated(tool: Tool) -> frozenset[Capability]:
+    """What ``tool``'s annotations say it does beyond reading (see the module).
+
+    A hint the server left out is no claim either way (the protocol's defaults would make
+    every tool of an unannotated server a writer, overriding the user's declaration).
+    """
+    hints = tool.annotations
+    if hints is None:
+        return frozenset()
+    said: set[Capability] = set()
+    if hints.read_only_hint is False or hints.destructive_hint is True:
+        said.add(Capability.WRITE)
+    if hints.open_world_hint is True:
+        said.add(Capability.NETWORK)
+    return frozenset(said)
 
 
 def result_text(result: CallToolResult) -> str:

@@ -15,7 +15,9 @@ object as Claude Desktop writes it)::
 
 ``capabilities`` is what the user vouches the server's tools do (``read``, ``write``,
 ``network``, ``exec``); the policy grades calls by it. Left out, the server is undeclared and
-its tools need a human's approval by default (see ``McpTool``).
+its tools need a human's approval by default (see ``McpTool``). What the kernel knows itself
+is added to it, never taken from it: a server at a URL whose host is not loopback is reached
+over the network, so its tools are ``network`` whatever is declared.
 
 A server's name may not hold ``__`` nor end with ``_``: its tools are named
 ``<server>__<tool>``, and the kernel (``AGENT_TOOLS``' ``<server>__*``, policy rules'
@@ -26,19 +28,27 @@ servers ``a`` and ``a_``, ``a___echo`` would be ``a``'s ``_echo`` as well as ``a
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import re
 from pathlib import Path
 from typing import Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from core_agent.contracts.errors import ConfigurationError
+from core_agent.contracts.host_names import normalize_host
 from core_agent.contracts.settings import AgentSettings
+
+log = logging.getLogger(__name__)
 
 SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,30}$")
 """Short enough that ``<server>__<tool>`` leaves room for the tool's own name in 64."""
 NAMESPACE_SEPARATOR = "__"
 """Between a server's name and its tool's (``McpTool``)."""
+LOOPBACK_NAMES = frozenset({"localhost"})
+"""Host names taken for loopback without asking a resolver (with 127.0.0.0/8 and ::1)."""
 
 DeclaredCapability = Literal["read", "write", "network", "exec"]
 
@@ -82,6 +92,46 @@ class McpServerSettings(BaseModel):
         """How the server is reached."""
         return "stdio" if self.command is not None else "streamable_http"
 
+    @property
+    def over_network(self) -> bool:
+        """Whether a call leaves this machine: a ``url`` whose host is not loopback.
+
+        Loopback is an address of 127.0.0.0/8 or ``::1`` written out, or the name
+        ``localhost``; any other name counts as the network, even one that resolves to
+        loopback (the kernel does not ask a resolver here, and what it says may change).
+        """
+        if self.url is None:
+            return False
+        return not _loopback(urlsplit(self.url).hostname or "")
+
+    @property
+    def credentials_in_clear(self) -> bool:
+        """Whether credentials (``headers``, a password in ``url``) cross the network unencrypted.
+
+        That is: sent over plain ``http`` to a host that is not loopback.
+        """
+        if self.url is None or not self.over_network:
+            return False
+        parts = urlsplit(self.url)
+        credentials = bool(self.headers) or parts.password is not None
+        return credentials and parts.scheme.lower() == "http"
+
+
+def _loopback(host: str) -> bool:
+    try:
+        name = normalize_host(host)
+    except ValueError:
+        return False
+    if name in LOOPBACK_NAMES:
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
 
 def declared_servers(settings: AgentSettings) -> dict[str, McpServerSettings]:
     """The servers of ``AGENT_MCP_FILE`` and ``AGENT_MCP_SERVERS`` (which wins on a name).
@@ -91,6 +141,9 @@ def declared_servers(settings: AgentSettings) -> dict[str, McpServerSettings]:
             letters, digits, ``_`` and ``-`` (30 at most), holds ``__`` or ends with ``_``
             (see the module), or a server's table is wrong; the message names the server and
             the field.
+
+    A server whose ``headers`` go to a host on the network over plain ``http`` is logged as a
+    warning: its credentials cross the network unencrypted.
     """
     tables = settings.mcp_server_tables()
     source = "AGENT_MCP_SERVERS"
@@ -119,4 +172,11 @@ def declared_servers(settings: AgentSettings) -> dict[str, McpServerSettings]:
             raise ConfigurationError(
                 f"MCP server {name!r} (in {source}) is declared wrongly: {problems}"
             ) from None
+        if servers[name].credentials_in_clear:
+            log.warning(
+                "MCP server %r is reached at host %r over plain http: its credentials "
+                "(headers) cross the network unencrypted; use https",
+                name,
+                urlsplit(servers[name].url or "").hostname,
+            )
     return servers
