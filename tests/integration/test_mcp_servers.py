@@ -37,6 +37,7 @@ pytestmark = pytest.mark.anyio
 
 NOTES_SERVER = Path(__file__).resolve().parents[1] / "support" / "mcp_notes_server.py"
 LYING_SERVER = NOTES_SERVER.with_name("mcp_lying_server.py")
+LISTING_SERVER = NOTES_SERVER.with_name("mcp_listing_server.py")
 
 
 @pytest.fixture(autouse=True)
@@ -675,3 +676,38 @@ async def test_a_server_on_the_network_is_graded_as_the_network_and_its_credenti
     (request,) = asked
     assert request.tool_call.arguments == {"text": "contents of ~/.ssh/id_rsa"}
     assert f"MCP server 'notes' is reached at host '{address}' over plain http" in caplog.text
+
+
+def listing_server(*args: object, **extra: object) -> dict[str, object]:
+    """``tests/support/mcp_listing_server.py`` in a mode, declared ``read``."""
+    return {
+        "command": sys.executable,
+        "args": [str(LISTING_SERVER), *map(str, args)],
+        "capabilities": ["read"],
+        **extra,
+    }
+
+
+async def test_a_tool_whose_schema_would_stall_the_kernel_is_left_out_and_the_others_serve(
+    litellm_settings, openai_server, caplog
+) -> None:
+    settings = with_servers(litellm_settings, listing=listing_server("exp"))
+    for step, name in enumerate(["listing__doubling", "listing__lookup"]):
+        call = {"id": f"c{step}", "name": name, "arguments": {"x": "hello"}}
+        openai_server.reply(None, tool_calls=[call])
+    openai_server.reply("Done.")
+
+    caplog.set_level(logging.WARNING)
+    async with create_kernel(settings) as kernel:
+        request = TaskRequest(task="Look hello up.", force_mode="react")
+        result = await kernel.execute_task(request)
+        events = await kernel.task_events(result.task_id)
+
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    assert "listing__doubling" not in tool_names(openai_server.requests[0])
+    assert "tool 'doubling' of MCP server 'listing' is left out: its input schema expands" in (
+        caplog.text
+    )
+    doubling, lookup = [e.result for e in events if e.kind == "tool.completed"]
+    assert doubling.is_error  # no such tool: its check never ran
+    assert not lookup.is_error and "found hello" in lookup.content

@@ -640,3 +640,87 @@ def test_the_time_for_patterns_is_the_calls_not_each_strings(monkeypatch) -> Non
     with pytest.raises(ToolArgumentsError, match="could not be checked") as caught:
         tool.validate_arguments({"words": ["aaa"] * 5})
     assert "words.0" not in str(caught.value)  # the first ones fit in the call's time
+
+
+def doubling_schema(levels: int) -> dict:
+    """1 kB whose ``$defs`` each refer twice to the next: 2^levels checks for one string."""
+    defs: dict = {
+        f"d{i}": {"allOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]}
+        for i in range(levels)
+    }
+    defs[f"d{levels}"] = {"type": "string"}
+    return {"type": "object", "$defs": defs, "properties": {"x": {"$ref": "#/$defs/d0"}}}
+
+
+@pytest.mark.parametrize("where", ["#/$defs/d0", "#first", "#/properties/enum"])
+def test_a_schema_whose_references_expand_exponentially_is_refused_when_listed(
+    where: str,
+) -> None:
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    schema = doubling_schema(16)  # 2^16 checks for {"x": "hello"}: seconds with the loop frozen
+    schema["$defs"]["d0"]["$anchor"] = "first"
+    # Reached by pointer, by anchor, or under a property named like a keyword: all counted.
+    schema["properties"] = {"x": {"$ref": where}, "enum": schema["$defs"]["d0"]}
+    with pytest.raises(ValueError, match="expands through its references to more than 5000"):
+        McpTool(servers, "notes", listed_tool("exp", schema=schema))
+    # A few levels are an ordinary schema.
+    small = McpTool(servers, "notes", listed_tool("small", schema=doubling_schema(4)))
+    assert small.validate_arguments({"x": "hello"}) == {"x": "hello"}
+
+
+def test_a_schema_sharing_its_definitions_is_taken_and_checks_arguments() -> None:
+    address = {
+        "type": "object",
+        "properties": {"street": {"type": "string"}, "city": {"type": "string"}},
+        "required": ["city"],
+    }
+    person = {
+        "type": "object",
+        "properties": {
+            "home": {"$ref": "#/$defs/address"},
+            "work": {"anyOf": [{"$ref": "#/$defs/address"}, {"type": "null"}]},
+            "friends": {"type": "array", "items": {"$ref": "#/$defs/person"}},
+        },
+    }
+    schema = {
+        "type": "object",
+        "$defs": {"address": address, "person": person},
+        "properties": {
+            "owner": {"$ref": "#/$defs/person"},
+            "members": {"type": "array", "items": {"$ref": "#/$defs/person"}},
+            "billing": {"$ref": "#/$defs/address"},
+        },
+    }
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    tool = McpTool(servers, "notes", listed_tool("people", schema=schema))
+    good = {
+        "owner": {"home": {"city": "Hangzhou"}, "friends": [{"work": None}]},
+        "members": [{"home": {"city": "Paris", "street": "rue"}}] * 50,
+        "billing": {"city": "Berlin"},
+    }
+    assert tool.validate_arguments(good) == good
+    with pytest.raises(ToolArgumentsError, match="'city' is a required property"):
+        tool.validate_arguments({**good, "billing": {"street": "x"}})
+
+
+def test_arguments_that_a_schema_makes_exponential_work_of_fail_their_check() -> None:
+    # Small when listed (the recursion goes through the arguments), but each level of the
+    # arguments doubles the checks: their number is bounded, the call is a tool error.
+    twice = {"properties": {"a": {"$ref": "#/$defs/node"}}}
+    schema = {
+        "type": "object",
+        "$defs": {"node": {"type": "object", "allOf": [twice, twice]}},
+        "properties": {"a": {"$ref": "#/$defs/node"}},
+    }
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    tool = McpTool(servers, "notes", listed_tool("nest", schema=schema))
+
+    def nested(levels: int) -> dict:
+        value: dict = {}
+        for _ in range(levels):
+            value = {"a": value}
+        return value
+
+    assert tool.validate_arguments(nested(4)) == nested(4)
+    with pytest.raises(ToolArgumentsError, match="takes more than 50000 steps"):
+        tool.validate_arguments(nested(16))

@@ -4,6 +4,8 @@
   become ``_``), which every chat-completions API accepts.
 * Its arguments are checked against the server's input schema (JSON Schema) before the call,
   like a built-in tool's: a bad call is a clear tool error that never reaches the server.
+  The check runs on the kernel's event loop, so its work is bounded (``schema_bounds``: a
+  schema that expands too far is refused when listed, a check past its steps fails).
 * Its capabilities are those declared for the server, plus ``read``: what it returns is
   content from outside the kernel, so the kernel wraps it as untrusted data, checks it for
   prompt injection and taints the task, as for a fetched page. A server declared ``exec``
@@ -30,7 +32,6 @@ import logging
 import re
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import unquote
 
 from jsonschema import SchemaError
 from jsonschema.validators import Draft202012Validator, validator_for
@@ -56,6 +57,16 @@ from core_agent.contracts.tool import (
     ToolSpec,
 )
 from providers.mcp.bounded_patterns import match_time_limit, with_bounded_patterns
+from providers.mcp.schema_bounds import (
+    MAX_EXPANDED_NODES,
+    MAX_VALIDATION_STEPS,
+    TooMuchWork,
+    anchors_of,
+    expanded_size,
+    reference_target,
+    step_budget,
+    with_step_budget,
+)
 from providers.mcp.server_connection import McpServerError
 from providers.mcp.server_pool import McpServers
 from shared.agent_protocol import RiskLevel
@@ -113,7 +124,12 @@ class McpTool(ITool):
         unresolved = _unresolved_reference(schema)
         if unresolved is not None:
             raise ValueError(f"its input schema refers to {unresolved!r}, which it does not hold")
-        self._validator = with_bounded_patterns(validator_class)(schema)
+        if expanded_size(schema) > MAX_EXPANDED_NODES:
+            raise ValueError(
+                "its input schema expands through its references to more than "
+                f"{MAX_EXPANDED_NODES} objects and arrays (checking it would stall the kernel)"
+            )
+        self._validator = with_step_budget(with_bounded_patterns(validator_class))(schema)
         if declared is None:
             capabilities = UNDECLARED
         else:
@@ -156,10 +172,16 @@ class McpTool(ITool):
         """``arguments`` if they satisfy the server's input schema, else ``ToolArgumentsError``."""
         given = dict(arguments)
         try:
-            with match_time_limit():
+            with match_time_limit(), step_budget():
                 problems = sorted(
                     self._validator.iter_errors(given), key=lambda e: list(e.absolute_path)
                 )
+        except TooMuchWork:
+            raise ToolArgumentsError(
+                f"the arguments for tool {self._spec.name!r} cannot be checked: its server's "
+                f"input schema takes more than {MAX_VALIDATION_STEPS} steps for them",
+                tool_name=self._spec.name,
+            ) from None
         except (RecursionError, ReferencingError) as exc:
             # A schema that refers to itself without end: the server's fault, told to the
             # model as this call's error rather than failing the task.
@@ -244,10 +266,11 @@ def result_text(result: CallToolResult) -> str:
 def _unresolved_reference(schema: Mapping[str, Any]) -> str | None:
     """The first ``$ref`` of ``schema`` that does not point inside it, if any.
 
-    Only references within the schema are followed (``#`` and ``#/...`` JSON pointers); the
-    kernel fetches nothing a server's schema names, and a reference to nowhere would fail
-    every call of the tool.
+    Only references within the schema are followed (``#/...`` JSON pointers and ``#name``
+    anchors); the kernel fetches nothing a server's schema names, and a reference to nowhere
+    would fail every call of the tool.
     """
+    anchors = anchors_of(schema)
     stack: list[Any] = [schema]
     while stack:
         node = stack.pop()
@@ -257,25 +280,10 @@ def _unresolved_reference(schema: Mapping[str, Any]) -> str | None:
         if not isinstance(node, dict):
             continue
         ref = node.get("$ref")
-        if isinstance(ref, str) and not _points_inside(schema, ref):
+        if isinstance(ref, str) and reference_target(schema, ref, anchors) is None:
             return ref
         stack.extend(value for key, value in node.items() if key not in ("const", "enum"))
     return None
-
-
-def _points_inside(schema: Mapping[str, Any], ref: str) -> bool:
-    if not ref.startswith("#"):
-        return False
-    target: Any = schema
-    for raw in ref[1:].split("/")[1:] if ref != "#" else ():
-        part = unquote(raw).replace("~1", "/").replace("~0", "~")
-        if isinstance(target, dict) and part in target:
-            target = target[part]
-        elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
-            target = target[int(part)]
-        else:
-            return False
-    return isinstance(target, dict | bool)
 
 
 def _depth(value: Any, level: int = 0) -> int:
@@ -290,7 +298,8 @@ def server_tools(servers: McpServers) -> list[ITool]:
     """The tools of every declared server (each started now), as the kernel's tools.
 
     A server that cannot start, or a tool the kernel cannot take (a name too long, a schema
-    that is not an object's), is left out with a warning: the other servers' tools still work.
+    that is not an object's or that expands too far), is left out with a warning: the other
+    servers' tools, and the server's other tools, still work.
     """
     tools: list[McpTool] = []
     for server, listed in servers.list_tools().items():
