@@ -27,6 +27,8 @@ import pytest
 from core_agent.agent_files import AgentFileError
 from core_agent.container import create_kernel
 from core_agent.contracts.settings import AgentSettings
+from core_agent.contracts.tool import ToolContext
+from providers.mcp.mcp_tool import server_tools
 from providers.mcp.server_connection import McpServerError
 from providers.mcp.server_pool import McpServers
 from providers.mcp.server_settings import McpServerSettings
@@ -711,3 +713,31 @@ async def test_a_tool_whose_schema_would_stall_the_kernel_is_left_out_and_the_ot
     doubling, lookup = [e.result for e in events if e.kind == "tool.completed"]
     assert doubling.is_error  # no such tool: its check never ran
     assert not lookup.is_error and "found hello" in lookup.content
+
+
+async def test_a_server_listing_thousands_of_tools_gives_the_first_64(caplog) -> None:
+    servers = McpServers({"big": McpServerSettings.model_validate(listing_server("many", 3000))})
+    caplog.set_level(logging.WARNING)
+    try:
+        tools = await anyio.to_thread.run_sync(server_tools, servers)
+        (lookup,) = [tool for tool in tools if tool.spec.name == "big__lookup"]
+        context = ToolContext(task_id="t", session_id="s", call_id="c")
+        assert await lookup.invoke({"x": "it"}, context) == "found it"
+    finally:
+        await servers.close()
+    assert [t.spec.name for t in tools] == ["big__lookup", *(f"big__t{i}" for i in range(63))]
+    assert "MCP server 'big' offers 3001 tools; only its first 64 join" in caplog.text
+    assert "2937 are left out" in caplog.text
+
+
+async def test_max_tools_caps_the_tools_a_server_gives_after_its_tool_list(caplog) -> None:
+    declared = listing_server("many", 10, tools=["t9", "t1", "lookup", "t5"], max_tools=2)
+    servers = McpServers({"picked": McpServerSettings.model_validate(declared)})
+    caplog.set_level(logging.WARNING)
+    try:
+        tools = await anyio.to_thread.run_sync(server_tools, servers)
+    finally:
+        await servers.close()
+    # Of those the tool list names, the first 2 the server lists.
+    assert [t.spec.name for t in tools] == ["picked__lookup", "picked__t1"]
+    assert "MCP server 'picked' offers 4 tools; only its first 2 join" in caplog.text

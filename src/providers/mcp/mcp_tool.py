@@ -299,17 +299,27 @@ def server_tools(servers: McpServers) -> list[ITool]:
 
     A server that cannot start, or a tool the kernel cannot take (a name too long, a schema
     that is not an object's or that expands too far), is left out with a warning: the other
-    servers' tools, and the server's other tools, still work.
+    servers' tools, and the server's other tools, still work. Of a server offering more than
+    its ``max_tools``, the first ``max_tools`` it lists join; the warning says how many did not.
     """
     tools: list[McpTool] = []
     for server, listed in servers.list_tools().items():
         if isinstance(listed, McpServerError):
             log.warning("the tools of %s are not available: %s", server, listed)
             continue
-        wanted = servers.settings(server).tools
-        for tool in listed:
-            if wanted is not None and tool.name not in wanted:
-                continue
+        settings = servers.settings(server)
+        wanted = [t for t in listed if settings.tools is None or t.name in settings.tools]
+        if len(wanted) > settings.max_tools:
+            log.warning(
+                "MCP server %r offers %d tools; only its first %d join (max_tools), %d are "
+                "left out: name the ones you want in its 'tools', or raise 'max_tools'",
+                server,
+                len(wanted),
+                settings.max_tools,
+                len(wanted) - settings.max_tools,
+            )
+            wanted = wanted[: settings.max_tools]
+        for tool in wanted:
             try:
                 tools.append(McpTool(servers, server, tool))
             except ValueError as exc:

@@ -51,6 +51,10 @@ LOOPBACK_NAMES = frozenset({"localhost"})
 """Host names taken for loopback without asking a resolver (with 127.0.0.0/8 and ::1)."""
 
 DeclaredCapability = Literal["read", "write", "network", "exec"]
+DEFAULT_MAX_TOOLS = 64
+"""Every tool reaches every model request: a server listing thousands would make each request
+huge, and some APIs refuse it whole (OpenAI's takes 128 tools at most, the kernel's own
+included). Name the wanted ones in ``tools``, or raise ``max_tools``, for a larger server."""
 
 
 class McpServerSettings(BaseModel):
@@ -72,6 +76,8 @@ class McpServerSettings(BaseModel):
     """What its tools may do, as the user declares it; ``None``: undeclared."""
     tools: tuple[str, ...] | None = None
     """Only these of its tools (names as the server gives them); all when unset."""
+    max_tools: int = Field(default=DEFAULT_MAX_TOOLS, ge=1)
+    """At most this many of its tools join (the first it lists); the rest are left out."""
     call_timeout_s: float = Field(default=60.0, gt=0)
     """Longest a call may take before it is given up as a tool error."""
     startup_timeout_s: float = Field(default=30.0, gt=0)
