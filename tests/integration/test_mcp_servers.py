@@ -741,3 +741,28 @@ async def test_max_tools_caps_the_tools_a_server_gives_after_its_tool_list(caplo
     # Of those the tool list names, the first 2 the server lists.
     assert [t.spec.name for t in tools] == ["picked__lookup", "picked__t1"]
     assert "MCP server 'picked' offers 4 tools; only its first 2 join" in caplog.text
+
+
+async def test_a_tool_listed_wrongly_is_left_out_and_the_servers_other_tools_serve(
+    caplog,
+) -> None:
+    # No input schema, an array's, no name: the SDK refuses each; it used to refuse the
+    # whole listing, and so every tool of the server.
+    servers = McpServers({"odd": McpServerSettings.model_validate(listing_server("malformed"))})
+    caplog.set_level(logging.WARNING)
+    try:
+        tools = await anyio.to_thread.run_sync(server_tools, servers)
+        assert [tool.spec.name for tool in tools] == ["odd__lookup"]
+        context = ToolContext(task_id="t", session_id="s", call_id="c")
+        assert await tools[0].invoke({"x": "it"}, context) == "found it"
+    finally:
+        await servers.close()
+    for name, problem in [
+        ("noschema", "inputSchema: Field required"),
+        ("arrschema", "inputSchema.type: Input should be 'object'"),
+        ("(no name)", "name: Field required"),
+    ]:
+        assert (
+            f"tool {name!r} of MCP server 'odd' is left out: the server listed it wrongly "
+            f"({problem})"
+        ) in caplog.text

@@ -23,6 +23,7 @@ from mcp_types import CONNECTION_CLOSED, CallToolResult, Tool
 
 from providers.mcp.server_process import ServerProcess
 from providers.mcp.server_settings import McpServerSettings
+from providers.mcp.tool_listing import ToolListingScreen
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,9 @@ class McpServerConnection:
 
     async def list_tools(self) -> list[Tool]:
         """Every tool the server offers, page after page (starting it if need be).
+
+        A tool it lists wrongly (no input schema, an array's...) is left out with a warning,
+        the others kept (``ToolListingScreen``).
 
         Raises:
             McpServerError: It could not be started, or did not list its tools in time.
@@ -195,11 +199,15 @@ class McpServerConnection:
         try:
             async with AsyncExitStack() as stack:
                 transport = await self._transport(stack)
+                listings = ToolListingScreen(self.name)
                 try:
-                    client = await stack.enter_async_context(Client(transport, mode="auto"))
+                    client = await stack.enter_async_context(
+                        Client(listings.around(transport), mode="auto")
+                    )
                 finally:
                     if self._process is not None:
                         self._process.spawned()
+                listings.version = client.protocol_version
                 started.set_result(client)
                 await stop.wait()
         except BaseException as exc:
