@@ -59,12 +59,12 @@ from core_agent.contracts.tool import (
 from providers.mcp.bounded_patterns import match_time_limit, with_bounded_patterns
 from providers.mcp.schema_bounds import (
     MAX_EXPANDED_NODES,
-    MAX_VALIDATION_STEPS,
     TooMuchWork,
     anchors_of,
     expanded_size,
     reference_target,
     step_budget,
+    steps_for,
     with_step_budget,
 )
 from providers.mcp.server_connection import McpServerError
@@ -171,15 +171,17 @@ class McpTool(ITool):
     def validate_arguments(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
         """``arguments`` if they satisfy the server's input schema, else ``ToolArgumentsError``."""
         given = dict(arguments)
+        steps = steps_for(given)
         try:
-            with match_time_limit(), step_budget():
+            with match_time_limit(), step_budget(steps):
                 problems = sorted(
                     self._validator.iter_errors(given), key=lambda e: list(e.absolute_path)
                 )
         except TooMuchWork:
             raise ToolArgumentsError(
                 f"the arguments for tool {self._spec.name!r} cannot be checked: its server's "
-                f"input schema takes more than {MAX_VALIDATION_STEPS} steps for them",
+                f"input schema takes more than {steps} steps for them (its references "
+                "multiply the work with each level of the arguments)",
                 tool_name=self._spec.name,
             ) from None
         except (RecursionError, ReferencingError) as exc:

@@ -7,9 +7,10 @@ never timed:
 
 * When the tool is listed, ``expanded_size`` counts the schema as if every reference were
   replaced by what it points to; beyond ``MAX_EXPANDED_NODES`` the tool is refused.
-* When arguments are checked, every keyword the validator applies is one step; a check that
-  needs more than ``MAX_VALIDATION_STEPS`` (a schema that recurses with the arguments'
-  depth, doubling at each level) stops there and fails the call.
+* When arguments are checked, every keyword the validator applies is one step, and a call
+  gets ``BASE_STEPS`` plus ``STEPS_PER_VALUE`` for each value its arguments hold: work in
+  proportion to what was given. A check that needs more (a schema that recurses with the
+  arguments' depth, doubling at each level) stops there and fails the call.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ MAX_EXPANDED_NODES = 5_000
 """Objects and arrays of a schema with its references expanded (a reference back into one
 being expanded counts once). Real servers' schemas, shared ``$defs`` and all, stay in the
 hundreds; the exponential schema above passes it at 11 levels."""
-MAX_VALIDATION_STEPS = 50_000
-"""Keywords applied to check one call's arguments (about 3 to 9 µs each, so a fraction of a
-second at worst); an ordinary call takes tens, a list of 2,000 five-field objects 26,000."""
+BASE_STEPS = 10_000
+"""Keywords any call's check may apply (3 to 9 µs each here: under a tenth of a second)."""
+STEPS_PER_VALUE = 50
+"""And for each value of its arguments: an ordinary schema applies a few keywords to each
+(a list of 2,000 five-field objects, 12,001 values, takes 26,000 steps), a union of object
+shapes a few dozen."""
 
 DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 """Their values are data, never schemas: nothing in them is followed."""
@@ -42,7 +46,7 @@ _STEPS_LEFT: ContextVar[list[int] | None] = ContextVar("core_agent_mcp_steps_lef
 
 
 class TooMuchWork(Exception):
-    """Checking the arguments needed more than ``MAX_VALIDATION_STEPS`` steps."""
+    """Checking the arguments needed more steps than ``step_budget`` gave."""
 
 
 def reference_target(
@@ -142,8 +146,22 @@ def expanded_size(schema: Mapping[str, Any], limit: int = MAX_EXPANDED_NODES) ->
         raise ValueError("its input schema's references lead through too many others") from None
 
 
+def steps_for(arguments: Any) -> int:
+    """The steps a check of ``arguments`` may take: ``BASE_STEPS``, ``STEPS_PER_VALUE`` a value."""
+    values = 0
+    stack = [arguments]
+    while stack:
+        value = stack.pop()
+        values += 1
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return BASE_STEPS + STEPS_PER_VALUE * values
+
+
 @contextmanager
-def step_budget(steps: int = MAX_VALIDATION_STEPS) -> Iterator[None]:
+def step_budget(steps: int) -> Iterator[None]:
     """Let the validators inside the block apply ``steps`` keywords, then ``TooMuchWork``."""
     token = _STEPS_LEFT.set([steps])
     try:
