@@ -425,6 +425,19 @@ class ApprovalDeniedError(ToolError):
     """
 
 
+class RedactedArgumentsError(ToolError):
+    """A call read back from the stores holds ``[REDACTED]`` where a secret was: not run.
+
+    The stores keep arguments redacted, so a call carried on from them (a resumed or forked
+    turn, a recorded model answer run against live tools) would hand the tool the placeholder
+    instead of the secret. ``places`` names where in the arguments the mark is.
+    """
+
+    def __init__(self, message: str, *, tool_name: str, places: tuple[str, ...]) -> None:
+        self.places = places
+        super().__init__(message, tool_name=tool_name)
+
+
 class ToolHookBlockedError(ToolError):
     """A tool hook the host registered blocked the call, or failed (hooks fail closed)."""
 

@@ -87,6 +87,7 @@ from core_agent.orchestration.tool_gate import ToolCallGate
 from core_agent.orchestration.tool_hooks import run_after_hooks, run_before_hooks
 from core_agent.orchestration.usage_limits import release_tool_call, reserve_tool_calls
 from core_agent.safety.injection_detector import InjectionDetector
+from core_agent.safety.redaction import refuse_redacted_call
 from core_agent.tooling.tool_runner import ToolRunner
 from shared.agent_protocol import (
     ApprovalRequest,
@@ -303,6 +304,7 @@ class ReActLoop:
                 parent_span_id,
                 output_type,
                 prefilled=finished,
+                stored=True,
             )
         while state.turns < max_turns:
             state.turns += 1
@@ -540,7 +542,14 @@ class ReActLoop:
         output_type: type[BaseModel] | None,
         *,
         prefilled: Mapping[int, ToolResult] | None = None,
+        stored: bool = False,
     ) -> None:
+        """Run a turn's ``calls`` and append their results to ``messages``.
+
+        ``stored``: the calls were read back from the checkpoint (a resumed or forked turn),
+        where secrets in their arguments were redacted: one that holds the mark is refused
+        (``refuse_redacted_call``) rather than run with the placeholder.
+        """
         results: list[ToolResult | None] = [None] * len(calls)
         to_run: list[int] = []
         if state.ledger is not None:
@@ -583,7 +592,13 @@ class ReActLoop:
         async def run_one(index: int) -> None:
             try:
                 results[index] = await self._call_tool(
-                    context, tracer, calls[index], allowed, parent_span_id, state.ledger
+                    context,
+                    tracer,
+                    calls[index],
+                    allowed,
+                    parent_span_id,
+                    state.ledger,
+                    stored=stored,
                 )
             except ApprovalPendingError as exc:
                 pending[index] = exc.requests
@@ -650,6 +665,8 @@ class ReActLoop:
         allowed: Sequence[str],
         parent_span_id: str | None,
         ledger: LedgeredCalls | None = None,
+        *,
+        stored: bool = False,
     ) -> ToolResult:
         await context.emit(ToolStarted, tool_call=call)
         started = time.perf_counter()
@@ -729,6 +746,7 @@ class ReActLoop:
                 settle=context.flush,
                 before=before if context.tool_hooks else None,
                 observe=observe if context.tool_hooks else None,
+                screen=_refuse_redacted if stored else None,
             )
             output = result  # for observers (``ToolCompleted``): the tool's own text
             untrusted = self._brings_untrusted_content(call.name, result)
@@ -854,11 +872,17 @@ KERNEL_REFUSALS = frozenset(
         "ApprovalDeniedError",
         "ApprovalPendingError",
         "ToolHookBlockedError",
+        "RedactedArgumentsError",
         "LoopDetected",
         "StructuredOutputError",
     }
 )
 """Error results the kernel wrote itself, before the tool ran: they quote no outside content."""
+
+
+def _refuse_redacted(call: ToolCall, arguments: Mapping[str, Any]) -> None:
+    """The stores' rule for a call read back from them (``refuse_redacted_call``)."""
+    refuse_redacted_call(call.name, arguments)
 
 
 def spotlight(call: ToolCall, content: str, signals: Sequence[str] = ()) -> str:

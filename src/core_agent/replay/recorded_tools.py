@@ -1,14 +1,20 @@
-"""Tools that give back what they returned in a recording instead of acting again.
+"""The current tools as a rerun uses them, on calls that come from a recording.
 
-Each wraps the current tool of that name: its spec, argument validation and own judgement
-of a call are today's (so the current policy grades the call as it would now), and only
-the work is replaced by the recorded result of the same call (matched by call id and tool
-name, in order). An error the tool raised then is raised again, under the same error name,
-so the model is shown the same text.
+With recorded results (``RecordedTool``) each wraps the current tool of that name: its spec,
+argument validation and own judgement of a call are today's (so the current policy grades
+the call as it would now), and only the work is replaced by the recorded result of the same
+call (matched by call id and tool name, in order). An error the tool raised then is raised
+again, under the same error name, so the model is shown the same text.
+
+With live tools (``LiveTool``) the current tool runs for real, but on arguments read back from
+the stores, where secrets were redacted: a call that holds the mark is refused
+(``refuse_redacted_call``, the rule a resumed turn follows too) rather than run with the
+placeholder.
 """
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Iterable, Mapping
 from functools import cache
 from typing import Any
@@ -17,6 +23,7 @@ from core_agent.contracts.errors import ToolError, ToolExecutionError, ToolRegis
 from core_agent.contracts.tool import ITool, ToolAssessment, ToolContext, ToolSpec
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.replay.recording import Recording
+from core_agent.safety.redaction import refuse_redacted_call
 
 _ERROR_PREFIX = "Error: "
 """How the tool runner starts the text of an error result (``tool_runner._error``)."""
@@ -70,19 +77,53 @@ class RecordedTool(ITool):
         return result.content
 
 
-class RecordedToolRegistry(IToolRegistry):
-    """The current registry's tools, each a ``RecordedTool`` over the same recording."""
+class LiveTool(ITool):
+    """The current tool ``inner``, run for real on recorded calls that hold no redacted secret."""
 
-    def __init__(self, inner: IToolRegistry, recording: Recording) -> None:
+    def __init__(self, inner: ITool) -> None:
         self._inner = inner
-        self._tools = {name: RecordedTool(inner.get(name), recording) for name in inner.names()}
+
+    @property
+    def spec(self) -> ToolSpec:
+        """The current tool's spec."""
+        return self._inner.spec
+
+    def validate_arguments(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The current tool's validation, of arguments that hold no redaction mark.
+
+        Raises:
+            RedactedArgumentsError: A secret was redacted out of the recorded arguments.
+            ToolArgumentsError: The current tool's validation failed.
+        """
+        refuse_redacted_call(self.spec.name, arguments)
+        return self._inner.validate_arguments(arguments)
+
+    def assess(self, arguments: Mapping[str, Any], context: ToolContext) -> ToolAssessment:
+        """The current tool's own judgement of the call."""
+        return self._inner.assess(arguments, context)
+
+    async def invoke(self, arguments: Mapping[str, Any], context: ToolContext) -> str:
+        """The current tool's work."""
+        return await self._inner.invoke(arguments, context)
+
+
+class _ReplayRegistry(IToolRegistry):
+    """The current registry's tools, each wrapped for the rerun (``_wrap``)."""
+
+    def __init__(self, inner: IToolRegistry) -> None:
+        self._inner = inner
+        self._tools = {name: self._wrap(inner.get(name)) for name in inner.names()}
+
+    @abc.abstractmethod
+    def _wrap(self, tool: ITool) -> ITool:
+        """The rerun's stand-in of ``tool``."""
 
     def register(self, tool: ITool) -> None:
         """Refused: a rerun's tools are the current ones, wrapped when it starts."""
         raise ToolRegistrationError(f"cannot add {tool.spec.name!r} to a replay's tools")
 
     def get(self, name: str) -> ITool:
-        """The recorded stand-in of the current tool ``name``.
+        """The rerun's stand-in of the current tool ``name``.
 
         Raises:
             ToolNotFoundError: No current tool has that name.
@@ -97,3 +138,21 @@ class RecordedToolRegistry(IToolRegistry):
     def names(self) -> list[str]:
         """The current tools' names."""
         return self._inner.names()
+
+
+class RecordedToolRegistry(_ReplayRegistry):
+    """The current registry's tools, each a ``RecordedTool`` over the same recording."""
+
+    def __init__(self, inner: IToolRegistry, recording: Recording) -> None:
+        self._recording = recording
+        super().__init__(inner)
+
+    def _wrap(self, tool: ITool) -> ITool:
+        return RecordedTool(tool, self._recording)
+
+
+class LiveToolRegistry(_ReplayRegistry):
+    """The current registry's tools, each a ``LiveTool``."""
+
+    def _wrap(self, tool: ITool) -> ITool:
+        return LiveTool(tool)

@@ -343,6 +343,8 @@ def print_rerun(console: Console, report: RerunReport) -> None:
         print_difference(console, first, a_name="recorded", b_name="rerun")
     if report.extra_model_call:
         console.print(f"model: {report.extra_model_call}", markup=False, style="yellow")
+    for refused in report.redacted_calls:
+        console.print(f"not run: {printable(_clipped(refused))}", markup=False, style="yellow")
     console.print(f"the rerun ended {report.status.value}", markup=False, style="dim")
 
 

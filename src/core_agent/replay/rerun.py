@@ -6,7 +6,8 @@ metadata (``replay_of``); the model is replaced by the recorded answers, in orde
 (``RecordedLLMGateway``), so no model is called. With ``recorded`` tools (the default) each
 tool gives back the result it gave then, and humans' recorded decisions answer the same
 requests; with ``live`` tools the tools run for real, and nothing a human decided then is
-reused.
+reused. A live call whose recorded arguments hold ``[REDACTED]`` (a secret the stores never
+kept) is refused, not run with the placeholder (``LiveTool``), and the report names it.
 
 The new run is watched step by step against the recording. At the first step that differs
 (another route, call, result, policy decision or approval, or a model answer the recording
@@ -27,19 +28,20 @@ from contextlib import suppress
 from typing import Literal
 
 from dependency_injector import providers
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from core_agent.agent_files import AgentDefinition
 from core_agent.contracts.approval_gateway import ApprovalCallback
-from core_agent.contracts.errors import TaskFailedError, UsageError
+from core_agent.contracts.errors import RedactedArgumentsError, TaskFailedError, UsageError
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import ITool
+from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.kernel.response_models import response_model_for
 from core_agent.kernel.task_references import find_task_id
 from core_agent.replay.comparison import StepsComparison, compare_steps, same_step
 from core_agent.replay.recorded_approvals import RecordedApprovalGateway
 from core_agent.replay.recorded_gateway import RecordedLLMGateway
-from core_agent.replay.recorded_tools import RecordedToolRegistry
+from core_agent.replay.recorded_tools import LiveToolRegistry, RecordedToolRegistry
 from core_agent.replay.recording import Recording
 from core_agent.replay.replay_container import replay_container
 from core_agent.replay.task_export import IMPORTED
@@ -55,6 +57,7 @@ from shared.agent_protocol import (
     ApprovalRequest,
     TaskEvent,
     TaskStatus,
+    ToolCompleted,
 )
 
 ToolResults = Literal["recorded", "live"]
@@ -63,10 +66,10 @@ ToolResults = Literal["recorded", "live"]
 class RerunReport(StepsComparison):
     """How a rerun went against the recording.
 
-    ``reproduced``: every compared step matched (the final answer too) and the model was
-    asked nothing the recording lacks. Otherwise ``first_difference`` says where the runs
-    parted (``a`` is the recording's side, ``b`` the rerun's), and ``differences`` lists
-    every difference after aligning the rest.
+    ``reproduced``: every compared step matched (the final answer too), the model was asked
+    nothing the recording lacks, and no call was refused for a redacted secret. Otherwise
+    ``first_difference`` says where the runs parted (``a`` is the recording's side, ``b``
+    the rerun's), and ``differences`` lists every difference after aligning the rest.
     """
 
     original_task_id: str
@@ -80,6 +83,10 @@ class RerunReport(StepsComparison):
     model_answers_replayed: int
     model_answers_recorded: int
     extra_model_call: str | None = None
+    redacted_calls: list[str] = Field(default_factory=list)
+    """Calls a rerun with live tools did not run, each with why: their recorded arguments
+    hold ``[REDACTED]`` where a secret was (the stores never keep one), so the tool would
+    have been given the placeholder. The steps from there on cannot be reproduced."""
 
 
 class RerunMonitor:
@@ -188,9 +195,14 @@ async def rerun_task(
         monitor = RerunMonitor(recorded.compared, rerun_id)
         gateway = RecordedLLMGateway(recording.model_turns, stop=monitor.reason)
         container.model_gateway.override(providers.Object(gateway))
-        if tool_results == "recorded":
-            registry = RecordedToolRegistry(container.tool_registry(), recording)
-            container.tool_registry.override(providers.Object(registry))
+        # Every call comes from the recording: recorded results, or live tools that refuse a
+        # call whose recorded arguments lost a secret to the redaction.
+        registry: IToolRegistry = (
+            RecordedToolRegistry(container.tool_registry(), recording)
+            if tool_results == "recorded"
+            else LiveToolRegistry(container.tool_registry())
+        )
+        container.tool_registry.override(providers.Object(registry))
         kernel = container.kernel()
     except BaseException:
         await tasks.close()  # the kernel that would close them was not built
@@ -219,6 +231,12 @@ async def rerun_task(
             subscription.cancel()
         rerun = await kernel.get_task(rerun_id)
         rerun_events = await kernel.task_events(rerun_id)
+        redacted = [
+            f"{event.result.name} (call {event.result.call_id}): {event.result.content}"
+            for event in rerun_events
+            if isinstance(event, ToolCompleted)
+            and event.result.error_type == RedactedArgumentsError.__name__
+        ]
         rerun_spans = await kernel.task_spans(rerun_id)
         # Compared as it stopped: a recording that ended waiting for a human is reproduced
         # by a rerun that came to the same question.
@@ -236,7 +254,7 @@ async def rerun_task(
         original_task_id=original.task_id,
         rerun_task_id=rerun_id,
         tool_results=tool_results,
-        reproduced=steps.first_difference is None and gateway.extra_call is None,
+        reproduced=steps.first_difference is None and gateway.extra_call is None and not redacted,
         status=rerun.status,
         output=rerun.output,
         recorded_steps=len(recorded.compared),
@@ -244,4 +262,5 @@ async def rerun_task(
         model_answers_replayed=gateway.calls,
         model_answers_recorded=len(recording.model_turns),
         extra_model_call=gateway.extra_call,
+        redacted_calls=redacted,
     )

@@ -5,8 +5,8 @@ these, so no adapter
 needs to know about secrets and a third-party store gets the same protection. Reads pass
 through: what was written is already clean.
 
-A suspended call whose arguments held a secret is stored redacted; when it is resumed from
-the store its arguments no longer hash to what the human approved, so it is refused rather
+A call whose arguments held a secret is stored redacted; one carried on from the stores (a
+resumed or forked turn, a rerun with live tools) is refused (``refuse_redacted_call``) rather
 than run with the placeholder.
 """
 

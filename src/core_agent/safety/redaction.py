@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from pydantic_core import to_json
 
-from core_agent.contracts.errors import ConfigurationError
+from core_agent.contracts.errors import ConfigurationError, RedactedArgumentsError
 from core_agent.contracts.trace_store import cut_text
 
 M = TypeVar("M", bound=BaseModel)
@@ -172,6 +172,48 @@ def host_secrets(environ: Mapping[str, str]) -> list[str]:
         if len(value) >= MIN_SECRET_CHARS and not value.startswith("/") and " " not in value:
             found.append(value)
     return found
+
+
+def refuse_redacted_call(tool_name: str, arguments: Mapping[str, Any]) -> None:
+    """Refuse a call read back from the stores that holds the mark where a secret was.
+
+    The rule for every call carried on from what was stored. The stores keep a call's
+    arguments redacted, so such a call (the rest of a resumed or forked turn, a recorded
+    model answer run against live tools) holds ``[REDACTED]`` where the model had written a
+    secret: run, the tool would log in, write or send with the placeholder as if it were
+    the value. A call that holds the mark is refused instead, saying where. (A model that
+    wrote the mark itself cannot be told from a redaction: refused too, the safe side.)
+
+    Raises:
+        RedactedArgumentsError: ``arguments`` hold the mark, in a value or a key.
+    """
+    places = tuple(_marked_places(arguments, ""))
+    if places:
+        raise RedactedArgumentsError(
+            f"{tool_name} was not run: its arguments were read back from storage, where a "
+            f"secret in them was replaced by {MARK} ({', '.join(places)}), and it would have "
+            f"received the placeholder instead of the value. Call {tool_name} again with the "
+            "real value if you have it, or go on without it",
+            tool_name=tool_name,
+            places=places,
+        )
+
+
+def _marked_places(value: Any, place: str) -> Iterable[str]:
+    """Where JSON-like ``value`` holds the mark, as ``name``, ``name.key`` or ``name[2]``."""
+    if isinstance(value, str):
+        if MARK in value:
+            yield place or "(arguments)"
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            inner = f"{place}.{key}" if place else str(key)
+            if isinstance(key, str) and MARK in key:
+                yield inner
+            else:
+                yield from _marked_places(item, inner)
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _marked_places(item, f"{place or '(arguments)'}[{index}]")
 
 
 class Redactor:

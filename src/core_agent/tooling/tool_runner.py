@@ -61,6 +61,11 @@ BeforeHooks = Callable[
 arguments; returns the call to go on with and its validated arguments (rewritten or not), or
 raises a ``ToolError`` to block it."""
 
+Screen = Callable[[ToolCall, Mapping[str, Any]], None]
+"""A check of the call as the caller got it (name and arguments), made before anything else
+acts on it (the host's hooks, a human asked to confirm a rerun, the gate) and only when it is
+to run (not when its result is reused from the ledger); raises a ``ToolError`` to refuse it."""
+
 ObserveResult = Callable[[ToolCall, ToolResult, bool], Awaitable[None]]
 """The host's hooks after a call: called with the call (as rewritten), the result, and whether
 the result was reused from the ledger; never raises."""
@@ -110,6 +115,7 @@ class ToolRunner:
         settle: Callable[[], Awaitable[None]] | None = None,
         before: BeforeHooks | None = None,
         observe: ObserveResult | None = None,
+        screen: Screen | None = None,
     ) -> ToolResult:
         """Run ``call``; only tools in ``allowed`` (when given) may be used.
 
@@ -121,11 +127,12 @@ class ToolRunner:
         ``settle`` is awaited right before the tool acts (the caller commits what it recorded
         so far: the tool may take long, or never return). ``observe`` is awaited with every
         result, refusals included (not when the call waits for a human or is canceled).
+        ``screen`` checks a call that is to run before all of these see it.
         """
         seen = _Seen(call)
         try:
             result = await self._run(
-                seen, context, allowed, gate, ledger, confirm_rerun, settle, before
+                seen, context, allowed, gate, ledger, confirm_rerun, settle, before, screen
             )
         except ToolError as exc:
             result = _error(call, exc)
@@ -143,6 +150,7 @@ class ToolRunner:
         confirm_rerun: ConfirmRerun | None,
         settle: Callable[[], Awaitable[None]] | None,
         before: BeforeHooks | None,
+        screen: Screen | None,
     ) -> ToolResult:
         call = seen.call
         if allowed is not None and call.name not in allowed:
@@ -158,13 +166,17 @@ class ToolRunner:
                 f"arguments for tool {call.name!r} must be a JSON object; received {raw!r}",
                 tool_name=call.name,
             )
-        arguments = tool.validate_arguments(call.arguments)
         preapproved = False
         recorded = ledger.recorded(call) if ledger is not None else None
-        if recorded is not None and recorded.status == "finished" and recorded.result is not None:
+        reused = recorded.result if recorded is not None and recorded.status == "finished" else None
+        if screen is not None and reused is None:
+            # Before validation too: a schema error about the placeholder would hide why.
+            screen(call, call.arguments)
+        arguments = tool.validate_arguments(call.arguments)
+        if reused is not None:
             # It ran to the end before the process stopped: never again.
             seen.reused = True
-            return recorded.result.model_copy(update={"call_id": call.id, "name": call.name})
+            return reused.model_copy(update={"call_id": call.id, "name": call.name})
         if before is not None:
             call, arguments = await before(call, tool, arguments)
             seen.call = call
