@@ -30,6 +30,7 @@ from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import ITool
 from core_agent.contracts.untrusted import UNTRUSTED_NOTICE
 from core_agent.kernel.business_capabilities import BusinessCapabilities
+from core_agent.kernel.nested_agents import Delegate
 from core_agent.kernel.task_events import now
 from core_agent.kernel.task_references import find_task_id
 from core_agent.observability.tracer import new_trace_id
@@ -250,18 +251,21 @@ async def fork_task(
     deps: object = None,
     agent: AgentDefinition | str | os.PathLike[str] | None = None,
     approval_callback: ApprovalCallback | None = None,
+    agents: Iterable[Delegate] = (),
 ) -> ForkResult:
     """Fork the task ``reference`` at step ``at`` (as ``replay`` numbers it) and run it on.
 
     ``model`` and ``system_prompt`` replace the configured model and the task's system
     prompt for the fork; ``settings``, ``tools``, ``deps`` and ``agent`` configure the kernel
-    as for ``create_kernel``, and ``approval_callback`` answers the fork's risky calls (they
-    wait for ``resolve`` without one).
+    as for ``create_kernel``, ``agents`` are the nested agents (and teams) the task may call
+    as tools (as ``agent_as_tool`` took them; they run live, as the fork does), and
+    ``approval_callback`` answers the fork's risky calls (they wait for ``resolve`` without
+    one).
 
     Raises:
         TaskNotFoundError: ``reference`` names no task.
         UsageError: The task did not run as one ReAct conversation, ``at`` is not one of its
-            steps, or it is at or after the answer.
+            steps, or it is at or after the answer; an agent names a tool the kernel lacks.
     """
     changes = {"model": model} if model else {}
     container = replay_container(settings, tools=tools, deps=deps, agent=agent, **changes)
@@ -269,6 +273,10 @@ async def fork_task(
     kernel.set_approval_callback(approval_callback)
     tasks = container.redacted_task_store()
     async with kernel:
+        # Inside, so a refused agent closes the stores with the kernel (recovery is off: no
+        # task of theirs is carried on at entry).
+        for delegate in agents:
+            kernel.agent_as_tool(delegate)
         original = await tasks.get_task(await find_task_id(tasks, reference))
         events = list(await tasks.list_events(original.task_id))
         spans = await container.redacted_trace_store().list_spans(task_id=original.task_id)

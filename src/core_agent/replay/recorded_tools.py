@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from functools import cache
 from typing import Any
 
-from core_agent.contracts.errors import ToolError, ToolExecutionError, ToolRegistrationError
+from core_agent.contracts.errors import ToolError, ToolExecutionError
 from core_agent.contracts.tool import ITool, ToolAssessment, ToolContext, ToolSpec
 from core_agent.contracts.tool_registry import IToolRegistry
 from core_agent.replay.recording import Recording
@@ -119,8 +119,16 @@ class _ReplayRegistry(IToolRegistry):
         """The rerun's stand-in of ``tool``."""
 
     def register(self, tool: ITool) -> None:
-        """Refused: a rerun's tools are the current ones, wrapped when it starts."""
-        raise ToolRegistrationError(f"cannot add {tool.spec.name!r} to a replay's tools")
+        """Add ``tool`` to the current registry, wrapped as the others are.
+
+        A rerun adds the nested agents it was given once its kernel is built
+        (``agent_as_tool``): their calls come from the recording too.
+
+        Raises:
+            ToolRegistrationError: The name is invalid or already registered.
+        """
+        self._inner.register(tool)
+        self._tools[tool.spec.name] = self._wrap(tool)
 
     def get(self, name: str) -> ITool:
         """The rerun's stand-in of the current tool ``name``.

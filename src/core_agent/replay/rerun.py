@@ -36,6 +36,8 @@ from core_agent.contracts.errors import RedactedArgumentsError, TaskFailedError,
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.tool import ITool
 from core_agent.contracts.tool_registry import IToolRegistry
+from core_agent.kernel.agent_teams import TEAM_KEY
+from core_agent.kernel.nested_agents import Delegate
 from core_agent.kernel.response_models import response_model_for
 from core_agent.kernel.task_references import find_task_id
 from core_agent.replay.comparison import StepsComparison, compare_steps, same_step
@@ -53,9 +55,11 @@ from core_agent.replay.trajectory import (
 )
 from core_agent.safety.approval_gateway import denial
 from shared.agent_protocol import (
+    AgentHandoff,
     ApprovalDecision,
     ApprovalRequest,
     TaskEvent,
+    TaskState,
     TaskStatus,
     ToolCompleted,
 )
@@ -140,6 +144,37 @@ def _live_approvals(callback: ApprovalCallback | None) -> ApprovalCallback:
     return refuse
 
 
+def _delegations(original: TaskState, events: Sequence[TaskEvent], tools: ToolResults) -> list[str]:
+    """The nested agents the task called as tools, by name, if a rerun can play them back.
+
+    A child task's model answers are its own, not in the parent's recording: played back
+    here only as the agent tool's recorded result. Live, the child would run again and ask
+    the parent's recorded model for its answers, and a team's members are such children
+    whatever the tools.
+
+    Raises:
+        UsageError: The task ran a team, or called nested agents and ``tools`` is live.
+    """
+    handoffs = [event for event in events if isinstance(event, AgentHandoff)]
+    children = ", ".join(event.child_task_id for event in handoffs)
+    if original.request.force_mode == "team" or original.strategy == "team":
+        team = original.request.metadata.get(TEAM_KEY, "?")
+        raise UsageError(
+            f"task {original.task_id} ran team {team!r}: its members ran as child tasks with "
+            "model answers of their own, which a rerun does not play back yet"
+            + (f"; rerun them one by one ({children})" if children else "")
+        )
+    names = sorted({event.agent for event in handoffs if event.call_id is not None})
+    if names and tools == "live":
+        raise UsageError(
+            f"task {original.task_id} called nested agents as tools ({', '.join(names)}): "
+            "with live tools they would run again and ask for model answers of their own, "
+            "which a rerun does not play back yet; rerun it with recorded tools (their "
+            f"answers played back), or rerun their child tasks one by one ({children})"
+        )
+    return names
+
+
 async def rerun_task(
     reference: str,
     *,
@@ -150,18 +185,24 @@ async def rerun_task(
     agent: AgentDefinition | str | os.PathLike[str] | None = None,
     approval_callback: ApprovalCallback | None = None,
     response_model: type[BaseModel] | None = None,
+    agents: Iterable[Delegate] = (),
 ) -> RerunReport:
     """Run the recorded task ``reference`` again through the current kernel (module docstring).
 
     ``settings``, ``tools``, ``deps`` and ``agent`` configure the kernel as for
-    ``create_kernel``: pass the tools the task used that the host gave in code. With
+    ``create_kernel``: pass the tools the task used that the host gave in code, and the
+    nested agents (and teams) it called as tools (``agents``, as ``agent_as_tool`` took
+    them): with recorded tools their calls give back the child's recorded answer, as any
+    tool's do (the child task is not run again: rerun it by its own id). With
     ``live`` tools, calls that need a human go to ``approval_callback`` (denied when
     ``None``). A task started with a response model needs it again (``response_model``,
     unless its module is imported).
 
     Raises:
         TaskNotFoundError: ``reference`` names no task.
-        UsageError: The task has not ended yet, or its response model is not known here.
+        UsageError: The task has not ended yet, or its response model is not known here; it
+            called nested agents that ``agents`` lacks, or called any with ``live`` tools;
+            it ran a team (``run_team``).
     """
     if tool_results not in ("recorded", "live"):
         raise UsageError(f"tool results are 'recorded' or 'live', not {tool_results!r}")
@@ -190,6 +231,7 @@ async def rerun_task(
         events = list(await tasks.list_events(original.task_id))
         spans = await traces.list_spans(task_id=original.task_id)
         recorded = build_trajectory(original, events, spans)
+        delegated = _delegations(original, events, tool_results)
         recording = Recording.from_events(events)
         rerun_id = uuid.uuid4().hex
         monitor = RerunMonitor(recorded.compared, rerun_id)
@@ -204,6 +246,16 @@ async def rerun_task(
         )
         container.tool_registry.override(providers.Object(registry))
         kernel = container.kernel()
+        for delegate in agents:
+            kernel.agent_as_tool(delegate)
+        missing = [name for name in delegated if name not in registry.names()]
+        if missing:
+            raise UsageError(
+                f"task {original.task_id} called nested agents as tools "
+                f"({', '.join(missing)}), given in code: pass them again through the Python API "
+                "(rerun_task(..., agents=[...]), as agent_as_tool took them); their recorded "
+                "answers are played back"
+            )
     except BaseException:
         await tasks.close()  # the kernel that would close them was not built
         await traces.close()
