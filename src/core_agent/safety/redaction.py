@@ -97,13 +97,17 @@ KEY_FORMATS = (
     r"[A-Za-z0-9+/=]{8,}",
     # The password of a URL's user (``https://user:pw@host``), the ``@`` kept.
     r"(?P<kept_url>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@\"'\\]+:)[^\s/@\"'\\]+(?P<kept_at>@)",
-    # A JSON member named like a secret (``"db_password": "…"``): its string, escapes and
-    # all, up to its closing quote; the name kept.
-    r'(?P<kept_member>"[^"\\\n]{0,64}?' + _SECRET_NAME + r'"[ \t]*:[ \t]*")(?:[^"\\\n]|\\.)+',
 )
 """Credential formats redacted wherever they appear."""
+MEMBER_FORMAT = (
+    r'(?P<kept_member>"[^"\\\n]{0,64}?' + _SECRET_NAME + r'"[ \t]*:[ \t]*")(?:[^"\\\n]|\\.)+'
+)
+"""A JSON member named like a secret (``"db_password": "…"``): its string, escapes and all,
+up to its closing quote; the name kept. Searched after ``KEY_FORMATS`` and the literal
+secrets, once they are replaced: found first, it would take the head of a literal secret
+holding a quote (``"password": "pa"ss-w0rd"``) and leave its tail."""
 KEPT_GROUPS = ("kept_label", "kept_variable", "kept_basic", "kept_url", "kept_member")
-"""Groups of ``KEY_FORMATS`` that stay in the text before the mark (a label, a URL's user)."""
+"""Groups of ``KEY_FORMATS`` and ``MEMBER_FORMAT`` kept before the mark (a label, a URL's user)."""
 KEY_FORMAT_ANCHORS = (
     "sk-",
     "_live_",
@@ -235,6 +239,7 @@ class Redactor:
             parts.append(f"(?:{pattern})")
         self._user_patterns = patterns
         self._regex = re.compile("|".join(parts)) if parts else None
+        self._members = re.compile(MEMBER_FORMAT)
         # Without user patterns, a text with none of these holds no secret (KEY_FORMAT_ANCHORS).
         self._anchors = None if patterns else (*KEY_FORMAT_ANCHORS, *literals)
         # The same, as a model's JSON spells them: ``model`` looks for them in that text.
@@ -279,7 +284,9 @@ class Redactor:
             return False
         if _escaped_json(value) and self._decoded_json(value, regex) is not None:
             return True
-        return self._may_hold_secret(value) and regex.search(value) is not None
+        return self._may_hold_secret(value) and (
+            regex.search(value) is not None or self._members.search(value) is not None
+        )
 
     def names_secret_member(self, text: str) -> bool:
         """Whether ``text`` (a JSON text) may hold a member or key named like a secret.
@@ -306,7 +313,8 @@ class Redactor:
         if not self._may_hold_secret(value):
             return value
         cleaned, count = regex.subn(_marked, value)
-        return cleaned if count else value
+        cleaned, members = self._members.subn(_marked, cleaned)
+        return cleaned if count or members else value
 
     def _decoded_json(self, value: str, regex: re.Pattern[str]) -> str | None:
         """``value``, a JSON text, with its strings (and secret-named members) redacted.
