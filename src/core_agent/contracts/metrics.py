@@ -27,10 +27,12 @@ REFUSED_ERROR_TYPES = frozenset(
         "ToolHookBlockedError",
         "LoopDetected",
         "StructuredOutputError",
+        "RedactedArgumentsError",
     }
 )
 """Error types of tool results the kernel wrote itself, before the tool ran (an unknown tool,
-bad arguments, a policy or human refusal, a blocking hook, a repeated call). A tool span with
+bad arguments, a policy or human refusal, a blocking hook, a repeated call, a stored call
+whose arguments were redacted). A tool span with
 one of these in its ``error_type`` attribute counts as *refused*, not as the tool failing."""
 
 KERNEL_DECIDER = "core-agent"
