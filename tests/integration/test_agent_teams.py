@@ -40,7 +40,9 @@ def call(name: str, **arguments: object) -> ScriptedTurn:
     return ScriptedTurn(tool_calls=[ScriptedToolCall(name=name, arguments=arguments)])
 
 
-def kernel_on(data_dir: Path, conversations: list[ScriptedConversation]) -> AgentKernel:
+def kernel_on(
+    data_dir: Path, conversations: list[ScriptedConversation], tools: Sequence[Any] = ()
+) -> AgentKernel:
     container = KernelContainer()
     container.settings.override(
         container.settings().model_copy(
@@ -48,7 +50,7 @@ def kernel_on(data_dir: Path, conversations: list[ScriptedConversation]) -> Agen
         )
     )
     container.llm_gateway.override(ScriptedLLMGateway(conversations=conversations))
-    container.tool_registry.override(ToolRegistry([survey]))
+    container.tool_registry.override(ToolRegistry([survey, *tools]))
     kernel: AgentKernel = container.kernel()
     return kernel
 
@@ -236,3 +238,66 @@ async def test_a_specialist_whose_name_another_tool_has_is_refused(tmp_path: Pat
     same = Agent("editor", "Edits.", tools=())
     kernel.supervisor(lead, [same])
     kernel.supervisor(lead, [same])
+
+
+def fine_member() -> Agent:
+    return Agent("good", "A good member.", tools=("survey",), task_template="As good: {task}")
+
+
+def fine_script() -> ScriptedConversation:
+    return ScriptedConversation(match="^As good:", turns=[ScriptedTurn(content="good answer")])
+
+
+def listed(task: str, results: Sequence[MemberResult]) -> str:
+    return " | ".join(f"{r.agent}:{r.status.value}:{r.error or r.output}" for r in results)
+
+
+class _Halt(BaseException):
+    """A host's own BaseException, outside Exception like SystemExit."""
+
+
+@pytest.mark.parametrize("raised", [SystemExit(3), _Halt("halted")], ids=lambda e: type(e).__name__)
+async def test_an_aggregation_raising_a_base_exception_fails_the_team_not_cancels_it(
+    tmp_path: Path, raised: BaseException
+) -> None:
+    def aggregate(task: str, results: Sequence[MemberResult]) -> str:
+        raise raised
+
+    team = Team("t", "A team.", members=[fine_member()], aggregate=aggregate)
+    kernel = kernel_on(tmp_path, [fine_script()])
+    async with kernel:
+        result = await kernel.run_team(team, "do it")
+        stored = await kernel.get_task(result.task_id)
+    assert result.status is TaskStatus.FAILED and stored.status is TaskStatus.FAILED
+    expected = f"the aggregation failed: {type(raised).__name__}: {raised}"
+    assert expected in (result.error or "") and expected in (stored.error or "")
+
+
+async def test_canceling_a_team_still_cancels_its_running_members(tmp_path: Path) -> None:
+    # A member's failure is a result; a cancel is not a failure: it still stops every member.
+    entered = anyio.Event()
+
+    @tool(capabilities={"read"})
+    async def wait_long(area: str) -> str:
+        """Waits."""
+        entered.set()
+        await anyio.sleep_forever()
+        return area
+
+    member = Agent("slow", "Waits.", tools=("wait_long",), task_template="As slow: {task}")
+    script = ScriptedConversation(match="^As slow:", turns=[call("wait_long", area="x")])
+    team = Team("t", "A team.", members=[member], aggregate=listed)
+    kernel = kernel_on(tmp_path, [script], tools=[wait_long])
+    outcome: list[Any] = []
+    async with kernel:
+
+        async def run() -> None:
+            outcome.append(await kernel.run_team(team, "do it", task_id="team-1"))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            await entered.wait()
+            await kernel.cancel_task("team-1", "enough")
+        (child,) = [t for t in await kernel.list_tasks() if t.request.parent is not None]
+    assert outcome[0].status is TaskStatus.CANCELED
+    assert child.status is TaskStatus.CANCELED

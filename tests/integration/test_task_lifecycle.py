@@ -244,3 +244,32 @@ async def test_a_recovered_task_that_breaks_harms_neither_the_others_nor_the_hos
         "healthy": TaskStatus.SUCCEEDED,
         "host task": TaskStatus.SUCCEEDED,
     }
+
+
+class _Halt(BaseException):
+    """A host's own BaseException, outside Exception like SystemExit."""
+
+
+@pytest.mark.parametrize("raised", [SystemExit(5), _Halt("halted")], ids=lambda e: type(e).__name__)
+async def test_a_run_raising_a_base_exception_fails_its_task_not_cancels_it(
+    tmp_path: Path, raised: BaseException
+) -> None:
+    # Past the boundary of the code that raised it (an executor of the host's, say): still a
+    # failure with the reason, not "the caller was canceled" nor the host's exit.
+    class Executor(IExecutor):
+        @property
+        def strategy(self) -> StrategyMode:
+            return "react"
+
+        async def run(self, context: ExecutionContext) -> ExecutionOutcome:
+            raise raised
+
+    container = sqlite_kernel(tmp_path, [])
+    container.react_executor.override(providers.Object(Executor()))
+    kernel = container.kernel()
+    async with kernel:
+        result = await kernel.execute_task(TaskRequest(task="go", force_mode="react"))
+        stored = await kernel.get_task(result.task_id)
+    expected = f"the run raised {type(raised).__name__}: {raised}"
+    assert result.status is TaskStatus.FAILED and result.error == expected
+    assert stored.status is TaskStatus.FAILED and stored.error == expected

@@ -923,6 +923,78 @@ async def test_a_node_raising_cancelled_itself_fails_naming_it(settings) -> None
     assert result.state == Notes(count=1)
 
 
+class _Halt(BaseException):
+    """A host's own BaseException, outside Exception like SystemExit."""
+
+
+@pytest.mark.parametrize(
+    "raised", [SystemExit(2), _Halt("halted"), GeneratorExit()], ids=lambda e: type(e).__name__
+)
+async def test_a_node_raising_a_base_exception_fails_the_task_naming_it(
+    settings, raised: BaseException
+) -> None:
+    # Not a cancel (nobody canceled it) nor the host's exit: the node's failure, like any error.
+    async def first(state: Notes) -> dict[str, int]:
+        return {"count": 1}
+
+    async def bad(state: Notes) -> None:
+        raise raised
+
+    async def beside(state: Notes) -> dict[str, str]:
+        await anyio.sleep_forever()  # stopped by its sibling's failure
+        return {"verdict": "ran"}
+
+    async def end(state: Notes) -> dict[str, str]:
+        return {"answer": "reached"}
+
+    workflow = (
+        Workflow("base-exit", Notes, allow_fan_out=True)
+        .node("first", first)
+        .node("bad", bad)
+        .node("beside", beside)
+        .node("end", end)
+        .edge("first", "bad")
+        .edge("first", "beside")
+        .edge("bad", "end")
+        .edge("beside", "end")
+    )
+    forget(workflow.name)
+    async with create_kernel(settings) as kernel:
+        result = await run_workflow(kernel, workflow, Notes(), task_id="wf-base")
+        stored = await kernel.get_task("wf-base")
+        events = await kernel.task_events("wf-base")
+    name = type(raised).__name__
+    assert result.status is TaskStatus.FAILED and stored.status is TaskStatus.FAILED
+    (ended,) = [e for e in events if e.kind == "task.failed"]
+    assert ended.error_type == "WorkflowNodeError"
+    assert f"node 'bad' failed: {name}" in (stored.error or "")
+    finished = {e.node: e for e in events if e.kind == "workflow.node_finished" and e.layer == 1}
+    assert finished.keys() == {"bad", "beside"}
+    assert not finished["bad"].succeeded and name in (finished["bad"].error or "")
+    assert not finished["beside"].succeeded
+    assert result.state == Notes(count=1)
+
+
+async def test_an_edge_condition_raising_system_exit_fails_the_node_it_leaves(settings) -> None:
+    async def first(state: Notes) -> dict[str, int]:
+        return {"count": 1}
+
+    def exits(state: Notes) -> bool:
+        raise SystemExit(4)
+
+    workflow = (
+        Workflow("exit-edge", Notes)
+        .node("first", first)
+        .node("then", first)
+        .edge("first", "then", when=exits)
+    )
+    forget(workflow.name)
+    async with create_kernel(settings) as kernel:
+        result = await run_workflow(kernel, workflow, Notes())
+    assert result.status is TaskStatus.FAILED
+    assert "choosing the node after 'first' failed: SystemExit: 4" in (result.task.error or "")
+
+
 async def test_a_tasks_structured_output_is_plain_json_and_other_versions_are_refused(
     settings,
 ) -> None:

@@ -9,6 +9,7 @@ import pytest
 from core_agent import tool
 from core_agent.container import KernelContainer
 from core_agent.contracts.errors import ConfigurationError, InvalidTransitionError
+from core_agent.contracts.trace_store import Span
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.kernel.event_bus import InProcessEventBus
 from core_agent.tooling.registry import ToolRegistry
@@ -20,7 +21,7 @@ from providers.scripted_gateway import (
     ScriptedToolCall,
     ScriptedTurn,
 )
-from shared.agent_protocol import TaskRequest, TaskStatus, ToolStarted
+from shared.agent_protocol import ApprovalDecision, TaskRequest, TaskStatus, ToolStarted
 
 pytestmark = pytest.mark.anyio
 
@@ -276,3 +277,44 @@ async def test_a_task_left_queued_by_another_process_can_be_canceled(container) 
     assert tasks.tasks["t9"].status is TaskStatus.CANCELED
     last = tasks.events["t9"][-1]
     assert (last.kind, last.seq, last.reason) == ("task.canceled", 2, "user changed their mind")
+
+
+class _Halt(BaseException):
+    """A BaseException of an adapter's own, outside Exception like SystemExit."""
+
+
+class _HaltingTraceStore(FakeTraceStore):
+    async def record(self, span: Span) -> None:
+        if span.kind == "approval":
+            raise _Halt("the trace store's own BaseException")
+        await super().record(span)
+
+
+@tool(capabilities={"exec"})
+def launch(target: str) -> str:
+    """Launch something (high risk: the task waits for a human)."""
+    return f"launched {target}"
+
+
+async def test_a_base_exception_before_a_resumed_task_is_driven_fails_it_not_cancels_it(
+    container,
+) -> None:
+    # Between a decision and the run that carries the task on, nothing drives the task: an
+    # error there ends it; only a cancel (or Ctrl-C) ends it canceled. Nobody canceled this.
+    container.task_store.override(FakeTaskStore())
+    container.trace_store.override(_HaltingTraceStore())
+    container.checkpoint_store.override(FakeCheckpointStore())
+    container.tool_call_ledger.override(FakeToolCallLedger())
+    container.tool_registry.override(ToolRegistry([launch]))
+    container.llm_gateway.override(
+        ScriptedLLMGateway([call("launch", target="x"), ScriptedTurn(content="done")])
+    )
+    kernel = container.kernel()
+    waiting = await kernel.execute_task(TaskRequest(task="launch x", force_mode="react"))
+    assert waiting.status is TaskStatus.WAITING_APPROVAL and waiting.pending_approval
+    decision = ApprovalDecision(request_id=waiting.pending_approval, approved=True)
+    with pytest.raises(_Halt):
+        await kernel.resolve_approval(waiting.pending_approval, decision)
+    stored = await kernel.get_task(waiting.task_id)
+    assert stored.status is TaskStatus.FAILED
+    assert stored.error == "the trace store's own BaseException"

@@ -92,13 +92,15 @@ class _Custom(BaseException):
     """A library's own BaseException."""
 
 
-@pytest.mark.parametrize("raised", [SystemExit(3), _Custom("custom")])
+@pytest.mark.parametrize(
+    "raised", [SystemExit(3), _Custom("custom"), GeneratorExit()], ids=lambda e: type(e).__name__
+)
 @pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
 async def test_a_tool_raising_a_base_exception_is_its_failure_not_the_hosts(
     raised: BaseException, sync: bool
 ) -> None:
     # sys.exit() in a script turned into a tool must not end the host's process, nor pass
-    # for a cancel of the task.
+    # for a cancel of the task; nor a GeneratorExit the tool raised (anyio cancels otherwise).
     if sync:
 
         @tool

@@ -47,6 +47,10 @@ fails, and the host may retry)::
         ├── StructuredOutputError       the answer does not fit the requested model
         └── TaskFailedError             a task run for a typed result did not succeed
 
+Code the kernel runs for a host (a tool, a workflow node, a team's aggregation) fails with
+whatever it raises, ``SystemExit`` and other ``BaseException`` subclasses included: only an
+interruption (``is_interruption``) stops the run instead.
+
 Inside a ReAct loop a ``ToolError`` is shown to the model as the tool's result (it may correct
 itself); it only fails the task when it escapes an executor. Adapters map vendor exceptions to
 this tree with ``raise ...Error(...) from exc`` so no vendor type crosses a port.
@@ -55,6 +59,8 @@ this tree with ``raise ...Error(...) from exc`` so no vendor type crosses a port
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+import anyio
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -543,3 +549,25 @@ class TaskFailedError(RunError):
     def __init__(self, result: TaskResult, message: str) -> None:
         self.result = result
         super().__init__(message)
+
+
+def is_interruption(exc: BaseException) -> bool:
+    """Whether ``exc`` stops the run rather than fails the code it came out of.
+
+    Two things are interruptions, alone or in an exception group: the runtime's cancellation
+    (anyio's cancelled exception, whatever the backend: a cancel of the task, a time limit,
+    the caller gone) and ``KeyboardInterrupt`` (Python delivers Ctrl-C into whatever code
+    runs, a tool's or a node's included, and the person meant the host). Anything else that
+    comes out of a tool, a workflow node or a team's aggregation is that code's failure,
+    recorded as such: ``SystemExit`` (``sys.exit`` in a script turned tool), a
+    ``GeneratorExit`` it raised, a custom ``BaseException``. anyio never cancels with
+    ``GeneratorExit``, so one coming out of an awaited call was raised by the code itself;
+    code run in a worker thread must hand its ``GeneratorExit`` back wrapped
+    (``function_tool``): thrown into the awaiting task, it would close every coroutine that
+    task awaits through, past any handler. On asyncio a child task's ``KeyboardInterrupt``
+    leaves the event loop at once and never arrives in a group; on trio it does.
+    """
+    stops = (anyio.get_cancelled_exc_class(), KeyboardInterrupt)
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(lambda one: isinstance(one, stops)) is not None
+    return isinstance(exc, stops)

@@ -36,6 +36,7 @@ from core_agent.contracts.errors import (
     TaskFailedError,
     TaskNotFoundError,
     UsageError,
+    is_interruption,
 )
 from core_agent.contracts.event_bus import IEventBus
 from core_agent.contracts.executor import (
@@ -679,7 +680,8 @@ class AgentKernel:
         """Guard the steps between taking a task (it is ours, queued or running) and its run.
 
         Nothing drives the task yet: if those steps fail or the caller is cancelled, the task
-        ends (``canceled``, or ``failed`` with the error) instead of staying ``running`` with
+        ends (``canceled`` by an interruption, ``failed`` with any other error, a
+        ``SystemExit`` included) instead of staying ``running`` with
         nobody to carry it on, or being carried on later by recovery against the caller's
         will. Once the driver runs it, the driver records how it ends.
         """
@@ -695,16 +697,18 @@ class AgentKernel:
                         and not self._driver.runs(lifecycle.task_id)
                     ):
                         stats = RunStats(usage=stored.usage)
-                        if self._driver.leaving and not isinstance(exc, Exception):
-                            await lifecycle.release()
-                        elif isinstance(exc, Exception):
+                        if not is_interruption(exc):
+                            # A SystemExit or other BaseException is a failure like any
+                            # error: nobody canceled the task.
                             await lifecycle.fail(
                                 str(exc) or type(exc).__name__,
                                 type(exc).__name__,
                                 stats,
                                 current=stored.status,
                             )
-                        else:
+                        elif self._driver.leaving:
+                            await lifecycle.release()
+                        else:  # canceled, or Ctrl-C: the host stopped the caller
                             await lifecycle.cancel(
                                 "the caller was canceled", stats, current=stored.status
                             )

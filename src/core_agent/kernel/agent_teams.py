@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 
-from core_agent.contracts.errors import RunError, ToolExecutionError, UsageError
+from core_agent.contracts.errors import RunError, ToolExecutionError, UsageError, is_interruption
 from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.kernel.nested_agents import Agent, NestedAgents, check_name, child_task_id
@@ -220,15 +220,21 @@ class TeamExecutor(IExecutor):
             combined = aggregate(task, results)
             if inspect.isawaitable(combined):
                 combined = await combined
-        except Exception as exc:
-            raise RunError(
-                f"team {team.name}: the aggregation failed: {type(exc).__name__}: {exc}"
-            ) from exc
+        except BaseException as exc:
+            # The host's function: its SystemExit (or any BaseException) fails the team's
+            # task like any error of it; only an interruption goes on up (``is_interruption``).
+            if is_interruption(exc):
+                raise
+            raise RunError(f"team {team.name}: the aggregation failed: {_described(exc)}") from exc
         if not isinstance(combined, str):
             raise RunError(
                 f"team {team.name}: the aggregation returned {type(combined).__name__}, not text"
             )
         return combined
+
+
+def _described(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _member_result(name: str, child: TaskResult) -> MemberResult:

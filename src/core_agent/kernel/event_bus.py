@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from core_agent.contracts.errors import is_interruption
 from core_agent.contracts.event_bus import EventHandler, IEventBus, Subscription
 
 log = logging.getLogger(__name__)
@@ -49,5 +50,9 @@ class InProcessEventBus(IEventBus):
                 result = handler(event)
                 if inspect.isawaitable(result):
                     await result
-            except Exception:
+            except BaseException as exc:
+                # A host's handler calling sys.exit fails like any other; a cancel of the
+                # publishing task or Ctrl-C still stops it.
+                if is_interruption(exc):
+                    raise
                 log.exception("event subscriber %r failed on %s", handler, type(event).__name__)

@@ -36,6 +36,7 @@ from core_agent.contracts.errors import (
     LeaseLostError,
     RunError,
     UsageLimitExceededError,
+    is_interruption,
 )
 from core_agent.contracts.executor import (
     ApprovalRequester,
@@ -263,9 +264,14 @@ class TaskDriver:
                         # carried out: the run's writes join the ending, which no longer
                         # gives it a chance to arrive.
                         await anyio.lowlevel.checkpoint_if_cancelled()
-                    except Exception as exc:
+                    except BaseException as exc:
+                        if is_interruption(exc):
+                            raise
                         # Raised past the group it would arrive wrapped in an ExceptionGroup.
-                        failure = exc
+                        # A SystemExit (or another BaseException) that got past the boundary
+                        # of the code that raised it (a node's, an aggregation's) fails the
+                        # run: not a cancel nobody asked for, nor the host's exit.
+                        failure = exc if isinstance(exc, Exception) else _run_error(exc)
                     watching.cancel_scope.cancel()
                 if failure is not None:
                     raise failure
@@ -469,6 +475,13 @@ class TaskDriver:
         with anyio.CancelScope(shield=True):
             await lifecycle.release()
         return result
+
+
+def _run_error(exc: BaseException) -> RunError:
+    """The run's failure for ``exc``, a ``BaseException`` that is no interruption."""
+    error = RunError(f"the run raised {type(exc).__name__}" + (f": {exc}" if str(exc) else ""))
+    error.__cause__ = exc
+    return error
 
 
 def _count_run(span: OpenSpan, before: TokenUsage, after: TokenUsage) -> None:

@@ -190,7 +190,9 @@ class FunctionTool(ITool):
         if self._is_async:
             result = await self._func(**kwargs)
         else:
-            result = await _run_in_thread(functools.partial(self._func, **kwargs), context)
+            result = await _run_in_thread(
+                functools.partial(self._func, **kwargs), context, self._spec.name
+            )
         return render_tool_output(result)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -198,7 +200,7 @@ class FunctionTool(ITool):
         return self._func(*args, **kwargs)
 
 
-async def _run_in_thread(call: Callable[[], Any], context: ToolContext) -> Any:
+async def _run_in_thread(call: Callable[[], Any], context: ToolContext, name: str) -> Any:
     """Run a sync function in a worker thread, reporting work that outlives a cancel.
 
     A cancel (time limit, task canceled) cannot stop the thread, so it is waited for a little
@@ -212,6 +214,13 @@ async def _run_in_thread(call: Callable[[], Any], context: ToolContext) -> Any:
     def target() -> Any:
         try:
             value = call()
+        except GeneratorExit as exc:
+            outcome.append("raised GeneratorExit")
+            # Handed to the event loop as it is, it would be thrown into the awaiting task,
+            # which closes every coroutine it awaits through: the host's, not just the tool.
+            raise ToolExecutionError(
+                f"tool {name!r} failed: it raised GeneratorExit", tool_name=name
+            ) from exc
         except BaseException as exc:
             outcome.append(f"raised {type(exc).__name__}: {exc}")
             raise

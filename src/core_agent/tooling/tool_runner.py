@@ -30,6 +30,7 @@ from core_agent.contracts.errors import (
     ToolExecutionError,
     ToolNotFoundError,
     ToolTimeoutError,
+    is_interruption,
 )
 from core_agent.contracts.tool import CallPermit, ITool, ToolContext, UninterruptibleWork
 from core_agent.contracts.tool_call_ledger import LedgerEntry, LedgerStatus
@@ -241,10 +242,9 @@ class ToolRunner:
             )
         except BaseException as exc:
             # A tool's SystemExit (sys.exit in a script turned tool) or other BaseException
-            # is its failure, not the host's exit nor a cancel of the task. The kernel's own
-            # cancellation goes on up, and so does KeyboardInterrupt: Python delivers Ctrl-C
-            # into whatever code runs, a tool's included, and the person meant the host.
-            if _is_interrupt(exc) or _is_cancellation(exc):
+            # is its failure, not the host's exit nor a cancel of the task; the kernel's own
+            # cancellation and Ctrl-C go on up (``is_interruption``).
+            if is_interruption(exc):
                 raise
             log.warning("tool %s raised %s", call.name, type(exc).__name__, exc_info=True)
             return _error(
@@ -271,25 +271,6 @@ class _Seen:
         """The call as the hooks left it."""
         self.reused = False
         """Its result came from the ledger."""
-
-
-def _is_interrupt(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or carries, from a tool's task group) a KeyboardInterrupt.
-
-    On asyncio a child task's KeyboardInterrupt leaves the event loop at once and never
-    arrives here in a group; on trio it does.
-    """
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.subgroup(KeyboardInterrupt) is not None
-    return isinstance(exc, KeyboardInterrupt)
-
-
-def _is_cancellation(exc: BaseException) -> bool:
-    """Whether ``exc`` is (or carries) a cancellation, or a generator being closed."""
-    cancelled = anyio.get_cancelled_exc_class()
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.subgroup(lambda e: isinstance(e, cancelled | GeneratorExit)) is not None
-    return isinstance(exc, cancelled | GeneratorExit)
 
 
 def _error(call: ToolCall, exc: ToolError) -> ToolResult:

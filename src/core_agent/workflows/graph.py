@@ -29,7 +29,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from core_agent.contracts.errors import UsageError
+from core_agent.contracts.errors import UsageError, is_interruption
 from core_agent.workflows.errors import WorkflowDefinitionError, WorkflowNodeError, WorkflowWarning
 from core_agent.workflows.reducers import Reducer, field_reducers
 from shared.agent_protocol import TaskRequest, TaskResult
@@ -488,7 +488,9 @@ class Workflow(Generic[S]):
                     chosen.append(target)
         except WorkflowNodeError:
             raise
-        except Exception as exc:
+        except BaseException as exc:  # a condition's SystemExit fails the node as well
+            if is_interruption(exc):
+                raise
             raise WorkflowNodeError(
                 f"choosing the node after {name!r} failed: {type(exc).__name__}: {exc}",
                 node=name,

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from core_agent.contracts.errors import is_interruption
 from core_agent.workflows.errors import WorkflowNodeError
 from core_agent.workflows.reducers import Reducer
 
@@ -95,7 +96,9 @@ def merge_layer(
                 continue
             try:
                 values[name] = reducer(values[name], value)
-            except Exception as exc:
+            except BaseException as exc:  # a reducer's SystemExit fails the node as well
+                if is_interruption(exc):
+                    raise
                 raise WorkflowNodeError(
                     f"merging node {node!r}'s update of {name!r} with the {reducer.name!r} "
                     f"reducer failed: {type(exc).__name__}: {exc}",

@@ -15,14 +15,16 @@ it starts from, so every workflow task has one, also when its first layer fails.
 
 Policies:
 
-- **A node fails** (raises, a ``CancelledError`` of its own included when nothing canceled
-  the task; returns something that is not an update, or a value that cannot be JSON text;
-  or its child task does not succeed): the layer's other nodes are canceled, nothing of the
-  layer is merged or saved, and the task fails with ``WorkflowNodeError``. Its checkpoint
-  still holds the state of the last completed layer (or the one it started from): that is
-  the rollback of seed 001 §6.2. ``workflow_snapshot`` reads it and ``rerun_workflow``
-  carries on from it in a new task. A cancel of the task gives each node of the running
-  layer a ``node_finished`` (not succeeded) too.
+- **A node fails** (raises anything but an interruption (``is_interruption``: a cancel,
+  Ctrl-C), ``SystemExit`` and other ``BaseException`` subclasses included, and a
+  ``CancelledError`` of its own when nothing canceled the task; returns something that is
+  not an update, or a value that cannot be JSON text; or its child task does not succeed):
+  the layer's other nodes are canceled, nothing of the layer is merged or saved, and the
+  task fails with ``WorkflowNodeError``. Its checkpoint still holds the state of the last
+  completed layer (or the one it started from): that is the rollback of seed 001 §6.2.
+  ``workflow_snapshot`` reads it and ``rerun_workflow`` carries on from it in a new task. A
+  cancel of the task gives each node of the running layer a ``node_finished`` (not
+  succeeded) too.
 - **A jump** (a ``Next``, or a back edge of the graph, i.e. a loop: see ``graph``) replaces
   the jumping node's other edges and routes (a node taking several edges back jumps to each
   of them), and ends the current pass: the run goes on with a new pass from every target
@@ -62,6 +64,7 @@ from core_agent.contracts.errors import (
     RunError,
     ToolExecutionError,
     UsageError,
+    is_interruption,
 )
 from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
 from core_agent.contracts.trace_store import ITraceStore
@@ -398,7 +401,11 @@ class _WorkflowRun:
             async with limiter:
                 try:
                     results[name] = await self._run_node(name, given, number, position.data)
-                except Exception as exc:
+                except BaseException as exc:
+                    # A node's SystemExit or other BaseException is its failure too: let
+                    # through, it would reach the task as a cancel nobody asked for.
+                    if is_interruption(exc):
+                        raise
                     failures[name] = exc
                     group.cancel_scope.cancel()  # the layer fails: stop its other nodes
 
@@ -577,7 +584,7 @@ class _WorkflowRun:
         message = (
             str(exc)
             if isinstance(exc, WorkflowNodeError)
-            else f"node {first!r} failed: {type(exc).__name__}: {exc}"
+            else f"node {first!r} failed: {_described(exc)}"
         )
         async with self._context.unit_of_work():
             for name in nodes:
@@ -588,7 +595,7 @@ class _WorkflowRun:
                     layer=layer,
                     succeeded=False,
                     error=(
-                        f"{type(failure).__name__}: {failure}"
+                        _described(failure)
                         if failure is not None
                         else f"not kept: the layer failed ({message})"
                     ),
@@ -710,6 +717,11 @@ class _WorkflowRun:
             )
         final = load_state(body.workflow.state_type, saved.state)
         return body.output(state, final), result.usage
+
+
+def _described(exc: BaseException) -> str:
+    """``exc``'s type and message (just its type when it has none: ``GeneratorExit()``)."""
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 @dataclass(frozen=True, slots=True)
