@@ -252,6 +252,56 @@ def listed(task: str, results: Sequence[MemberResult]) -> str:
     return " | ".join(f"{r.agent}:{r.status.value}:{r.error or r.output}" for r in results)
 
 
+async def test_run_team_refuses_a_member_naming_a_tool_the_kernel_lacks_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    # Seen before running, as agent_as_tool sees it: not found by the member's run after
+    # its teammates have started (which took the whole team down).
+    absent = Agent("bad", "Names a tool nobody has.", tools=("survey", "no_such_tool"))
+    team = Team("t", "A team.", members=[fine_member(), absent], aggregate=listed)
+    kernel = kernel_on(tmp_path, [fine_script()])
+    async with kernel:
+        with pytest.raises(UsageError, match=r"agent 'bad' of team 't' .*: no_such_tool"):
+            await kernel.run_team(team, "do it")
+        assert await kernel.list_tasks() == []
+
+
+async def test_a_member_whose_run_raises_is_a_failed_result_the_others_are_aggregated(
+    tmp_path: Path,
+) -> None:
+    # A team known to the kernel (add_team) runs as an ordinary task, as recovery carries it
+    # on: a tool its member names may be gone by then (an MCP server that did not start).
+    absent = Agent("bad", "Names a tool nobody has.", tools=("no_such_tool",))
+    team = Team("t", "A team.", members=[fine_member(), absent], aggregate=listed)
+    kernel = kernel_on(tmp_path, [fine_script()])
+    async with kernel:
+        kernel.add_team(team)
+        result = await kernel.execute_task(team.request("do it"))
+        tasks = await kernel.list_tasks()
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    assert result.output is not None
+    good, bad = result.output.split(" | ")
+    assert good == "good:succeeded:good answer"
+    assert bad.startswith("bad:failed:unknown tool 'no_such_tool'")
+    (member,) = [t for t in tasks if t.request.parent is not None]
+    assert member.status is TaskStatus.SUCCEEDED  # not canceled by its teammate's error
+
+
+async def test_an_aggregating_agent_that_cannot_run_fails_the_team_with_the_reason(
+    tmp_path: Path,
+) -> None:
+    judge = Agent("judge", "Combines.", tools=("no_such_tool",))
+    team = Team("t", "A team.", members=[fine_member()], aggregate=judge)
+    kernel = kernel_on(tmp_path, [fine_script()])
+    async with kernel:
+        kernel.add_team(team)
+        result = await kernel.execute_task(team.request("do it"))
+    assert result.status is TaskStatus.FAILED
+    assert "the aggregating agent judge could not run: unknown tool 'no_such_tool'" in (
+        result.error or ""
+    )
+
+
 class _Halt(BaseException):
     """A host's own BaseException, outside Exception like SystemExit."""
 

@@ -490,13 +490,15 @@ class AgentKernel:
         elif isinstance(agent, Agent):
             agents = [agent]
         found: set[Capability] = set()
+        of = f" of team {agent.name!r}" if isinstance(agent, Team) else ""
+        hint = " (an MCP server's tools are missing when it could not start: see its warning)"
         for one in agents:
             names = self._tools.names() if one.tools is None else one.tools
             unknown = sorted(set(names) - set(self._tools.names()))
             if unknown:
                 raise UsageError(
-                    f"agent {one.name!r} names tools this kernel does not have: "
-                    f"{', '.join(unknown)}"
+                    f"agent {one.name!r}{of} names tools this kernel does not have: "
+                    f"{', '.join(unknown)}{hint if any('__' in n for n in unknown) else ''}"
                 )
             for name in names:
                 found |= self._tools.get(name).spec.capabilities
@@ -526,7 +528,15 @@ class AgentKernel:
 
         The result is the aggregation's answer; members that failed are part of what was
         aggregated, not a failure of the team (``agent_teams``).
+
+        Raises:
+            UsageError: A member (or the aggregating agent) names a tool this kernel does
+                not have, or another team of that name is known (nothing ran).
         """
+        # Seen before anything runs, so refused as agent_as_tool refuses it, rather than
+        # found by the member's run after its teammates have started.
+        await self._list_tools_once()
+        self._capabilities_of(team)
         self.add_team(team)
         return await self.execute_task(team.request(task), task_id=task_id)
 

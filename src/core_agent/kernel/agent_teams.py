@@ -3,7 +3,10 @@
 A team runs as a kernel task of its own (strategy ``team``, run by ``TeamExecutor``) whose
 members run as its child tasks (``nested_agents``), at most ``max_concurrent`` at once. A
 member that fails (or is canceled, or is refused) does not fail the team: it is one result
-among the others, with its error. Then the aggregation step combines the results: a function,
+among the others, with its error; so is a member whose run raises (a tool it names gone
+since the team was checked, say): only an interruption (``is_interruption``: a cancel,
+Ctrl-C) stops the team. ``AgentKernel.run_team`` refuses at once a team whose member names a
+tool the kernel does not have. Then the aggregation step combines the results: a function,
 or an agent (itself a child task, handed the task and every member's result). The team task
 fails only when the aggregation does.
 
@@ -22,7 +25,14 @@ from typing import Any
 
 import anyio
 
-from core_agent.contracts.errors import RunError, ToolExecutionError, UsageError, is_interruption
+from core_agent.contracts.errors import (
+    ApprovalPendingError,
+    LeaseLostError,
+    RunError,
+    ToolError,
+    UsageError,
+    is_interruption,
+)
 from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.kernel.nested_agents import Agent, NestedAgents, check_name, child_task_id
@@ -174,11 +184,17 @@ class TeamExecutor(IExecutor):
                         child = await self._runs.run(
                             context, member, task, key=f"member:{slot}", span_id=span.span_id
                         )
-                except ToolExecutionError as exc:  # refused before it ran (depth, limits)
-                    results[slot] = MemberResult(
-                        member.name, None, TaskStatus.FAILED, error=str(exc)
-                    )
-                    span.error = str(exc)
+                except (LeaseLostError, ApprovalPendingError):
+                    raise  # the team's own task's, not the member's
+                except BaseException as exc:
+                    # Refused before it ran (depth, limits, a tool gone since the team was
+                    # started: an MCP server that did not come back after a restart), or
+                    # its run broke: that member has no answer, the others still count.
+                    if is_interruption(exc):
+                        raise
+                    error = str(exc) if isinstance(exc, ToolError) else _described(exc)
+                    results[slot] = MemberResult(member.name, None, TaskStatus.FAILED, error=error)
+                    span.error = error
                     return
                 if child is None:
                     error = f"{member.name} did not finish within {member.timeout_s:g} s"
@@ -208,8 +224,16 @@ class TeamExecutor(IExecutor):
                 child = await self._runs.run(
                     context, aggregate, aggregation_task(task, results), key="aggregate"
                 )
-            except ToolExecutionError as exc:
-                raise RunError(f"team {team.name}: the aggregation was refused: {exc}") from exc
+            except (LeaseLostError, ApprovalPendingError):
+                raise
+            except BaseException as exc:
+                if is_interruption(exc):
+                    raise
+                error = str(exc) if isinstance(exc, ToolError) else _described(exc)
+                raise RunError(
+                    f"team {team.name}: the aggregating agent {aggregate.name} could not run: "
+                    f"{error}"
+                ) from exc
             if child.status is not TaskStatus.SUCCEEDED:
                 raise RunError(
                     f"team {team.name}: the aggregating agent {aggregate.name} ended "
