@@ -148,6 +148,47 @@ async def test_a_retry_after_longer_than_the_deadline_left_fails_at_once(clock, 
     assert [a.outcome for a in attempts.seen] == ["failed"]
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_wait_past_the_deadline_moves_on_to_the_fallback(clock, attempts, stream) -> None:
+    limited = ModelRateLimitError("slow down", status_code=429, retryable=True, retry_after_s=20)
+    primary = FakeFaultyGateway([limited], name="primary")
+    backup = FakeFaultyGateway([], name="backup")
+    gateway = resilient(clock, primary, backup, max_retries=3, call_deadline_s=10)
+    with observe_attempts(attempts):
+        if stream:
+            response = [item async for item in gateway.stream(REQUEST)][-1]
+        else:
+            response = await gateway.complete(REQUEST)
+    assert isinstance(response, LLMResponse) and response.model == "backup"
+    assert clock.sleeps == [] and primary.calls == 1 and backup.calls == 1
+    assert attempts.outcomes == [("primary", "fallback"), ("backup", "ok")]
+    why = attempts.seen[0]
+    assert why.error is not None and "20 s (Retry-After" in why.error
+    assert "10 s deadline" in why.error and why.retry_after_s == 20
+
+
+async def test_only_the_last_models_wait_past_the_deadline_fails_the_call(clock, attempts) -> None:
+    def busy(seconds: float) -> ModelRateLimitError:
+        return ModelRateLimitError("busy", status_code=429, retryable=True, retry_after_s=seconds)
+
+    primary = FakeFaultyGateway([busy(4) for _ in range(5)], name="primary")
+    backup = FakeFaultyGateway([busy(30)], name="backup")
+    gateway = resilient(clock, primary, backup, max_retries=5, call_deadline_s=10)
+    with pytest.raises(ModelDeadlineError) as caught:
+        await call(gateway, attempts)
+    # The primary waited twice (8 s); a third wait would end at 12 s: the backup is asked.
+    assert clock.sleeps == [4, 4] and primary.calls == 3 and backup.calls == 1
+    assert attempts.outcomes == [
+        ("primary", "retry"),
+        ("primary", "retry"),
+        ("primary", "fallback"),
+        ("backup", "failed"),
+    ]
+    message = str(caught.value)
+    assert "30 s (Retry-After" in message and "primary: ModelDeadlineError" not in message
+    assert "primary: model call gave up" in message  # why the primary was given up
+
+
 async def test_waits_stop_before_the_deadline(clock, attempts) -> None:
     limited = [
         ModelRateLimitError("slow down", status_code=429, retryable=True, retry_after_s=3)

@@ -9,8 +9,9 @@ fallback models, in order. One call:
    waiting as ``model_retry`` says (``Retry-After`` honoured up to a cap, else backoff with
    jitter); the tries are run by tenacity;
 3. when its retries are spent (or its breaker opens meanwhile), moves to the next model;
-4. never runs past the call's deadline: a try still running then is cancelled, and a wait
-   that would end after it is not started; both raise ``ModelDeadlineError``.
+4. never runs past the call's deadline: a try still running then is cancelled (raising
+   ``ModelDeadlineError``), and a wait that would end after it is not started: the next
+   model is tried instead, and only when none is left is ``ModelDeadlineError`` raised.
 
 A non-retryable error (bad credentials, a refused request, a prompt too long) ends the call
 at once with that error: another try or model would be refused the same way, or the caller
@@ -158,10 +159,17 @@ class ResilientGateway(ILLMGateway):
                     if isinstance(exc, ModelDeadlineError):
                         await self._report(call, model, "failed", exc)
                         raise
-                    if call.deadline_passed_by is not None:
-                        await self._report(call, model, "failed", exc)
-                        raise self._deadline_error(exc, call.deadline_passed_by) from exc
                     moving_on = exc.retryable and index < last
+                    if call.deadline_passed_by is not None:
+                        # This model asked for a wait the deadline has no room for; the next
+                        # one may answer at once, so only the last model's wait ends the call.
+                        late = self._deadline_error(exc, call.deadline_passed_by)
+                        call.deadline_passed_by = None
+                        await self._report(call, model, "fallback" if moving_on else "failed", late)
+                        if not moving_on:
+                            raise late from exc
+                        call.passed_over.append(f"{model.model_name}: {late}")
+                        continue
                     await self._report(call, model, "fallback" if moving_on else "failed", exc)
                     if not moving_on:
                         raise
