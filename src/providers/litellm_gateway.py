@@ -56,6 +56,7 @@ from providers.openai_wire import (
     parse_tool_call,
     refused_members,
     retry_after_seconds,
+    says_prompt_too_long,
     stream_error,
     to_openai_message,
     to_openai_tools,
@@ -584,7 +585,9 @@ def map_litellm_error(litellm: ModuleType, exc: Exception) -> ModelError:
         retry_after = retry_after_seconds(_response_headers(exc))
     except Exception:  # a vendor object that is not the mapping it claims to be
         retry_after = None
-    if isinstance(exc, errors.ContextWindowExceededError):
+    # litellm's own verdict knows other providers' wording; the shared list decides the
+    # rest, so a server's refusal is judged as the HTTP gateway judges it.
+    if isinstance(exc, errors.ContextWindowExceededError) or says_prompt_too_long(body, status):
         return ModelContextWindowError(message, status_code=status, body=body)
     if isinstance(exc, errors.Timeout):
         return ModelTimeoutError(message, status_code=status, body=body, retryable=True)

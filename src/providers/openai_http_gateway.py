@@ -71,7 +71,6 @@ from core_agent.contracts.settings import (
 )
 from providers import litellm_price_table
 from providers.openai_wire import (
-    CONTEXT_WINDOW_PHRASES,
     StreamedAnswer,
     listed_tool_calls,
     message_text,
@@ -80,6 +79,7 @@ from providers.openai_wire import (
     reasoning_text,
     refused_members,
     retry_after_seconds,
+    says_prompt_too_long,
     stream_error,
     to_openai_message,
     to_openai_tools,
@@ -630,8 +630,7 @@ def status_error(status: int, text: str, headers: httpx.Headers | None = None) -
     body = _error_message(text)
     message = f"model call failed: HTTP {status}: {body}"
     retry_after = retry_after_seconds(dict(headers) if headers else None)
-    lowered = text.lower()
-    if status in (400, 413, 422) and any(p in lowered for p in CONTEXT_WINDOW_PHRASES):
+    if says_prompt_too_long(text, status):
         return ModelContextWindowError(message, status_code=status, body=body)
     if status == 429:
         return ModelRateLimitError(

@@ -326,15 +326,46 @@ def parse_tool_call(call_id: str, name: str, raw: Any) -> ToolCall:
 
 
 CONTEXT_WINDOW_PHRASES = (
-    "context_length_exceeded",
-    "maximum context length",
-    "context length",
+    "context_length_exceeded",  # OpenAI's, Groq's error code
+    "maximum context length",  # OpenAI, vLLM, Azure, OpenRouter, Mistral, DeepSeek
+    "context length",  # Ollama, LM Studio ("loaded with context length of only"), SGLang
     "context window",
-    "exceeds the available context",
-    "prompt is too long",
+    "exceeds the available context",  # llama.cpp
+    "maximum model length",  # vLLM V1 ("is longer than the maximum model length")
+    "prompt is too long",  # Anthropic, Fireworks
+    "prompt too long",  # Ollama
+    "input is too long",
     "too many tokens",
+    "too many input tokens",  # Bedrock
+    "`inputs` tokens + `max_new_tokens` must be",  # TGI, Together, SageMaker
+    "`inputs` must have less than",  # TGI
+    "exceed context limit",
+    "maximum context limit",
+    "input tokens exceed the configured limit",
+    "exceeds the maximum number of tokens allowed",  # Gemini
 )
-"""Phrases servers use when a prompt does not fit (OpenAI, vLLM, llama.cpp, LM Studio...)."""
+"""How servers say a prompt does not fit the model's window, lower case.
+
+The one list both gateways judge by (``says_prompt_too_long``), so a server's wording is
+trimmed for or failed on alike whichever gateway reached it; it holds every phrasing
+litellm's own mapping knows for such servers, and those litellm misses.
+"""
+
+CONTEXT_WINDOW_STATUSES = frozenset({400, 413, 422})
+"""The statuses a prompt too long is refused with: a refused request, not a failing server
+(a 500 whose message mentions the window is the server's trouble, tried again)."""
+
+
+def says_prompt_too_long(text: str, status: int | None = None) -> bool:
+    """Whether an error ``text`` says the prompt does not fit (``CONTEXT_WINDOW_PHRASES``).
+
+    With an HTTP ``status``, only a refusal (``CONTEXT_WINDOW_STATUSES``) can say so;
+    without one (an error inside a 200 answer or a stream), the words alone decide.
+    """
+    if status is not None and status not in CONTEXT_WINDOW_STATUSES:
+        return False
+    lowered = text.lower()
+    return any(phrase in lowered for phrase in CONTEXT_WINDOW_PHRASES)
 
 
 def stream_error(payload: Mapping[str, Any], *, whole: bool = True) -> ModelError:
@@ -352,7 +383,7 @@ def stream_error(payload: Mapping[str, Any], *, whole: bool = True) -> ModelErro
     status = code if isinstance(code, int) and not isinstance(code, bool) else None
     body = str(detail or payload)[:4000]
     message = f"model call failed: {body}"
-    if any(p in body.lower() for p in CONTEXT_WINDOW_PHRASES):
+    if says_prompt_too_long(body):
         return ModelContextWindowError(message, status_code=status, body=body)
     if not whole:
         return ModelError(message, status_code=status, body=body, retryable=True)

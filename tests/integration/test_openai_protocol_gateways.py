@@ -399,6 +399,111 @@ async def test_a_prompt_too_long_for_the_model_is_a_typed_error(gateway, openai_
     assert not caught.value.retryable and caught.value.status_code == 400
 
 
+PROMPT_TOO_LONG = {
+    "llama.cpp": (
+        400,
+        {
+            "error": {
+                "code": 400,
+                "message": "the request exceeds the available context size, try increasing it",
+                "type": "exceed_context_size_error",
+            }
+        },
+    ),
+    "vllm": (
+        400,
+        {
+            "object": "error",
+            "message": "This model's maximum context length is 4096 tokens. However, you "
+            "requested 5000 tokens (4000 in the messages, 1000 in the completion).",
+            "type": "BadRequestError",
+            "code": 400,
+        },
+    ),
+    "vllm_v1": (
+        400,
+        {
+            "object": "error",
+            "message": "The decoder prompt (length 5000) is longer than the maximum model "
+            "length of 4096. Make sure that `max_model_len` is no smaller than the number of "
+            "text tokens.",
+            "type": "BadRequestError",
+            "code": 400,
+        },
+    ),
+    "ollama": (
+        400,
+        {"error": {"message": "prompt too long; exceeded max context length by 904 tokens"}},
+    ),
+    "lm_studio": (
+        400,
+        {
+            "error": "Trying to keep the first 6347 tokens when context the overflows. However, "
+            "the model is loaded with context length of only 4096 tokens, which is not enough."
+        },
+    ),
+    "openrouter": (
+        400,
+        {
+            "error": {
+                "message": "This endpoint's maximum context length is 8192 tokens. However, you "
+                "requested about 9013 tokens (8013 of text input, 1000 in the output).",
+                "code": 400,
+            }
+        },
+    ),
+    "tgi": (
+        422,
+        {
+            "error": "Input validation error: `inputs` tokens + `max_new_tokens` must be <= "
+            "4096. Given: 4000 `inputs` tokens and 1000 `max_new_tokens`",
+            "error_type": "validation",
+        },
+    ),
+    "tgi_inputs": (
+        422,
+        {
+            "error": "Input validation error: `inputs` must have less than 4096 tokens. "
+            "Given: 5000",
+            "error_type": "validation",
+        },
+    ),
+    "proxy_413": (413, {"error": {"message": "prompt is too long: 210000 tokens > 200000"}}),
+}
+
+
+@pytest.mark.parametrize("server", sorted(PROMPT_TOO_LONG))
+@pytest.mark.parametrize("streamed", [False, True], ids=["complete", "stream"])
+async def test_every_servers_wording_of_a_prompt_too_long_is_the_typed_error(
+    gateway, openai_server, server, streamed
+) -> None:
+    # Both gateways judge by one list: a wording one of them missed failed the task at once
+    # through it, while the other trimmed the prompt and asked again.
+    status, body = PROMPT_TOO_LONG[server]
+    openai_server.reply(status=status, error_body=body)
+    request = LLMRequest(messages=[UserMessage(content="x")])
+
+    async def ask() -> None:
+        if streamed:
+            _ = [item async for item in gateway.stream(request)]
+        else:
+            await gateway.complete(request)
+
+    with pytest.raises(ModelContextWindowError) as caught:
+        await ask()
+    assert not caught.value.retryable and caught.value.status_code == status
+
+
+@pytest.mark.parametrize("status", [429, 500])
+async def test_window_words_in_an_error_that_is_no_refusal_are_not_a_prompt_too_long(
+    gateway, openai_server, status
+) -> None:
+    openai_server.reply(status=status, error_message="too many tokens; context window busy")
+    with pytest.raises(ModelError) as caught:
+        await gateway.complete(LLMRequest(messages=[UserMessage(content="x")]))
+    assert not isinstance(caught.value, ModelContextWindowError) and caught.value.retryable
+
+
 async def test_a_hanging_server_is_a_retryable_timeout(make: Make, openai_server) -> None:
     gateway = make("openai/test-model", api_base=openai_server.base_url, api_key="x", timeout_s=0.5)
     openai_server.reply(fault="hang")

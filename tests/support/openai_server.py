@@ -106,6 +106,9 @@ class Reply:
     refusal: str | None = None
     """Sent as OpenAI's ``refusal`` (what the model says instead of answering), with the
     content null; streamed in pieces after an empty one."""
+    error_body: dict[str, Any] | None = None
+    """An error reply's whole JSON body as the server words it (LM Studio's ``error`` string,
+    TGI's ``error_type``), sent instead of the usual ``error`` object."""
 
 
 def _tokens(text: str) -> int:
@@ -199,7 +202,8 @@ class OpenAIServer:
                 if reply.status != 200:
                     self._json(
                         reply.status,
-                        {
+                        reply.error_body
+                        or {
                             "error": {
                                 "message": reply.error_message,
                                 "type": "test_error",
@@ -330,6 +334,7 @@ class OpenAIServer:
         reasoning: str | None = None,
         refusal: str | None = None,
         location: str | None = None,
+        error_body: dict[str, Any] | None = None,
     ) -> None:
         self.replies.append(
             Reply(
@@ -347,6 +352,7 @@ class OpenAIServer:
                 finish_reason,
                 location,
                 refusal,
+                error_body,
             )
         )
 
