@@ -51,8 +51,10 @@ from core_agent.contracts.settings import (
     AgentSettings,
 )
 from providers.openai_wire import (
+    PAGE_CONTENT_TYPES,
     StreamedAnswer,
     next_unless_stalled,
+    page_instead_of_answer,
     parse_tool_call,
     refused_members,
     retry_after_seconds,
@@ -230,7 +232,7 @@ class LiteLLMGateway(ILLMGateway):
         try:
             response = await litellm.acompletion(**self._arguments(request))
         except Exception as exc:
-            raise map_litellm_error(litellm, exc) from exc
+            raise map_litellm_error(litellm, exc, url=self._api_base) from exc
         return checked_response(self._to_response(litellm, response))
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[LLMStreamItem]:
@@ -285,7 +287,7 @@ class LiteLLMGateway(ILLMGateway):
         except ModelError:
             raise
         except Exception as exc:
-            raise map_litellm_error(litellm, exc) from exc
+            raise map_litellm_error(litellm, exc, url=self._api_base) from exc
         usage = answer.usage if provider_sent_usage(stream) else None
         usage = usage or {}
         input_tokens = _count(usage.get("prompt_tokens"))
@@ -437,15 +439,21 @@ class _ProviderChunks:
     async def error_answered(self) -> ModelError | None:
         """The error the server answered with instead of a stream, if it did.
 
-        A JSON body holding an ``error`` with status 200 (Ollama's "model 'x' not found"):
-        the openai client under litellm reads it as an event stream with no events, and
-        its message was lost. The body read here is read again by that client.
+        A JSON body holding an ``error`` with status 200 (Ollama's "model 'x' not found"), or
+        a web page (a base URL pointing at a web interface, a proxy's login page): the
+        openai client under litellm reads either as an event stream with no events, and
+        what the server said was lost (a page passed for a cut answer, tried again). The
+        body read here is read again by that client.
         """
         response = getattr(self._inner, "response", None)
         headers = getattr(response, "headers", None)
         if response is None or not isinstance(headers, Mapping):
             return None
-        kind = str(headers.get("content-type", "")).split(";", 1)[0].strip().lower()
+        content_type = str(headers.get("content-type", ""))
+        kind = content_type.split(";", 1)[0].strip().lower()
+        if kind in PAGE_CONTENT_TYPES:
+            page = (await response.aread())[:4000].decode(errors="replace")
+            return page_instead_of_answer(page, content_type, str(response.url))
         if not (kind == "application/json" or kind.endswith("+json")):
             # Only a body that says it is JSON is read whole here: anything else may be a
             # stream (unlabelled, text/plain), whose cuts and stalls litellm's reading judges.
@@ -574,13 +582,30 @@ def _response_headers(exc: Exception) -> Mapping[str, str] | None:
     return getattr(response, "headers", None)
 
 
-def map_litellm_error(litellm: ModuleType, exc: Exception) -> ModelError:
-    """The kernel's error for a litellm (or openai) exception; vendor types stop here."""
+_UNREAD_ANSWER = "invalid response from LLM endpoint. Received: "
+"""How litellm words its error for a whole answer that is no JSON object (a 500 it makes up)."""
+
+
+def map_litellm_error(litellm: ModuleType, exc: Exception, *, url: str | None = None) -> ModelError:
+    """The kernel's error for a litellm (or openai) exception; vendor types stop here.
+
+    ``url`` is the server the request went to, if one is configured: named in the error
+    for an answer that was a web page.
+    """
     errors = litellm.exceptions
     status = getattr(exc, "status_code", None)
     status = status if isinstance(status, int) else None
     body = str(getattr(exc, "message", None) or exc)[:4000]
     message = f"model call failed: {type(exc).__name__}: {body}"
+    received = body.find(_UNREAD_ANSWER)
+    if received >= 0:
+        # What litellm received, as Python wrote it ('<!DOCTYPE html>...'): a page is the
+        # same error the HTTP gateway gives, not a server failing with a 500.
+        page = page_instead_of_answer(
+            body[received + len(_UNREAD_ANSWER) :].lstrip("b'\""), None, url
+        )
+        if page is not None:
+            return page
     try:
         retry_after = retry_after_seconds(_response_headers(exc))
     except Exception:  # a vendor object that is not the mapping it claims to be

@@ -75,6 +75,7 @@ from providers.openai_wire import (
     listed_tool_calls,
     message_text,
     next_unless_stalled,
+    page_instead_of_answer,
     parse_tool_call,
     reasoning_text,
     refused_members,
@@ -263,7 +264,15 @@ class OpenAIHttpGateway(ILLMGateway):
                 raise redirect_error(response)
             if not self._quirks.learn(response.status_code, response.text, body):
                 raise status_error(response.status_code, response.text, response.headers)
-        return checked_response(self._to_response(_json_body(response.content)))
+        return checked_response(
+            self._to_response(
+                _json_body(
+                    response.content,
+                    content_type=response.headers.get("content-type", ""),
+                    url=self._url,
+                )
+            )
+        )
 
     @asynccontextmanager
     async def _accepted(self, request: LLMRequest) -> AsyncIterator[httpx.Response]:
@@ -302,10 +311,13 @@ class OpenAIHttpGateway(ILLMGateway):
         done = False
         try:
             async with self._accepted(request) as response:
-                if "text/event-stream" not in response.headers.get("content-type", ""):
+                content_type = response.headers.get("content-type", "")
+                if "text/event-stream" not in content_type:
                     body = await response.aread()
                     if not body.lstrip().startswith(_EVENT_STREAM_STARTS):
-                        whole = self._to_response(_json_body(body))
+                        whole = self._to_response(
+                            _json_body(body, content_type=content_type, url=self._url)
+                        )
                         if whole.message.content:
                             yield LLMTextDelta(whole.message.content)
                         yield checked_response(whole)
@@ -445,16 +457,20 @@ def _detail(usage: dict[str, Any], part: str, name: str) -> int | None:
     return _count(value) if value is not None else None
 
 
-def _json_body(content: bytes) -> dict[str, Any]:
+def _json_body(content: bytes, *, content_type: str, url: str) -> dict[str, Any]:
+    """A whole answer's JSON object; a web page, an empty or unreadable body is an error."""
     if not content.strip():
         raise ModelIncompleteError("the model server answered with an empty body", retryable=True)
     try:
         data = json.loads(content)
     except ValueError as exc:
+        text = content[:4000].decode(errors="replace")
+        page = page_instead_of_answer(text, content_type, url)
+        if page is not None:
+            raise page from exc
+        # Anything else unreadable may be a body cut on its way: asked again.
         raise ModelError(
-            "the model server's answer is not JSON",
-            body=content[:2000].decode(errors="replace"),
-            retryable=True,
+            "the model server's answer is not JSON", body=text[:2000], retryable=True
         ) from exc
     if not isinstance(data, dict):
         raise ModelError("the model server's answer is not a JSON object", retryable=True)

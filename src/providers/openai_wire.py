@@ -396,6 +396,34 @@ def stream_error(payload: Mapping[str, Any], *, whole: bool = True) -> ModelErro
     return ModelError(message, status_code=status, body=body, retryable=True)
 
 
+PAGE_CONTENT_TYPES = frozenset(
+    {"text/html", "application/xhtml+xml", "text/xml", "application/xml"}
+)
+"""Media types of a page rather than an API's answer (``page_instead_of_answer``)."""
+
+
+def page_instead_of_answer(
+    body: str, content_type: str | None, url: str | None
+) -> ModelError | None:
+    """The error for a successful answer that is a web page, not the API's JSON; else ``None``.
+
+    A base URL that points at a server's web interface, or a proxy's login page, answers 200
+    with HTML (labelled so, or starting with ``<``, which no JSON body or event stream does).
+    Asking again gets the same page, so the error is not retryable and says where to look.
+    """
+    kind = (content_type or "").split(";", 1)[0].strip().lower()
+    if kind not in PAGE_CONTENT_TYPES and not body.lstrip().startswith("<"):
+        return None
+    where = f"at {url} " if url else ""
+    return ModelError(
+        f"the model server {where}answered with a web page ({kind or 'HTML'}), not the "
+        "chat-completions API's JSON: check AGENT_MODEL_API_BASE, which should be the API's "
+        "base URL (such as http://localhost:1234/v1), and that no proxy or login page is "
+        "in the way",
+        body=body[:2000],
+    )
+
+
 def retry_after_seconds(
     headers: Mapping[str, str] | None, *, now: float | None = None
 ) -> float | None:

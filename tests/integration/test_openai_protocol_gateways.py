@@ -624,6 +624,23 @@ async def test_an_error_body_with_status_200_says_what_the_server_said(
     assert not caught.value.retryable and len(openai_server.requests) == 1
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_a_web_page_for_an_answer_says_to_check_the_base_url(
+    gateway, openai_server, stream
+) -> None:
+    # A base URL pointing at LM Studio's web interface, or a proxy's login page. Through
+    # litellm it was a cut answer (streamed) or a server error (whole), tried three times
+    # and counted against the circuit breaker; asking again gets the same page.
+    page = "<!DOCTYPE html><html><head><title>Sign in</title></head><body>LM Studio</body></html>"
+    openai_server.reply(fault="web_page", error_message=page)
+    with pytest.raises(ModelError) as caught:
+        await consume(gateway, stream, LLMRequest(messages=[UserMessage(content="x")]))
+    message = str(caught.value)
+    assert "web page" in message and "AGENT_MODEL_API_BASE" in message
+    assert openai_server.base_url in message and "<!DOCTYPE html>" in (caught.value.body or "")
+    assert not caught.value.retryable and len(openai_server.requests) == 1
+
+
 async def test_an_error_body_labelled_as_an_event_stream_is_read_as_the_error(
     litellm_settings, openai_server
 ) -> None:

@@ -39,6 +39,7 @@ Fault = Literal[
     "error_200_events",
     "error_mid_stream",
     "whole_as_events",
+    "web_page",
 ]
 Dialect = Literal[
     "index_zero",
@@ -67,6 +68,8 @@ Dialect = Literal[
   (what vLLM and SGLang send when generation fails after the request was accepted);
 * ``whole_as_events``: a whole completion (``message``, not chunks), labelled
   ``text/event-stream``.
+* ``web_page``: status 200 with an HTML page (``error_message`` is its body), labelled
+  ``text/html`` (a base URL pointing at a server's web interface, a proxy's login page).
 """
 
 
@@ -224,6 +227,14 @@ class OpenAIServer:
                         if reply.fault == "error_200_events"
                         else "application/json",
                     )
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                if reply.fault == "web_page":
+                    data = reply.error_message.encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html; charset=utf-8")
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
