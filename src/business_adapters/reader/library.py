@@ -15,6 +15,7 @@ connection is shared by all threads, one call at a time.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sqlite3
 import threading
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from core_agent.contracts.errors import ConfigurationError, StorageError, UsageError
+from core_agent.contracts.private_files import create_private_file, make_private_folder
 
 T = TypeVar("T")
 
@@ -175,7 +177,10 @@ class ReaderLibrary:
 
     def _open(self) -> sqlite3.Connection:
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_folder(self.path.parent)
+            # Its mode is set here, not left to the umask; SQLite gives its WAL the same.
+            with contextlib.suppress(FileExistsError):
+                create_private_file(self.path)
             conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA foreign_keys=ON")

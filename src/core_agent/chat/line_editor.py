@@ -24,6 +24,7 @@ from prompt_toolkit.history import FileHistory, History, ThreadedHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 from core_agent.chat.first_paint import PROMPT
+from core_agent.contracts.private_files import make_private_folder
 
 CONTINUATION = "… "
 HISTORY_FILE = "chat_history"
@@ -55,7 +56,7 @@ class DeferredFileHistory(History):
         file = None
         if path is not None:
             try:
-                path.parent.mkdir(parents=True, exist_ok=True)
+                make_private_folder(path.parent)
                 os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
                 file = FileHistory(str(path))
             except OSError:

@@ -37,6 +37,7 @@ import tantivy
 
 from core_agent.contracts.errors import StorageError
 from core_agent.contracts.lexical_index import ILexicalIndex, LexicalHit
+from core_agent.contracts.private_files import make_private_folder
 from core_agent.contracts.settings import AgentSettings
 from providers.lexical.cjk_segmentation import segmented
 from providers.lexical.passages import check_passages, search_terms
@@ -107,7 +108,7 @@ def _rebuild(folder: Path) -> None:
             passages.append((doc["id"][0], _written(doc)))
     fresh = folder.with_name(folder.name + ".rebuilt")
     shutil.rmtree(fresh, ignore_errors=True)
-    fresh.mkdir(parents=True)
+    make_private_folder(fresh)
     index = tantivy.Index(_schema(), path=str(fresh), reuse=False)
     index.register_tokenizer(ANALYZER, _analyzer())
     writer = index.writer(WRITER_HEAP_BYTES, 1)
@@ -133,7 +134,7 @@ class _Namespace:
     def __init__(self, folder: Path, *, create: bool) -> None:
         self.folder = folder
         if create:
-            folder.mkdir(parents=True, exist_ok=True)
+            make_private_folder(folder)
             self.index = tantivy.Index(_schema(), path=str(folder), reuse=True)
         else:
             if _analyzer_of(folder) != ANALYZER:

@@ -27,6 +27,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from core_agent.contracts.errors import ConfigurationError, StorageError
+from core_agent.contracts.private_files import create_private_file, make_private_folder
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -118,12 +119,20 @@ def connect(path: Path | str) -> sqlite3.Connection:
     if str(path) != ":memory:":
         folder = Path(path).parent
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            make_private_folder(folder)
         except OSError as exc:
             # The folder is the user's setting (AGENT_DATA_DIR): theirs to fix, so say which.
             raise ConfigurationError(
                 f"cannot create the data directory {folder} (AGENT_DATA_DIR): {exc.strerror or exc}"
             ) from exc
+        # Made here rather than by SQLite, which would give it the umask's mode (often
+        # world-readable); SQLite gives the -wal and -shm files the database file's mode.
+        try:
+            create_private_file(Path(path))
+        except FileExistsError:
+            pass  # a database there already keeps its mode
+        except OSError as exc:
+            raise StorageError(f"cannot create database {path}: {exc}") from exc
     try:
         # Autocommit (isolation_level=None): transactions are explicit, see ``transaction``.
         conn = cast(

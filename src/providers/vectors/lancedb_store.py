@@ -26,6 +26,7 @@ import anyio
 import anyio.to_thread
 
 from core_agent.contracts.errors import ConfigurationError, StorageError, UsageError
+from core_agent.contracts.private_files import make_private_folder
 from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.vector_store import (
     CollectionInfo,
@@ -223,7 +224,7 @@ class LanceDBVectorStore(IVectorStore):
 
     def _create(self, namespace: str, model: str, dimension: int) -> _Manifest:
         folder = self._folder(namespace)
-        folder.mkdir(parents=True, exist_ok=True)
+        make_private_folder(folder)
         manifest = _Manifest(namespace, f"v_{uuid.uuid4().hex[:16]}", model, dimension)
         self._connect(folder).create_table(manifest.table, schema=self._schema(dimension))
         if not self._write_manifest(folder, manifest, exclusive=True):
@@ -409,7 +410,7 @@ class LanceDBVectorStore(IVectorStore):
             if incoming is None:
                 raise UsageError(f"vector namespace {source!r} does not exist")
             target = self._folder(namespace)
-            target.mkdir(parents=True, exist_ok=True)
+            make_private_folder(target)
             current = self._manifest(namespace)
             table = f"v_{uuid.uuid4().hex[:16]}"
             os.replace(self._folder(source) / f"{incoming.table}.lance", target / f"{table}.lance")

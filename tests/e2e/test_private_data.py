@@ -1,0 +1,86 @@
+"""What the kernel keeps on disk (prompts, answers, tool results) is readable by its user alone.
+
+With the usual umask (022) a folder or file made without a mode is readable by every local
+user. Each test sets that umask and lets the real kernel make a data directory that does not
+exist yet, parents and all.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core_agent import create_kernel
+from core_agent.contracts.settings import AgentSettings
+from shared.agent_protocol import TaskRequest, TaskStatus
+
+CLI = Path(sys.executable).with_name("core-agent")
+
+pytestmark = pytest.mark.anyio
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.fixture
+def usual_umask() -> Iterator[None]:
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+def test_a_command_creates_the_data_directory_and_database_for_its_user_only(
+    tmp_path: Path, usual_umask: None
+) -> None:
+    data_dir = tmp_path / "home" / "share" / "core-agent"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    result = subprocess.run(
+        [str(CLI), "run", "2 ** 10"],
+        env={**base, "AGENT_DATA_DIR": str(data_dir)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr
+    for folder in (data_dir, data_dir.parent, data_dir.parent.parent):
+        assert _mode(folder) == 0o700, folder
+    assert _mode(data_dir / "core_agent.db") == 0o600
+
+
+async def test_the_database_and_its_wal_and_shm_are_the_users_alone(
+    tmp_path: Path, usual_umask: None
+) -> None:
+    data_dir = tmp_path / "fresh" / "data"
+    async with create_kernel(AgentSettings(data_dir=data_dir)) as kernel:
+        result = await kernel.execute_task(TaskRequest(task="2 ** 10"))
+        assert result.status is TaskStatus.SUCCEEDED, result.error
+        # While the kernel holds the database, SQLite's -wal and -shm files exist.
+        database = data_dir / "core_agent.db"
+        companions = [database.with_name(database.name + s) for s in ("-wal", "-shm")]
+        assert all(path.exists() for path in companions)
+        for path in (database, *companions):
+            assert _mode(path) == 0o600, path
+    assert _mode(data_dir) == 0o700
+    assert _mode(data_dir.parent) == 0o700
+
+
+async def test_a_data_directory_the_user_made_keeps_its_mode(
+    tmp_path: Path, usual_umask: None
+) -> None:
+    data_dir = tmp_path / "shared"
+    data_dir.mkdir(mode=0o750)
+    async with create_kernel(AgentSettings(data_dir=data_dir)) as kernel:
+        await kernel.execute_task(TaskRequest(task="2 ** 10"))
+    assert _mode(data_dir) == 0o750  # theirs to set
+    assert _mode(data_dir / "core_agent.db") == 0o600  # made by the kernel: private
