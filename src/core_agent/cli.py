@@ -580,7 +580,15 @@ async def _ui(args: argparse.Namespace) -> int:
             f"the trace viewer needs the `ui` extra ({exc.name} is missing): "
             "pip install 'core-agent[ui]'"
         ) from exc
-    await serve_viewer(lambda: _kernel(args)[0], port=args.port, open_browser=not args.no_open)
+    from core_agent.contracts.settings import AgentSettings
+
+    data_dir = AgentSettings(**_trust(args)).data_dir
+    await serve_viewer(
+        lambda: _kernel(args)[0],
+        port=args.port,
+        open_browser=not args.no_open,
+        runtime_dir=data_dir / "runtime",
+    )
     return EXIT_OK
 
 

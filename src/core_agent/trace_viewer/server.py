@@ -4,18 +4,28 @@ The socket is bound here (loopback only, never another address) before uvicorn s
 it, so the URL printed names the real port, also for ``--port 0`` (any free one). The kernel
 lives as long as the server: decisions given on the pages resume their tasks in it, and on
 the way out those runs are left for recovery rather than canceled.
+
+The URL is printed to the user's terminal but never put on a command line: a process's
+arguments are readable by every local user (``ps``), and whoever holds the token may decide
+the approvals. The browser is given a page only this user can read, which sends it on to the
+URL (as Jupyter does).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import html
+import os
 import secrets
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import webbrowser
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import anyio
 import anyio.abc
@@ -23,6 +33,7 @@ import anyio.to_thread
 import uvicorn
 
 from core_agent.contracts.errors import UsageError
+from core_agent.contracts.private_files import create_private_file, make_private_folder
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.trace_viewer.approval_desk import ApprovalDesk
 from core_agent.trace_viewer.pages import viewer_app
@@ -78,18 +89,90 @@ async def _stop_on_signals(
             server.should_exit = True
 
 
-async def _open_browser(url: str) -> None:
-    # In a thread: finding and starting a browser can take a while.
-    await anyio.to_thread.run_sync(webbrowser.open, url)
+REDIRECT_PAGE = "viewer.html"
+_REDIRECT_HTML = """<!DOCTYPE html>
+<html><head><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={url}">
+<title>core-agent ui</title></head>
+<body><p><a href="{url}">Open the core-agent trace viewer</a></p></body></html>
+"""
+
+
+def _tell(message: str) -> None:
+    print(f"core-agent ui: {message}", file=sys.stderr, flush=True)
+
+
+def write_redirect_page(url: str, runtime_dir: Path | None) -> Path:
+    """A page sending a browser to ``url``, alone in a new folder only this user can enter.
+
+    The folder (0700) is made in ``runtime_dir`` (created 0700 when missing), or in the
+    system's temporary folder for ``None``; the page is 0600. Remove the folder with
+    ``remove_redirect_page``.
+
+    Raises:
+        OSError: The folder or the page cannot be written.
+    """
+    if runtime_dir is not None:
+        make_private_folder(runtime_dir)
+    # mkdtemp makes its folder 0700 whatever the umask, and never one that was there.
+    folder = Path(tempfile.mkdtemp(prefix=f"ui-{os.getpid()}-", dir=runtime_dir))
+    page = folder / REDIRECT_PAGE
+    try:
+        create_private_file(page, _REDIRECT_HTML.format(url=html.escape(url)).encode())
+    except OSError:
+        remove_redirect_page(page)
+        raise
+    return page
+
+
+def remove_redirect_page(page: Path) -> None:
+    """Remove the page ``write_redirect_page`` made, and its folder."""
+    shutil.rmtree(page.parent, ignore_errors=True)
+
+
+def _start_browser(page: Path) -> bool:
+    try:
+        return webbrowser.open(page.as_uri())
+    except webbrowser.Error:
+        return False
+
+
+async def _open_browser(url: str, runtime_dir: Path | None) -> None:
+    """Open ``url`` in the user's browser by way of a private redirect page.
+
+    The page stays until the viewer stops (this task is canceled): the browser may read it
+    only once it has started.
+    """
+    try:
+        # Not in a thread: a cancel while one wrote it would leave the page behind.
+        page = write_redirect_page(url, runtime_dir)
+    except OSError as exc:
+        _tell(f"cannot start a browser ({exc.strerror or exc}); open the URL above yourself")
+        return
+    try:
+        # In a thread: finding and starting a browser can take a while, and some are waited
+        # for until they exit; the viewer does not wait for that to stop.
+        opened = await anyio.to_thread.run_sync(_start_browser, page, abandon_on_cancel=True)
+        if not opened:
+            _tell("no browser could be started; open the URL above yourself")
+            return
+        await anyio.sleep_forever()
+    finally:
+        remove_redirect_page(page)
 
 
 async def serve_viewer(
-    make_kernel: Callable[[], AgentKernel], *, port: int = 0, open_browser: bool = True
+    make_kernel: Callable[[], AgentKernel],
+    *,
+    port: int = 0,
+    open_browser: bool = True,
+    runtime_dir: Path | None = None,
 ) -> None:
     """Serve the viewer until Ctrl-C or SIGTERM, printing its URL on stdout; then return.
 
     ``make_kernel`` is called once the port is held (a port in use is told before the kernel
-    opens its stores); the viewer closes the kernel when it stops.
+    opens its stores); the viewer closes the kernel when it stops. With ``open_browser``, the
+    browser is started on a redirect page written under ``runtime_dir`` (the system's
+    temporary folder for ``None``) and removed when the viewer stops.
 
     Raises:
         UsageError: ``port`` cannot be listened on.
@@ -120,7 +203,7 @@ async def serve_viewer(
                 flush=True,
             )
             if open_browser:
-                group.start_soon(_open_browser, url)
+                group.start_soon(_open_browser, url, runtime_dir)
             try:
                 await server.serve(sockets=[sock])
             finally:
