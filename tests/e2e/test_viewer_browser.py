@@ -30,15 +30,15 @@ def _mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-def _stand_in(tmp_path: Path, *, exit_code: int = 0) -> tuple[Path, Path]:
-    """A browser that writes its arguments, then its environment, to a record file."""
+def _stand_in(tmp_path: Path, *, then: str = "exit 0") -> tuple[Path, Path]:
+    """A browser that writes its pid, arguments and environment to a record file, then ``then``."""
     record = tmp_path / "record"
     script = tmp_path / "browser.sh"
     script.write_text(
         "#!/bin/sh\n"
-        f"{{ printf 'ARG %s\\n' \"$@\"; env; }} > '{record}.part'\n"
+        f"{{ echo \"PID $$\"; printf 'ARG %s\\n' \"$@\"; env; }} > '{record}.part'\n"
         f"mv '{record}.part' '{record}'\n"
-        f"exit {exit_code}\n"
+        f"{then}\n"
     )
     script.chmod(0o755)
     return script, record
@@ -80,7 +80,11 @@ def _viewer(env: dict[str, str], *args: str) -> Iterator[Viewer]:
         finally:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-            viewer.stderr = process.communicate(timeout=WAIT_S)[1]
+            try:
+                viewer.stderr = process.communicate(timeout=WAIT_S)[1]
+            except subprocess.TimeoutExpired:
+                process.kill()  # or leaving the block would wait for it without end
+                raise
 
 
 def _wait_for(path: Path) -> None:
@@ -139,7 +143,7 @@ def test_with_no_open_nothing_is_written_and_no_browser_starts(tmp_path: Path) -
 def test_a_browser_that_cannot_start_leaves_no_page_and_the_viewer_serving(
     tmp_path: Path,
 ) -> None:
-    browser, record = _stand_in(tmp_path, exit_code=1)
+    browser, record = _stand_in(tmp_path, then="exit 1")
     data_dir = tmp_path / "data"
     with _viewer(_environment(data_dir, browser)) as viewer:
         process = viewer.process
@@ -167,3 +171,23 @@ def test_a_page_that_cannot_be_written_starts_no_browser_and_the_viewer_serves(
     assert process.returncode == 0
     assert "open the URL above yourself" in viewer.stderr
     assert not record.exists()
+
+
+def test_the_viewer_stops_and_removes_the_page_while_the_browser_still_runs(
+    tmp_path: Path,
+) -> None:
+    # Started from BROWSER, a browser is waited for until it exits; the viewer does not wait.
+    # (Its output goes elsewhere, not to the pipes this test reads to their end.)
+    browser, record = _stand_in(tmp_path, then="exec sleep 600 >/dev/null 2>&1")
+    data_dir = tmp_path / "data"
+    pid = None
+    try:
+        with _viewer(_environment(data_dir, browser)) as viewer:
+            _wait_for(record)
+            pid = int(record.read_text().splitlines()[0].removeprefix("PID "))
+        assert viewer.process.returncode == 0, viewer.stderr
+        os.kill(pid, 0)  # still running
+        assert list((data_dir / "runtime").iterdir()) == []
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)

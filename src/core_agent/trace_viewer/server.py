@@ -23,13 +23,15 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import webbrowser
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
 import anyio.abc
-import anyio.to_thread
+import anyio.from_thread
+import anyio.lowlevel
 import uvicorn
 
 from core_agent.contracts.errors import UsageError
@@ -136,6 +138,31 @@ def _start_browser(page: Path) -> bool:
         return False
 
 
+async def _browser_started(page: Path) -> bool:
+    """Whether a browser could be started on ``page``.
+
+    In a thread of its own, not a worker's: a browser named by ``BROWSER`` is waited for
+    until it exits, and a worker thread would hold the viewer's process until then after
+    the viewer stopped; a daemon thread ends with it.
+    """
+    token = anyio.lowlevel.current_token()
+    done = anyio.Event()
+    started: list[bool] = []
+
+    def report(opened: bool) -> None:
+        started.append(opened)
+        done.set()
+
+    def start() -> None:
+        opened = _start_browser(page)
+        with contextlib.suppress(RuntimeError):  # the viewer has stopped meanwhile
+            anyio.from_thread.run_sync(report, opened, token=token)
+
+    threading.Thread(target=start, name="core-agent ui browser", daemon=True).start()
+    await done.wait()
+    return started[0]
+
+
 async def _open_browser(url: str, runtime_dir: Path | None) -> None:
     """Open ``url`` in the user's browser by way of a private redirect page.
 
@@ -149,10 +176,7 @@ async def _open_browser(url: str, runtime_dir: Path | None) -> None:
         _tell(f"cannot start a browser ({exc.strerror or exc}); open the URL above yourself")
         return
     try:
-        # In a thread: finding and starting a browser can take a while, and some are waited
-        # for until they exit; the viewer does not wait for that to stop.
-        opened = await anyio.to_thread.run_sync(_start_browser, page, abandon_on_cancel=True)
-        if not opened:
+        if not await _browser_started(page):
             _tell("no browser could be started; open the URL above yourself")
             return
         await anyio.sleep_forever()
