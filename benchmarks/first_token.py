@@ -3,8 +3,10 @@
 Each run starts a fresh `core-agent run "..."` process (no key set: the placeholder key for a
 server at AGENT_MODEL_API_BASE) pointed at a loopback server that speaks the OpenAI protocol
 and streams its answer at once. The time is from starting the process to the first byte of the
-answer on its stdout. The work is checked every run: exit 0, the whole answer printed, and the
-server received a streamed chat request (so the model library really ran).
+answer on its stdout, a pseudo-terminal as a person's is (into a pipe or a file the command
+prints the answer once, when the task has succeeded, so nothing streams there). The work is
+checked every run: exit 0, the whole answer printed, and the server received a streamed chat
+request (so the model library really ran).
 
 By default an ``openai/`` model at a base URL goes through the plain HTTP gateway
 (``openai_http``, httpx); ``--gateway litellm`` measures the litellm gateway instead, whose
@@ -45,15 +47,25 @@ def first_token_s(server: OpenAIServer, data_dir: Path, gateway: str | None) -> 
         env["AGENT_LLM_GATEWAY"] = gateway
     requests_before = len(server.requests)
     start = time.perf_counter()
+    screen, terminal = os.openpty()
     process = subprocess.Popen(
-        [CLI, "run", "Say hello."], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [CLI, "run", "Say hello."], env=env, stdout=terminal, stderr=subprocess.PIPE
     )
-    assert process.stdout is not None
-    first = process.stdout.read(1)
+    os.close(terminal)
+    first = os.read(screen, 1)
     elapsed = time.perf_counter() - start
-    rest = process.stdout.read()
+    rest = []
+    while True:
+        try:
+            piece = os.read(screen, 4096)
+        except OSError:  # EIO: the process closed its end
+            break
+        if not piece:
+            break
+        rest.append(piece)
+    os.close(screen)
     _, errors = process.communicate(timeout=120)
-    output = (first + rest).decode()
+    output = (first + b"".join(rest)).decode()
     assert process.returncode == 0, errors.decode()[-2000:]
     assert ANSWER in output, output
     new = server.requests[requests_before:]

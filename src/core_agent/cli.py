@@ -760,9 +760,13 @@ async def _run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
+    from core_agent.chat.model_text import ModelText
+    from core_agent.chat.rendering import StreamingAnswer
     from core_agent.safety.terminal_text import printable
     from shared.agent_protocol import (
+        LLMCompleted,
         LLMDelta,
+        LLMFailed,
         PlanCreated,
         PlanStepStarted,
         StrategyFallback,
@@ -812,12 +816,38 @@ async def _run(args: argparse.Namespace) -> int:
     # durably, for `core-agent resolve` (exit 3), rather than being denied on the user's behalf.
     status = EXIT_FAILED
     trace_id = session_id = ""
-    streamed = False  # the answer on stdout is not yet ended by a newline
+    # The answer, not the way to it, is what stdout carries. A terminal sees it stream, a try
+    # the model gave up replaced by the next (as in the chat); a pipe or a file, which cannot
+    # take text back, gets the task's answer once, when it has succeeded.
+    on_terminal = not args.json and sys.stdout is not None and sys.stdout.isatty()
+    live = StreamingAnswer(out, markdown=False) if on_terminal else None
+    text = ModelText()
     async with kernel, aclosing(kernel.stream_task(request)) as events:
         async for event in events:
             if args.json:
                 out.print(event.model_dump_json(), soft_wrap=True, markup=False)
-            elif isinstance(event, TaskQueued):
+                if event.depth == 0 and isinstance(event, TaskWaitingApproval):
+                    status = EXIT_WAITING
+                elif event.depth == 0 and isinstance(
+                    event, TaskSucceeded | TaskFailed | TaskCanceled
+                ):
+                    status = EXIT_OK if isinstance(event, TaskSucceeded) else EXIT_FAILED
+                continue
+            if isinstance(event, LLMDelta):
+                # A nested agent's text is its report to this task, not the answer.
+                if event.depth == 0:
+                    taken_back = text.add(event)
+                    if live is not None:
+                        live.take_back(taken_back)
+                        live.add(event.text)
+                continue
+            if live is not None:
+                live.finish()  # before anything else is printed on the terminal
+            if event.depth == 0 and isinstance(event, LLMCompleted | LLMFailed):
+                text.call_ended()
+            elif event.depth == 0 and isinstance(event, ToolStarted | PlanStepStarted):
+                text.clear()
+            if event.depth == 0 and isinstance(event, TaskQueued):
                 trace_id, session_id = event.trace_id, event.session_id
             elif isinstance(event, StrategySelected):
                 err.print(f"strategy: {event.strategy} ({event.reason})", style="dim", markup=False)
@@ -842,9 +872,8 @@ async def _run(args: argparse.Namespace) -> int:
                     style="yellow",
                     markup=False,
                 )
-            elif isinstance(event, LLMDelta):
-                out.print(printable(event.text), end="", markup=False, soft_wrap=True)
-                streamed = not event.text.endswith("\n")
+                if event.depth == 0:
+                    status = EXIT_WAITING
             elif isinstance(event, ToolStarted):
                 call = event.tool_call
                 shown = (
@@ -859,15 +888,24 @@ async def _run(args: argparse.Namespace) -> int:
                 result = event.result
                 style = "red" if result.is_error else "green"
                 err.print(f"← {printable(result.content[:500])}", style=style, markup=False)
-            if isinstance(event, TaskWaitingApproval):
-                status = EXIT_WAITING
-            if isinstance(event, TaskSucceeded | TaskFailed | TaskCanceled):
-                if streamed:
-                    out.print()
-                    streamed = False
-                status = EXIT_OK if isinstance(event, TaskSucceeded) else EXIT_FAILED
-                if not args.json:
-                    _print_summary(err, event, trace_id, session_id)
+            elif event.depth == 0 and isinstance(event, TaskSucceeded | TaskFailed | TaskCanceled):
+                if isinstance(event, TaskSucceeded):
+                    status = EXIT_OK
+                    if live is None or not text.shows(event.output):
+                        # Not streamed as it is (a pipe, a typed answer): printed whole.
+                        answer = printable(event.output)
+                        if answer:
+                            out.print(
+                                answer,
+                                end="" if answer.endswith("\n") else "\n",
+                                markup=False,
+                                emoji=False,
+                                highlight=False,
+                                soft_wrap=True,
+                            )
+                else:
+                    status = EXIT_FAILED
+                _print_summary(err, event, trace_id, session_id)
     return status
 
 

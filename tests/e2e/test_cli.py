@@ -478,3 +478,32 @@ def test_results_of_answers_and_resumes_print_as_json(tmp_path) -> None:
     canceled = run("cancel", "last", "--json", data_dir=tmp_path, **env)
     assert canceled.returncode == 2 and "already" in canceled.stderr  # it has ended
     assert json.loads(run("recover", "--json", data_dir=tmp_path, **env).stdout) == []
+
+
+@pytest.mark.parametrize("gateway", ["openai_http", "litellm"])
+@pytest.mark.parametrize("quiet", [[], ["-q"]])
+def test_stdout_carries_only_the_try_that_answered(
+    tmp_path, openai_server, gateway: str, quiet: list[str]
+) -> None:
+    # The first stream stops halfway (no finish reason, no [DONE]); the call is tried again.
+    answer = "The answer is 42, as six times seven makes it."
+    openai_server.reply("The first try says 41, and then more words after that.", fault="cut")
+    openai_server.reply(answer)
+    result = run(
+        *quiet,
+        "run",
+        "what is the answer?",
+        "--mode",
+        "react",
+        data_dir=tmp_path,
+        AGENT_LLM_GATEWAY=gateway,
+        AGENT_MODEL="openai/local-model",
+        AGENT_MODEL_API_BASE=openai_server.base_url,
+        AGENT_MODEL_API_KEY="sk-x",
+        AGENT_MODEL_RETRY_BASE_S="0",
+        AGENT_MEMORY_RECALL_K="0",
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+    )
+    assert result.returncode == 0, result.stderr
+    assert len(openai_server.requests) == 2  # the cut try was given up, not taken as the answer
+    assert result.stdout == answer + "\n"

@@ -19,10 +19,13 @@ from rich.live import Live
 from rich.markdown import Markdown
 from rich.text import Text
 
+from core_agent.chat.model_text import ModelText
 from core_agent.safety.terminal_text import printable
 from shared.agent_protocol import (
     AgentEvent,
+    LLMCompleted,
     LLMDelta,
+    LLMFailed,
     PlanCreated,
     PlanStepStarted,
     StrategyFallback,
@@ -154,11 +157,12 @@ def _finished_blocks(text: str) -> int:
     return end
 
 
-class _StreamingMarkdown:
-    """The text of one model answer, redrawn as Markdown while it grows."""
+class StreamingAnswer:
+    """The text of one model answer, redrawn while it grows: as Markdown, or as plain text."""
 
-    def __init__(self, console: Console) -> None:
+    def __init__(self, console: Console, *, markdown: bool = True) -> None:
         self._console = console
+        self._as_markdown = markdown
         self._live: Live | None = None
         self._text = ""
         self._drawn_at = 0.0
@@ -169,6 +173,7 @@ class _StreamingMarkdown:
         return self._text
 
     def add(self, piece: str) -> None:
+        """Add ``piece`` to the text; a terminal sees it drawn (a few times a second at most)."""
         self._text += piece
         if not self._console.is_terminal:
             return  # a file or a pipe: drawn once, when it is finished
@@ -184,7 +189,7 @@ class _StreamingMarkdown:
             end = _finished_blocks(self._text)
             if end:
                 done, self._text = self._text[:end], self._text[end:]
-                self._live.update(self._markdown(done), refresh=True)
+                self._live.update(self._drawing(done), refresh=True)
                 self._live.stop()
                 self._live = None
                 self._console.line()  # the blank line the split was made at
@@ -194,22 +199,26 @@ class _StreamingMarkdown:
         now = time.monotonic()
         if now - self._drawn_at >= 1 / REDRAWS_PER_SECOND:
             self._drawn_at = now
-            self._live.update(self._markdown(self._text), refresh=True)
+            self._live.update(self._drawing(self._text), refresh=True)
 
-    def discard(self) -> None:
-        """Forget the text not printed for good (a model call tried again streams anew)."""
-        self._text = ""
+    def take_back(self, count: int) -> None:
+        """Remove the last ``count`` characters (a model call tried again streams anew).
+
+        Only from what is still being drawn: text already printed for good (an answer taller
+        than the screen) stays.
+        """
+        self._text = self._text[: max(len(self._text) - count, 0)]
         if self._live is not None:
-            self._live.update(Text(""), refresh=True)
+            self._live.update(self._drawing(self._text), refresh=True)
 
     def finish(self) -> None:
         """Draw the whole text one last time and leave it on the screen."""
         if self._live is not None:
-            self._live.update(self._markdown(self._text), refresh=True)
+            self._live.update(self._drawing(self._text), refresh=True)
             self._live.stop()
             self._live = None
         elif self._text.strip() and not self._console.is_terminal:
-            self._console.print(self._markdown(self._text))
+            self._console.print(self._drawing(self._text))
         self._text = ""
 
     def _too_tall(self) -> bool:
@@ -217,8 +226,9 @@ class _StreamingMarkdown:
         lines = sum(len(line) // width + 1 for line in self._text.splitlines())
         return lines > max(self._console.height - 4, 4)
 
-    @staticmethod
-    def _markdown(text: str) -> Markdown:
+    def _drawing(self, text: str) -> Markdown | Text:
+        if not self._as_markdown:
+            return Text(printable(text))
         return Markdown(printable(text), hyperlinks=False)
 
 
@@ -232,10 +242,9 @@ class TurnView:
     def __init__(self, console: Console, calls: ToolCallLog) -> None:
         self._console = console
         self._calls = calls
-        self._answer = _StreamingMarkdown(console)
-        self._attempt = 0
-        self._streamed = ""
-        """The current model call's text, to know whether the final answer was shown."""
+        self._answer = StreamingAnswer(console)
+        self._streamed = ModelText()
+        """The text since the last tool call or step, to know whether the answer was shown."""
         self._held: list[AgentEvent] | None = None
 
     def hold(self) -> None:
@@ -268,9 +277,11 @@ class TurnView:
             return
         if isinstance(event, LLMDelta):
             self._delta(event)
+        elif isinstance(event, LLMCompleted | LLMFailed):
+            self._streamed.call_ended()
         elif isinstance(event, ToolStarted):
             self._answer.finish()
-            self._streamed = ""
+            self._streamed.clear()
             logged = self._calls.started(event.tool_call)
             call = event.tool_call
             one_line(
@@ -285,14 +296,14 @@ class TurnView:
             one_line(self._console, f"plan: {steps}", "dim")
         elif isinstance(event, PlanStepStarted):
             self._answer.finish()
-            self._streamed = ""
+            self._streamed.clear()
             one_line(self._console, f"▶ step {event.step_id}: {event.goal}", "dim")
         elif isinstance(event, StrategyFallback):
             self._answer.finish()
             one_line(self._console, f"falling back to {event.to_strategy}: {event.reason}", "dim")
         elif isinstance(event, TaskSucceeded):
             self._answer.finish()
-            if event.output.strip() and event.output.strip() != self._streamed.strip():
+            if not self._streamed.shows(event.output):
                 # Not streamed as it is (a typed answer, a plan's synthesis): shown now.
                 self._console.print(Markdown(printable(event.output), hyperlinks=False))
         elif isinstance(event, TaskFailed):
@@ -308,12 +319,9 @@ class TurnView:
             self._console.print(f"■ turn canceled{reason}", style="yellow", markup=False)
 
     def _delta(self, event: LLMDelta) -> None:
-        if event.attempt > self._attempt and self._attempt:
-            # The call was tried again: its text starts over.
-            self._answer.discard()
-            self._streamed = ""
-        self._attempt = event.attempt
-        self._streamed += event.text
+        taken_back = self._streamed.add(event)
+        if taken_back:
+            self._answer.take_back(taken_back)
         self._answer.add(event.text)
 
     def _completed(self, result: ToolResult, untrusted: bool) -> None:

@@ -11,6 +11,8 @@ from rich.console import Console
 
 from core_agent.chat.rendering import ToolCallLog, TurnView, show_call
 from shared.agent_protocol import (
+    AssistantMessage,
+    LLMCompleted,
     LLMDelta,
     TaskSucceeded,
     TokenUsage,
@@ -42,6 +44,32 @@ def test_a_retried_model_call_shows_only_the_text_of_its_last_try() -> None:
     view.show(event(TaskSucceeded, output="The answer is 42.", usage=TokenUsage()))
     view.close()
     assert out.getvalue().strip() == "The answer is 42."
+
+
+def completed(text: str) -> LLMCompleted:
+    return event(
+        LLMCompleted,
+        model="m",
+        message=AssistantMessage(content=text),
+        usage=TokenUsage(),
+        latency_ms=1.0,
+    )
+
+
+def test_a_retry_takes_back_only_its_own_call_s_text() -> None:
+    # An answer cut by the output limit is asked to go on in a second call. That call's
+    # first try failed before saying anything, so its text comes as attempt 2: it must not
+    # take back the first call's text; a third try of it takes back only its own.
+    console, out = screen()
+    view = TurnView(console, ToolCallLog())
+    view.show(event(LLMDelta, text="Part one, ", attempt=1))
+    view.show(completed("Part one, "))
+    view.show(event(LLMDelta, text="part tw", attempt=2))
+    view.show(event(LLMDelta, text="part two.", attempt=3))
+    view.show(completed("part two."))
+    view.show(event(TaskSucceeded, output="Part one, part two.", usage=TokenUsage()))
+    view.close()
+    assert out.getvalue().strip() == "Part one, part two."
 
 
 def test_escape_sequences_from_the_model_and_tools_are_shown_not_sent() -> None:
