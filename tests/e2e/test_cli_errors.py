@@ -1,6 +1,7 @@
 """Bad input to every command: one line saying what is wrong, exit 2 (or 1), no traceback."""
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -83,3 +84,30 @@ def test_a_reader_that_goes_away_is_not_an_error(tmp_path) -> None:
     )
     assert done.stdout.strip() == "{"
     assert done.stderr == "", done.stderr
+
+
+@pytest.mark.parametrize("args", [["run", "2 + 2"], ["tasks"], ["stats"]])
+def test_a_database_from_a_newer_core_agent_is_refused_in_one_line(tmp_path, args) -> None:
+    from providers.sqlite.migrations import MIGRATIONS
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    env = {**base, "AGENT_DATA_DIR": str(tmp_path), "COLUMNS": "200"}
+    subprocess.run([str(CLI), "-q", "run", "1 + 1"], env=env, check=True, capture_output=True)
+    newer = len(MIGRATIONS) + 1
+    with sqlite3.connect(tmp_path / "core_agent.db") as conn:
+        conn.execute(f"PRAGMA user_version = {newer}")
+        before = conn.execute("SELECT COUNT(*) FROM agent_tasks").fetchone()[0]
+    conn.close()
+    done = subprocess.run(
+        [str(CLI), *args], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert str(tmp_path / "core_agent.db") in line
+    assert f"schema version {newer}" in line and f"up to {len(MIGRATIONS)}" in line
+    assert "Upgrade core-agent" in line and "AGENT_DATA_DIR" in line
+    with sqlite3.connect(tmp_path / "core_agent.db") as conn:
+        after = conn.execute("SELECT COUNT(*) FROM agent_tasks").fetchone()[0]
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == newer
+    conn.close()
+    assert after == before

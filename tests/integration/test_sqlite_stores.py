@@ -6,7 +6,12 @@ import anyio
 import pytest
 
 from core_agent.container import KernelContainer
-from core_agent.contracts.errors import InvalidTransitionError, StorageError, TaskNotFoundError
+from core_agent.contracts.errors import (
+    DataTooNewError,
+    InvalidTransitionError,
+    StorageError,
+    TaskNotFoundError,
+)
 from core_agent.contracts.trace_store import Span
 from core_agent.kernel.agent_kernel import AgentKernel
 from providers.scripted_gateway import ScriptedLLMGateway, ScriptedTurn
@@ -59,6 +64,37 @@ def test_the_database_is_wal_and_migrated_to_the_latest_version(tmp_path) -> Non
     assert {"agent_sessions", "agent_tasks", "agent_task_events", "agent_traces"} <= tables
     # Opening again (a restart) re-runs nothing and keeps the version.
     assert SqliteDatabase(tmp_path / "k.db").call(schema_version) == len(MIGRATIONS)
+
+
+async def test_a_database_from_a_newer_build_is_refused_before_anything_is_written(
+    tmp_path,
+) -> None:
+    path = tmp_path / "k.db"
+    store = SqliteTaskStore(path)
+    await store.create_task(*_task("old"))
+    await store.close()
+    newer = len(MIGRATIONS) + 1
+    # What a newer build's migration could do: a column its writes need, kept by a trigger.
+    with sqlite_driver().connect(str(path)) as conn:
+        conn.execute("ALTER TABLE agent_tasks ADD COLUMN priority INTEGER")
+        conn.execute(
+            "CREATE TRIGGER need_priority BEFORE INSERT ON agent_tasks WHEN new.priority IS NULL"
+            " BEGIN SELECT RAISE(ABORT, 'priority is required'); END"
+        )
+        conn.execute(f"PRAGMA user_version = {newer}")
+    conn.close()
+    stored = path.read_bytes()
+    for open_it in (SqliteDatabase, SqliteDatabase.open, SqliteTaskStore, SqliteTraceStore):
+        with pytest.raises(DataTooNewError) as refused:
+            open_it(path)
+        assert (refused.value.path, refused.value.version) == (str(path), newer)
+        assert refused.value.supported == len(MIGRATIONS)
+        assert f"{path} has schema version {newer}" in str(refused.value)
+    assert path.read_bytes() == stored
+    # A failed open holds nothing: the file can be opened by the newer build at once.
+    with sqlite_driver().connect(str(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == newer
+    conn.close()
 
 
 def _task(task_id: str = "t1") -> tuple[TaskState, TaskQueued]:

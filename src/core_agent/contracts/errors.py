@@ -19,6 +19,7 @@ fails, and the host may retry)::
     │   ├── SessionClosedError          the session was closed: it takes no more tasks
     │   ├── ResponseModelError          a resumed task's response model is missing or differs
     │   ├── EmbeddingMismatchError      vectors of one model written or searched in another's
+    │   ├── DataTooNewError             a database written by a newer core-agent: not opened
     │   └── ToolRegistrationError       a tool with a bad name, schema or a duplicate name
     └── RunError                        a run failure: the task ends ``failed`` with it
         ├── ModelError                  the model call failed (status and body kept)
@@ -259,6 +260,28 @@ class EmbeddingMismatchError(UsageError):
             f"vector namespace {namespace!r} holds {stored_dimension}-dimensional vectors of "
             f"{stored_model!r}; got {dimension}-dimensional vectors of {model!r}. Use the same "
             f"embedder, or rebuild the namespace with `core-agent vectors reembed {namespace}`"
+        )
+
+
+class DataTooNewError(UsageError):
+    """A database's schema is newer than this build knows: it is refused before any write.
+
+    A newer core-agent wrote it (its migrations ran past ours); writing it with this build's
+    idea of the tables could break what that one relies on. The fix is the person's: upgrade
+    core-agent, or point ``AGENT_DATA_DIR`` at another folder.
+
+    Attributes:
+        path: The database file.
+        version: Its schema version.
+        supported: The highest schema version this build knows.
+    """
+
+    def __init__(self, path: str, version: int, supported: int) -> None:
+        self.path, self.version, self.supported = path, version, supported
+        super().__init__(
+            f"the database {path} has schema version {version}, newer than this core-agent "
+            f"supports (up to {supported}): it was written by a newer core-agent. Upgrade "
+            "core-agent, or set AGENT_DATA_DIR to another folder"
         )
 
 

@@ -327,6 +327,7 @@ class SqliteDatabase:
 
         Raises:
             StorageError: The file cannot be opened or migrated.
+            DataTooNewError: A newer core-agent wrote the file (see ``migrate``).
         """
         key = str(path) if str(path) == ":memory:" else str(Path(path).resolve())
         with cls._shared_lock:
@@ -362,7 +363,13 @@ class SqliteDatabase:
         self._restart_due = False
         self._restart_forced = False
         self._checkpoint_lock = threading.Lock()
-        self.call(migrate)
+        try:
+            self.call(migrate)
+        except BaseException:
+            # Refused (a newer schema) or failed: no handle is returned to close it.
+            self._closed = True
+            self._conn.close()
+            raise
         self._frame_bytes: int = (
             self.call(lambda conn: conn.execute("PRAGMA page_size").fetchone()[0])
             + _WAL_FRAME_HEADER_BYTES

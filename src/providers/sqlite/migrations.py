@@ -12,6 +12,7 @@ import sqlite3
 import uuid
 from collections.abc import Callable
 
+from core_agent.contracts.errors import DataTooNewError
 from providers.sqlite.database import transaction
 
 
@@ -435,9 +436,14 @@ def migrate(conn: sqlite3.Connection) -> int:
 
     Safe to call from several processes at once: ``BEGIN IMMEDIATE`` serializes them and the
     version is re-read inside the transaction.
+
+    Raises:
+        DataTooNewError: The database is at a version past the last migration here (a newer
+            core-agent wrote it); nothing is written to it.
     """
     for number, script in enumerate(MIGRATIONS, start=1):
         with transaction(conn):
+            _refuse_newer(conn)
             if schema_version(conn) >= number:
                 continue
             if callable(script):
@@ -447,6 +453,21 @@ def migrate(conn: sqlite3.Connection) -> int:
                     conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {number}")
     return schema_version(conn)
+
+
+def _refuse_newer(conn: sqlite3.Connection) -> None:
+    # Checked in each transaction, as the version is: another process may have upgraded the
+    # file since the last one.
+    version = schema_version(conn)
+    if version > len(MIGRATIONS):
+        raise DataTooNewError(_file_of(conn), version, len(MIGRATIONS))
+
+
+def _file_of(conn: sqlite3.Connection) -> str:
+    for _, name, file in conn.execute("PRAGMA database_list").fetchall():
+        if name == "main":
+            return str(file) or ":memory:"
+    return "(unknown file)"
 
 
 def _statements(script: str) -> list[str]:
