@@ -75,6 +75,18 @@ def print_metrics(console: Console, metrics: AgentMetrics) -> None:
     console.print(
         Text(f"{tasks.total} tasks" + (f" ({', '.join(where)})" if where else " (all)")),
     )
+    if tasks.unknown_status:
+        unknown = ", ".join(
+            f"{printable(status, newlines=False)!r}: {count:,}"
+            for status, count in tasks.unknown_status.items()
+        )
+        console.print(
+            Text(
+                f"Not counted: tasks with a status this core-agent does not know ({unknown}); "
+                "a newer core-agent may have written them",
+                style="yellow",
+            )
+        )
     if not tasks.total:
         return
     statuses = Table("status", *_numbers("tasks"), title="Tasks", title_justify="left")

@@ -184,6 +184,7 @@ EVERYTHING = {
             "failed": 0,
             "canceled": 1,
         },
+        "unknown_status": {},
         "total": 3,
     },
     "tokens": {"input": 440, "output": 44, "cost_usd": pytest.approx(0.34)},

@@ -156,3 +156,46 @@ def test_json_stays_json_over_damaged_rows(
     json.loads(out, parse_constant=refuse)
     assert main(["stats"]) == 0
     assert "inf" not in capsys.readouterr().out
+
+
+def test_a_task_of_an_unknown_status_is_named_and_the_others_counted(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Reviewer: one row with a status a newer build's relaxed CHECK allows ('paused') made
+    # `stats` exit 1 with "internal error: ValueError" for every task.
+    import sqlite3
+
+    from core_agent import create_kernel
+    from shared.agent_protocol import TaskRequest
+
+    settings = AgentSettings(data_dir=tmp_path / "data", recovery="off")
+
+    async def two_tasks() -> None:
+        async with create_kernel(settings) as kernel:
+            for task in ("What is 2 + 2?", "What is 3 + 3?"):
+                await kernel.execute_task(TaskRequest(task=task))
+
+    anyio.run(two_tasks)
+    with sqlite3.connect(settings.database_path) as db:
+        db.execute("PRAGMA ignore_check_constraints = on")
+        db.execute(
+            "UPDATE agent_tasks SET status = 'paused'"
+            " WHERE id = (SELECT id FROM agent_tasks ORDER BY created_at LIMIT 1)"
+        )
+    db.close()
+    monkeypatch.setenv("AGENT_DATA_DIR", str(settings.data_dir))
+    monkeypatch.setenv("COLUMNS", "200")
+
+    assert main(["stats", "--json"]) == 0
+    tasks = json.loads(capsys.readouterr().out)["tasks"]
+    assert tasks["by_status"]["succeeded"] == 1 and tasks["total"] == 1
+    assert tasks["unknown_status"] == {"paused": 1}
+    assert "'paused'" in caplog.text and "left out of the counts" in caplog.text
+
+    assert main(["stats"]) == 0
+    out = capsys.readouterr().out
+    assert "1 tasks (all)" in out
+    assert "Not counted: tasks with a status this core-agent does not know ('paused': 1)" in out

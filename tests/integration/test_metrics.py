@@ -64,6 +64,7 @@ def test_counts_rates_and_percentiles_of_every_task(stats_data: StatsData) -> No
             "failed": 1,
             "canceled": 1,
         },
+        "unknown_status": {},
         "total": 7,
     }
     # Eleven model turns answered (the canceled task's one, the failed task's none).

@@ -139,11 +139,14 @@ class TaskCounts(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     by_status: dict[TaskStatus, int] = Field(default_factory=lambda: dict.fromkeys(TaskStatus, 0))
+    unknown_status: dict[str, int] = Field(default_factory=dict)
+    """Tasks stored with a status this build does not know (a newer core-agent's, or a damaged
+    row), by that status: not in ``by_status`` nor ``total``, as task listings leave them out."""
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def total(self) -> int:
-        """All the tasks counted."""
+        """All the tasks counted (those of ``unknown_status`` are not)."""
         return sum(self.by_status.values())
 
 
@@ -215,7 +218,8 @@ class AgentMetrics(BaseModel):
     As JSON (``model_dump(mode="json")``), the shape ``core-agent stats --json`` prints::
 
         {"scope": {"since": ISO time | null, "session_id": str | null},
-         "tasks": {"by_status": {"queued": n, ..., "canceled": n}, "total": n},
+         "tasks": {"by_status": {"queued": n, ..., "canceled": n},
+                   "unknown_status": {str: n, ...}, "total": n},
          "tokens": {"input": n, "output": n, "cost_usd": x | null},
          "latency_by_kind": [{"kind": str,
                               "latency": {"count": n, "p50_ms": x, "p95_ms": x}}, ...],

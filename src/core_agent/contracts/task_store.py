@@ -491,6 +491,9 @@ class ITaskStore(abc.ABC):
         ``wait`` is the time from each decided request's ``created_at`` to the event that
         recorded its decision, as nearest-rank percentiles.
 
+        A task stored with a status this build does not know (a newer core-agent's) is
+        counted in ``unknown_status`` by that status, not raised: the others still count.
+
         A store should compute this with aggregates over its indexes (tasks by creation time
         and by session), not by reading every task into the process; it may take a while
         on a large store, and must not block the event loop meanwhile.

@@ -73,6 +73,7 @@ _ACTIVE = ("queued", "running")
 _HELD = ("queued", "running", "waiting_approval")
 """Statuses in which a task keeps its owner (a host asking its approver holds its task)."""
 _ENDED = ("succeeded", "failed", "canceled")
+_STATUSES = frozenset(status.value for status in TaskStatus)
 
 log = logging.getLogger(__name__)
 
@@ -899,10 +900,22 @@ class SqliteTaskStore(ITaskStore):
                 task_params,
             ).fetchall()
             by_status = dict.fromkeys(TaskStatus, 0)
+            unknown: dict[str, int] = {}
             for status, count in statuses:
-                by_status[TaskStatus(status)] = count
+                if status in _STATUSES:
+                    by_status[TaskStatus(status)] = count
+                else:
+                    # One row a newer build (or damage) wrote must not stop the others from
+                    # being counted; it is named, as listings name the rows they leave out.
+                    unknown[str(status)] = count
+                    log.error(
+                        "%d task(s) have the status %r, which this core-agent does not know "
+                        "(left out of the counts)",
+                        count,
+                        status,
+                    )
             return TaskMetrics(
-                tasks=TaskCounts(by_status=by_status),
+                tasks=TaskCounts(by_status=by_status, unknown_status=unknown),
                 approvals=ApprovalMetrics(
                     requested=requested,
                     approved=approved,
