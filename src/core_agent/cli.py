@@ -823,89 +823,103 @@ async def _run(args: argparse.Namespace) -> int:
     live = StreamingAnswer(out, markdown=False) if on_terminal else None
     text = ModelText()
     async with kernel, aclosing(kernel.stream_task(request)) as events:
-        async for event in events:
-            if args.json:
-                out.print(event.model_dump_json(), soft_wrap=True, markup=False)
-                if event.depth == 0 and isinstance(event, TaskWaitingApproval):
-                    status = EXIT_WAITING
+        try:
+            async for event in events:
+                if args.json:
+                    out.print(event.model_dump_json(), soft_wrap=True, markup=False)
+                    if event.depth == 0 and isinstance(event, TaskWaitingApproval):
+                        status = EXIT_WAITING
+                    elif event.depth == 0 and isinstance(
+                        event, TaskSucceeded | TaskFailed | TaskCanceled
+                    ):
+                        status = EXIT_OK if isinstance(event, TaskSucceeded) else EXIT_FAILED
+                    continue
+                if isinstance(event, LLMDelta):
+                    # A nested agent's text is its report to this task, not the answer.
+                    if event.depth == 0:
+                        taken_back = text.add(event)
+                        if live is not None:
+                            live.take_back(taken_back)
+                            live.add(event.text)
+                    continue
+                if live is not None:
+                    live.finish()  # before anything else is printed on the terminal
+                if event.depth == 0 and isinstance(event, LLMCompleted | LLMFailed):
+                    text.call_ended()
+                elif event.depth == 0 and isinstance(event, ToolStarted | PlanStepStarted):
+                    text.clear()
+                if event.depth == 0 and isinstance(event, TaskQueued):
+                    trace_id, session_id = event.trace_id, event.session_id
+                elif isinstance(event, StrategySelected):
+                    err.print(
+                        f"strategy: {event.strategy} ({event.reason})", style="dim", markup=False
+                    )
+                elif isinstance(event, PlanCreated):
+                    steps = ", ".join(f"{s['id']}: {s['goal']}" for s in event.steps)
+                    err.print(
+                        f"plan r{event.revision}: {printable(steps)}", style="dim", markup=False
+                    )
+                elif isinstance(event, PlanStepStarted):
+                    err.print(
+                        f"\n▶ step {event.step_id}: {printable(event.goal)}",
+                        style="dim",
+                        markup=False,
+                    )
+                elif isinstance(event, StrategyFallback):
+                    err.print(
+                        f"\nfalling back to {event.to_strategy}: {printable(event.reason)}",
+                        style="yellow",
+                        markup=False,
+                    )
+                elif isinstance(event, TaskWaitingApproval):
+                    err.print(
+                        f"\nThe task is waiting for you. See `core-agent approvals`, then "
+                        f"`core-agent resolve {event.request_id} --approve --reason '...'` "
+                        "or `--deny`.",
+                        style="yellow",
+                        markup=False,
+                    )
+                    if event.depth == 0:
+                        status = EXIT_WAITING
+                elif isinstance(event, ToolStarted):
+                    call = event.tool_call
+                    shown = (
+                        json.dumps(call.arguments)
+                        if call.arguments is not None
+                        else call.raw_arguments
+                    )
+                    err.print(
+                        f"\n→ {printable(call.name)}({printable(shown or '')})",
+                        style="cyan",
+                        markup=False,
+                    )
+                elif isinstance(event, ToolCompleted):
+                    result = event.result
+                    style = "red" if result.is_error else "green"
+                    err.print(f"← {printable(result.content[:500])}", style=style, markup=False)
                 elif event.depth == 0 and isinstance(
                     event, TaskSucceeded | TaskFailed | TaskCanceled
                 ):
-                    status = EXIT_OK if isinstance(event, TaskSucceeded) else EXIT_FAILED
-                continue
-            if isinstance(event, LLMDelta):
-                # A nested agent's text is its report to this task, not the answer.
-                if event.depth == 0:
-                    taken_back = text.add(event)
-                    if live is not None:
-                        live.take_back(taken_back)
-                        live.add(event.text)
-                continue
+                    if isinstance(event, TaskSucceeded):
+                        status = EXIT_OK
+                        if live is None or not text.shows(event.output):
+                            # Not streamed as it is (a pipe, a typed answer): printed whole.
+                            answer = printable(event.output)
+                            if answer:
+                                out.print(
+                                    answer,
+                                    end="" if answer.endswith("\n") else "\n",
+                                    markup=False,
+                                    emoji=False,
+                                    highlight=False,
+                                    soft_wrap=True,
+                                )
+                    else:
+                        status = EXIT_FAILED
+                    _print_summary(err, event, trace_id, session_id)
+        finally:
             if live is not None:
-                live.finish()  # before anything else is printed on the terminal
-            if event.depth == 0 and isinstance(event, LLMCompleted | LLMFailed):
-                text.call_ended()
-            elif event.depth == 0 and isinstance(event, ToolStarted | PlanStepStarted):
-                text.clear()
-            if event.depth == 0 and isinstance(event, TaskQueued):
-                trace_id, session_id = event.trace_id, event.session_id
-            elif isinstance(event, StrategySelected):
-                err.print(f"strategy: {event.strategy} ({event.reason})", style="dim", markup=False)
-            elif isinstance(event, PlanCreated):
-                steps = ", ".join(f"{s['id']}: {s['goal']}" for s in event.steps)
-                err.print(f"plan r{event.revision}: {printable(steps)}", style="dim", markup=False)
-            elif isinstance(event, PlanStepStarted):
-                err.print(
-                    f"\n▶ step {event.step_id}: {printable(event.goal)}", style="dim", markup=False
-                )
-            elif isinstance(event, StrategyFallback):
-                err.print(
-                    f"\nfalling back to {event.to_strategy}: {printable(event.reason)}",
-                    style="yellow",
-                    markup=False,
-                )
-            elif isinstance(event, TaskWaitingApproval):
-                err.print(
-                    f"\nThe task is waiting for you. See `core-agent approvals`, then "
-                    f"`core-agent resolve {event.request_id} --approve --reason '...'` "
-                    "or `--deny`.",
-                    style="yellow",
-                    markup=False,
-                )
-                if event.depth == 0:
-                    status = EXIT_WAITING
-            elif isinstance(event, ToolStarted):
-                call = event.tool_call
-                shown = (
-                    json.dumps(call.arguments) if call.arguments is not None else call.raw_arguments
-                )
-                err.print(
-                    f"\n→ {printable(call.name)}({printable(shown or '')})",
-                    style="cyan",
-                    markup=False,
-                )
-            elif isinstance(event, ToolCompleted):
-                result = event.result
-                style = "red" if result.is_error else "green"
-                err.print(f"← {printable(result.content[:500])}", style=style, markup=False)
-            elif event.depth == 0 and isinstance(event, TaskSucceeded | TaskFailed | TaskCanceled):
-                if isinstance(event, TaskSucceeded):
-                    status = EXIT_OK
-                    if live is None or not text.shows(event.output):
-                        # Not streamed as it is (a pipe, a typed answer): printed whole.
-                        answer = printable(event.output)
-                        if answer:
-                            out.print(
-                                answer,
-                                end="" if answer.endswith("\n") else "\n",
-                                markup=False,
-                                emoji=False,
-                                highlight=False,
-                                soft_wrap=True,
-                            )
-                else:
-                    status = EXIT_FAILED
-                _print_summary(err, event, trace_id, session_id)
+                live.finish()  # an interruption too leaves the text drawn, the cursor shown
     return status
 
 
