@@ -255,6 +255,38 @@ async def test_without_content_the_tree_is_whole_and_holds_no_content(
     assert all(s.tokens_in for s in by_kind["llm"])
 
 
+@tool
+def look_up(name: str) -> str:
+    """Look a customer up.
+
+    Args:
+        name: Whose record.
+    """
+    raise ValueError(f"no record for {name} at 12 Elm St")
+
+
+async def test_without_content_an_error_keeps_its_kind_not_its_text(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    # A tool's error quotes its arguments, a provider's quotes the prompt: with content off
+    # the spans (and what is exported from them) kept both texts whole.
+    settings = settings_for(tmp_path, openai_server, trace_content=False)
+    openai_server.reply(
+        tool_calls=[{"id": "c1", "name": "look_up", "arguments": {"name": "Alice Smith"}}]
+    )
+    openai_server.reply(status=400, error_message="Bad prompt: 'who is Alice Smith?'")
+    async with create_kernel(settings, tools=[look_up]) as kernel:
+        result = await kernel.execute_task(TaskRequest(task="Find Alice.", force_mode="react"))
+        spans = await kernel.task_spans(result.task_id)
+    assert result.status is TaskStatus.FAILED
+    errors = {(s.kind, s.error) for s in spans if s.error is not None}
+    assert ("tool", "ToolExecutionError") in errors or ("tool", "ValueError") in errors, errors
+    assert {kind for kind, _ in errors} >= {"tool", "llm", "run", "task"}, errors
+    stored = json.dumps([(s.error, s.attributes) for s in spans])
+    assert "Alice" not in stored and "Elm St" not in stored
+    assert all(error.isidentifier() for _, error in errors), errors
+
+
 async def test_with_tracing_off_no_span_is_written(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:

@@ -4,14 +4,37 @@ The container puts ``RecordingTraceStore`` under the redacting wrapper, around t
 store: the tracers read its ``recording`` (through the wrapper) to know whether to time
 spans and build their content at all, the redacting wrapper cuts texts to its cap once the
 secrets in them are replaced, and with tracing off this store drops whatever still reaches it.
+With content off, a span's error keeps only its kind (``error_kind``): the text of a tool's
+error, a provider's or an exception's quotes what the step held.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Awaitable, Callable
 
 from core_agent.contracts.metrics import MetricsScope, SpanMetrics
 from core_agent.contracts.trace_store import ITraceStore, Span, TraceRecording
+
+_KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,99}")
+NO_KIND = "error"
+"""What an error without a kind of its own is recorded as when content is off."""
+
+
+def error_kind(span: Span) -> str:
+    """What of ``span``'s error is kept without content: its type, never its text.
+
+    The ``error_type`` attribute a step gave it (a tool's), else the exception type an error
+    text starts with (``ModelError: ...``), else ``NO_KIND``.
+    """
+    given = span.attributes.get("error_type")
+    if isinstance(given, str) and _KIND.fullmatch(given):
+        return given
+    head, colon, _ = (span.error or "").partition(":")
+    if colon and _KIND.fullmatch(head):
+        return head
+    return NO_KIND
 
 
 class RecordingTraceStore(ITraceStore):
@@ -34,9 +57,15 @@ class RecordingTraceStore(ITraceStore):
         return self._inner.after_commit(callback)
 
     async def record(self, span: Span) -> None:
-        """See ``ITraceStore.record``; dropped when tracing is off."""
-        if self._recording.spans:
-            await self._inner.record(span)
+        """See ``ITraceStore.record``: nothing with tracing off.
+
+        With content off, the span's error keeps its kind only (``error_kind``).
+        """
+        if not self._recording.spans:
+            return
+        if span.error is not None and not self._recording.content:
+            span = dataclasses.replace(span, error=error_kind(span))
+        await self._inner.record(span)
 
     async def list_spans(
         self, *, task_id: str | None = None, trace_id: str | None = None
