@@ -117,11 +117,15 @@ class FakeFaultyGateway(ILLMGateway):
 
 
 class FakeSmallWindowGateway(ILLMGateway):
-    """Refuses, as a provider does, any prompt of more than ``max_messages`` messages."""
+    """Refuses, as a provider does, any prompt of more than ``max_messages`` messages (or,
+    with ``max_chars``, whose messages' texts hold more than that many characters)."""
 
-    def __init__(self, inner: ILLMGateway, *, max_messages: int) -> None:
+    def __init__(
+        self, inner: ILLMGateway, *, max_messages: int, max_chars: int | None = None
+    ) -> None:
         self.inner = inner
         self.max_messages = max_messages
+        self.max_chars = max_chars
         self.requests: list[LLMRequest] = []
 
     @property
@@ -130,7 +134,10 @@ class FakeSmallWindowGateway(ILLMGateway):
 
     def _check(self, request: LLMRequest) -> None:
         self.requests.append(request)
-        if len(request.messages) > self.max_messages:
+        chars = sum(len(getattr(m, "content", None) or "") for m in request.messages)
+        if len(request.messages) > self.max_messages or (
+            self.max_chars is not None and chars > self.max_chars
+        ):
             raise ModelContextWindowError(
                 f"maximum context length exceeded ({len(request.messages)} messages)",
                 status_code=400,

@@ -140,6 +140,32 @@ async def test_a_prompt_refused_as_too_long_is_sent_again_with_the_newer_half(ru
     assert isinstance(last[-1], ToolMessage) and "page 5" in last[-1].content
 
 
+@tool
+def read_all(name: str) -> str:
+    """Read a whole document."""
+    return f"{name}: " + "lorem ipsum " * 600
+
+
+async def test_a_prompt_of_one_turn_refused_as_too_long_is_sent_with_its_result_cut(run) -> None:
+    # One read of a long document fills a small model's window: there is no older turn to
+    # leave out, so the task failed at its first model call after the read.
+    call = ToolCall(id="c1", name="read_all", arguments={"name": "spec"})
+    model = FakeSmallWindowGateway(
+        FakeSequentialGateway(
+            [AssistantMessage(content="", tool_calls=[call]), AssistantMessage(content="done")]
+        ),
+        max_messages=50,
+        max_chars=4000,
+    )
+    kernel, _, _ = run(model, tools=[read_all])
+    result = await kernel.execute_task(TaskRequest(task="summarise spec", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "done", result.error
+    refused, shortened = model.requests[1], model.requests[2]
+    (whole,) = [m for m in refused.messages if isinstance(m, ToolMessage)]
+    (cut,) = [m for m in shortened.messages if isinstance(m, ToolMessage)]
+    assert len(cut.content) < len(whole.content) // 2 and cut.content.startswith("spec: lorem")
+
+
 async def test_a_prompt_that_cannot_be_shortened_fails_with_the_providers_error(run) -> None:
     model = FakeSmallWindowGateway(
         FakeSequentialGateway([AssistantMessage(content="never")]), max_messages=1

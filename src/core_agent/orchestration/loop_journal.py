@@ -71,6 +71,9 @@ class LoopCheckpoint(Checkpoint):
     max_sent_turns: int | None = None
     """Set once the provider refused a prompt as too long: the most turns sent since, so a
     resumed loop does not send (and pay for) the refused length again."""
+    observation_cap: int | None = None
+    """Set once the provider refused a prompt of one turn as too long: the longest tool result
+    sent since (see ``react_loop``), kept for the same reason."""
     cut_answer: str = ""
     """The text so far of an answer the model's output token limit cut off, which the
     model was asked to go on with (see ``react_loop``)."""

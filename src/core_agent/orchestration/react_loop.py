@@ -168,11 +168,28 @@ class _LoopState:
     ledger: LedgeredCalls | None = None
     max_sent_turns: int | None = None
     """Set when the provider refused a prompt as too long: the turns sent at most since."""
+    observation_cap: int | None = None
+    """Set when the provider refused a prompt of one turn as too long: the longest tool
+    result sent since (each longer one is cut, as ``truncate_observation`` cuts)."""
     traced_messages: int | None = None
     """How many messages of the conversation the ``llm`` spans of this run recorded (the
     answers included); ``None`` before its first model call."""
     cut: CutAnswer = field(default_factory=CutAnswer)
     """An answer the output token limit cut off, while the model goes on with it."""
+
+
+OBSERVATION_FLOOR = 200
+"""The shortest a tool result is cut to for a provider that refused a prompt as too long."""
+
+
+def _observations_cut(sent: list[ChatMessage], cap: int) -> list[ChatMessage]:
+    """``sent`` with each tool result longer than ``cap`` cut to it (``truncate_observation``)."""
+    return [
+        m.model_copy(update={"content": truncate_observation(m.content, cap)})
+        if isinstance(m, ToolMessage) and len(m.content) > cap
+        else m
+        for m in sent
+    ]
 
 
 def truncate_observation(text: str, limit: int) -> str:
@@ -280,6 +297,7 @@ class ReActLoop:
             state.error_streak = restored.error_streak
             state.corrections_left = restored.corrections_left
             state.max_sent_turns = restored.max_sent_turns
+            state.observation_cap = restored.observation_cap
             state.cut = CutAnswer(restored.cut_answer, restored.cut_pending, restored.continuations)
             if restored.phase == "answered":
                 return LoopResult(restored.output or "", restored.structured)
@@ -427,6 +445,7 @@ class ReActLoop:
             error_streak=state.error_streak,
             corrections_left=state.corrections_left,
             max_sent_turns=state.max_sent_turns,
+            observation_cap=state.observation_cap,
             cut_answer=state.cut.answer,
             cut_pending=state.cut.pending,
             continuations=state.cut.continuations,
@@ -489,7 +508,9 @@ class ReActLoop:
 
         When the provider refuses the prompt as too long, the call is sent once more with the
         newer half of the turns it held, and no more turns than that are sent for the rest of
-        the loop (the provider's count is the one that matters, not ours).
+        the loop (the provider's count is the one that matters, not ours). A prompt of one
+        turn has no half to leave out: its tool results are what can give, sent cut to a
+        quarter of the longest (``OBSERVATION_FLOOR`` at least), and so from then on.
         """
         trimmed = False
         # The opening ends at the task's message: a session's history before it is kept whole.
@@ -501,6 +522,8 @@ class ReActLoop:
                 )
             else:
                 sent, omitted = newest_turns(messages, state.max_sent_turns, task)
+            if state.observation_cap is not None:
+                sent = _observations_cut(sent, state.observation_cap)
             attributes: dict[str, Any] = {"turn": context.run.stats.turns}
             if omitted:
                 attributes["omitted_messages"] = omitted
@@ -524,11 +547,19 @@ class ReActLoop:
                     new_from=recorded or 0,
                 )
             except ModelContextWindowError:
-                turns = turns_sent(sent, omitted, task)
-                if trimmed or turns < 2:
+                if trimmed:
                     raise
                 trimmed = True
-                state.max_sent_turns = turns // 2
+                turns = turns_sent(sent, omitted, task)
+                if turns >= 2:
+                    state.max_sent_turns = turns // 2
+                    continue
+                longest = max(
+                    (len(m.content) for m in sent if isinstance(m, ToolMessage)), default=0
+                )
+                if longest <= OBSERVATION_FLOOR:
+                    raise  # nothing left to shorten
+                state.observation_cap = max(longest // 4, OBSERVATION_FLOOR)
 
     async def _run_tools(
         self,
