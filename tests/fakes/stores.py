@@ -446,7 +446,7 @@ class FakeToolCallLedger(IToolCallLedger):
 
     async def begin(self, entry: LedgerEntry) -> LedgerEntry:
         stored = self.entries_by_key.setdefault(entry.idempotency_key, entry)
-        if stored is not entry and stored.status == "started":
+        if stored is not entry and stored.status != "finished":
             stored = self.entries_by_key[entry.idempotency_key] = replace(
                 stored, started_at=entry.started_at
             )

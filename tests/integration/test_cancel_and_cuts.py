@@ -176,3 +176,54 @@ async def test_a_sync_tool_ending_after_its_task_is_recorded_as_ended_late(
     finally:
         await ledger.close()
     assert entry.status == "timed_out" and entry.note == "ended late: wrote hello"
+
+
+async def test_a_yes_to_running_a_cut_call_again_covers_that_attempt_only(tmp_path) -> None:
+    # A host leaves mid-call (the ledger row: timed_out); recovery asks whether to run it
+    # again, a human says yes, and that attempt is cut the same way. The next recovery must
+    # ask again: the call ran a third time on the first yes.
+    from shared.agent_protocol import ApprovalDecision
+
+    charges: list[int] = []
+    started = anyio.Event()
+
+    def charge_tool(block: bool) -> FunctionTool:
+        async def charge(amount: int) -> str:
+            """Charge the card.
+
+            Args:
+                amount: How much.
+            """
+            charges.append(amount)
+            started.set()
+            if block:
+                await anyio.sleep(3600)
+            return "charged"
+
+        return FunctionTool(charge, idempotent=False, capabilities={"write"})
+
+    turns = [call("charge", amount=100), ScriptedTurn(content="charged")]
+    first = kernel_on(tmp_path, [charge_tool(True)], turns)
+    async with first, anyio.create_task_group() as group:
+        group.start_soon(lambda: first.execute_task(TaskRequest(task="charge"), task_id="t"))
+        await started.wait()
+        first.leave_runs()
+        group.cancel_scope.cancel()
+    started = anyio.Event()
+    second = kernel_on(tmp_path, [charge_tool(True)], turns)
+    async with second:
+        await second.recover("resume")
+        (question,) = await second.pending_approvals()
+        yes = ApprovalDecision(request_id=question.request_id, approved=True)
+        async with anyio.create_task_group() as group:
+            group.start_soon(lambda: second.resolve_approval(question.request_id, yes))
+            await started.wait()
+            second.leave_runs()
+            group.cancel_scope.cancel()
+    assert charges == [100, 100]
+    third = kernel_on(tmp_path, [charge_tool(False)], turns)
+    async with third:
+        await third.recover("resume")
+        (again,) = await third.pending_approvals()
+        assert again.rule == "ledger:uncertain" and again.request_id != question.request_id
+    assert charges == [100, 100]

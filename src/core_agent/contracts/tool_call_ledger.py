@@ -55,9 +55,10 @@ class IToolCallLedger(abc.ABC):
     async def begin(self, entry: LedgerEntry) -> LedgerEntry:
         """Record the intent to run ``entry`` (status ``started``), unless its key exists.
 
-        A key stored ``started`` (an attempt cut short, run again once a human said so) takes
-        ``entry``'s ``started_at``: the new attempt's, so that a human's decision to run an
-        interrupted call again covers that attempt only, never a later one cut short too.
+        A key stored without a result (``started`` or ``timed_out``: an attempt cut short, run
+        again once a human said so) takes ``entry``'s ``started_at``: the new attempt's, so
+        that a human's decision to run an interrupted call again covers that attempt only,
+        never a later one cut short too.
 
         Returns:
             ``entry`` when it was recorded now; the stored entry when the key was already

@@ -220,7 +220,8 @@ class ToolCallGate:
             risk=RiskLevel.HIGH,
             rule=RERUN_RULE,
             reason=(
-                f"{spec.name} started at {entry.started_at:%Y-%m-%d %H:%M:%S} UTC and the "
+                # To the microsecond: the start names the attempt this question is about.
+                f"{spec.name} started at {entry.started_at.isoformat(sep=' ')} and the "
                 "process running it stopped before its result was recorded: it may or may "
                 "not have taken effect. Approve to run it again; deny to tell the model it "
                 "may have happened."

@@ -83,7 +83,7 @@ class SqliteToolCallLedger(IToolCallLedger):
             # Run again after an interruption: the attempt starts now (see the port).
             conn.execute(
                 "UPDATE agent_tool_calls SET started_at = ? "
-                "WHERE idempotency_key = ? AND status = 'started'",
+                "WHERE idempotency_key = ? AND status != 'finished'",
                 (row[8], entry.idempotency_key),
             )
             found: tuple[Any, ...] | None = conn.execute(
