@@ -193,3 +193,36 @@ async def test_a_secret_in_the_json_text_of_a_models_call_never_reaches_the_data
     assert b"calculator" in stored, "the call was stored"
     assert secret.encode() not in stored, f"{secret} reached the data directory"
     assert b"[REDACTED]" in stored
+
+
+async def test_secrets_in_files_a_tool_reads_never_reach_the_data_directory(
+    tmp_path: Path,
+) -> None:
+    # The model's copy of a tool result is wrapped in a note (untrusted data): JSON inside
+    # it was never decoded, so escaped labels and secret-named members were stored whole.
+    secrets = ["MIMA-5a6b7c8d", "YAML-1a2b3c4d", "TOML-9e8d7c6b", "NUM-770011223344"]
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "a.json").write_text(json.dumps({"密码": secrets[0], "n": 1}))
+    (workspace / "b.yaml").write_text(f"db:\n  api_key: {secrets[1]}\n  host: x\n")
+    (workspace / "c.toml").write_text(f'[app]\nsecret_key = "{secrets[2]}"\n')
+    (workspace / "d.json").write_text('{"password": 770011223344}')
+    data = tmp_path / "data"
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(update={"workspace_roots": (workspace,), "data_dir": data})
+    )
+    container.llm_gateway.override(
+        ScriptedLLMGateway(
+            [
+                *(call("read_file", path=n) for n in ("a.json", "b.yaml", "c.toml", "d.json")),
+                ScriptedTurn(content="read"),
+            ]
+        )
+    )
+    async with container.kernel() as kernel:
+        result = await kernel.execute_task(TaskRequest(task="Read them.", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    stored = b"".join(path.read_bytes() for path in data.rglob("*") if path.is_file())
+    for secret in [*secrets[:3], "770011223344"]:
+        assert secret.encode() not in stored, f"{secret} reached the data directory"

@@ -38,12 +38,18 @@ _VALUE = r"[^\s\"'\\,:;\]}}，。；、（）][^\s\"'\\，。；、（）]{{{lea
 
 SECRET_NAMES = (
     "password",
+    "pass_word",
+    "pass-word",
     "passwd",
     "passphrase",
     "secret",
-    "token",
+    "secrets",
+    "secret_key",
+    "secret-key",
+    "secretkey",
     "api_key",
     "api-key",
+    "api.key",
     "apikey",
     "access_key",
     "access-key",
@@ -51,20 +57,56 @@ SECRET_NAMES = (
     "private_key",
     "private-key",
     "privatekey",
+    "access_token",
+    "access-token",
+    "accesstoken",
+    "refresh_token",
+    "refresh-token",
+    "refreshtoken",
+    "auth_token",
+    "auth-token",
+    "authtoken",
+    "id_token",
+    "bearer_token",
+    "session_token",
+    "api_token",
     "credential",
     "credentials",
     "authorization",
 )
 """What the name of a JSON member or a dictionary's key ends with (in any case) when its value
-is a secret (``"db_password"``, ``"clientSecret"``, ``"X-Api-Key"``), with ``密码``, ``口令`` and
-``密钥``. ``tokens`` (counts) and ``pwd`` (a working directory) are not among them."""
+is a secret (``"db_password"``, ``"clientSecret"``, ``"X-Api-Key"``, ``"SECRET_KEY"``), with
+``密码``, ``口令`` and ``密钥``. A name that is ``EXACT_SECRET_NAMES`` alone is one too. Not a
+name merely ending in ``token`` (``page_token``, ``next_page_token`` are cursors a model pages
+with), ``tokens`` (counts) or ``pwd`` (a working directory)."""
+EXACT_SECRET_NAMES = ("token", "pass")
+"""Names that say a value is a secret only alone (``"token"``; ``"page_token"`` is none)."""
 _SECRET_NAME = (
     "(?:(?ai:"
     + "|".join(re.escape(name) for name in sorted(SECRET_NAMES, key=len, reverse=True))
     + ")|密码|口令|密钥)"
 )
-_SECRET_KEY = re.compile(r"[^\"\\\n]{0,64}?" + _SECRET_NAME)
-"""A dictionary key whose string value is redacted whole (matched in full)."""
+_EXACT_SECRET_NAME = "(?ai:" + "|".join(map(re.escape, EXACT_SECRET_NAMES)) + ")"
+_SECRET_KEY = re.compile(r"[^\"\\\n]{0,64}?" + _SECRET_NAME + "|" + _EXACT_SECRET_NAME)
+"""A dictionary key whose value is redacted whole (matched in full)."""
+_LABEL_NAMES = (
+    "password",
+    "passwd",
+    "passphrase",
+    "aws_secret_access_key",
+    "secret",
+    "secret_key",
+    "api_key",
+    "apikey",
+    "access_token",
+    "refresh_token",
+    "auth_token",
+    "private_key",
+    "credentials",
+)
+"""Labels of a value in plain text (``password: …``, YAML's ``api_key: …``, TOML's
+``secret_key = "…"``), in any case; ``client_secret`` ends with one. ``token`` alone is not
+(``token: 5`` in prose). A quoted name is a member's (``MEMBER_FORMAT``)."""
 
 KEY_FORMATS = (
     r"sk-ant-[A-Za-z0-9_\-]{20,}",
@@ -89,24 +131,46 @@ KEY_FORMATS = (
     # A value after a label that says it is one; the label is kept (``KEPT_GROUPS``). The
     # value stops at a quote, a backslash or a space, and cannot start at JSON's punctuation,
     # so a JSON text searched whole is never cut across its structure.
-    r"(?P<kept_label>(?:(?i:password|passwd|passphrase|aws_secret_access_key)|密码|口令|密钥)"
-    r"[ \t]*[:=：][ \t]*[\"']?)" + _VALUE.format(least=3),
-    r"(?P<kept_variable>[A-Z][A-Z0-9_]*_(?:KEY|TOKEN|SECRET|PASSWORD|PASS|PWD|CREDENTIALS?)"
+    r"(?P<kept_label>(?:(?ai:"
+    + "|".join(sorted(_LABEL_NAMES, key=len, reverse=True))
+    + r")|密码|口令|密钥)[ \t]*[:=：][ \t]*[\"']?)"
+    + _VALUE.format(least=3),
+    # The name is at most 64 characters: unbounded, a long run of capitals and digits
+    # (a hex dump) was searched to its end from each of its characters.
+    r"(?P<kept_variable>[A-Z][A-Z0-9_]{0,63}_(?:KEY|TOKEN|SECRET|PASSWORD|PASS|PWD|CREDENTIALS?)"
     r"[ \t]*=[ \t]*[\"']?)" + _VALUE.format(least=7),
     r"(?P<kept_basic>(?i:authorization)[ \t]*[:=][ \t]*[\"']?(?i:basic)[ \t]+)"
     r"[A-Za-z0-9+/=]{8,}",
     # The password of a URL's user (``https://user:pw@host``), the ``@`` kept.
-    r"(?P<kept_url>[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@\"'\\]+:)[^\s/@\"'\\]+(?P<kept_at>@)",
+    # (A scheme is at most 32 characters, for the same reason.)
+    r"(?P<kept_url>[A-Za-z][A-Za-z0-9+.\-]{0,31}://[^\s/:@\"'\\]+:)[^\s/@\"'\\]+(?P<kept_at>@)",
 )
 """Credential formats redacted wherever they appear."""
+_MEMBER_NAME = r'"(?:[^"\\\n]{0,64}?' + _SECRET_NAME + "|" + _EXACT_SECRET_NAME + r')"[ \t]*:\s*'
+_QUOTED_MEMBER_NAME = (
+    r"'(?:[^'\\\n]{0,64}?" + _SECRET_NAME + "|" + _EXACT_SECRET_NAME + r")'[ \t]*:\s*"
+)
 MEMBER_FORMAT = (
-    r'(?P<kept_member>"[^"\\\n]{0,64}?' + _SECRET_NAME + r'"[ \t]*:[ \t]*")(?:[^"\\\n]|\\.)+'
+    f'(?P<kept_member>{_MEMBER_NAME}")' + r'(?:[^"\\\n]|\\.)+'
+    f"|(?P<kept_number>{_MEMBER_NAME})" + r"-?[0-9][0-9.eE+\-]{3,}"
+    # A Python dictionary as printed: ``{'password': '…'}``.
+    f"|(?P<kept_quoted>{_QUOTED_MEMBER_NAME}')" + r"(?:[^'\\\n]|\\.)+"
 )
 """A JSON member named like a secret (``"db_password": "…"``): its string, escapes and all,
-up to its closing quote; the name kept. Searched after ``KEY_FORMATS`` and the literal
-secrets, once they are replaced: found first, it would take the head of a literal secret
-holding a quote (``"password": "pa"ss-w0rd"``) and leave its tail."""
-KEPT_GROUPS = ("kept_label", "kept_variable", "kept_basic", "kept_url", "kept_member")
+up to its closing quote, or its number of four digits or more (written as the marked string);
+the name kept. A list or an object under such a name is redacted whole where the JSON is read
+as data (``Redactor.data``). Searched after ``KEY_FORMATS`` and the literal secrets, once
+they are replaced: found first, it would take the head of a literal secret holding a quote
+(``"password": "pa"ss-w0rd"``) and leave its tail."""
+KEPT_GROUPS = (
+    "kept_label",
+    "kept_variable",
+    "kept_basic",
+    "kept_url",
+    "kept_member",
+    "kept_number",
+    "kept_quoted",
+)
 """Groups of ``KEY_FORMATS`` and ``MEMBER_FORMAT`` kept before the mark (a label, a URL's user)."""
 KEY_FORMAT_ANCHORS = (
     "sk-",
@@ -134,28 +198,48 @@ holds a key. Stripe-style keys (``sk_live_...``) are found by
 their middle: ``sk_`` alone is in ``task_id`` and ``risk_level``, which every event's JSON
 holds, and the search ran over all of them. The formats that match in any case are found by
 ``CASELESS_ANCHORS`` instead."""
-CASELESS_ANCHORS = ("bearer", "passw", "passphrase", "aws_secret", "authorization")
+CASELESS_ANCHORS = (
+    "bearer",
+    "passw",
+    "passphrase",
+    "aws_secret",
+    "authorization",
+    "secret",
+    "api_key",
+    "apikey",
+    "_token",
+    "private_key",
+    "credential",
+)
 """Every match of a case-insensitive ``KEY_FORMATS`` pattern holds one of these, looked for in
-the text in lower case."""
+the text in lower case (``_token`` for the labels ending in ``access_token``...)."""
 VARIABLE_ANCHORS = ("_KEY", "_TOKEN", "_SECRET", "_PASS", "_PWD", "_CREDENTIAL")
 """Every ``NAME_KEY=value`` match holds ``=`` and one of these (looked for after the ``=``)."""
 CHINESE_ANCHORS = ("密码", "口令", "密钥")
 """Every match of a Chinese label holds one of these (looked for in non-ASCII texts only)."""
-_MEMBER_STEMS = ("token", "secret", "key", "credential")
-"""Every ``SECRET_NAMES`` name that no ``CASELESS_ANCHORS`` anchor finds holds one of these."""
-MEMBER_ANCHORS = {
-    stem: tuple(
+_MEMBER_STEMS = ("token", "key", "pass")
+"""What every member anchor (``MEMBER_ANCHORS``) holds: looked for first, cheaply."""
+
+
+def _member_anchors() -> dict[str, tuple[str, ...]]:
+    ends = [
         f"{name}{quote}"
         for name in SECRET_NAMES
-        if stem in name and not any(anchor in name for anchor in CASELESS_ANCHORS)
+        if not any(anchor in name for anchor in CASELESS_ANCHORS)
         for quote in ('"', '\\"')
-    )
-    for stem in _MEMBER_STEMS
-}
-"""By stem: what every JSON member named with a ``SECRET_NAMES`` name holds in lower case (the
-name's end and its closing quote, escaped too: a JSON text inside a string), unless a
-``CASELESS_ANCHORS`` anchor finds it. Looked for only when the stem is in the text: a check
-of every anchor cost a model's quick check 9 us."""
+    ]
+    ends += [f"{quote}{name}{quote}" for name in EXACT_SECRET_NAMES for quote in ('"', '\\"')]
+    stemless = [end for end in ends if not any(stem in end for stem in _MEMBER_STEMS)]
+    if stemless:  # its member would slip past the quick check
+        raise RuntimeError(f"secret names without a member stem: {stemless}")
+    return {stem: tuple(end for end in ends if stem in end) for stem in _MEMBER_STEMS}
+
+
+MEMBER_ANCHORS = _member_anchors()
+"""By stem: what every JSON member with a ``SECRET_NAMES`` (or ``EXACT_SECRET_NAMES``) name
+holds in lower case (the name's end and its closing quote, escaped too: a JSON text inside a
+string), unless a ``CASELESS_ANCHORS`` anchor finds it. Looked for only when the stem is in
+the text: a check of every anchor cost a model's quick check 9 us."""
 SHORTEST_KEY_FORMAT = 7
 """No text shorter than this matches one of ``KEY_FORMATS`` (``密码:`` and four characters)."""
 
@@ -282,7 +366,7 @@ class Redactor:
         regex = self._regex
         if regex is None:
             return False
-        if _escaped_json(value) and self._decoded_json(value, regex) is not None:
+        if _may_hold_json(value) and self._decoded_json(value, regex) is not None:
             return True
         return self._may_hold_secret(value) and (
             regex.search(value) is not None or self._members.search(value) is not None
@@ -306,7 +390,7 @@ class Redactor:
 
     def _cleaned_string(self, value: str, regex: re.Pattern[str]) -> str:
         """``text``: ``value`` redacted, the same object when nothing was."""
-        if _escaped_json(value):
+        if _may_hold_json(value):
             decoded = self._decoded_json(value, regex)
             if decoded is not None:
                 value = decoded
@@ -317,18 +401,42 @@ class Redactor:
         return cleaned if count or members else value
 
     def _decoded_json(self, value: str, regex: re.Pattern[str]) -> str | None:
-        """``value``, a JSON text, with its strings (and secret-named members) redacted.
+        """``value`` with the JSON it holds redacted as data (``_clean_value``).
 
-        Written again; ``None`` when it is not JSON or nothing in it was redacted.
+        Each JSON object or array in the text (a tool result may wrap one in a note: the
+        untrusted-data fence) is decoded and, if anything in it was redacted, written again
+        in its place. JSON that does not decode (cut short, a trailing comma) is searched with
+        its escapes undone instead. ``None`` when nothing was redacted.
         """
-        try:
-            data = json.loads(value)
-        except ValueError:
-            return None  # not JSON after all: searched as text
-        cleaned = self._clean_value(data, regex)
-        if cleaned is data:
+        decoder = json.JSONDecoder()
+        pieces: list[str] = []
+        done = tries = 0
+        for opener in _JSON_OPENER.finditer(value):
+            start = opener.start()
+            if start < done:
+                continue
+            tries += 1
+            if tries > _JSON_TRIES:
+                break
+            try:
+                data, end = decoder.raw_decode(value, start)
+            except ValueError:
+                continue
+            cleaned = self._clean_value(data, regex)
+            if cleaned is not data:
+                pieces += (value[done:start], json.dumps(cleaned, ensure_ascii=False))
+            else:
+                pieces.append(value[done:end])
+            done = end
+        redacted = "".join(pieces) + value[done:]
+        if redacted != value:
+            return redacted
+        unescaped = _unescaped(value)
+        if unescaped == value or not self._may_hold_secret(unescaped):
             return None
-        return json.dumps(cleaned, ensure_ascii=False)
+        cleaned, count = regex.subn(_marked, unescaped)
+        cleaned, members = self._members.subn(_marked, cleaned)
+        return cleaned if count or members else None
 
     def _may_hold_secret(self, value: str) -> bool:
         """``False`` when ``value`` cannot hold a secret, without running the patterns."""
@@ -369,7 +477,7 @@ class Redactor:
         if isinstance(value, dict):
             cleaned = {}
             for key, item in value.items():
-                if isinstance(item, str) and _names_secret(key, item):
+                if _names_secret(key, item):
                     item = MARK
                 if keys and isinstance(key, str):
                     key = string(key, None)
@@ -449,11 +557,7 @@ class Redactor:
             changed = False
             for key, item in value.items():
                 new_key = self._clean_value(key, regex)
-                new_item = (
-                    MARK
-                    if type(item) is str and _names_secret(key, item)
-                    else self._clean_value(item, regex)
-                )
+                new_item = MARK if _names_secret(key, item) else self._clean_value(item, regex)
                 changed = changed or new_key is not key or new_item is not item
                 items[new_key] = new_item
             return items if changed else value
@@ -489,19 +593,40 @@ def _names_member(lowered: str) -> bool:
     return False
 
 
-def _escaped_json(value: str) -> bool:
-    """Whether ``value`` may be a JSON object or array whose escapes hide what it says."""
-    return value[:1] in ("{", "[") and "\\" in value
+_JSON_OPENER = re.compile(r"[{\[]")
+_JSON_TRIES = 64
+"""How many places a text's JSON may start at that are tried (each a decode that failed at
+worst): a text of braces is not decoded from each of them."""
+_ESCAPE = re.compile(r'\\(?:u([0-9a-fA-F]{4})|(["\\/]))')
 
 
-def _names_secret(key: object, value: str) -> bool:
-    """Whether a dictionary's ``key`` names its string ``value`` a secret (``SECRET_NAMES``)."""
-    return (
-        isinstance(key, str)
-        and value != MARK
-        and value != ""
-        and _SECRET_KEY.fullmatch(key) is not None
-    )
+def _may_hold_json(value: str) -> bool:
+    """Whether ``value`` may hold JSON whose escapes, lists or objects hide a secret."""
+    if "{" not in value and "[" not in value:
+        return False
+    return "\\" in value or _names_member(value.lower())
+
+
+def _unescaped(value: str) -> str:
+    """``value`` with JSON's escapes of characters, quotes, backslashes and slashes undone."""
+    if "\\" not in value:
+        return value
+    return _ESCAPE.sub(lambda m: chr(int(m[1], 16)) if m[1] else m[2], value)
+
+
+def _names_secret(key: object, value: object) -> bool:
+    """Whether a dictionary's ``key`` names its ``value`` a secret (``SECRET_NAMES``).
+
+    A string, a number (not a boolean) or a list or dictionary that holds something; the
+    mark itself and empty values are left as they are.
+    """
+    if isinstance(value, bool) or value is None or value == "" or value == MARK:
+        return False
+    if not isinstance(value, str | int | float | list | tuple | dict) or (
+        isinstance(value, list | tuple | dict) and not value
+    ):
+        return False
+    return isinstance(key, str) and _SECRET_KEY.fullmatch(key) is not None
 
 
 def _marked(match: re.Match[str]) -> str:
@@ -510,6 +635,8 @@ def _marked(match: re.Match[str]) -> str:
         return MARK
     groups = match.groupdict()
     kept = "".join(groups.get(name) or "" for name in KEPT_GROUPS)
+    if groups.get("kept_number"):  # a number's place in JSON: the mark as a string
+        return f'{kept}"{MARK}"'
     return f"{kept}{MARK}{groups.get('kept_at') or ''}"
 
 

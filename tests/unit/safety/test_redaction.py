@@ -267,8 +267,9 @@ def test_a_value_its_label_calls_secret_is_redacted_and_the_label_kept(
         "DEBUG_KEY=true",  # too short to be a credential
         "https://example.com:8080/a@b",  # a port, not a password
         '["password=",123456789]',  # JSON searched whole is never cut across its structure
-        '{"password": 12345678}',
         "the basic idea of authorization",
+        '{"page_token": "CURSOR-123456", "max_tokens": 5000}',  # a cursor, a count
+        "token: 5 tokens",
     ],
 )
 def test_labels_without_a_secret_after_them_leave_the_text_alone(text: str) -> None:
@@ -331,3 +332,30 @@ def test_a_json_text_is_searched_as_the_strings_it_encodes(text: str) -> None:
     # Nothing to redact: the very same text, not one written again.
     plain = json.dumps({"note": "长城", "max_tokens": 5})
     assert redactor.text(plain) is plain
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        # A number under a secret's name: the mark as a string, the JSON still JSON.
+        ('{"password": 12345678, "n": 1}', '{"password": "[REDACTED]", "n": 1}'),
+        ("{'password': 'hunter22', 'n': 1}", "{'password': '[REDACTED]', 'n': 1}"),
+        ('{"SECRET_KEY": "django-insecure-x1"}', '{"SECRET_KEY": "[REDACTED]"}'),
+        # (JSON in which something is redacted is written again, as json.dumps writes it.)
+        ('{"token":\n  "abc123xyz"}', '{"token": "[REDACTED]"}'),
+        ("api_key: sk_abcdefghij1234", "api_key: [REDACTED]"),
+        ('secret_key = "Zx9-abcdef"', 'secret_key = "[REDACTED]"'),
+        ("client_secret: abcd1234efgh", "client_secret: [REDACTED]"),
+        # A list or an object under such a name, in JSON a tool wrapped in a note.
+        (
+            'result: {"credentials": {"user": "bob", "pass": "x1"}} end',
+            'result: {"credentials": "[REDACTED]"} end',
+        ),
+        (
+            '<untrusted-data>\n{"\\u5bc6\\u7801": "MIMA-1234"}\n</untrusted-data>',
+            '<untrusted-data>\n{"密码": "[REDACTED]"}\n</untrusted-data>',
+        ),
+    ],
+)
+def test_config_and_json_spellings_of_a_secret_are_redacted(text: str, kept: str) -> None:
+    assert Redactor().text(text) == kept
