@@ -64,6 +64,113 @@ call of the same conversation; ``input_messages_from`` says where they start) an
 rewrite); ``retrieval``: ``query`` and ``passages``, or ``context`` (a capability's);
 ``memory``: ``query`` and ``memories`` (recall), ``summary`` (compaction)."""
 
+CONTENT_FREE_ATTRIBUTES = frozenset(
+    {
+        # timing, usage and ids
+        "attempt",
+        "attempts",
+        "cache_read_tokens",
+        "call_hash",
+        "call_id",
+        "child_task_id",
+        "folded_through_seq",
+        "input_messages_from",
+        "interrupted_before",
+        "request_id",
+        "retried_input_tokens",
+        "retried_output_tokens",
+        "reasoning_tokens",
+        "retry_after_s",
+        "session_id",
+        "status_code",
+        "summary_through_seq",
+        "summary_tokens",
+        "tokens_before",
+        "usage_estimated",
+        "wait_s",
+        # sizes and counts
+        "budget_tokens",
+        "calls",
+        "chars",
+        "folded_turns",
+        "history_tokens",
+        "k",
+        "messages_sent",
+        "omitted_messages",
+        "output_chars",
+        "requested",
+        "truncated_from_chars",
+        "turn",
+        "turns_omitted",
+        "turns_sent",
+        "window_tokens",
+        # decisions, and the names the host or the kernel gave
+        "action",
+        "agent",
+        "approval_required",
+        "approved",
+        "confinement",
+        "decided_by",
+        "denied",
+        "depends_on",
+        "error_type",
+        "fallback",
+        "fallback_model",
+        "features",
+        "finish_reason",
+        "forced",
+        "hits",
+        "hook_blocked",
+        "hook_rewrites",
+        "injection_signals",
+        "jump",
+        "layer",
+        "limits",
+        "model",
+        "namespace",
+        "network",
+        "node",
+        "node_kind",
+        "outcome",
+        "phase",
+        "purpose",
+        "recalled",
+        "resumed",
+        "revision",
+        "risk",
+        "rule",
+        "scope",
+        "skipped",
+        "status",
+        "steps",
+        "strategy",
+        "suspended",
+        "tainted",
+        "task_status",
+        "tool_calls",
+        "untrusted_output",
+        "updated",
+        "usage_limit",
+        "workflow",
+    }
+)
+"""The span attributes a store keeps without content recording (``AGENT_TRACE_CONTENT``
+false): timing, usage, ids, counts and decisions, whose values the kernel builds from its own
+names, the host's and the registry's, never from what a step saw or said. Every other
+attribute is dropped then, whatever wrote it, so one that quotes a prompt, a reply, a
+human's or a hook's words (``reason``, say) cannot reach the store or an exporter by a
+writer forgetting to check; one the kernel adds must be listed here (or in
+``CONTENT_ATTRIBUTES``, or ``COUNTED_ATTRIBUTES``) to be kept."""
+
+COUNTED_ATTRIBUTES = frozenset({"failures", "hook_errors", "refusals", "unproven"})
+"""Span attributes that hold texts with content recording (a plan-and-execute run's
+``failures``, a planner's ``refusals``, a tool call's ``hook_errors``, a policy's
+``unproven`` clauses) and, without it, how many there were: kept then only as a count."""
+
+UNKNOWN_TOOL = "unknown_tool"
+"""The name a call of a tool the registry does not know has in spans without content
+recording: the name is the model's words (it may be anything)."""
+
 
 @dataclass(frozen=True, slots=True)
 class TraceRecording:

@@ -1655,19 +1655,23 @@ class AgentKernel:
 
         Recorded once the decision is: of two racing resolvers only one writes it.
         """
-        await Tracer.of(self._trace_store, state).record(
+        tracer = Tracer.of(self._trace_store, state)
+        attributes: dict[str, Any] = {
+            "request_id": request.request_id,
+            "call_hash": request.call_hash,
+            "approved": decision.approved,
+            "scope": decision.scope,
+            "decided_by": decision.decided_by,
+        }
+        # The human's words: content.
+        if tracer.content:
+            attributes["reason"] = decision.reason
+        await tracer.record(
             "approval",
             request.tool_call.name if request.tool_call else "question",
             started_at=request.created_at,
             ended_at=now(),
-            attributes={
-                "request_id": request.request_id,
-                "call_hash": request.call_hash,
-                "approved": decision.approved,
-                "scope": decision.scope,
-                "decided_by": decision.decided_by,
-                "reason": decision.reason,
-            },
+            attributes=attributes,
         )
 
     async def _resume_tool_call(

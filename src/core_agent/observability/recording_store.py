@@ -4,8 +4,10 @@ The container puts ``RecordingTraceStore`` under the redacting wrapper, around t
 store: the tracers read its ``recording`` (through the wrapper) to know whether to time
 spans and build their content at all, the redacting wrapper cuts texts to its cap once the
 secrets in them are replaced, and with tracing off this store drops whatever still reaches it.
-With content off, a span's error keeps only its kind (``error_kind``): the text of a tool's
-error, a provider's or an exception's quotes what the step held.
+With content off, this store is where content is kept out, whatever the tracers did: a span's
+error keeps only its kind (``error_kind``), since the text of a tool's error, a provider's or
+an exception's quotes what the step held, and its attributes only those known to be free of
+content (``without_content``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,13 @@ import re
 from collections.abc import Awaitable, Callable
 
 from core_agent.contracts.metrics import MetricsScope, SpanMetrics
-from core_agent.contracts.trace_store import ITraceStore, Span, TraceRecording
+from core_agent.contracts.trace_store import (
+    CONTENT_FREE_ATTRIBUTES,
+    COUNTED_ATTRIBUTES,
+    ITraceStore,
+    Span,
+    TraceRecording,
+)
 
 _KIND = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,99}")
 NO_KIND = "error"
@@ -35,6 +43,26 @@ def error_kind(span: Span) -> str:
     if colon and _KIND.fullmatch(head):
         return head
     return NO_KIND
+
+
+def without_content(span: Span) -> Span:
+    """``span`` as kept without content recording.
+
+    Its error is its kind (``error_kind``); of its attributes, those in
+    ``CONTENT_FREE_ATTRIBUTES`` stay, those in ``COUNTED_ATTRIBUTES`` only as a count, and
+    ``error_type`` only when it is a name; the rest are dropped.
+    """
+    attributes = {
+        name: value
+        for name, value in span.attributes.items()
+        if (name in CONTENT_FREE_ATTRIBUTES and name != "error_type")
+        or (name in COUNTED_ATTRIBUTES and type(value) is int)
+    }
+    given = span.attributes.get("error_type")
+    if isinstance(given, str) and _KIND.fullmatch(given):
+        attributes["error_type"] = given
+    error = None if span.error is None else error_kind(span)
+    return dataclasses.replace(span, error=error, attributes=attributes)
 
 
 class RecordingTraceStore(ITraceStore):
@@ -59,12 +87,12 @@ class RecordingTraceStore(ITraceStore):
     async def record(self, span: Span) -> None:
         """See ``ITraceStore.record``: nothing with tracing off.
 
-        With content off, the span's error keeps its kind only (``error_kind``).
+        With content off, the span is kept as ``without_content`` gives it.
         """
         if not self._recording.spans:
             return
-        if span.error is not None and not self._recording.content:
-            span = dataclasses.replace(span, error=error_kind(span))
+        if not self._recording.content:
+            span = without_content(span)
         await self._inner.record(span)
 
     async def list_spans(

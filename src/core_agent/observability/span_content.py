@@ -8,9 +8,10 @@ store redacts them and cuts them to its cap (``recording_store``).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
+from core_agent.contracts.trace_store import UNKNOWN_TOOL
 from core_agent.observability.tracer import Tracer
 from shared.agent_protocol import AssistantMessage, ChatMessage, ToolCall, ToolMessage
 
@@ -23,6 +24,17 @@ def call_arguments(call: ToolCall) -> str:
     if call.raw_arguments is not None:
         return call.raw_arguments
     return _ARGUMENTS.encode(call.arguments)
+
+
+def tool_name(tracer: Tracer, name: str, known: Container[str]) -> str:
+    """The name a called tool has in spans: ``name``, or else ``UNKNOWN_TOOL``.
+
+    ``UNKNOWN_TOOL`` without content recording when ``name`` is not one of the ``known``
+    tools: the model made it up, so it is the model's words.
+    """
+    if tracer.content or name in known:
+        return name
+    return UNKNOWN_TOOL
 
 
 def message_record(tracer: Tracer, message: ChatMessage) -> dict[str, Any]:

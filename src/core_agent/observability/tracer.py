@@ -258,7 +258,8 @@ class Tracer:
         """Write the task's root span, from ``started_at`` (its creation) to now.
 
         ``status`` is the task's final status. With ``failed`` the span's status is
-        ``error``, with ``error``; otherwise ``error`` (a cancel's reason) is its ``reason``.
+        ``error``, with ``error``; otherwise ``error`` (a cancel's reason) is its ``reason``,
+        recorded with content only: it is the host's or a user's words.
         """
         if not self._writes:
             return
@@ -266,7 +267,9 @@ class Tracer:
         if strategy is not None:
             attributes["strategy"] = strategy
         if error is not None and not failed:
-            attributes["reason"], error = error, None
+            if self.content:
+                attributes["reason"] = error
+            error = None
         await self._store.record(
             Span(
                 span_id=self.root_span_id,

@@ -9,7 +9,7 @@ from typing import Any
 from core_agent.contracts.errors import ModelError, RunStoppedError
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import ILLMGateway, LLMRequest, LLMResponse, LLMTextDelta
-from core_agent.observability.span_content import message_record, messages_record
+from core_agent.observability.span_content import message_record, messages_record, tool_name
 from core_agent.observability.tracer import OpenSpan, Tracer, usage_attributes
 from core_agent.orchestration.distinct_call_ids import with_distinct_call_ids
 from core_agent.orchestration.model_attempts import ModelAttempt, observe_attempts
@@ -144,7 +144,10 @@ async def traced_model_call(
         if response.usage_estimated:
             span.attributes["usage_estimated"] = True
         span.attributes["finish_reason"] = response.finish_reason
-        span.attributes["tool_calls"] = [call.name for call in response.message.tool_calls]
+        offered = {tool.name for tool in request.tools}
+        span.attributes["tool_calls"] = [
+            tool_name(tracer, call.name, offered) for call in response.message.tool_calls
+        ]
         if tracer.content:
             span.attributes["output_message"] = message_record(tracer, response.message)
         answered = tries.attempts[-1].model if tries.attempts else llm.model_name

@@ -387,7 +387,7 @@ class PlanExecuteExecutor(IExecutor):
             try:
                 plan = await self._planner.plan(planning_context, specs, feedback)
             except PlanningError as exc:
-                span.attributes["refusals"] = exc.attempts
+                span.attributes["refusals"] = exc.attempts if tracer.content else len(exc.attempts)
                 raise
             # The goals are the model's words: content, like its answers.
             span.attributes["steps"] = [
@@ -599,7 +599,12 @@ class PlanExecuteExecutor(IExecutor):
         async with tracer.span(
             "planning", "fallback_react", parent_span_id=context.task.parent_span_id
         ) as span:
-            span.attributes.update(reason=reason, failures=failures)
+            # A failure quotes the planner's reply or a provider's error (which may quote
+            # the prompt): content; without it, how many there were.
+            if tracer.content:
+                span.attributes.update(reason=reason, failures=failures)
+            else:
+                span.attributes["failures"] = len(failures)
             try:
                 result = await self._run_loop(
                     context,

@@ -72,7 +72,7 @@ from core_agent.contracts.tool_sandbox import IToolSandbox
 from core_agent.contracts.trace_store import ITraceStore
 from core_agent.contracts.untrusted import wrap_untrusted
 from core_agent.memory.prompt_window import PromptWindow, newest_turns, turns_sent
-from core_agent.observability.span_content import call_arguments
+from core_agent.observability.span_content import call_arguments, tool_name
 from core_agent.observability.tracer import Tracer
 from core_agent.orchestration.call_ledger import LedgeredCalls
 from core_agent.orchestration.cut_answer import CutAnswer, was_cut
@@ -702,7 +702,8 @@ class ReActLoop:
         await context.emit(ToolStarted, tool_call=call)
         started = time.perf_counter()
         sandbox = context.task.sandbox or self._sandbox
-        async with tracer.span("tool", call.name, parent_span_id=parent_span_id) as span:
+        named = tool_name(tracer, call.name, self._tools.names())
+        async with tracer.span("tool", named, parent_span_id=parent_span_id) as span:
             span.attributes["call_id"] = call.id
             if tracer.content:
                 span.attributes["arguments"] = tracer.text(call_arguments(call))
@@ -879,7 +880,8 @@ class ReActLoop:
             )
         result = _error_result(call, "LoopDetected", message)
         await context.emit(ToolStarted, tool_call=call)
-        async with tracer.span("tool", call.name, parent_span_id=parent_span_id) as span:
+        named = tool_name(tracer, call.name, self._tools.names())
+        async with tracer.span("tool", named, parent_span_id=parent_span_id) as span:
             span.attributes.update(call_id=call.id, skipped=True, error_type="LoopDetected")
             if tracer.content:
                 span.attributes["arguments"] = tracer.text(call_arguments(call))

@@ -177,7 +177,8 @@ async def _record(
     arguments: dict[str, Any] | None = None,
 ) -> None:
     traced.attributes["action"] = action
-    if reason:
+    # A hook's reason may quote the call's arguments: content.
+    if reason and tracer.content:
         traced.attributes["reason"] = reason
     if action == "blocked":
         span.attributes["hook_blocked"] = hook
@@ -188,7 +189,10 @@ async def _record(
             span.attributes["rewritten_arguments"] = traced.attributes["arguments"] = rewritten
     else:
         traced.error = reason
-        span.attributes.setdefault("hook_errors", []).append(f"{hook}: {reason}"[:500])
+        if tracer.content:
+            span.attributes.setdefault("hook_errors", []).append(f"{hook}: {reason}"[:500])
+        else:
+            span.attributes["hook_errors"] = span.attributes.get("hook_errors", 0) + 1
     await context.emit(
         ToolHookApplied,
         call_id=call.id,
