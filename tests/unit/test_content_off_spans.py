@@ -84,6 +84,17 @@ def kernel_for(container, tmp_path):
     return build
 
 
+def settings_for(tmp_path: Path, server: OpenAIServer) -> AgentSettings:
+    return AgentSettings(
+        data_dir=tmp_path / "data",
+        model="openai/local",
+        model_api_base=server.base_url,
+        model_api_key="sk-test",
+        model_max_retries=0,
+        trace_content=False,
+    )
+
+
 def stored(traces: FakeTraceStore, task_id: str) -> str:
     return json.dumps(
         [(s.name, s.error, s.attributes) for s in traces.spans if s.task_id == task_id],
@@ -94,14 +105,7 @@ def stored(traces: FakeTraceStore, task_id: str) -> str:
 async def test_a_planning_error_quoting_the_prompt_stays_out_of_the_fallback_span(
     tmp_path: Path, openai_server: OpenAIServer
 ) -> None:
-    settings = AgentSettings(
-        data_dir=tmp_path / "data",
-        model="openai/local",
-        model_api_base=openai_server.base_url,
-        model_api_key="sk-test",
-        model_max_retries=0,
-        trace_content=False,
-    )
+    settings = settings_for(tmp_path, openai_server)
     openai_server.reply(status=400, error_message=f"Bad prompt: 'who is {PRIVATE}?'")
     openai_server.reply("fallback answer")
     async with create_kernel(settings) as kernel:
@@ -113,6 +117,31 @@ async def test_a_planning_error_quoting_the_prompt_stays_out_of_the_fallback_spa
     (fallback,) = [s for s in spans if s.name == "fallback_react"]
     assert "Bob Jones" not in json.dumps([(s.name, s.error, s.attributes) for s in spans])
     assert fallback.attributes["failures"] == 1 and "reason" not in fallback.attributes
+
+
+async def test_a_plans_success_criteria_and_tool_hints_stay_out_of_the_planning_span(
+    tmp_path: Path, openai_server: OpenAIServer
+) -> None:
+    step = {
+        "id": "s1",
+        "goal": f"look up {PRIVATE}",
+        "depends_on": [],
+        "tool_hints": ["Carol_Diaz_salary_95000"],
+        "success_criterion": f"the record of {PRIVATE} is found",
+    }
+    openai_server.reply(json.dumps({"steps": [step]}))
+    openai_server.reply("found it")
+    openai_server.reply("the answer")
+    async with create_kernel(settings_for(tmp_path, openai_server)) as kernel:
+        result = await kernel.execute_task(
+            TaskRequest(task="who is Bob", force_mode="plan_execute")
+        )
+        spans = await kernel.task_spans(result.task_id)
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    (planning,) = [s for s in spans if s.name == "plan"]
+    assert planning.attributes["steps"] == [{"id": "s1", "depends_on": []}]
+    text = json.dumps([(s.name, s.error, s.attributes) for s in spans])
+    assert "Bob Jones" not in text and "Carol" not in text
 
 
 async def test_a_cancel_reason_stays_out_of_the_task_span(kernel_for) -> None:

@@ -93,6 +93,8 @@ STEP_MARKER = "Your step"
 """Opens a step's user message (scripted models and tests match on it)."""
 SYNTHESIS_MARKER = "Write the final answer"
 """Opens the synthesis message."""
+_PLAN_SHAPE = {"id", "depends_on"}
+"""What the planning span keeps of each step without content recording."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,9 +391,10 @@ class PlanExecuteExecutor(IExecutor):
             except PlanningError as exc:
                 span.attributes["refusals"] = exc.attempts if tracer.content else len(exc.attempts)
                 raise
-            # The goals are the model's words: content, like its answers.
+            # A step's goal, success criterion and tool hints are the model's words: content,
+            # like its answers; without it the plan's shape stays.
             span.attributes["steps"] = [
-                step.model_dump() if tracer.content else step.model_dump(exclude={"goal"})
+                step.model_dump() if tracer.content else step.model_dump(include=_PLAN_SHAPE)
                 for step in plan.steps
             ]
         await context.emit(
