@@ -180,3 +180,30 @@ def test_the_sync_facade_answers_the_same(stats_data: StatsData) -> None:
 
     with SyncKernel(kernel_for(stats_data.settings)) as kernel:
         assert kernel.metrics(session_id="alpha") == metrics_of(stats_data, session_id="alpha")
+
+
+def test_without_content_the_counts_are_the_same(
+    stats_data: StatsData, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    # The store keeps only attributes free of content then: what stats reads must be among them.
+    data_dir = tmp_path_factory.mktemp("stats-no-content") / "data"
+    settings = AgentSettings(
+        data_dir=data_dir, model_max_retries=0, recovery="off", trace_content=False
+    )
+    without = metrics_of(anyio.run(run_tasks, settings)).model_dump(mode="json")
+    full = metrics_of(stats_data).model_dump(mode="json")
+
+    def counts(report: dict[str, object]) -> dict[str, object]:
+        def drop_latency(rows: object) -> object:
+            assert isinstance(rows, list)
+            return [{k: v for k, v in row.items() if k != "latency"} for row in rows]
+
+        return {
+            "tasks": report["tasks"],
+            "tokens": report["tokens"],
+            "models": drop_latency(report["models"]),
+            "tools": drop_latency(report["tools"]),
+            "kinds": sorted(str(k["kind"]) for k in report["latency_by_kind"]),  # type: ignore[attr-defined, index]
+        }
+
+    assert counts(without) == counts(full)
