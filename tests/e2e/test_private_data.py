@@ -84,3 +84,51 @@ async def test_a_data_directory_the_user_made_keeps_its_mode(
         await kernel.execute_task(TaskRequest(task="2 ** 10"))
     assert _mode(data_dir) == 0o750  # theirs to set
     assert _mode(data_dir / "core_agent.db") == 0o600  # made by the kernel: private
+
+
+def test_a_data_directory_made_open_to_everyone_is_refused_before_anything_is_written(
+    tmp_path: Path, usual_umask: None
+) -> None:
+    # Reviewer's p2, as far as one user can play it: the folder is world-writable and holds
+    # an empty database anyone may write (another user's would be refused for its owner too).
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    data_dir = shared / "core-agent"
+    data_dir.mkdir()
+    data_dir.chmod(0o777)
+    (data_dir / "core_agent.db").touch()
+    (data_dir / "core_agent.db").chmod(0o666)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
+    result = subprocess.run(
+        [str(CLI), "run", "secret-project-zeta: 2 ** 10"],
+        env={**base, "AGENT_DATA_DIR": str(data_dir)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"data directory {data_dir} may be written by every local user" in result.stderr
+    assert (data_dir / "core_agent.db").stat().st_size == 0
+    assert sorted(p.name for p in data_dir.iterdir()) == ["core_agent.db"]
+
+
+async def test_an_earlier_versions_data_directory_is_the_users_alone_once_opened(
+    tmp_path: Path, usual_umask: None
+) -> None:
+    # Reviewer's p3: folder 0755 and database 0644, as a version before cd1a82e left them.
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o755)
+    async with create_kernel(AgentSettings(data_dir=data_dir)) as kernel:
+        await kernel.execute_task(TaskRequest(task="2 ** 10"))
+    (data_dir / "core_agent.db").chmod(0o644)
+    data_dir.chmod(0o755)
+    async with create_kernel(AgentSettings(data_dir=data_dir)) as kernel:
+        result = await kernel.execute_task(TaskRequest(task="2 ** 11"))
+        assert result.status is TaskStatus.SUCCEEDED, result.error
+        database = data_dir / "core_agent.db"
+        for path in (database, database.with_name(database.name + "-wal")):
+            assert _mode(path) == 0o600, path
+    assert _mode(data_dir) == 0o750  # others out; the group's read is the user's to give

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +11,10 @@ from pathlib import Path
 import pytest
 
 from business_adapters.reader.library import ReaderLibrary
+from core_agent.contracts.errors import ConfigurationError
 from core_agent.contracts.private_files import create_private_file, make_private_folder
+from core_agent.trace_viewer.server import write_redirect_page
+from providers.sqlite.database import connect
 
 
 def _mode(path: Path) -> int:
@@ -58,3 +62,132 @@ def test_the_reader_library_is_its_users_alone(tmp_path: Path) -> None:
     assert _mode(tmp_path / "data") == 0o700
     assert _mode(tmp_path / "data" / "reader") == 0o700
     assert _mode(tmp_path / "data" / "reader" / "library.db") == 0o600
+
+
+# Another user's folder or file, and what others may write to, are refused; the user's own,
+# open to others, is made private. Reviewer's p2: another local user made AGENT_DATA_DIR
+# first (0777, an empty 0666 core_agent.db of theirs, a 0777 runtime) and read the task back.
+
+AS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+NEEDS_ANOTHER_USER = pytest.mark.skipif(
+    not AS_ROOT,
+    reason="LOUD SKIP: making a folder or file another user owns takes root (chown); the "
+    "mode checks below still run",
+)
+
+
+def test_a_data_directory_others_may_write_to_is_refused_saying_how_to_fix_it(
+    tmp_path: Path,
+) -> None:
+    for mode in (0o777, 0o1777, 0o703):  # a sticky bit does not make it safe
+        data_dir = tmp_path / f"data-{mode:o}"
+        data_dir.mkdir()
+        data_dir.chmod(mode)
+        with pytest.raises(ConfigurationError) as refused:
+            connect(data_dir / "core_agent.db").close()
+        message = str(refused.value)
+        assert f"data directory {data_dir}" in message
+        assert "every local user" in message and f"chmod go-w,o-rwx {data_dir}" in message
+        assert not (data_dir / "core_agent.db").exists() or (
+            (data_dir / "core_agent.db").stat().st_size == 0
+        )
+        assert _mode(data_dir) == mode  # refused, not changed behind the user's back
+
+
+def test_a_database_file_others_may_write_to_or_a_link_is_refused(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o700)
+    database = data_dir / "core_agent.db"
+    database.touch()
+    database.chmod(0o666)
+    with pytest.raises(ConfigurationError, match=r"database file .*core_agent.db may be written"):
+        connect(database).close()
+    database.unlink()
+    elsewhere = tmp_path / "theirs.db"
+    elsewhere.touch()
+    database.symlink_to(elsewhere)
+    with pytest.raises(ConfigurationError, match=r"core_agent.db is a link"):
+        connect(database).close()
+    assert elsewhere.stat().st_size == 0
+    database.unlink()
+    wal = data_dir / "core_agent.db-wal"
+    wal.symlink_to(elsewhere)  # a -wal planted before the kernel opens the database
+    with pytest.raises(ConfigurationError, match=r"core_agent.db-wal is a link"):
+        connect(database).close()
+    assert elsewhere.stat().st_size == 0
+
+
+@NEEDS_ANOTHER_USER
+def test_a_data_directory_runtime_or_database_of_another_user_is_refused(
+    tmp_path: Path,
+) -> None:
+    nobody = 65534
+    planted = tmp_path / "planted"
+    planted.mkdir(mode=0o700)
+    os.chown(planted, nobody, nobody)
+    with pytest.raises(ConfigurationError) as refused:
+        connect(planted / "core_agent.db").close()
+    assert f"data directory {planted} belongs to" in str(refused.value)
+    assert "uid 65534" in str(refused.value) and "AGENT_DATA_DIR" in str(refused.value)
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o700)
+    database = data_dir / "core_agent.db"
+    database.touch(mode=0o600)
+    os.chown(database, nobody, nobody)
+    with pytest.raises(ConfigurationError, match=r"database file .* belongs to"):
+        connect(database).close()
+
+    runtime = data_dir / "runtime"
+    runtime.mkdir(mode=0o700)
+    os.chown(runtime, nobody, nobody)
+    with pytest.raises(ConfigurationError, match=r"runtime folder .* belongs to"):
+        write_redirect_page("http://127.0.0.1:1/?token=secret", runtime)
+    assert list(runtime.iterdir()) == []
+
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o700)
+    link = tmp_path / "their-link"
+    link.symlink_to(mine)
+    os.chown(link, nobody, nobody, follow_symlinks=False)
+    with pytest.raises(ConfigurationError, match=r"is a link made by"):
+        make_private_folder(link)
+
+
+def test_a_runtime_folder_others_may_write_to_gets_no_page(tmp_path: Path) -> None:
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    runtime.chmod(0o777)
+    with pytest.raises(ConfigurationError, match=r"runtime folder .* every local user"):
+        write_redirect_page("http://127.0.0.1:1/?token=secret", runtime)
+    assert list(runtime.iterdir()) == []
+
+
+def test_an_earlier_versions_data_directory_is_made_private_when_opened(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Reviewer's p3: left by a version before the kernel made things private (umask 022).
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o755)
+    database = data_dir / "core_agent.db"
+    sqlite3.connect(database).close()
+    database.chmod(0o644)
+    wal = data_dir / "core_agent.db-wal"
+    wal.touch()
+    wal.chmod(0o664)  # a user private group's umask 002
+    lancedb = data_dir / "lancedb"
+    lancedb.mkdir(mode=0o755)
+    connect(database).close()
+    assert _mode(data_dir) == 0o750  # the group keeps reading; others are out
+    assert _mode(database) == 0o600
+    assert not wal.exists() or _mode(wal) == 0o600
+    assert "was open to other users (mode 0755): now 0750" in caplog.text
+    make_private_folder(lancedb)
+    assert _mode(lancedb) == 0o750
+
+
+def test_a_folder_the_user_shares_with_their_group_for_reading_is_kept(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o750)
+    make_private_folder(shared)
+    assert _mode(shared) == 0o750

@@ -27,7 +27,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from core_agent.contracts.errors import ConfigurationError, StorageError, UsageError
-from core_agent.contracts.private_files import create_private_file, make_private_folder
+from core_agent.contracts.private_files import (
+    create_private_file,
+    make_private_folder,
+    secure_private_file,
+)
 
 T = TypeVar("T")
 
@@ -177,10 +181,15 @@ class ReaderLibrary:
 
     def _open(self) -> sqlite3.Connection:
         try:
-            make_private_folder(self.path.parent)
+            make_private_folder(self.path.parent, what="reader library folder")
             # Its mode is set here, not left to the umask; SQLite gives its WAL the same.
             with contextlib.suppress(FileExistsError):
                 create_private_file(self.path)
+            # One there already is refused (another user's) or made private (0644 before).
+            for suffix in ("", "-wal", "-shm"):
+                secure_private_file(
+                    self.path.with_name(self.path.name + suffix), what="reader library file"
+                )
             conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30.0)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA foreign_keys=ON")

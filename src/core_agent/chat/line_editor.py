@@ -24,7 +24,8 @@ from prompt_toolkit.history import FileHistory, History, ThreadedHistory
 from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
 from core_agent.chat.first_paint import PROMPT
-from core_agent.contracts.private_files import make_private_folder
+from core_agent.contracts.errors import ConfigurationError
+from core_agent.contracts.private_files import make_private_folder, secure_private_file
 
 CONTINUATION = "… "
 HISTORY_FILE = "chat_history"
@@ -56,10 +57,13 @@ class DeferredFileHistory(History):
         file = None
         if path is not None:
             try:
-                make_private_folder(path.parent)
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+                make_private_folder(path.parent, what="data directory")
+                flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+                os.close(os.open(path, flags, 0o600))
+                # One an earlier version left (0644) is made private; another user's refused.
+                secure_private_file(path, what="chat history")
                 file = FileHistory(str(path))
-            except OSError:
+            except (OSError, ConfigurationError):
                 file = None  # the data directory's own error is reported by the kernel
         with self._lock:
             self._file, self._redact = file, redact

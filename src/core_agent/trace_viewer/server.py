@@ -34,7 +34,7 @@ import anyio.from_thread
 import anyio.lowlevel
 import uvicorn
 
-from core_agent.contracts.errors import UsageError
+from core_agent.contracts.errors import ConfigurationError, UsageError
 from core_agent.contracts.private_files import create_private_file, make_private_folder
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.trace_viewer.approval_desk import ApprovalDesk
@@ -112,9 +112,11 @@ def write_redirect_page(url: str, runtime_dir: Path | None) -> Path:
 
     Raises:
         OSError: The folder or the page cannot be written.
+        ConfigurationError: ``runtime_dir`` is another user's or others may write to it
+            (``contracts.private_files``).
     """
     if runtime_dir is not None:
-        make_private_folder(runtime_dir)
+        make_private_folder(runtime_dir, what="runtime folder")
     # mkdtemp makes its folder 0700 whatever the umask, and never one that was there.
     folder = Path(tempfile.mkdtemp(prefix=f"ui-{os.getpid()}-", dir=runtime_dir))
     page = folder / REDIRECT_PAGE
@@ -174,6 +176,10 @@ async def _open_browser(url: str, runtime_dir: Path | None) -> None:
         page = write_redirect_page(url, runtime_dir)
     except OSError as exc:
         _tell(f"cannot start a browser ({exc.strerror or exc}); open the URL above yourself")
+        return
+    except ConfigurationError as exc:
+        # The runtime folder is another user's or open to others: no page goes in there.
+        _tell(f"cannot start a browser: {exc}; open the URL above yourself")
         return
     try:
         if not await _browser_started(page):

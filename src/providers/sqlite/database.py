@@ -27,7 +27,11 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from core_agent.contracts.errors import ConfigurationError, StorageError
-from core_agent.contracts.private_files import create_private_file, make_private_folder
+from core_agent.contracts.private_files import (
+    create_private_file,
+    make_private_folder,
+    secure_private_file,
+)
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -107,19 +111,26 @@ def _bind_none_quickly(driver: ModuleType) -> None:
     driver.register_adapter(type(None), _adapt_none)
 
 
+# The files SQLite keeps beside a database in WAL mode, with the database's mode.
+_COMPANIONS = ("-wal", "-shm")
+
+
 def connect(path: Path | str) -> sqlite3.Connection:
     """Open (creating if needed) a database in WAL mode with sqlite-vec loaded.
 
     Raises:
         StorageError: The file cannot be opened or the extension cannot be loaded.
-        ConfigurationError: Its folder does not exist and cannot be created.
+        ConfigurationError: Its folder does not exist and cannot be created, or it, the
+            database or its -wal/-shm is another user's or writable by others
+            (``contracts.private_files``).
     """
     driver = sqlite_driver()
     _bind_none_quickly(driver)
     if str(path) != ":memory:":
-        folder = Path(path).parent
+        database = Path(path)
+        folder = database.parent
         try:
-            make_private_folder(folder)
+            make_private_folder(folder, what="data directory")
         except OSError as exc:
             # The folder is the user's setting (AGENT_DATA_DIR): theirs to fix, so say which.
             raise ConfigurationError(
@@ -128,11 +139,18 @@ def connect(path: Path | str) -> sqlite3.Connection:
         # Made here rather than by SQLite, which would give it the umask's mode (often
         # world-readable); SQLite gives the -wal and -shm files the database file's mode.
         try:
-            create_private_file(Path(path))
+            create_private_file(database)
         except FileExistsError:
-            pass  # a database there already keeps its mode
+            pass  # judged below with its companions
         except OSError as exc:
             raise StorageError(f"cannot create database {path}: {exc}") from exc
+        # One there already (another user's, an earlier version's 0644, a -wal left by a
+        # crash) is refused or made private before SQLite opens and writes through it.
+        for file in (database, *(database.with_name(database.name + s) for s in _COMPANIONS)):
+            try:
+                secure_private_file(file, what="database file")
+            except OSError as exc:
+                raise StorageError(f"cannot open database {path}: {exc}") from exc
     try:
         # Autocommit (isolation_level=None): transactions are explicit, see ``transaction``.
         conn = cast(
