@@ -6,6 +6,7 @@ reads a file, then writes one, which waits for a human), then ``resolve --approv
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -265,3 +266,29 @@ def test_bad_import_files_are_refused_in_one_line_and_store_nothing(
         assert len(lines) == 1 and lines[0].startswith("core-agent: "), refused.stderr
         assert message in lines[0]
     assert json.loads(run("tasks", "--json", env=empty_dir).stdout) == []
+
+
+def test_an_export_is_its_users_alone_and_never_written_through_a_planted_link(
+    recorded: Recorded,
+) -> None:
+    # Reviewer's p1: the export (the task's prompts and results) came out 0644, written
+    # through whatever was at the predictable .task.jsonl.partial: a link another user
+    # planted there sent the task to their file, and the link itself became the export.
+    folder = recorded.root / "exports"
+    folder.mkdir()
+    theirs = recorded.root / "theirs.txt"
+    theirs.write_text("")
+    (folder / ".task.jsonl.partial").symlink_to(theirs)
+    old = os.umask(0o022)
+    try:
+        done = run("export", recorded.task_id, "-o", str(folder / "task.jsonl"), env=recorded.env)
+    finally:
+        os.umask(old)
+    assert done.returncode == 0, done.stderr
+    target = folder / "task.jsonl"
+    assert not target.is_symlink()
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert json.loads(target.read_text().splitlines()[0])["type"] == "export"
+    assert theirs.read_text() == ""
+    # Nothing of the export's own is left beside it.
+    assert sorted(p.name for p in folder.iterdir()) == [".task.jsonl.partial", "task.jsonl"]

@@ -7,11 +7,16 @@ raised for the command line to tell in one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from core_agent.command_errors import EXIT_FAILED, EXIT_OK, EXIT_WAITING
 from core_agent.contracts.errors import UsageError
@@ -138,14 +143,10 @@ async def export(args: argparse.Namespace) -> int:
     if args.output is None or args.output == "-":
         sys.stdout.write(text)
         return EXIT_OK
-    target = anyio.Path(args.output)
-    # Written whole, then moved into place: a failed export leaves no half file behind.
-    partial = target.with_name(f".{target.name}.partial")
+    target = Path(args.output)
     try:
-        await partial.write_text(text, encoding="utf-8")
-        await partial.replace(target)
+        await anyio.to_thread.run_sync(_write_privately, target, text.encode())
     except OSError as exc:
-        await partial.unlink(missing_ok=True)
         raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from exc
     header = json.loads(lines[0])
     print(
@@ -153,6 +154,30 @@ async def export(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return EXIT_OK
+
+
+def _write_privately(target: Path, content: bytes) -> None:
+    """Put ``content`` at ``target`` whole, readable by this user alone (0600).
+
+    An export holds the task's prompts, answers and tool results, as the database does. It
+    is written to a new file of a random name beside ``target`` (``mkstemp``: created
+    exclusively, 0600, never through a link planted there) and then moved into place, so a
+    failed export leaves no half file, nor anything, behind.
+
+    Raises:
+        OSError: The folder cannot be written to or the file cannot be moved into place.
+    """
+    fd, temporary = tempfile.mkstemp(
+        prefix=f".{target.name}.", suffix=".partial", dir=target.parent
+    )
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(content)
+        os.replace(temporary, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
 
 
 async def import_(args: argparse.Namespace) -> int:
