@@ -145,6 +145,15 @@ def test_a_data_directory_runtime_or_database_of_another_user_is_refused(
         write_redirect_page("http://127.0.0.1:1/?token=secret", runtime)
     assert list(runtime.iterdir()) == []
 
+    # Group-writable is refused for a group shared with others (a user private group's
+    # write bit, from the umask 002 of such systems, is only tightened: see below).
+    shared = tmp_path / "group-shared"
+    shared.mkdir()
+    shared.chmod(0o770)
+    os.chown(shared, -1, nobody)
+    with pytest.raises(ConfigurationError, match=r"may be written by group 65534 \(mode 0770\)"):
+        make_private_folder(shared)
+
     mine = tmp_path / "mine"
     mine.mkdir(mode=0o700)
     link = tmp_path / "their-link"
@@ -191,3 +200,16 @@ def test_a_folder_the_user_shares_with_their_group_for_reading_is_kept(tmp_path:
     shared.mkdir(mode=0o750)
     make_private_folder(shared)
     assert _mode(shared) == 0o750
+
+
+def test_a_write_bit_of_the_users_private_group_is_tightened_not_refused(tmp_path: Path) -> None:
+    import grp
+    import pwd
+
+    if grp.getgrgid(os.getegid()).gr_name != pwd.getpwuid(os.geteuid()).pw_name:
+        pytest.skip("LOUD SKIP: this user's group is not a user private group (named as them)")
+    folder = tmp_path / "umask-002"
+    folder.mkdir()
+    folder.chmod(0o775)
+    make_private_folder(folder)
+    assert _mode(folder) == 0o750
