@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -351,3 +352,45 @@ async def test_canceling_a_team_still_cancels_its_running_members(tmp_path: Path
         (child,) = [t for t in await kernel.list_tasks() if t.request.parent is not None]
     assert outcome[0].status is TaskStatus.CANCELED
     assert child.status is TaskStatus.CANCELED
+
+
+async def test_a_member_whose_tool_raises_cancelled_itself_is_still_a_result(
+    tmp_path: Path,
+) -> None:
+    # Nobody canceled the team: the tool's own CancelledError (a future something else
+    # canceled) is that call's error; the member was taken for canceled and left out.
+    @tool(capabilities={"read"})
+    async def probe(area: str) -> str:
+        """Probes."""
+        future = asyncio.get_running_loop().create_future()
+        future.cancel()
+        await future
+        return area
+
+    bad = Agent("bad", "Probes.", tools=("probe",), task_template="As bad: {task}")
+    script = ScriptedConversation(
+        match="^As bad:", turns=[call("probe", area="x"), ScriptedTurn(content="bad answer")]
+    )
+    team = Team("t", "A team.", members=[fine_member(), bad], aggregate=listed)
+    kernel = kernel_on(tmp_path, [fine_script(), script], tools=[probe])
+    async with kernel:
+        result = await kernel.run_team(team, "do it")
+        children = [t for t in await kernel.list_tasks() if t.request.parent is not None]
+    assert result.status is TaskStatus.SUCCEEDED
+    assert result.output == "good:succeeded:good answer | bad:succeeded:bad answer"
+    assert sorted(child.status.value for child in children) == ["succeeded", "succeeded"]
+
+
+async def test_an_aggregation_raising_a_group_of_its_own_cancel_and_exit_fails_the_team(
+    tmp_path: Path,
+) -> None:
+    def aggregate(task: str, results: Sequence[MemberResult]) -> str:
+        raise BaseExceptionGroup("its own", [asyncio.CancelledError(), SystemExit(3)])
+
+    team = Team("t", "A team.", members=[fine_member()], aggregate=aggregate)
+    kernel = kernel_on(tmp_path, [fine_script()])
+    async with kernel:
+        result = await kernel.run_team(team, "do it")
+        stored = await kernel.get_task(result.task_id)
+    assert result.status is TaskStatus.FAILED and stored.status is TaskStatus.FAILED
+    assert "the aggregation failed: BaseExceptionGroup" in (stored.error or "")

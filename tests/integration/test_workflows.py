@@ -923,6 +923,31 @@ async def test_a_node_raising_cancelled_itself_fails_naming_it(settings) -> None
     assert result.state == Notes(count=1)
 
 
+async def test_a_node_raising_its_own_cancel_with_system_exit_fails_naming_both(settings) -> None:
+    # A group holding a CancelledError nobody asked for is no cancel: the task fails.
+    async def first(state: Notes) -> dict[str, int]:
+        return {"count": 1}
+
+    async def bad(state: Notes) -> None:
+        future = asyncio.get_running_loop().create_future()
+        future.cancel()
+        try:
+            await future
+        except asyncio.CancelledError as own:
+            raise BaseExceptionGroup("the node's own", [own, SystemExit(3)]) from None
+
+    workflow = Workflow("self-cancel-exit", Notes).node("first", first).node("bad", bad)
+    workflow = workflow.edge("first", "bad")
+    forget(workflow.name)
+    async with create_kernel(settings) as kernel:
+        result = await run_workflow(kernel, workflow, Notes(), task_id="wf-mix")
+        stored = await kernel.get_task("wf-mix")
+    assert result.status is TaskStatus.FAILED and stored.status is TaskStatus.FAILED
+    assert "node 'bad' raised CancelledError with SystemExit: 3 though nothing canceled" in (
+        stored.error or ""
+    )
+
+
 class _Halt(BaseException):
     """A host's own BaseException, outside Exception like SystemExit."""
 

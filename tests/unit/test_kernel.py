@@ -1,5 +1,6 @@
 """The facade's behaviour, with in-memory fakes swapped in through the container."""
 
+import asyncio
 import logging
 from contextlib import aclosing
 
@@ -13,7 +14,7 @@ from core_agent.contracts.trace_store import Span
 from core_agent.kernel.agent_kernel import AgentKernel
 from core_agent.kernel.event_bus import InProcessEventBus
 from core_agent.tooling.registry import ToolRegistry
-from fakes.gateways import FakeRecordingGateway
+from fakes.gateways import FakeFaultyGateway, FakeRecordingGateway
 from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeToolCallLedger, FakeTraceStore
 from providers.scripted_gateway import (
     ScriptedError,
@@ -21,7 +22,13 @@ from providers.scripted_gateway import (
     ScriptedToolCall,
     ScriptedTurn,
 )
-from shared.agent_protocol import ApprovalDecision, TaskRequest, TaskStatus, ToolStarted
+from shared.agent_protocol import (
+    ApprovalDecision,
+    AssistantMessage,
+    TaskRequest,
+    TaskStatus,
+    ToolStarted,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -318,3 +325,42 @@ async def test_a_base_exception_before_a_resumed_task_is_driven_fails_it_not_can
     stored = await kernel.get_task(waiting.task_id)
     assert stored.status is TaskStatus.FAILED
     assert stored.error == "the trace store's own BaseException"
+
+
+async def test_a_cancelled_error_nobody_asked_for_fails_the_task_not_cancels_it(
+    container,
+) -> None:
+    # An adapter that awaited something else's canceled future raises CancelledError: the
+    # task fails with it; taken for a cancel, it ended canceled and the host got the cancel.
+    container.task_store.override(FakeTaskStore())
+    container.trace_store.override(FakeTraceStore())
+    container.checkpoint_store.override(FakeCheckpointStore())
+    container.llm_gateway.override(FakeFaultyGateway([asyncio.CancelledError()]))
+    kernel = container.kernel()
+    result = await kernel.execute_task(TaskRequest(task="hi", force_mode="react"))
+    stored = await kernel.get_task(result.task_id)
+    assert result.status is TaskStatus.FAILED and stored.status is TaskStatus.FAILED
+    assert "CancelledError" in (stored.error or "")
+
+
+async def test_an_asyncio_cancel_of_the_host_task_still_cancels_the_task(container) -> None:
+    container.task_store.override(FakeTaskStore())
+    container.trace_store.override(FakeTraceStore())
+    container.checkpoint_store.override(FakeCheckpointStore())
+    asked = anyio.Event()
+
+    class _Hanging(FakeFaultyGateway):
+        async def _outcome(self) -> AssistantMessage | BaseException:
+            asked.set()
+            return await super()._outcome()
+
+    container.llm_gateway.override(_Hanging([anyio.Event()]))
+    kernel = container.kernel()
+    running = asyncio.create_task(
+        kernel.execute_task(TaskRequest(task="hi", force_mode="react"), task_id="t-host")
+    )
+    await asked.wait()
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert (await kernel.get_task("t-host")).status is TaskStatus.CANCELED

@@ -1,3 +1,5 @@
+import asyncio
+
 import anyio
 import pytest
 
@@ -119,6 +121,52 @@ async def test_a_tool_raising_a_base_exception_is_its_failure_not_the_hosts(
     result = await runner.run(ToolCall(id="1", name="leaves", arguments={}), CTX)
     assert result.is_error and result.error_type == "ToolExecutionError"
     assert f"it raised {type(raised).__name__}" in result.content
+
+
+async def _await_a_canceled_future() -> None:
+    # Something else canceled what the tool awaits: not a cancel of the task.
+    future = asyncio.get_running_loop().create_future()
+    future.cancel()
+    await future
+
+
+@pytest.mark.parametrize("grouped", [False, True], ids=["alone", "with_system_exit"])
+async def test_a_tool_raising_cancelled_itself_is_its_failure_not_a_cancel(grouped: bool) -> None:
+    @tool
+    async def awaits() -> str:
+        """Awaits a future something else canceled."""
+        try:
+            await _await_a_canceled_future()
+        except asyncio.CancelledError as own:
+            if grouped:
+                raise BaseExceptionGroup("the tool's own", [own, SystemExit(3)]) from None
+            raise
+        return "unreached"
+
+    runner = ToolRunner(ToolRegistry([awaits]), default_timeout_s=5)
+    result = await runner.run(ToolCall(id="1", name="awaits", arguments={}), CTX)
+    assert result.is_error and result.error_type == "ToolExecutionError"
+    raised = "BaseExceptionGroup" if grouped else "CancelledError"
+    assert f"it raised {raised}" in result.content
+
+
+async def test_an_asyncio_cancel_of_the_host_task_still_cancels_a_running_tool() -> None:
+    # No anyio scope was canceled: the host's Task.cancel is a cancel all the same.
+    entered = anyio.Event()
+
+    @tool
+    async def waits() -> str:
+        """Waits."""
+        entered.set()
+        await anyio.sleep_forever()
+        return "unreached"
+
+    runner = ToolRunner(ToolRegistry([waits]), default_timeout_s=3600)
+    running = asyncio.create_task(runner.run(ToolCall(id="1", name="waits", arguments={}), CTX))
+    await entered.wait()
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
 
 
 async def test_a_cancel_still_cancels_a_running_tool(runner: ToolRunner) -> None:

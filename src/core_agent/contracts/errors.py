@@ -59,6 +59,8 @@ this tree with ``raise ...Error(...) from exc`` so no vendor type crosses a port
 
 from __future__ import annotations
 
+import asyncio
+import math
 from typing import TYPE_CHECKING
 
 import anyio
@@ -577,20 +579,65 @@ class TaskFailedError(RunError):
 def is_interruption(exc: BaseException) -> bool:
     """Whether ``exc`` stops the run rather than fails the code it came out of.
 
-    Two things are interruptions, alone or in an exception group: the runtime's cancellation
-    (anyio's cancelled exception, whatever the backend: a cancel of the task, a time limit,
-    the caller gone) and ``KeyboardInterrupt`` (Python delivers Ctrl-C into whatever code
-    runs, a tool's or a node's included, and the person meant the host). Anything else that
-    comes out of a tool, a workflow node or a team's aggregation is that code's failure,
-    recorded as such: ``SystemExit`` (``sys.exit`` in a script turned tool), a
-    ``GeneratorExit`` it raised, a custom ``BaseException``. anyio never cancels with
-    ``GeneratorExit``, so one coming out of an awaited call was raised by the code itself;
-    code run in a worker thread must hand its ``GeneratorExit`` back wrapped
-    (``function_tool``): thrown into the awaiting task, it would close every coroutine that
-    task awaits through, past any handler. On asyncio a child task's ``KeyboardInterrupt``
-    leaves the event loop at once and never arrives in a group; on trio it does.
+    Call it where the code's exception arrives, in the task that ran the code and before any
+    shielded scope (under a shield every cancel looks withdrawn). Two things are
+    interruptions, alone or in an exception group: ``KeyboardInterrupt`` (Python delivers
+    Ctrl-C into whatever code runs, a tool's or a node's included, and the person meant the
+    host), and the runtime's cancellation (anyio's cancelled exception, whatever the backend)
+    when the run really was canceled: a cancel scope around it was canceled (a cancel of the
+    task, a time limit, the caller gone) or, on asyncio, the task was asked to stop. A
+    ``CancelledError`` the code raised on its own (it awaited a future something else
+    canceled) is its failure like anything else, and so is a group mixing one with a
+    ``SystemExit``: taken for a cancel, it ended the task canceled with a false reason and
+    reached the host as a cancel. Anything else that comes out of a tool, a workflow node or
+    a team's aggregation is that code's failure, recorded as such: ``SystemExit``
+    (``sys.exit`` in a script turned tool), a ``GeneratorExit`` it raised, a custom
+    ``BaseException``. anyio never cancels with ``GeneratorExit``, so one coming out of an
+    awaited call was raised by the code itself; code run in a worker thread must hand its
+    ``GeneratorExit`` back wrapped (``function_tool``): thrown into the awaiting task, it
+    would close every coroutine that task awaits through, past any handler. On asyncio a
+    child task's ``KeyboardInterrupt`` leaves the event loop at once and never arrives in a
+    group; on trio it does.
     """
-    stops = (anyio.get_cancelled_exc_class(), KeyboardInterrupt)
+    if keyboard_interrupt_in(exc) is not None:
+        return True
+    cancelled = anyio.get_cancelled_exc_class()
     if isinstance(exc, BaseExceptionGroup):
-        return exc.subgroup(lambda one: isinstance(one, stops)) is not None
-    return isinstance(exc, stops)
+        if exc.subgroup(lambda one: isinstance(one, cancelled)) is None:
+            return False
+    elif not isinstance(exc, cancelled):
+        return False
+    return _cancel_requested()
+
+
+def keyboard_interrupt_in(exc: BaseException) -> KeyboardInterrupt | None:
+    """The ``KeyboardInterrupt`` that ``exc`` is or holds (in a group, however nested).
+
+    A group's own ``except KeyboardInterrupt`` in the host never matches: whoever passes an
+    interruption on to the host raises this one instead.
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for one in exc.exceptions:
+            if (found := keyboard_interrupt_in(one)) is not None:
+                return found
+    return None
+
+
+def _cancel_requested() -> bool:
+    """Whether the current task's run was asked to stop.
+
+    A cancel scope around it (up to the nearest shield) was canceled, or on asyncio a
+    ``Task.cancel`` was not withdrawn.
+    """
+    try:
+        if anyio.current_effective_deadline() == -math.inf:
+            return True
+    except RuntimeError:  # no event loop runs: nothing can have canceled anything
+        return False
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # another backend (trio): its cancel scopes answered above
+        return False
+    return task is not None and task.cancelling() > 0

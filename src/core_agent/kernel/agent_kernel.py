@@ -698,6 +698,8 @@ class AgentKernel:
         try:
             yield
         except BaseException as exc:
+            # Judged before the shield, under which every cancel looks withdrawn.
+            interrupted = is_interruption(exc)
             with anyio.CancelScope(shield=True):
                 try:
                     stored = await self._task_store.get_task(lifecycle.task_id)
@@ -707,7 +709,7 @@ class AgentKernel:
                         and not self._driver.runs(lifecycle.task_id)
                     ):
                         stats = RunStats(usage=stored.usage)
-                        if not is_interruption(exc):
+                        if not interrupted:
                             # A SystemExit or other BaseException is a failure like any
                             # error: nobody canceled the task.
                             await lifecycle.fail(

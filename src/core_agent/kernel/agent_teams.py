@@ -213,7 +213,19 @@ class TeamExecutor(IExecutor):
         async with anyio.create_task_group() as group:
             for slot, member in enumerate(team.members):
                 group.start_soon(run_member, slot, member)
-        return [result for result in results if result is not None]
+        # Every member is in the results: one that ended with none (its run swallowed by
+        # the runtime) is reported failed, never left out of what is aggregated.
+        return [
+            result
+            if result is not None
+            else MemberResult(
+                member.name,
+                child_task_id(context.task.task_id, f"member:{slot}"),
+                TaskStatus.FAILED,
+                error=f"{member.name} ended without a result",
+            )
+            for slot, (member, result) in enumerate(zip(team.members, results, strict=True))
+        ]
 
     async def _aggregate(
         self, context: ExecutionContext, team: Team, task: str, results: list[MemberResult]

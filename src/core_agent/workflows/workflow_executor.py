@@ -406,7 +406,7 @@ class _WorkflowRun:
                     # through, it would reach the task as a cancel nobody asked for.
                     if is_interruption(exc):
                         raise
-                    failures[name] = exc
+                    failures[name] = _own_cancel(exc, name, number) or exc
                     group.cancel_scope.cancel()  # the layer fails: stop its other nodes
 
         try:
@@ -422,12 +422,7 @@ class _WorkflowRun:
             # not the task): the task group takes it for a cancel and ends it with no result.
             for name in layer:
                 if name not in results:
-                    failures[name] = WorkflowNodeError(
-                        f"node {name!r} raised CancelledError though nothing canceled the "
-                        "workflow task (was something it awaited canceled?)",
-                        node=name,
-                        layer=number,
-                    )
+                    failures[name] = _cancel_failure(name, number)
         if failures:
             await self._fail(failures, number, layer)
         writes = [(name, results[name].updates) for name in layer]
@@ -734,3 +729,42 @@ class _NodeDelegate:
 
     def request(self, task: str, *, parent: ParentTask | None = None) -> TaskRequest:
         return self.prepared.model_copy(update={"parent": parent})
+
+
+def _own_cancel(exc: BaseException, node: str, layer: int) -> WorkflowNodeError | None:
+    """The failure of a node that raised the runtime's cancellation on its own, saying so.
+
+    Alone or in a group, nobody canceled its task: its type alone would read like a cancel.
+    """
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        cancels, rest = exc.split(cancelled)
+        if cancels is None:
+            return None
+        also = f" with {_described_parts(rest)}" if rest is not None else ""
+    elif isinstance(exc, cancelled):
+        also = ""
+    else:
+        return None
+    return _cancel_failure(node, layer, also)
+
+
+def _cancel_failure(node: str, layer: int, also: str = "") -> WorkflowNodeError:
+    return WorkflowNodeError(
+        f"node {node!r} raised {anyio.get_cancelled_exc_class().__name__}{also} though nothing "
+        "canceled the workflow task (was something it awaited canceled?)",
+        node=node,
+        layer=layer,
+    )
+
+
+def _described_parts(group: BaseExceptionGroup[BaseException]) -> str:
+    return ", ".join(
+        f"{type(one).__name__}: {one}" if str(one) else type(one).__name__ for one in _leaves(group)
+    )
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for one in exc.exceptions for leaf in _leaves(one)]
+    return [exc]
