@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -394,3 +395,33 @@ async def test_an_aggregation_raising_a_group_of_its_own_cancel_and_exit_fails_t
         stored = await kernel.get_task(result.task_id)
     assert result.status is TaskStatus.FAILED and stored.status is TaskStatus.FAILED
     assert "the aggregation failed: BaseExceptionGroup" in (stored.error or "")
+
+
+async def test_a_sync_aggregation_runs_off_the_event_loop(tmp_path: Path) -> None:
+    # One that blocks (a slow library, a sleep) would stall every other task of the host.
+    loop_thread = threading.get_ident()
+    threads: list[int] = []
+
+    def aggregate(task: str, results: Sequence[MemberResult]) -> str:
+        threads.append(threading.get_ident())
+        return listed(task, results)
+
+    team = Team("t", "A team.", members=[fine_member()], aggregate=aggregate)
+    kernel = kernel_on(tmp_path, [fine_script()])
+    async with kernel:
+        result = await kernel.run_team(team, "do it")
+    assert result.status is TaskStatus.SUCCEEDED and result.output == "good:succeeded:good answer"
+    assert threads and threads[0] != loop_thread
+
+
+async def test_a_sync_aggregation_raising_generator_exit_fails_the_team(tmp_path: Path) -> None:
+    # In its worker thread: handed back as is, it would close the team's coroutines.
+    def aggregate(task: str, results: Sequence[MemberResult]) -> str:
+        raise GeneratorExit
+
+    team = Team("t", "A team.", members=[fine_member()], aggregate=aggregate)
+    kernel = kernel_on(tmp_path, [fine_script()])
+    async with kernel:
+        result = await kernel.run_team(team, "do it")
+    assert result.status is TaskStatus.FAILED
+    assert "the aggregation failed: GeneratorExit" in (result.error or "")

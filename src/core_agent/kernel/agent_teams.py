@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.to_thread
 
 from core_agent.contracts.errors import (
     ApprovalPendingError,
@@ -75,7 +76,9 @@ class Team:
     """Member agents that all work on a task, and how their answers are combined.
 
     ``aggregate`` is a function (sync or async) of the task and the results, or an ``Agent``
-    handed both as its task. ``max_concurrent`` members run at once, never more. A member's
+    handed both as its task. A sync function runs in a worker thread (as a sync tool does),
+    so one that blocks does not stall the event loop; a cancel of the team stops waiting
+    for it. ``max_concurrent`` members run at once, never more. A member's
     ``timeout_s`` bounds its run: past it, its task is canceled and it is a result with
     that error (status ``canceled``).
 
@@ -252,21 +255,44 @@ class TeamExecutor(IExecutor):
                     f"{child.status.value}: {child.error}"
                 )
             return child.output or ""
+
+        def combine() -> object:
+            try:
+                return aggregate(task, results)
+            except GeneratorExit as exc:
+                # Handed to the awaiting task it would close every coroutine it awaits
+                # through, past any handler.
+                raise _RaisedInThread(exc) from exc
+
         try:
-            combined = aggregate(task, results)
-            if inspect.isawaitable(combined):
-                combined = await combined
+            if inspect.iscoroutinefunction(aggregate):
+                combined: object = await aggregate(task, results)
+            else:
+                combined = await anyio.to_thread.run_sync(combine, abandon_on_cancel=True)
+                if inspect.isawaitable(combined):
+                    combined = await combined
         except BaseException as exc:
             # The host's function: its SystemExit (or any BaseException) fails the team's
             # task like any error of it; only an interruption goes on up (``is_interruption``).
             if is_interruption(exc):
                 raise
-            raise RunError(f"team {team.name}: the aggregation failed: {_described(exc)}") from exc
+            raised = exc.raised if isinstance(exc, _RaisedInThread) else exc
+            raise RunError(
+                f"team {team.name}: the aggregation failed: {_described(raised)}"
+            ) from raised
         if not isinstance(combined, str):
             raise RunError(
                 f"team {team.name}: the aggregation returned {type(combined).__name__}, not text"
             )
         return combined
+
+
+class _RaisedInThread(Exception):
+    """What a sync aggregation raised in its worker thread that cannot be rethrown as is."""
+
+    def __init__(self, raised: BaseException) -> None:
+        super().__init__(str(raised))
+        self.raised = raised
 
 
 def _described(exc: BaseException) -> str:
