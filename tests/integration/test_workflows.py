@@ -948,6 +948,35 @@ async def test_a_node_raising_its_own_cancel_with_system_exit_fails_naming_both(
     )
 
 
+@pytest.mark.parametrize("anyio_backend", ["trio"])  # asyncio stops its loop at once on it
+async def test_ctrl_c_in_a_node_reaches_the_host_as_keyboard_interrupt(settings) -> None:
+    # Not wrapped in the run's exception groups, where ``except KeyboardInterrupt`` misses it.
+    async def first(state: Notes) -> dict[str, int]:
+        return {"count": 1}
+
+    async def pressed(state: Notes) -> None:
+        raise KeyboardInterrupt
+
+    async def beside(state: Notes) -> dict[str, str]:
+        await anyio.sleep_forever()
+        return {"verdict": "ran"}
+
+    workflow = (
+        Workflow("ctrl-c", Notes, allow_fan_out=True)
+        .node("first", first)
+        .node("pressed", pressed)
+        .node("beside", beside)
+        .edge("first", "pressed")
+        .edge("first", "beside")
+    )
+    forget(workflow.name)
+    async with create_kernel(settings) as kernel:
+        with pytest.raises(KeyboardInterrupt):
+            await run_workflow(kernel, workflow, Notes(), task_id="wf-ctrl-c")
+        stored = await kernel.get_task("wf-ctrl-c")
+    assert stored.status is TaskStatus.CANCELED
+
+
 class _Halt(BaseException):
     """A host's own BaseException, outside Exception like SystemExit."""
 

@@ -37,6 +37,7 @@ from core_agent.contracts.errors import (
     RunError,
     UsageLimitExceededError,
     is_interruption,
+    keyboard_interrupt_in,
 )
 from core_agent.contracts.executor import (
     ApprovalRequester,
@@ -183,6 +184,7 @@ class TaskDriver:
             Exception: A bug in the executor (not a ``RunError``), after the task is recorded
                 as failed. Cancellation of the caller propagates, the task ended ``canceled``
                 (or left for recovery when the kernel closes).
+            KeyboardInterrupt: Ctrl-C in the run, itself rather than in an exception group.
         """
         task_id = lifecycle.task_id
         run = self._runs.setdefault(task_id, _Run())
@@ -192,6 +194,12 @@ class TaskDriver:
                 result = await self._drive(run, lifecycle, executor, context, prepare)
                 log.info("task %s", result.status.value)
                 return result
+        except BaseExceptionGroup as group:
+            # Ctrl-C in a node or a member arrives wrapped in the run's task groups, where
+            # the host's ``except KeyboardInterrupt`` would never see it.
+            if (interrupt := keyboard_interrupt_in(group)) is not None:
+                raise interrupt from group
+            raise
         finally:
             if self._runs.get(task_id) is run:
                 del self._runs[task_id]
