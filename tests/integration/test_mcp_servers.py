@@ -743,6 +743,35 @@ async def test_max_tools_caps_the_tools_a_server_gives_after_its_tool_list(caplo
     assert "MCP server 'picked' offers 4 tools; only its first 2 join" in caplog.text
 
 
+@pytest.mark.parametrize(
+    ("wanted", "joined", "pages"),
+    [
+        # All of them wanted: reading stops once max_tools and the spare are read.
+        (None, ["endless__lookup", "endless__t0", "endless__t1"], 4),
+        # Only one wanted, listed first: no page holds another, so the page cap (MAX_PAGES)
+        # stops it.
+        (["lookup"], ["endless__lookup"], 100),
+    ],
+)
+async def test_a_tool_listing_that_never_ends_is_read_only_so_far(
+    caplog, wanted: list[str] | None, joined: list[str], pages: int
+) -> None:
+    # Each page 20 tools and a cursor to the next: every page was kept until the startup
+    # timeout (+600 MB in 16 s with 2,000 a page), then no tool joined at all.
+    declared = listing_server("endless", 20, max_tools=3, tools=wanted, startup_timeout_s=20)
+    servers = McpServers({"endless": McpServerSettings.model_validate(declared)})
+    caplog.set_level(logging.WARNING)
+    try:
+        tools = await anyio.to_thread.run_sync(server_tools, servers)
+        context = ToolContext(task_id="t", session_id="s", call_id="c")
+        assert await tools[0].invoke({"x": "it"}, context) == "found it"
+    finally:
+        await servers.close()
+    assert [t.spec.name for t in tools] == joined
+    assert "the rest are not read (max_tools is 3)" in caplog.text
+    assert f"listed in {pages} pages" in caplog.text
+
+
 async def test_a_tool_listed_wrongly_is_left_out_and_the_servers_other_tools_serve(
     caplog,
 ) -> None:

@@ -6,6 +6,8 @@ that answers ``found <x>``:
 * ``exp``: ``doubling`` has a 1 kB input schema whose ``$defs`` each refer twice to the next
   (2^18 checks for one string);
 * ``many``: ``t0`` .. ``t<N-1>`` as well (N: the second argument);
+* ``endless``: ``t0``, ``t1``... N a page (the second argument), each page with a cursor to
+  another: a listing that never ends;
 * ``malformed``: ``noschema`` has no input schema and ``arrschema`` an array's, which the
   protocol refuses, and ``noname`` has no name.
 """
@@ -36,6 +38,9 @@ elif MODE == "many":
         {"name": f"t{i}", "description": "A tool.", "inputSchema": SIMPLE}
         for i in range(int(sys.argv[2]))
     ]
+elif MODE == "endless":
+    TOOLS = [LOOKUP]
+    PER_PAGE = int(sys.argv[2])
 elif MODE == "malformed":
     TOOLS = [
         {"name": "noschema", "description": "No schema."},
@@ -57,6 +62,13 @@ def answer(message: dict) -> dict | None:
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "listing", "version": "1"},
         }
+    elif method == "tools/list" and MODE == "endless":
+        page = int(params.get("cursor") or 0)
+        tools = [
+            {"name": f"t{page * PER_PAGE + i}", "description": "A tool.", "inputSchema": SIMPLE}
+            for i in range(PER_PAGE)
+        ]
+        result = {"tools": TOOLS + tools if page == 0 else tools, "nextCursor": str(page + 1)}
     elif method == "tools/list":
         result = {"tools": TOOLS}
     elif method == "tools/call":

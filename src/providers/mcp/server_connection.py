@@ -30,6 +30,12 @@ log = logging.getLogger(__name__)
 MAX_STARTS = 2
 """A server is started once, and restarted once after it crashed; then it is given up."""
 STDERR_TAIL_CHARS = 2000
+MAX_PAGES = 100
+"""Pages of ``tools/list`` read at most: a server that gives cursors without end (each page
+kept, 600 MB in 16 s) is not read until its startup timeout."""
+LISTING_SPARE = 64
+"""Tools read past ``max_tools`` (of those its ``tools`` names) before the listing stops,
+standing in for any the kernel leaves out (a name too long, a schema refused)."""
 STOP_WAIT_S = 10.0
 """Longest a session may take to end (the SDK's stdio shutdown takes up to about 6 s); a
 session that has not ended then (stuck in its handshake...) is canceled."""
@@ -64,10 +70,12 @@ class McpServerConnection:
         return self._starts
 
     async def list_tools(self) -> list[Tool]:
-        """Every tool the server offers, page after page (starting it if need be).
+        """The wanted tools (``tools``, else all) the server offers (starting it if need be).
 
-        A tool it lists wrongly (no input schema, an array's...) is left out with a warning,
-        the others kept (``ToolListingScreen``).
+        Read page after page; the listing stops, with a warning, after the page where
+        ``max_tools`` plus ``LISTING_SPARE`` wanted tools are read, or after ``MAX_PAGES``
+        pages. A tool it lists wrongly (no input schema, an array's...) is left out with a
+        warning, the others kept (``ToolListingScreen``).
 
         Raises:
             McpServerError: It could not be started, or did not list its tools in time.
@@ -80,14 +88,30 @@ class McpServerConnection:
     async def _list(self, client: Client) -> list[Tool]:
         tools: list[Tool] = []
         cursor: str | None = None
+        named = self.settings.tools
+        enough = self.settings.max_tools + LISTING_SPARE
         try:
             with anyio.fail_after(self.settings.startup_timeout_s):
-                while True:
+                pages = 0
+                while pages < MAX_PAGES:
                     page = await client.list_tools(cursor=cursor)
-                    tools.extend(page.tools)
+                    pages += 1
+                    # Only the wanted are kept: pages of the others cost nothing once read.
+                    tools.extend(t for t in page.tools if named is None or t.name in named)
                     cursor = page.next_cursor
                     if cursor is None:
                         return tools
+                    if len(tools) >= enough:
+                        break
+                log.warning(
+                    "MCP server %r has more tools than the %d it listed in %d pages; the "
+                    "rest are not read (max_tools is %d)",
+                    self.name,
+                    len(tools),
+                    pages,
+                    self.settings.max_tools,
+                )
+                return tools
         except TimeoutError:
             raise McpServerError(
                 f"MCP server {self.name!r} did not list its tools within "
