@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from jsonschema.validators import Draft202012Validator
 from mcp_types import (
     BlobResourceContents,
     CallToolResult,
@@ -16,6 +22,7 @@ from mcp_types import (
     TextResourceContents,
     Tool,
 )
+from referencing.exceptions import Unresolvable
 
 from core_agent.container import build_redactor, create_kernel
 from core_agent.contracts.errors import ConfigurationError, ToolArgumentsError
@@ -26,6 +33,7 @@ from core_agent.safety.tool_poisoning import poisoned_tool_reason
 from core_agent.tooling.function_tool import FunctionTool
 from core_agent.tooling.registry import ToolRegistry
 from providers.mcp.mcp_tool import MAX_RESULT_CHARS, McpTool, _without_collisions, result_text
+from providers.mcp.schema_bounds import REGISTRY
 from providers.mcp.server_pool import McpServers
 from providers.mcp.server_settings import McpServerSettings, declared_servers
 from support.capability_entry_points import install_capabilities
@@ -725,3 +733,144 @@ def test_arguments_that_a_schema_makes_exponential_work_of_fail_their_check() ->
     assert tool.validate_arguments(nested(4)) == nested(4)
     with pytest.raises(ToolArgumentsError, match="takes more than 10850 steps"):
         tool.validate_arguments(nested(16))  # 17 values: 2^16 checks without the bound
+
+
+@contextmanager
+def schema_host() -> Iterator[tuple[str, list[str]]]:
+    """A local HTTP server answering any GET with a string's schema; the paths asked for."""
+    asked: list[str] = []
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            body = json.dumps({"type": "string"}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", asked
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("keyword", ["$ref", "$dynamicRef", "$recursiveRef"])
+def test_a_schema_naming_a_url_is_refused_when_listed_and_the_kernel_fetches_nothing(
+    keyword: str,
+) -> None:
+    # jsonschema's default registry fetched a $dynamicRef's URL (urllib, no timeout) on the
+    # loop checking the arguments: the server chose what the kernel fetched, and when.
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    with schema_host() as (url, asked):
+        # Under a property named like a data keyword too: it is a schema there.
+        schema = {"type": "object", "properties": {"default": {keyword: f"{url}/leak"}}}
+        with pytest.raises(ValueError, match=rf"refers to '{url}/leak' \({re.escape(keyword)}\)"):
+            McpTool(servers, "notes", listed_tool("fetching", schema=schema))
+    assert asked == []
+
+
+def test_the_validator_of_a_servers_schema_retrieves_nothing() -> None:
+    # Whatever reaches it: the registry holds the schema alone and refuses to retrieve.
+    with schema_host() as (url, asked):
+        validator = Draft202012Validator({"$ref": f"{url}/leak"}, registry=REGISTRY)
+        with pytest.raises(Unresolvable):
+            list(validator.iter_errors("hello"))
+    assert asked == []
+
+
+def test_a_schemas_own_dynamic_and_recursive_references_work() -> None:
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    dynamic = {
+        "type": "object",
+        "$dynamicAnchor": "node",
+        "properties": {"next": {"$dynamicRef": "#node"}, "name": {"type": "string"}},
+    }
+    tool = McpTool(servers, "notes", listed_tool("chain", schema=dynamic))
+    assert tool.validate_arguments({"next": {"name": "a"}}) == {"next": {"name": "a"}}
+    with pytest.raises(ToolArgumentsError, match=r"next\.name: 1 is not of type 'string'"):
+        tool.validate_arguments({"next": {"name": 1}})
+
+
+@pytest.mark.parametrize("where", ["$id", "id"])
+def test_a_schema_moving_its_base_below_the_root_is_refused_when_listed(where: str) -> None:
+    # A nested $id made jsonschema resolve "#/$defs/..." in the nested resource while the
+    # kernel counted the root's: 4 nodes counted, 2^11 branches checked (over a second).
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    nested = {where: "https://evil.example/s", "type": "string"}
+    # Under a property named like a data keyword too: it is a schema there.
+    schema = {"type": "object", "properties": {"enum": nested}}
+    if where == "id":
+        schema["$schema"] = "http://json-schema.org/draft-04/schema#"
+    with pytest.raises(ValueError, match=r"sets the base URI 'https://evil\.example/s' below"):
+        McpTool(servers, "notes", listed_tool("rebased", schema=schema))
+    # The root's own $id, a property named "id", and draft 7's "#name" anchors are no base.
+    fine = {
+        "$id": "https://notes.example/schema",
+        "type": "object",
+        "properties": {"id": {"type": "string"}, "n": {"$ref": "#named"}},
+        "definitions": {"n": {"$id": "#named", "type": "integer"}},
+        "$schema": "http://json-schema.org/draft-07/schema#",
+    }
+    tool = McpTool(servers, "notes", listed_tool("fine", schema=fine))
+    assert tool.validate_arguments({"id": "a", "n": 2}) == {"id": "a", "n": 2}
+
+
+def test_an_enum_counts_its_values_when_listed() -> None:
+    # 512 allOf branches onto one enum of 1,900 values: 2,559 objects counted, and each
+    # check compared "hello" with a million values (1,024 branches: a quarter of a second).
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    schema = doubling_schema(9)
+    schema["$defs"]["d9"] = {"enum": list(range(1900))}
+    with pytest.raises(ValueError, match="expands through its references to more than 5000"):
+        McpTool(servers, "notes", listed_tool("fanout", schema=schema))
+
+
+def test_an_enum_spends_a_step_for_each_value_it_compares() -> None:
+    # Listed small, recursing with the arguments: 16 levels each comparing the argument
+    # with 1,000 values took 16 x 1,000 comparisons on 10,850 steps' allowance.
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    node = {"type": "object", "anyOf": [{"enum": list(range(1000))}, {"type": "object"}]}
+    node["properties"] = {"a": {"$ref": "#/$defs/node"}}
+    schema = {
+        "type": "object",
+        "$defs": {"node": node},
+        "properties": {"a": node["properties"]["a"]},
+    }
+    tool = McpTool(servers, "notes", listed_tool("enum", schema=schema))
+    assert tool.validate_arguments({"a": {"a": {}}}) == {"a": {"a": {}}}
+    value: dict = {}
+    for _ in range(16):
+        value = {"a": value}
+    with pytest.raises(ToolArgumentsError, match="takes more than 10850 steps"):
+        tool.validate_arguments(value)
+
+
+@pytest.mark.parametrize("where", ["pattern", "patternProperties"])
+def test_a_pattern_too_costly_to_compile_is_refused_when_listed(where: str) -> None:
+    # Compiling is not bounded by the match's time: this pattern took a second and 900 MB
+    # to compile on the loop, at the first call that met it.
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    costly = "(?:a{3000}){1000}"
+    if where == "pattern":
+        # Under a property named like a data keyword, it is a schema's pattern all the same.
+        schema = {"type": "object", "properties": {"default": {"pattern": costly}}}
+    else:
+        schema = {"type": "object", "patternProperties": {costly: {}}}
+    with pytest.raises(ValueError, match=r"repeats to 3000000 elements at the least"):
+        McpTool(servers, "notes", listed_tool("costly", schema=schema))
+    # Long optional repetitions are not written out: a hostname's pattern is ordinary.
+    host = r"^(?:[a-z0-9-]{1,63}\.){1,127}[a-z]{2,63}$"
+    schema = {"type": "object", "properties": {"host": {"type": "string", "pattern": host}}}
+    tool = McpTool(servers, "notes", listed_tool("host", schema=schema))
+    assert tool.validate_arguments({"host": "example.org"}) == {"host": "example.org"}
+    with pytest.raises(ToolArgumentsError, match="does not match"):
+        tool.validate_arguments({"host": "not a host"})

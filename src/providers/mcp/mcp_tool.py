@@ -5,7 +5,10 @@
 * Its arguments are checked against the server's input schema (JSON Schema) before the call,
   like a built-in tool's: a bad call is a clear tool error that never reaches the server.
   The check runs on the kernel's event loop, so its work is bounded (``schema_bounds``: a
-  schema that expands too far is refused when listed, a check past its steps fails).
+  schema that expands too far, names anything outside itself or moves its base URI is
+  refused when listed, a check past its steps fails; ``bounded_patterns``: a pattern too
+  costly to compile is refused when listed, matching has a time limit), and it fetches
+  nothing.
 * Its capabilities are those declared for the server, plus ``read``: what it returns is
   content from outside the kernel, so the kernel wraps it as untrusted data, checks it for
   prompt injection and taints the task, as for a fetched page. A server declared ``exec``
@@ -34,7 +37,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from jsonschema import SchemaError
-from jsonschema.validators import Draft202012Validator, validator_for
+from jsonschema.validators import (
+    Draft3Validator,
+    Draft4Validator,
+    Draft202012Validator,
+    validator_for,
+)
 from mcp_types import (
     AudioContent,
     CallToolResult,
@@ -56,15 +64,16 @@ from core_agent.contracts.tool import (
     ToolContext,
     ToolSpec,
 )
-from providers.mcp.bounded_patterns import match_time_limit, with_bounded_patterns
+from providers.mcp.bounded_patterns import match_time_limit, pattern_problem, with_bounded_patterns
 from providers.mcp.schema_bounds import (
     MAX_EXPANDED_NODES,
+    REGISTRY,
     TooMuchWork,
-    anchors_of,
     expanded_size,
-    reference_target,
+    reference_problem,
     step_budget,
     steps_for,
+    subschemas,
     with_step_budget,
 )
 from providers.mcp.server_connection import McpServerError
@@ -98,7 +107,7 @@ class McpTool(ITool):
 
         Raises:
             ValueError: Its name cannot be made valid, or its input schema is not a valid
-                JSON Schema of an object (the message says which).
+                JSON Schema of an object or could stall the kernel (the message says which).
         """
         self._servers = servers
         self._server = server
@@ -121,15 +130,22 @@ class McpTool(ITool):
             validator_class.check_schema(schema)
         except SchemaError as exc:
             raise ValueError(f"its input schema is invalid: {exc.message}") from None
-        unresolved = _unresolved_reference(schema)
-        if unresolved is not None:
-            raise ValueError(f"its input schema refers to {unresolved!r}, which it does not hold")
+        legacy = validator_class in (Draft3Validator, Draft4Validator)
+        problem = reference_problem(schema, ("$id", "id") if legacy else ("$id",))
+        if problem is not None:
+            raise ValueError(f"its input schema {problem}")
+        for pattern in _patterns(schema):
+            problem = pattern_problem(pattern)
+            if problem is not None:
+                raise ValueError(f"its input schema's pattern {pattern[:80]!r} {problem}")
         if expanded_size(schema) > MAX_EXPANDED_NODES:
             raise ValueError(
                 "its input schema expands through its references to more than "
                 f"{MAX_EXPANDED_NODES} objects and arrays (checking it would stall the kernel)"
             )
-        self._validator = with_step_budget(with_bounded_patterns(validator_class))(schema)
+        self._validator = with_step_budget(with_bounded_patterns(validator_class))(
+            schema, registry=REGISTRY
+        )
         if declared is None:
             capabilities = UNDECLARED
         else:
@@ -265,27 +281,15 @@ def result_text(result: CallToolResult) -> str:
     return text
 
 
-def _unresolved_reference(schema: Mapping[str, Any]) -> str | None:
-    """The first ``$ref`` of ``schema`` that does not point inside it, if any.
-
-    Only references within the schema are followed (``#/...`` JSON pointers and ``#name``
-    anchors); the kernel fetches nothing a server's schema names, and a reference to nowhere
-    would fail every call of the tool.
-    """
-    anchors = anchors_of(schema)
-    stack: list[Any] = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
-        ref = node.get("$ref")
-        if isinstance(ref, str) and reference_target(schema, ref, anchors) is None:
-            return ref
-        stack.extend(value for key, value in node.items() if key not in ("const", "enum"))
-    return None
+def _patterns(schema: Mapping[str, Any]) -> list[str]:
+    """The regular expressions of ``schema``: ``pattern`` values, ``patternProperties`` keys."""
+    found: list[str] = []
+    for node in subschemas(schema):
+        if isinstance(node.get("pattern"), str):
+            found.append(node["pattern"])
+        if isinstance(node.get("patternProperties"), dict):
+            found.extend(node["patternProperties"])
+    return found
 
 
 def _depth(value: Any, level: int = 0) -> int:

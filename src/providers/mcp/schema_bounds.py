@@ -6,11 +6,23 @@ string (seconds with the loop frozen, before any human is asked). Two bounds, bo
 never timed:
 
 * When the tool is listed, ``expanded_size`` counts the schema as if every reference were
-  replaced by what it points to; beyond ``MAX_EXPANDED_NODES`` the tool is refused.
-* When arguments are checked, every keyword the validator applies is one step, and a call
-  gets ``BASE_STEPS`` plus ``STEPS_PER_VALUE`` for each value its arguments hold: work in
+  replaced by what it points to, an ``enum`` as many as it lists; beyond
+  ``MAX_EXPANDED_NODES`` the tool is refused.
+* When arguments are checked, every keyword the validator applies is one step (an ``enum``
+  one for each value it lists: it compares the argument with each), and a call gets
+  ``BASE_STEPS`` plus ``STEPS_PER_VALUE`` for each value its arguments hold: work in
   proportion to what was given. A check that needs more (a schema that recurses with the
-  arguments' depth, doubling at each level) stops there and fails the call.
+  arguments' depth, doubling at each level) stops there and fails the call. The steps are
+  the call's, not each value's: a large argument lets a hostile schema spend them on a
+  small one, but never more than an ordinary schema would spend on arguments that large
+  (each step costs about as much as any other, which the references below ensure).
+
+References are resolved in the schema alone, against its root: ``reference_problem``
+refuses at listing a schema holding an ``$id`` below its root (it would move the base the
+validator resolves references against, so what the kernel counted would not be what it
+checks; real servers' schemas have none) and any ``$ref``, ``$dynamicRef`` or
+``$recursiveRef`` that does not point inside it. The validator's ``REGISTRY`` holds nothing
+but the JSON Schema meta-schemas and retrieves nothing: a schema's URL is never fetched.
 """
 
 from __future__ import annotations
@@ -23,6 +35,8 @@ from urllib.parse import unquote
 
 from jsonschema.protocols import Validator
 from jsonschema.validators import extend
+from referencing import Registry, Resource
+from referencing.exceptions import NoSuchResource
 
 MAX_EXPANDED_NODES = 5_000
 """Objects and arrays of a schema with its references expanded (a reference back into one
@@ -35,6 +49,8 @@ STEPS_PER_VALUE = 50
 (a list of 2,000 five-field objects, 12,001 values, takes 26,000 steps), a union of object
 shapes a few dozen."""
 
+REFERENCES = ("$ref", "$dynamicRef", "$recursiveRef")
+"""Keywords whose value names another schema."""
 DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 """Their values are data, never schemas: nothing in them is followed."""
 DEFINITIONS = frozenset({"$defs", "definitions"})
@@ -47,6 +63,60 @@ _STEPS_LEFT: ContextVar[list[int] | None] = ContextVar("core_agent_mcp_steps_lef
 
 class TooMuchWork(Exception):
     """Checking the arguments needed more steps than ``step_budget`` gave."""
+
+
+def _refuse_retrieval(uri: str) -> Resource[Any]:
+    # jsonschema's default registry fetches an unknown URI with urllib, no timeout, on the
+    # loop that checks the arguments: a server's schema would choose what the kernel fetches.
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # attrs fields mypy cannot see
+
+
+REGISTRY: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
+"""For the validators of servers' schemas: nothing but each schema itself (jsonschema adds
+it, and the meta-schemas), and nothing is ever retrieved."""
+
+
+def subschemas(schema: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every object of ``schema`` that keywords may apply to, ``schema`` first.
+
+    A name in ``properties`` and the like (``"enum"``, ``"default"``) is no keyword, and its
+    value is walked as a schema; the values of ``DATA_KEYWORDS`` are not walked.
+    """
+    stack: list[tuple[Any, bool]] = [(schema, False)]
+    while stack:
+        node, names = stack.pop()
+        if isinstance(node, list):
+            stack.extend((item, False) for item in reversed(node))
+        elif isinstance(node, dict) and names:
+            stack.extend((value, False) for value in node.values())
+        elif isinstance(node, dict):
+            yield node
+            stack.extend(
+                (value, key in SCHEMA_MAPS)
+                for key, value in node.items()
+                if key not in DATA_KEYWORDS
+            )
+
+
+def reference_problem(schema: Mapping[str, Any], id_keywords: tuple[str, ...]) -> str | None:
+    """Why ``schema``'s references cannot be followed safely inside it, else ``None``.
+
+    ``id_keywords``: what sets a base URI in the schema's dialect (``$id``, draft 4's ``id``).
+    A base set below the root (a string not starting with ``#``, which draft 7 reads as an
+    anchor) is refused, as is a reference keyword whose value does not point inside the
+    schema (``reference_target``).
+    """
+    anchors = anchors_of(schema)
+    for node in subschemas(schema):
+        for key in id_keywords:
+            base = node.get(key)
+            if node is not schema and isinstance(base, str) and not base.startswith("#"):
+                return f"sets the base URI {base!r} below its root ({key})"
+        for key in REFERENCES:
+            ref = node.get(key)
+            if isinstance(ref, str) and reference_target(schema, ref, anchors) is None:
+                return f"refers to {ref!r} ({key}), which it does not hold"
+    return None
 
 
 def reference_target(
@@ -77,25 +147,20 @@ def reference_target(
 def anchors_of(schema: Mapping[str, Any]) -> dict[str, Any]:
     """The schema's named places: ``$anchor``, ``$dynamicAnchor``, draft 7's ``$id: "#name"``."""
     found: dict[str, Any] = {}
-    stack: list[Any] = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
+    for node in subschemas(schema):
         for key in ("$anchor", "$dynamicAnchor"):
             if isinstance(node.get(key), str):
                 found.setdefault(node[key], node)
         if isinstance(node.get("$id"), str) and node["$id"].startswith("#"):
             found.setdefault(node["$id"][1:], node)
-        stack.extend(value for key, value in node.items() if key not in DATA_KEYWORDS)
     return found
 
 
 def expanded_size(schema: Mapping[str, Any], limit: int = MAX_EXPANDED_NODES) -> int:
     """The objects and arrays of ``schema`` with every ``#`` reference expanded in place.
+
+    An ``enum`` counts as many as the values it lists (checking an argument against it
+    compares them all), a ``const`` as one.
 
     Each reference's expansion is counted once and remembered, so the count costs as much as
     the schema is long, however large the expansion. Counting stops a little past ``limit``
@@ -121,8 +186,12 @@ def expanded_size(schema: Mapping[str, Any], limit: int = MAX_EXPANDED_NODES) ->
                 count += size(item, total + count)
             return count
         for key, value in node.items():
-            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+            if key in REFERENCES and isinstance(value, str):
                 count += of_reference(value, total + count)
+            elif key == "enum" and isinstance(value, list):
+                count += len(value)
+            elif key == "const":
+                count += 1
             elif key not in DATA_KEYWORDS and key not in DEFINITIONS:
                 count += size(value, total + count, names=key in SCHEMA_MAPS)
         return count
@@ -171,18 +240,26 @@ def step_budget(steps: int) -> Iterator[None]:
 
 
 def with_step_budget(validator_class: type[Validator]) -> type[Validator]:
-    """``validator_class`` whose every keyword spends a step of the current ``step_budget``."""
+    """``validator_class`` whose every keyword spends steps of the current ``step_budget``.
+
+    One step a keyword, and an ``enum`` one more for each value it lists.
+    """
     return extend(  # type: ignore[no-any-return]
         validator_class,
-        {keyword: _counted(check) for keyword, check in validator_class.VALIDATORS.items()},
+        {
+            keyword: _counted(keyword, check)
+            for keyword, check in validator_class.VALIDATORS.items()
+        },
     )
 
 
-def _counted(check: Callable[..., Any]) -> Callable[..., Any]:
+def _counted(keyword: str, check: Callable[..., Any]) -> Callable[..., Any]:
+    by_values = keyword == "enum"
+
     def counted(validator: Validator, value: Any, instance: Any, schema: Any) -> Any:
         left = _STEPS_LEFT.get()
         if left is not None:
-            left[0] -= 1
+            left[0] -= 1 + (len(value) if by_values and isinstance(value, list) else 0)
             if left[0] < 0:
                 raise TooMuchWork
         return check(validator, value, instance, schema)
