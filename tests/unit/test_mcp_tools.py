@@ -874,3 +874,23 @@ def test_a_pattern_too_costly_to_compile_is_refused_when_listed(where: str) -> N
     assert tool.validate_arguments({"host": "example.org"}) == {"host": "example.org"}
     with pytest.raises(ToolArgumentsError, match="does not match"):
         tool.validate_arguments({"host": "not a host"})
+
+
+def test_a_long_argument_lends_no_steps_to_a_deep_one() -> None:
+    # Each value has its own steps: 4,000 padding values bought 200,000 steps that the
+    # doubling schema spent on 12 levels of another argument (1.4 s with the loop frozen).
+    twice = {"properties": {"a": {"$ref": "#/$defs/node"}}}
+    schema = {
+        "type": "object",
+        "$defs": {"node": {"type": "object", "allOf": [twice, twice]}},
+        "properties": {"a": {"$ref": "#/$defs/node"}},
+    }
+    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
+    tool = McpTool(servers, "notes", listed_tool("nest", schema=schema))
+    value: dict = {}
+    for _ in range(12):
+        value = {"a": value}
+    with pytest.raises(ToolArgumentsError, match="cannot be checked"):
+        tool.validate_arguments({"a": value, "pad": list(range(4000))})
+    # Long arguments keep their own steps: the padding alone is checked.
+    assert tool.validate_arguments({"a": {}, "pad": list(range(4000))})

@@ -72,7 +72,6 @@ from providers.mcp.schema_bounds import (
     expanded_size,
     reference_problem,
     step_budget,
-    steps_for,
     subschemas,
     with_step_budget,
 )
@@ -187,9 +186,9 @@ class McpTool(ITool):
     def validate_arguments(self, arguments: Mapping[str, Any]) -> Mapping[str, Any]:
         """``arguments`` if they satisfy the server's input schema, else ``ToolArgumentsError``."""
         given = dict(arguments)
-        steps = steps_for(given)
+        steps = 0
         try:
-            with match_time_limit(), step_budget(steps):
+            with match_time_limit(), step_budget(given) as steps:
                 problems = sorted(
                     self._validator.iter_errors(given), key=lambda e: list(e.absolute_path)
                 )

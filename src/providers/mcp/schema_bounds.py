@@ -9,13 +9,13 @@ never timed:
   replaced by what it points to, an ``enum`` as many as it lists; beyond
   ``MAX_EXPANDED_NODES`` the tool is refused.
 * When arguments are checked, every keyword the validator applies is one step (an ``enum``
-  one for each value it lists: it compares the argument with each), and a call gets
-  ``BASE_STEPS`` plus ``STEPS_PER_VALUE`` for each value its arguments hold: work in
-  proportion to what was given. A check that needs more (a schema that recurses with the
-  arguments' depth, doubling at each level) stops there and fails the call. The steps are
-  the call's, not each value's: a large argument lets a hostile schema spend them on a
-  small one, but never more than an ordinary schema would spend on arguments that large
-  (each step costs about as much as any other, which the references below ensure).
+  one more for each value it lists: it compares the argument with each). Each value of the
+  arguments has ``STEPS_PER_VALUE`` for the keywords applied to it, and the call
+  ``BASE_STEPS`` shared by all (``step_budget``): work in proportion to what was given,
+  where it was given. A check that needs more (a schema that recurses with the arguments'
+  depth, doubling at each level) stops there and fails the call; a long argument lends
+  nothing to it. Each step costs about as much as any other (a few µs), which the
+  references below ensure.
 
 References are resolved in the schema alone, against its root: ``reference_problem``
 refuses at listing a schema holding an ``$id`` below its root (it would move the base the
@@ -43,11 +43,12 @@ MAX_EXPANDED_NODES = 5_000
 being expanded counts once). Real servers' schemas, shared ``$defs`` and all, stay in the
 hundreds; the exponential schema above passes it at 11 levels."""
 BASE_STEPS = 10_000
-"""Keywords any call's check may apply (3 to 9 µs each here: under a tenth of a second)."""
+"""Keywords any call's check may apply beyond its values' own (3 to 9 µs each here: under a
+tenth of a second)."""
 STEPS_PER_VALUE = 50
-"""And for each value of its arguments: an ordinary schema applies a few keywords to each
-(a list of 2,000 five-field objects, 12,001 values, takes 26,000 steps), a union of object
-shapes a few dozen."""
+"""Keywords each value of the arguments may have applied to it: an ordinary schema applies a
+few (a list of 2,000 five-field objects, 12,001 values, takes 26,000 steps), a union of
+object shapes a few dozen."""
 
 REFERENCES = ("$ref", "$dynamicRef", "$recursiveRef")
 """Keywords whose value names another schema."""
@@ -58,7 +59,7 @@ DEFINITIONS = frozenset({"$defs", "definitions"})
 SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas", "dependencies"})
 """Their values map names to schemas: a name (``"enum"``, ``"$defs"``) is no keyword there."""
 
-_STEPS_LEFT: ContextVar[list[int] | None] = ContextVar("core_agent_mcp_steps_left", default=None)
+_STEPS_LEFT: ContextVar[_Steps | None] = ContextVar("core_agent_mcp_steps_left", default=None)
 
 
 class TooMuchWork(Exception):
@@ -215,26 +216,53 @@ def expanded_size(schema: Mapping[str, Any], limit: int = MAX_EXPANDED_NODES) ->
         raise ValueError("its input schema's references lead through too many others") from None
 
 
-def steps_for(arguments: Any) -> int:
-    """The steps a check of ``arguments`` may take: ``BASE_STEPS``, ``STEPS_PER_VALUE`` a value."""
-    values = 0
-    stack = [arguments]
-    while stack:
-        value = stack.pop()
-        values += 1
-        if isinstance(value, dict):
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return BASE_STEPS + STEPS_PER_VALUE * values
+class _Steps:
+    """What a check may still spend: each value's own steps, then the call's shared ones."""
+
+    def __init__(self, arguments: Any) -> None:
+        self.shared = BASE_STEPS
+        # By object: arguments decoded from JSON share none (a value given twice, in Python,
+        # is visited twice and gets its steps twice).
+        self.own: dict[int, int] = {}
+        self.total = BASE_STEPS
+        stack = [arguments]
+        while stack:
+            value = stack.pop()
+            self.own[id(value)] = self.own.get(id(value), 0) + STEPS_PER_VALUE
+            self.total += STEPS_PER_VALUE
+            if isinstance(value, dict):
+                stack.extend(value.values())
+            elif isinstance(value, list):
+                stack.extend(value)
+
+    def spend(self, instance: Any, steps: int) -> None:
+        key = id(instance)
+        own = self.own.get(key, 0)
+        if own >= steps:
+            self.own[key] = own - steps
+            return
+        if own:
+            self.own[key] = 0
+        self.shared -= steps - own
+        if self.shared < 0:
+            raise TooMuchWork
 
 
 @contextmanager
-def step_budget(steps: int) -> Iterator[None]:
-    """Let the validators inside the block apply ``steps`` keywords, then ``TooMuchWork``."""
-    token = _STEPS_LEFT.set([steps])
+def step_budget(arguments: Any) -> Iterator[int]:
+    """Let the validators inside the block check ``arguments`` in bounded steps.
+
+    Each value of ``arguments`` has ``STEPS_PER_VALUE`` steps of its own, spent by the
+    keywords applied to it; past them, it spends from ``BASE_STEPS`` shared by the call; past
+    those, ``TooMuchWork``. So a value's check costs what its own schema makes it cost, up to
+    its share: a long argument adds nothing to what a deep one may spend (a 4,000-item
+    padding array bought 1.4 s for a schema doubling the work at each level of another
+    argument). Yields the steps the call has in all, for messages.
+    """
+    steps = _Steps(arguments)
+    token = _STEPS_LEFT.set(steps)
     try:
-        yield
+        yield steps.total
     finally:
         _STEPS_LEFT.reset(token)
 
@@ -257,11 +285,9 @@ def _counted(keyword: str, check: Callable[..., Any]) -> Callable[..., Any]:
     by_values = keyword == "enum"
 
     def counted(validator: Validator, value: Any, instance: Any, schema: Any) -> Any:
-        left = _STEPS_LEFT.get()
-        if left is not None:
-            left[0] -= 1 + (len(value) if by_values and isinstance(value, list) else 0)
-            if left[0] < 0:
-                raise TooMuchWork
+        steps = _STEPS_LEFT.get()
+        if steps is not None:
+            steps.spend(instance, 1 + (len(value) if by_values and isinstance(value, list) else 0))
         return check(validator, value, instance, schema)
 
     return counted
