@@ -33,6 +33,7 @@ from contextvars import ContextVar
 from typing import Any
 from urllib.parse import unquote
 
+from jsonschema import ValidationError
 from jsonschema.protocols import Validator
 from jsonschema.validators import extend
 from referencing import Registry, Resource
@@ -270,15 +271,48 @@ def step_budget(arguments: Any) -> Iterator[int]:
 def with_step_budget(validator_class: type[Validator]) -> type[Validator]:
     """``validator_class`` whose every keyword spends steps of the current ``step_budget``.
 
-    One step a keyword, and an ``enum`` one more for each value it lists.
+    One step a keyword, and an ``enum`` one more for each value it lists. ``uniqueItems``
+    takes time in proportion to the array (``_unique_items``), not to its square.
     """
+    checks = dict(validator_class.VALIDATORS)
+    if "uniqueItems" in checks:
+        checks["uniqueItems"] = _unique_items
     return extend(  # type: ignore[no-any-return]
         validator_class,
-        {
-            keyword: _counted(keyword, check)
-            for keyword, check in validator_class.VALIDATORS.items()
-        },
+        {keyword: _counted(keyword, check) for keyword, check in checks.items()},
     )
+
+
+def _unique_items(validator: Validator, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    # jsonschema compares each item with every other when they cannot be sorted (objects):
+    # 1,000 objects took 1.2 s, 4,000 took 19 s, each step of one keyword. Each item's
+    # equality key is made once and looked up.
+    if not unique or not validator.is_type(instance, "array"):
+        return
+    seen: set[Any] = set()
+    for item in instance:
+        key = _equality_key(item)
+        if key in seen:
+            yield ValidationError(f"{instance!r} has non-unique elements")
+            return
+        seen.add(key)
+
+
+def _equality_key(value: Any) -> Any:
+    """Equal for JSON values JSON Schema calls equal (``1`` and ``1.0``; not ``1`` and ``true``)."""
+    if isinstance(value, bool):
+        return ("boolean", value)
+    if isinstance(value, int | float):
+        return ("number", value)
+    if isinstance(value, str):
+        return ("string", value)
+    if isinstance(value, Mapping):
+        return ("object", frozenset((key, _equality_key(item)) for key, item in value.items()))
+    if isinstance(value, list | tuple):
+        return ("array", tuple(_equality_key(item) for item in value))
+    if value is None:
+        return ("null",)
+    return ("other", id(value))
 
 
 def _counted(keyword: str, check: Callable[..., Any]) -> Callable[..., Any]:
