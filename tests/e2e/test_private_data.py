@@ -38,13 +38,11 @@ def usual_umask() -> Iterator[None]:
         os.umask(old)
 
 
-def test_a_command_creates_the_data_directory_and_database_for_its_user_only(
-    tmp_path: Path, usual_umask: None
-) -> None:
-    data_dir = tmp_path / "home" / "share" / "core-agent"
+def run_in(data_dir: Path, task: str) -> subprocess.CompletedProcess[str]:
+    """``core-agent run TASK`` with ``data_dir`` as its data directory, no other settings."""
     base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    result = subprocess.run(
-        [str(CLI), "run", "2 ** 10"],
+    return subprocess.run(
+        [str(CLI), "run", task],
         env={**base, "AGENT_DATA_DIR": str(data_dir)},
         capture_output=True,
         text=True,
@@ -52,6 +50,13 @@ def test_a_command_creates_the_data_directory_and_database_for_its_user_only(
         check=False,
         stdin=subprocess.DEVNULL,
     )
+
+
+def test_a_command_creates_the_data_directory_and_database_for_its_user_only(
+    tmp_path: Path, usual_umask: None
+) -> None:
+    data_dir = tmp_path / "home" / "share" / "core-agent"
+    result = run_in(data_dir, "2 ** 10")
     assert result.returncode == 0, result.stderr
     for folder in (data_dir, data_dir.parent, data_dir.parent.parent):
         assert _mode(folder) == 0o700, folder
@@ -99,16 +104,7 @@ def test_a_data_directory_made_open_to_everyone_is_refused_before_anything_is_wr
     data_dir.chmod(0o777)
     (data_dir / "core_agent.db").touch()
     (data_dir / "core_agent.db").chmod(0o666)
-    base = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_")}
-    result = subprocess.run(
-        [str(CLI), "run", "secret-project-zeta: 2 ** 10"],
-        env={**base, "AGENT_DATA_DIR": str(data_dir)},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    result = run_in(data_dir, "secret-project-zeta: 2 ** 10")
     assert result.returncode == 2, result.stderr
     assert f"data directory {data_dir} may be written by every local user" in result.stderr
     assert (data_dir / "core_agent.db").stat().st_size == 0

@@ -712,9 +712,8 @@ def test_a_schema_sharing_its_definitions_is_taken_and_checks_arguments() -> Non
         tool.validate_arguments({**good, "billing": {"street": "x"}})
 
 
-def test_arguments_that_a_schema_makes_exponential_work_of_fail_their_check() -> None:
-    # Small when listed (the recursion goes through the arguments), but each level of the
-    # arguments doubles the checks: their number is bounded, the call is a tool error.
+def doubling_tool() -> McpTool:
+    """A tool whose schema doubles its checks at each level of its argument ``a``."""
     twice = {"properties": {"a": {"$ref": "#/$defs/node"}}}
     schema = {
         "type": "object",
@@ -722,7 +721,13 @@ def test_arguments_that_a_schema_makes_exponential_work_of_fail_their_check() ->
         "properties": {"a": {"$ref": "#/$defs/node"}},
     }
     servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
-    tool = McpTool(servers, "notes", listed_tool("nest", schema=schema))
+    return McpTool(servers, "notes", listed_tool("nest", schema=schema))
+
+
+def test_arguments_that_a_schema_makes_exponential_work_of_fail_their_check() -> None:
+    # Small when listed (the recursion goes through the arguments), but each level of the
+    # arguments doubles the checks: their number is bounded, the call is a tool error.
+    tool = doubling_tool()
 
     def nested(levels: int) -> dict:
         value: dict = {}
@@ -879,14 +884,7 @@ def test_a_pattern_too_costly_to_compile_is_refused_when_listed(where: str) -> N
 def test_a_long_argument_lends_no_steps_to_a_deep_one() -> None:
     # Each value has its own steps: 4,000 padding values bought 200,000 steps that the
     # doubling schema spent on 12 levels of another argument (1.4 s with the loop frozen).
-    twice = {"properties": {"a": {"$ref": "#/$defs/node"}}}
-    schema = {
-        "type": "object",
-        "$defs": {"node": {"type": "object", "allOf": [twice, twice]}},
-        "properties": {"a": {"$ref": "#/$defs/node"}},
-    }
-    servers = McpServers({"notes": McpServerSettings(command="n", capabilities=["read"])})
-    tool = McpTool(servers, "notes", listed_tool("nest", schema=schema))
+    tool = doubling_tool()
     value: dict = {}
     for _ in range(12):
         value = {"a": value}

@@ -393,12 +393,7 @@ class Redactor:
         """
         if len(text) < self._shortest or ":" not in text:
             return False
-        lowered = text.lower()
-        return (
-            _names_member(lowered)
-            or any(anchor in lowered for anchor in CASELESS_ANCHORS)
-            or (not text.isascii() and any(anchor in text for anchor in CHINESE_ANCHORS))
-        )
+        return _names_a_secret(text)
 
     def _cleaned_string(self, value: str, regex: re.Pattern[str]) -> str:
         """``text``: ``value`` redacted, the same object when nothing was."""
@@ -408,9 +403,13 @@ class Redactor:
                 value = decoded
         if not self._may_hold_secret(value):
             return value
+        return self._substituted(value, regex) or value
+
+    def _substituted(self, value: str, regex: re.Pattern[str]) -> str | None:
+        """``value`` with the patterns' matches marked, then the members'; ``None`` if none."""
         cleaned, count = regex.subn(_marked, value)
         cleaned, members = self._members.subn(_marked, cleaned)
-        return cleaned if count or members else value
+        return cleaned if count or members else None
 
     def _decoded_json(self, value: str, regex: re.Pattern[str]) -> str | None:
         """``value`` with the JSON it holds redacted as data (``_clean_value``).
@@ -423,6 +422,7 @@ class Redactor:
         decoder = json.JSONDecoder()
         pieces: list[str] = []
         done = tries = 0
+        changed = False
         for opener in _JSON_OPENER.finditer(value):
             start = opener.start()
             if start < done:
@@ -437,18 +437,16 @@ class Redactor:
             cleaned = self._clean_value(data, regex)
             if cleaned is not data:
                 pieces += (value[done:start], json.dumps(cleaned, ensure_ascii=False))
+                changed = True
             else:
                 pieces.append(value[done:end])
             done = end
-        redacted = "".join(pieces) + value[done:]
-        if redacted != value:
-            return redacted
+        if changed:
+            return "".join(pieces) + value[done:]
         unescaped = _unescaped(value)
         if unescaped == value or not self._may_hold_secret(unescaped):
             return None
-        cleaned, count = regex.subn(_marked, unescaped)
-        cleaned, members = self._members.subn(_marked, cleaned)
-        return cleaned if count or members else None
+        return self._substituted(unescaped, regex)
 
     def _may_hold_secret(self, value: str) -> bool:
         """``False`` when ``value`` cannot hold a secret, without running the patterns."""
@@ -591,6 +589,11 @@ def _holds_other_anchor(text: str) -> bool:
         return True
     if "://" in text and "@" in text:
         return True
+    return _names_a_secret(text)
+
+
+def _names_a_secret(text: str) -> bool:
+    """Whether ``text`` holds a label or a member name that says a secret follows."""
     if not text.isascii() and any(anchor in text for anchor in CHINESE_ANCHORS):
         return True
     lowered = text.lower()
