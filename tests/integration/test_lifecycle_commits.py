@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from core_agent import tool
+from core_agent import Agent, tool
 from core_agent.container import KernelContainer
 from core_agent.contracts.settings import AgentSettings
 from core_agent.kernel.agent_kernel import AgentKernel
@@ -124,18 +124,22 @@ async def test_a_tasks_ending_commits_once_and_its_start_with_its_route(
     after_start = done[done.index(started[0]) + 1]
     assert with_(after_start, "'memory.recall','memory'")
     assert not with_(after_start, "agent_tool_calls")
-    # The ending: the run span, the move and its event, the root span, the session's turn.
+    # The ending: the final answer (its model span and checkpoint), the run span, the move
+    # and its event, the root span, the session's turn.
     assert with_(
         ended[0],
+        "INSERT INTO agent_checkpoints",
+        "'llm','ok'",
         "'run','run'",
         "'task.succeeded'",
         "NULL,'task','task'",
         "INSERT INTO agent_session_entries",
         "UPDATE agent_sessions",
     )
-    # Creation, start, recall, the step's intent and result, the final answer, the ending
-    # (eleven before the lifecycle's writes were grouped).
-    assert len(done) == 7
+    # Creation, start, recall, the step's intent and result, the final answer with the
+    # ending (eleven before the lifecycle's writes were grouped, seven before the answer
+    # joined the ending).
+    assert len(done) == 6
     # Published once stored, in the order they were numbered.
     mine = [event for event in heard if getattr(event, "task_id", None) == result.task_id]
     assert [event.seq for event in mine] == sorted(event.seq for event in mine)
@@ -355,3 +359,61 @@ async def test_a_decision_is_heard_of_even_when_what_follows_it_fails(
     mine = [event.kind for event in heard if getattr(event, "task_id", None) == asked.task_id]
     assert mine == ["approval.resolved", "task.failed"]
     assert "what follows its decision failed" in caplog.text
+
+
+async def test_a_nested_agents_task_commits_twice_inside_its_parents_step(
+    settings: AgentSettings,
+) -> None:
+    """A child task's records ride on two commits: its start, and its ending with its answer.
+
+    The start commits with the parent's handoff and the child's creation, before the child's
+    model is called (a stream hears of the child before its model's first words); the
+    answer commits with the ending. Each commit is a write of every page it touched: a
+    nested call is dearer by as many as it takes.
+    """
+    echo: dict[str, object] = {"task": "echo 7"}
+    container = KernelContainer()
+    container.settings.override(settings)
+    container.llm_gateway.override(
+        ScriptedLLMGateway(
+            conversations=[
+                ScriptedConversation(match=r"^echo 7$", turns=[ScriptedTurn(content="echoed 7")]),
+                ScriptedConversation(
+                    match=r"^parent$",
+                    turns=[
+                        ScriptedTurn(tool_calls=[ScriptedToolCall(name="helper", arguments=echo)]),
+                        ScriptedTurn(content="done"),
+                    ],
+                ),
+            ]
+        )
+    )
+    kernel = container.kernel()
+    kernel.agent_as_tool(Agent("helper", "Echoes.", tools=(), force_mode="react"))
+    async with kernel:
+        async with statements_run(settings) as statements:
+            result = await kernel.execute_task(TaskRequest(task="parent", force_mode="react"))
+        events = await kernel.task_events(result.task_id)
+    handoffs = [e for e in events if e.kind == "agent.handoff"]
+    assert result.status is TaskStatus.SUCCEEDED, result.error
+    assert result.output == "done"
+    child = handoffs[0].child_task_id  # type: ignore[attr-defined]
+    childs = [t for t in transactions(statements) if any(child in s for s in t)]
+    assert len(childs) == 2, childs
+    start, ending = childs
+    assert with_(
+        start,
+        "'agent.handoff'",
+        "INSERT INTO agent_tasks",
+        "'task.queued'",
+        "UPDATE agent_tasks SET status = 'running'",
+        "'route','planning'",
+    )
+    assert not with_(start, "'llm','ok'")
+    assert with_(
+        ending,
+        "INSERT INTO agent_checkpoints",
+        "'llm','ok'",
+        "'task.succeeded'",
+        "NULL,'task','task'",
+    )

@@ -7,7 +7,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from core_agent.contracts.errors import StorageError
+from core_agent.contracts.errors import LeaseLostError, StorageError
 from providers.sqlite.database import SqliteDatabase, connect, transaction
 
 pytestmark = pytest.mark.anyio
@@ -314,3 +314,70 @@ async def test_a_fence_guards_its_own_database_only(tmp_path: Path) -> None:
     assert other.call(lambda conn: conn.execute("SELECT n FROM t").fetchall()) == [(1,)]
     await guarded.close()
     await other.close()
+
+
+async def test_writes_handed_over_commit_with_the_hidden_units_next_commit(
+    tmp_path: Path,
+) -> None:
+    """A run's final step hands its writes to the run's unit: one commit, the ending's."""
+    db = _database(tmp_path)
+    threads: list[int] = []
+    heard: list[str] = []
+
+    async def hear() -> None:
+        heard.append("step")
+
+    async with db.unit_of_work():  # the run's
+        with db.independent_work():
+            async with db.unit_of_work():  # its last step's
+                await db.write(_insert(1, threads))
+                db.after_commit(hear)
+                assert db.hand_over()
+            assert _rows(db) == []  # not committed when the step ended
+            assert heard == []
+        await db.commit_with(_insert(2, threads))  # the ending: one commit for both
+        assert _rows(db) == [1, 2]
+        assert heard == ["step"]
+    await db.close()
+
+
+async def test_handed_over_writes_whose_fence_fails_are_left_out_alone(tmp_path: Path) -> None:
+    """Writes made for a task whose lease was lost meanwhile never land; the rest commits."""
+    db = _database(tmp_path)
+    threads: list[int] = []
+    heard: list[str] = []
+    owner = ["us"]
+
+    def still_ours(conn: sqlite3.Connection) -> None:
+        if owner[0] != "us":
+            raise LeaseLostError("t1", owner[0])
+
+    async def hear() -> None:
+        heard.append("lost step")
+
+    async with db.unit_of_work():
+        with db.independent_work(), db.fenced(still_ours):
+            async with db.unit_of_work():
+                await db.write(_insert(1, threads))
+                db.after_commit(hear)
+                assert db.hand_over()
+        owner[0] = "another kernel"
+        await db.commit_with(_insert(2, threads))
+    assert _rows(db) == [2]
+    assert heard == []
+    await db.close()
+
+
+async def test_nothing_is_handed_over_without_a_hidden_unit(tmp_path: Path) -> None:
+    db = _database(tmp_path)
+    threads: list[int] = []
+    async with db.unit_of_work():
+        await db.write(_insert(1, threads))
+        assert not db.hand_over()  # no independent_work hid a unit: the block commits it
+    assert _rows(db) == [1]
+    with db.independent_work():  # nothing was open to hide
+        async with db.unit_of_work():
+            await db.write(_insert(2, threads))
+            assert not db.hand_over()
+    assert _rows(db) == [1, 2]
+    await db.close()

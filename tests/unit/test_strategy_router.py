@@ -1,3 +1,4 @@
+import dataclasses
 import json
 from pathlib import Path
 
@@ -162,3 +163,13 @@ async def test_a_failing_model_classifier_falls_back_to_the_deterministic_featur
         assert decision.strategy == "react"
         assert decision.features["classifier"] == "deterministic"
         assert decision.features["model_error"]
+
+
+def test_a_decision_reports_every_feature_the_router_decides_on() -> None:
+    task = "Read a.txt, then summarise it"
+    features = TaskClassifier().classify(task, [])
+    reported = AdaptiveStrategyRouter().decide(TaskRequest(task=task), [])
+    assert set(reported.features) == {f.name for f in dataclasses.fields(features)}
+    assert reported.features["risk"] == features.risk.value
+    assert reported.features["sub_goals"] == features.sub_goals
+    json.dumps(reported.features)  # JSON-ready, as the trace stores it

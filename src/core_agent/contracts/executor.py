@@ -66,6 +66,11 @@ async def _nothing_held() -> None:
     """Without a unit of work every write is already committed."""
 
 
+def _nothing_handed_over() -> bool:
+    """Without a unit of work there is nothing to hand over."""
+    return False
+
+
 @dataclass(frozen=True, slots=True)
 class TaskIdentity:
     """What identifies the task a run belongs to, and the fixed terms it runs under."""
@@ -163,6 +168,10 @@ class ExecutionContext:
     flush: Callable[[], Awaitable[None]] = _nothing_held
     """Commits what the open unit of work holds so far, the unit staying open
     (``ITaskStore.flush``): called before the run waits on a tool or a human."""
+    hand_over: Callable[[], bool] = _nothing_handed_over
+    """Leaves what the open unit of work holds to the run's ending, to commit with it
+    (``ITaskStore.hand_over``): called by the step that ends the run (its final answer).
+    ``False`` when nothing could be handed over (the step then commits its own writes)."""
     tool_hooks: tuple[ToolHook, ...] = ()
     """The host's tool hooks, in order, run around every tool call (``contracts.tool_hook``)."""
 

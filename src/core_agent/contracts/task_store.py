@@ -134,6 +134,20 @@ class ITaskStore(abc.ABC):
         """
         return contextlib.nullcontext()
 
+    def hand_over(self) -> bool:
+        """Leave what the open unit of work holds to the unit ``independent_work`` hid.
+
+        For the step that ends a run (a model's final answer): its records commit in the
+        run's next commit, its ending's, rather than in one of their own a moment before.
+        They keep the fence in force here (``fenced``): when its check fails as they are
+        applied, they are left out, and their ``after_commit`` callbacks never run, while
+        the rest of that transaction commits. What the block writes after this stays in it.
+        Returns whether anything was handed over: ``False`` when no unit is open here or
+        none was hidden (the block then commits its writes itself). This default holds
+        nothing back, so it hands nothing over.
+        """
+        return False
+
     def after_commit(self, callback: Callable[[], Awaitable[None]]) -> bool:
         """Queue ``callback`` for after the open unit of work commits.
 
@@ -163,9 +177,10 @@ class ITaskStore(abc.ABC):
         A turn superseded by a retry that added no turn of its own is taken over too (from
         ``supersede_turn`` on), so a canceled retry can be retried again.
 
-        Inside an open unit of work, what the unit holds so far is stored first, in the same
-        atomic step (as ``flush`` would, a commit sooner): a child task created inside its
-        parent's step commits with the parent's record of handing it over.
+        Inside an open unit of work, an ``exclusive`` creation stores what the unit holds so
+        far first, in the same atomic step (as ``flush`` would, a commit sooner); any other
+        joins the unit, like an event: a child task created inside its parent's step commits
+        with the parent's record of handing it over, and with its own start.
 
         Raises:
             SessionBusyError: With ``exclusive``, another task of the session is queued,

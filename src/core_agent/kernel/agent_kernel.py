@@ -1379,12 +1379,24 @@ class AgentKernel:
         queued = lifecycle.events.make(
             TaskQueued, session_id=state.session_id, trace_id=state.trace_id, request=request
         )
+        if request.parent is not None:
+            # A nested agent's task, in a session of its own that nobody else can be in yet.
+            # Created in its parent's step (which holds the handoff), whose unit its drive
+            # joins: its creation and its start commit with the handoff, and its run's ending
+            # with its final answer (``TaskDriver``); its steps commit apart.
+            await self._task_store.create_task(state, queued)
+
+            async def publish_queued() -> None:
+                await lifecycle.events.publish(queued)
+
+            if not self._task_store.after_commit(publish_queued):
+                await publish_queued()
+            return await self._start(lifecycle, response_model, sandbox=sandbox, routing=routing)
         # One task at a time per session: a conversation's next turn needs the last one's end.
-        # A retry supersedes the turns it replaces in the same transaction. A child task
-        # created in its parent's step commits with what that step holds (its handoff).
+        # A retry supersedes the turns it replaces in the same transaction.
         await self._task_store.create_task(state, queued, exclusive=True, supersede_turn=supersede)
         await lifecycle.events.publish(queued)
-        # Its run commits step by step, apart from a step of a parent it runs in.
+        # Its run commits step by step, apart from any unit of work open around it.
         with self._task_store.independent_work():
             return await self._start(lifecycle, response_model, sandbox=sandbox, routing=routing)
 
@@ -1623,6 +1635,7 @@ class AgentKernel:
             humans=humans,
             unit_of_work=self._task_store.unit_of_work,
             flush=self._task_store.flush,
+            hand_over=self._task_store.hand_over,
             tool_hooks=tuple(self._tool_hooks),
         )
 

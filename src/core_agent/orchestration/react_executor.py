@@ -77,6 +77,7 @@ class ReActExecutor(IExecutor):
                 parent_span_id=context.task.parent_span_id,
                 output_type=context.task.output_type,
                 journal=journal,
+                ends_run=True,
             )
         except TurnSuspended as suspended:
             raise ApprovalPendingError(suspended.requests) from None

@@ -261,13 +261,16 @@ class ReActLoop:
         parent_span_id: str | None,
         output_type: type[BaseModel] | None = None,
         journal: LoopJournal | None = None,
+        ends_run: bool = False,
     ) -> LoopResult:
         """Loop model turns and tool calls until the model answers; appends to ``messages``.
 
         With ``journal``, every step is checkpointed; when the journal was restored
         (``LoopJournal.restore``, with ``messages`` set to the restored conversation), the
         loop carries on from the step it records: an interrupted turn's remaining calls run
-        first, through the ledger.
+        first, through the ledger. With ``ends_run`` (the loop is the whole run), the step
+        that answers leaves its records to the run's ending, to commit with it
+        (``ExecutionContext.hand_over``).
 
         Raises:
             TurnSuspended: Calls wait for a human and ``context.humans.can_suspend`` is set.
@@ -352,6 +355,10 @@ class ReActLoop:
                 answer = self._answer(calls, text, output_type, state, messages)
                 if answer is not None:
                     await self._checkpoint(context, state, messages, "answered", answer=answer)
+                    if ends_run:
+                        # The task ends next: one commit for both. A crash between them
+                        # loses nothing the model had not to be asked again for.
+                        context.hand_over()
                     return answer
                 if not calls:  # an unusable typed answer: the model was asked to correct it
                     await self._checkpoint(context, state, messages, "model")

@@ -15,7 +15,7 @@ import itertools
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from core_agent.contracts.policy_engine import IPolicyEngine
@@ -101,11 +101,17 @@ class TaskFeatures:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready features (risk as its name)."""
-        data = asdict(self)
-        data["risk"] = self.risk.value
-        data["likely_tools"] = list(self.likely_tools)
-        data["clauses"] = list(self.clauses)
-        return data
+        # Field by field: ``asdict`` deep-copies each value, and every task is routed.
+        return {
+            "sub_goals": self.sub_goals,
+            "dependencies": self.dependencies,
+            "list_items": self.list_items,
+            "context_tokens": self.context_tokens,
+            "tools_available": self.tools_available,
+            "likely_tools": list(self.likely_tools),
+            "risk": self.risk.value,
+            "clauses": list(self.clauses),
+        }
 
 
 def _lemma(word: str) -> str:

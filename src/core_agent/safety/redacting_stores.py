@@ -163,6 +163,10 @@ class RedactingTaskStore(ITaskStore):
         """See ``ITaskStore.independent_work``."""
         return self._inner.independent_work()
 
+    def hand_over(self) -> bool:
+        """See ``ITaskStore.hand_over``."""
+        return self._inner.hand_over()
+
     def fenced(self, task_id: str, owner: str) -> contextlib.AbstractContextManager[None]:
         """See ``ITaskStore.fenced``."""
         return self._inner.fenced(task_id, owner)

@@ -26,7 +26,7 @@ from typing import Any, ClassVar, TypeVar, cast
 import anyio.lowlevel
 import anyio.to_thread
 
-from core_agent.contracts.errors import ConfigurationError, StorageError
+from core_agent.contracts.errors import ConfigurationError, LeaseLostError, StorageError
 from core_agent.contracts.private_files import (
     create_private_file,
     make_private_folder,
@@ -256,6 +256,8 @@ def _shared_error(exc: Exception) -> Exception:
 
 
 _UNIT: ContextVar[_Unit | None] = ContextVar("core_agent_sqlite_unit", default=None)
+_HIDDEN: ContextVar[_Unit | None] = ContextVar("core_agent_sqlite_hidden_unit", default=None)
+"""The unit of work the innermost ``independent_work`` of this context hid (``hand_over``)."""
 _FENCE: ContextVar[tuple[SqliteDatabase, Callable[[sqlite3.Connection], None]] | None] = ContextVar(
     "core_agent_sqlite_fence", default=None
 )
@@ -281,6 +283,44 @@ def _behind(
         return fn(conn)
 
     return fenced
+
+
+class _HandedOver:
+    """A unit's writes handed to another one (``SqliteDatabase.hand_over``), with their fence.
+
+    Applied as one write of that unit: the fence first, and on a lost lease none of them
+    (nor their callbacks), while the rest of the transaction commits.
+    """
+
+    def __init__(
+        self,
+        writes: list[Callable[[sqlite3.Connection], None]],
+        fence: Callable[[sqlite3.Connection], None] | None,
+    ) -> None:
+        self._writes = writes
+        self._fence = fence
+        self._left_out = False
+
+    def apply(self, conn: sqlite3.Connection) -> None:
+        self._left_out = False  # a retried transaction checks again
+        if self._fence is not None:
+            try:
+                self._fence(conn)
+            except LeaseLostError:
+                # Another kernel runs the task now: what this one recorded of it is void.
+                self._left_out = True
+                return
+        for write in self._writes:
+            write(conn)
+
+    def after(self, callback: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
+        """``callback``, run only if the writes were applied."""
+
+        async def run() -> None:
+            if not self._left_out:
+                await callback()
+
+        return run
 
 
 def _nothing(conn: sqlite3.Connection) -> None:
@@ -562,11 +602,36 @@ class SqliteDatabase:
 
         See ``ITaskStore.independent_work`` (a nested task run inside a caller's step).
         """
+        hidden = _HIDDEN.set(_open_unit(self))
         token = _UNIT.set(None)
         try:
             yield
         finally:
             _UNIT.reset(token)
+            _HIDDEN.reset(hidden)
+
+    def hand_over(self) -> bool:
+        """Move what the open unit holds to the one ``independent_work`` hid (see the port).
+
+        They move as one write behind the fence in force here, and their ``after_commit``
+        callbacks with them, run only if that write was applied.
+        """
+        unit, hidden = _open_unit(self), _HIDDEN.get()
+        if unit is None or hidden is None or hidden.database is not self or hidden.closed:
+            return False
+        if unit.owners is not None:  # held apart: its caller applies it, and knows its writes
+            return False
+        if not unit.writes and not unit.after_commit:
+            return True
+        fence = _FENCE.get()
+        handed = _HandedOver(unit.writes, fence[1] if fence and fence[0] is self else None)
+        callbacks, unit.writes, unit.after_commit = unit.after_commit, [], []
+        hidden.writes.append(handed.apply)
+        for callback in callbacks:
+            hidden.after_commit.append(handed.after(callback))
+            if hidden.owners is not None:
+                hidden.owners.append(len(hidden.writes) - 1)
+        return True
 
     @contextmanager
     def held_apart(self) -> Iterator[_Unit]:

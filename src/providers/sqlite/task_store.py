@@ -336,6 +336,10 @@ class SqliteTaskStore(ITaskStore):
         """See ``ITaskStore.independent_work``."""
         return self._db.independent_work()
 
+    def hand_over(self) -> bool:
+        """See ``ITaskStore.hand_over``."""
+        return self._db.hand_over()
+
     def fenced(self, task_id: str, owner: str) -> contextlib.AbstractContextManager[None]:
         """See ``ITaskStore.fenced``: the owner is read in each transaction of the block."""
 
@@ -363,8 +367,9 @@ class SqliteTaskStore(ITaskStore):
 
         With ``exclusive`` the session's open tasks are checked in that transaction
         (``BEGIN IMMEDIATE`` holds the write lock), so the check cannot race another writer;
-        a retry's superseded turns are marked in it too (``supersede_turns``). The open unit
-        of work's writes so far commit in it too (``SqliteDatabase.commit_with``).
+        a retry's superseded turns are marked in it too (``supersede_turns``); the open unit
+        of work's writes so far commit in it too (``SqliteDatabase.commit_with``). Without,
+        the writes join the open unit (``SqliteDatabase.write``).
         """
 
         def write(conn: sqlite3.Connection) -> None:
@@ -376,7 +381,10 @@ class SqliteTaskStore(ITaskStore):
                 _insert_task(conn, task)
                 _insert_event(conn, queued_event)
 
-        await self._db.commit_with(write)
+        if exclusive or supersede_turn is not None:
+            await self._db.commit_with(write)
+        else:
+            await self._db.write(write)
 
     async def insert_task(self, task: TaskState, events: Sequence[TaskEvent]) -> None:
         """See ``ITaskStore.insert_task``: one transaction (the open unit of work's, if any)."""
