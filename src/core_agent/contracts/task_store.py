@@ -141,7 +141,10 @@ class ITaskStore(abc.ABC):
         run's next commit, its ending's, rather than in one of their own a moment before.
         They keep the fence in force here (``fenced``): when its check fails as they are
         applied, they are left out, and their ``after_commit`` callbacks never run, while
-        the rest of that transaction commits. What the block writes after this stays in it.
+        the rest of that transaction commits. When one of them cannot be stored, that commit
+        fails with the error (``StorageError``) once, and they are left out of the unit's
+        later commits (the one that records the failure). What the block writes after this
+        stays in it.
         Returns whether anything was handed over: ``False`` when no unit is open here or
         none was hidden (the block then commits its writes itself). This default holds
         nothing back, so it hands nothing over.

@@ -702,6 +702,10 @@ class AgentKernel:
             interrupted = is_interruption(exc)
             with anyio.CancelScope(shield=True):
                 try:
+                    # A nested agent's creation may still be held in its parent's step (its
+                    # start failed): stored now, so it ends here rather than being left
+                    # queued for recovery to run.
+                    await self._task_store.flush()
                     stored = await self._task_store.get_task(lifecycle.task_id)
                     if (
                         stored.status in (TaskStatus.QUEUED, TaskStatus.RUNNING)
@@ -1380,10 +1384,9 @@ class AgentKernel:
             TaskQueued, session_id=state.session_id, trace_id=state.trace_id, request=request
         )
         if request.parent is not None:
-            # A nested agent's task, in a session of its own that nobody else can be in yet.
-            # Created in its parent's step (which holds the handoff), whose unit its drive
-            # joins: its creation and its start commit with the handoff, and its run's ending
-            # with its final answer (``TaskDriver``); its steps commit apart.
+            # A nested agent's task, in a session of its own that nobody else can be in yet,
+            # created in its parent's step (which holds the handoff): its creation, its start
+            # and its route commit with the handoff (``_start_held``), its run apart.
             await self._task_store.create_task(state, queued)
 
             async def publish_queued() -> None:
@@ -1391,7 +1394,9 @@ class AgentKernel:
 
             if not self._task_store.after_commit(publish_queued):
                 await publish_queued()
-            return await self._start(lifecycle, response_model, sandbox=sandbox, routing=routing)
+            return await self._start(
+                lifecycle, response_model, sandbox=sandbox, routing=routing, in_callers_step=True
+            )
         # One task at a time per session: a conversation's next turn needs the last one's end.
         # A retry supersedes the turns it replaces in the same transaction.
         await self._task_store.create_task(state, queued, exclusive=True, supersede_turn=supersede)
@@ -1427,10 +1432,17 @@ class AgentKernel:
         *,
         sandbox: IToolSandbox | None,
         routing: tuple[RoutingDecision, IExecutor, datetime, datetime] | None = None,
+        in_callers_step: bool = False,
     ) -> TaskResult:
-        """Start a queued task: route it (unless done), record the route, run it."""
+        """Start a queued task: route it (unless done), record the route, run it.
+
+        ``in_callers_step``: the task was created in the unit of work open here (a nested
+        agent's, in its parent's step): its start commits with it, its run apart.
+        """
         async with self._until_driven(lifecycle):
-            return await self._start_held(lifecycle, response_model, sandbox, routing)
+            return await self._start_held(
+                lifecycle, response_model, sandbox, routing, in_callers_step
+            )
 
     async def _start_held(
         self,
@@ -1438,6 +1450,7 @@ class AgentKernel:
         response_model: type[BaseModel] | None,
         sandbox: IToolSandbox | None,
         routing: tuple[RoutingDecision, IExecutor, datetime, datetime] | None,
+        in_callers_step: bool = False,
     ) -> TaskResult:
         state = lifecycle.state
         decision, executor, routed_at, routed_until = routing or await self._routing(state.request)
@@ -1482,6 +1495,19 @@ class AgentKernel:
             await self._capabilities.add_context(state, context, self._trace_store)
             if sessions is not None and not nested:
                 await sessions.prepare(state, context, self._specs(state.request))
+
+        if in_callers_step:
+            # One commit with the caller's step (the parent's handoff, the creation), before
+            # the task's model speaks; then its run commits apart from that step: the
+            # parent's writes and the child's never wait on, or fail with, each other.
+            await lifecycle.start(executor.strategy, then=route)
+
+            async def prepare_started() -> None:
+                await before_first_step()
+                await self._task_store.flush()
+
+            with self._task_store.independent_work():
+                return await self._drive(lifecycle, executor, context, prepare=prepare_started)
 
         async def prepare() -> None:
             # Two commits: the move to running with its route, then (in the driver's unit of

@@ -35,6 +35,7 @@ from core_agent.contracts.errors import (
     CorruptStateError,
     LeaseLostError,
     RunError,
+    StorageError,
     UsageLimitExceededError,
     is_interruption,
     keyboard_interrupt_in,
@@ -328,7 +329,17 @@ class TaskDriver:
             raise
         if outcome.escalation is not None:
             return await self._wait_for_human(lifecycle, context, outcome)
-        return await self._end_while_owner(lifecycle, stats, lifecycle.succeed(outcome, stats))
+        try:
+            return await self._end_while_owner(lifecycle, stats, lifecycle.succeed(outcome, stats))
+        except StorageError as exc:
+            # The answer's step commits with the ending (``ITaskStore.hand_over``): a record
+            # of it that cannot be stored refuses the ending, as it refused the step before.
+            # The task fails with why, in a commit that leaves those records out.
+            return await self._end_while_owner(
+                lifecycle,
+                stats,
+                lifecycle.fail(f"its answer could not be stored: {exc}", "StorageError", stats),
+            )
 
     async def _end_while_owner(
         self, lifecycle: TaskLifecycle, stats: RunStats, ending: Awaitable[TaskResult]

@@ -289,7 +289,10 @@ class _HandedOver:
     """A unit's writes handed to another one (``SqliteDatabase.hand_over``), with their fence.
 
     Applied as one write of that unit: the fence first, and on a lost lease none of them
-    (nor their callbacks), while the rest of the transaction commits.
+    (nor their callbacks), while the rest of the transaction commits. If one of them fails
+    (other than on a busy database), the transaction fails with its error, once: they are
+    left out of every later try, so the unit's next commit (a run's ending that records
+    the failure) is not refused by them again.
     """
 
     def __init__(
@@ -300,8 +303,11 @@ class _HandedOver:
         self._writes = writes
         self._fence = fence
         self._left_out = False
+        self._failed = False
 
     def apply(self, conn: sqlite3.Connection) -> None:
+        if self._failed:
+            return
         self._left_out = False  # a retried transaction checks again
         if self._fence is not None:
             try:
@@ -310,8 +316,13 @@ class _HandedOver:
                 # Another kernel runs the task now: what this one recorded of it is void.
                 self._left_out = True
                 return
-        for write in self._writes:
-            write(conn)
+        try:
+            for write in self._writes:
+                write(conn)
+        except Exception as exc:
+            if not _is_busy(exc):  # busy: tried again whole, from its BEGIN
+                self._failed = self._left_out = True
+            raise
 
     def after(self, callback: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[None]]:
         """``callback``, run only if the writes were applied."""
