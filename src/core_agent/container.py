@@ -796,6 +796,7 @@ class KernelContainer(containers.DeclarativeContainer):
         ),
         sandbox=sandbox,
         gate=tool_gate,
+        secret_spans=redactor.provided.secret_spans,
         prompt_window=providers.Factory(
             build_prompt_window, settings, model_gateway, token_counter.provider
         ).provider,

@@ -226,3 +226,38 @@ async def test_secrets_in_files_a_tool_reads_never_reach_the_data_directory(
     stored = b"".join(path.read_bytes() for path in data.rglob("*") if path.is_file())
     for secret in [*secrets[:3], "770011223344"]:
         assert secret.encode() not in stored, f"{secret} reached the data directory"
+
+
+async def test_a_secret_across_the_cut_of_a_long_result_never_reaches_the_data_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool result longer than the model may read is cut; a cut through a key would keep a
+    head of it that redaction no longer recognises. Keys run back to back where both cuts
+    fall (wherever the untrusted-data fence puts them): one of them is always cut across."""
+    monkeypatch.setenv("OPENAI_API_KEY", HOST_KEY)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    keys = HOST_KEY * 40
+    (workspace / "dump.log").write_text(keys + "\n" + "log line\n" * 2000 + keys)
+    data = tmp_path / "data"
+    container = KernelContainer()
+    container.settings.override(
+        container.settings().model_copy(
+            update={
+                "workspace_roots": (workspace,),
+                "data_dir": data,
+                "max_observation_chars": 1000,
+            }
+        )
+    )
+    container.llm_gateway.override(
+        ScriptedLLMGateway([call("read_file", path="dump.log"), ScriptedTurn(content="Read.")])
+    )
+    async with container.kernel() as kernel:
+        result = await kernel.execute_task(TaskRequest(task="Read dump.log.", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED
+    stored = b"".join(path.read_bytes() for path in data.rglob("*") if path.is_file())
+    assert b"characters truncated" in stored
+    pieces = {HOST_KEY[i : i + 8] for i in range(len(HOST_KEY) - 7)}
+    kept = [piece for piece in pieces if piece.encode() in stored]
+    assert kept == [], f"parts of a cut key reached the data directory: {kept}"

@@ -36,7 +36,7 @@ import dataclasses
 import graphlib
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -65,12 +65,7 @@ from core_agent.contracts.trace_store import ITraceStore
 from core_agent.contracts.untrusted import UNTRUSTED_NOTICE
 from core_agent.observability.tracer import Tracer
 from core_agent.orchestration.loop_journal import LoopJournal
-from core_agent.orchestration.react_loop import (
-    LoopResult,
-    ReActLoop,
-    TurnSuspended,
-    truncate_observation,
-)
+from core_agent.orchestration.react_loop import LoopResult, ReActLoop, TurnSuspended
 from core_agent.orchestration.structured_output import with_schema
 from core_agent.prompts import PromptSet, default_prompts
 from core_agent.prompts.task_instructions import with_task_instructions
@@ -235,7 +230,7 @@ class PlanExecuteExecutor(IExecutor):
                 if run.replans >= self._limits.max_replans:
                     return await self._fall_back(context, allowed, run)
                 limit = self._limits.result_chars_per_step
-                run.prior = _progress(run.plan, run.results, run.prior, limit)
+                run.prior = _progress(run.plan, run.results, run.prior, self._cut(limit))
                 feedback = f"{exc}.\nAlready done:\n{run.prior or '(nothing)'}"
                 run.plan, run.results = None, {}
                 run.revision, run.replans = run.revision + 1, run.replans + 1
@@ -528,6 +523,10 @@ class PlanExecuteExecutor(IExecutor):
         await context.emit(PlanStepCompleted, step_id=step.id, succeeded=True, output=result.output)
         return result.output
 
+    def _cut(self, limit: int) -> Callable[[str], str]:
+        """A step's result cut to ``limit`` for a prompt, as the loop cuts a tool result."""
+        return lambda text: self._loop.cut_observation(text, limit)
+
     def _step_prompt(
         self,
         context: ExecutionContext,
@@ -548,7 +547,7 @@ class PlanExecuteExecutor(IExecutor):
         if step.depends_on:
             lines.append("Results of the steps this one depends on:")
             lines.extend(
-                f"- {dep} ({steps[dep].goal}): {truncate_observation(results[dep], limit)}"
+                f"- {dep} ({steps[dep].goal}): {self._loop.cut_observation(results[dep], limit)}"
                 for dep in step.depends_on
             )
         if prior:
@@ -557,7 +556,8 @@ class PlanExecuteExecutor(IExecutor):
 
     async def _synthesize(self, context: ExecutionContext, run: _Run) -> ExecutionOutcome:
         await self._save(context, run, "synthesizing")
-        summary = _progress(run.plan, run.results, run.prior, self._limits.result_chars_per_step)
+        cut = self._cut(self._limits.result_chars_per_step)
+        summary = _progress(run.plan, run.results, run.prior, cut)
         messages: list[ChatMessage] = [
             SystemMessage(
                 content=with_task_instructions(self._synthesis_system, context.task.instructions)
@@ -634,12 +634,14 @@ class PlanExecuteExecutor(IExecutor):
         return ExecutionOutcome(output=result.output, structured=result.structured)
 
 
-def _progress(plan: Plan | None, results: dict[str, str], prior: str, limit: int) -> str:
+def _progress(
+    plan: Plan | None, results: dict[str, str], prior: str, cut: Callable[[str], str]
+) -> str:
     lines = [prior] if prior else []
     if plan is not None:
         goals = {step.id: step.goal for step in plan.steps}
         lines.extend(
-            f"- {step_id} ({goals.get(step_id, '')}): {truncate_observation(output, limit)}"
+            f"- {step_id} ({goals.get(step_id, '')}): {cut(output)}"
             for step_id, output in results.items()
         )
     return "\n".join(lines)

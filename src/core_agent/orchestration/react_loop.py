@@ -78,6 +78,7 @@ from core_agent.orchestration.call_ledger import LedgeredCalls
 from core_agent.orchestration.cut_answer import CutAnswer, was_cut
 from core_agent.orchestration.loop_journal import LoopCheckpoint, LoopJournal
 from core_agent.orchestration.model_call import traced_model_call
+from core_agent.orchestration.observation_cut import SecretSpans, head_of, truncate_observation
 from core_agent.orchestration.structured_output import (
     OutputParseError,
     parse_model_output,
@@ -182,25 +183,16 @@ OBSERVATION_FLOOR = 200
 """The shortest a tool result is cut to for a provider that refused a prompt as too long."""
 
 
-def _observations_cut(sent: list[ChatMessage], cap: int) -> list[ChatMessage]:
+def _observations_cut(
+    sent: list[ChatMessage], cap: int, secrets: SecretSpans | None
+) -> list[ChatMessage]:
     """``sent`` with each tool result longer than ``cap`` cut to it (``truncate_observation``)."""
     return [
-        m.model_copy(update={"content": truncate_observation(m.content, cap)})
+        m.model_copy(update={"content": truncate_observation(m.content, cap, secrets)})
         if isinstance(m, ToolMessage) and len(m.content) > cap
         else m
         for m in sent
     ]
-
-
-def truncate_observation(text: str, limit: int) -> str:
-    """``text`` if short enough, else its head and tail around a marker, within ``limit``."""
-    if len(text) <= limit:
-        return text
-    marker = "\n[... {n} characters truncated ...]\n"
-    keep = max(limit - len(marker.format(n=len(text))), 0)
-    head, tail = keep - keep // 2, keep // 2
-    omitted = len(text) - head - tail
-    return text[:head] + marker.format(n=omitted) + (text[-tail:] if tail else "")
 
 
 def call_fingerprint(call: ToolCall) -> str:
@@ -230,9 +222,12 @@ class ReActLoop:
         gate: ToolCallGate | None = None,
         detector: InjectionDetector | None = None,
         prompt_window: Callable[[], PromptWindow | None] | None = None,
+        secret_spans: SecretSpans | None = None,
         deps: object = None,
     ) -> None:
         self._detector = detector or InjectionDetector()
+        self._secrets = secret_spans
+        """Where the stores' redaction finds secrets: no cut of a result falls inside one."""
         # The host's objects for tools (ToolContext.deps): this process's, never checkpointed.
         self._deps = deps
         self._prompt_window = prompt_window
@@ -250,6 +245,10 @@ class ReActLoop:
     def tools(self) -> IToolRegistry:
         """The tools the loop may call."""
         return self._tools
+
+    def cut_observation(self, text: str, limit: int) -> str:
+        """``text`` cut to ``limit`` as the loop cuts a tool result (``truncate_observation``)."""
+        return truncate_observation(text, limit, self._secrets)
 
     async def run(
         self,
@@ -474,7 +473,7 @@ class ReActLoop:
                 else:
                     instance = output_type.model_validate(call.arguments)
             except (OutputParseError, ValidationError) as exc:
-                state.last_output_error = _output_error(raw, exc)
+                state.last_output_error = _output_error(raw, exc, self._secrets)
                 continue
             return LoopResult(instance.model_dump_json(), instance.model_dump(mode="json"))
         return None
@@ -489,7 +488,7 @@ class ReActLoop:
         try:
             instance = parse_model_output(text, output_type)
         except OutputParseError as exc:
-            state.last_output_error = _output_error(text, exc)
+            state.last_output_error = _output_error(text, exc, self._secrets)
             if state.corrections_left == 0:
                 raise state.last_output_error from exc
             state.corrections_left -= 1
@@ -530,7 +529,7 @@ class ReActLoop:
             else:
                 sent, omitted = newest_turns(messages, state.max_sent_turns, task)
             if state.observation_cap is not None:
-                sent = _observations_cut(sent, state.observation_cap)
+                sent = _observations_cut(sent, state.observation_cap, self._secrets)
             attributes: dict[str, Any] = {"turn": context.run.stats.turns}
             if omitted:
                 attributes["omitted_messages"] = omitted
@@ -679,7 +678,9 @@ class ReActLoop:
             # Refused repeats are errors too: what is remembered stays the first result.
             if not changes and not result.is_error:
                 fingerprint = call_fingerprint(call)
-                state.results_by_fingerprint[fingerprint] = result.content[:REMEMBERED_CHARS]
+                state.results_by_fingerprint[fingerprint] = head_of(
+                    result.content, REMEMBERED_CHARS, self._secrets
+                )
             messages.append(
                 ToolMessage(
                     tool_call_id=call.id,
@@ -813,13 +814,13 @@ class ReActLoop:
             if len(result.content) > limit:
                 span.attributes["truncated_from_chars"] = len(result.content)
                 result = result.model_copy(
-                    update={"content": truncate_observation(result.content, limit)}
+                    update={"content": self.cut_observation(result.content, limit)}
                 )
             if not untrusted:
                 output = result
             elif len(output.content) > limit:
                 output = output.model_copy(
-                    update={"content": truncate_observation(output.content, limit)}
+                    update={"content": self.cut_observation(output.content, limit)}
                 )
             if result.is_error:
                 span.error = result.content
@@ -954,9 +955,10 @@ def _streak_notice(streak: int) -> str:
     )
 
 
-def _output_error(raw: str, exc: Exception) -> StructuredOutputError:
+def _output_error(raw: str, exc: Exception, secrets: SecretSpans | None) -> StructuredOutputError:
+    shown = head_of(raw, 2000, secrets)  # the error is stored: no key cut in two
     return StructuredOutputError(
-        f"the answer does not match the requested model: {exc}; raw answer: {raw[:2000]!r}",
+        f"the answer does not match the requested model: {exc}; raw answer: {shown!r}",
         raw_text=raw,
         validation_error=str(exc),
     )

@@ -384,6 +384,21 @@ class Redactor:
             regex.search(value) is not None or self._members.search(value) is not None
         )
 
+    def secret_spans(self, value: str) -> list[tuple[int, int]]:
+        """Where ``value``, as it is, holds what ``text`` replaces: ``(start, end)``, in order.
+
+        For a cut (an observation too long for the model): a secret cut through keeps a part
+        that redaction no longer recognises (the head of a key, a label with half its value),
+        so a cut moves out of these. Found as the patterns and secret-named members match
+        the text itself; a secret spelled in JSON escapes is not located.
+        """
+        regex = self._regex
+        if regex is None or not self._may_hold_secret(value):
+            return []
+        spans = [match.span() for match in regex.finditer(value)]
+        spans.extend(match.span() for match in self._members.finditer(value))
+        return sorted(spans)
+
     def names_secret_member(self, text: str) -> bool:
         """Whether ``text`` (a JSON text) may hold a member or key named like a secret.
 

@@ -1,0 +1,85 @@
+"""A tool result cut for the model never keeps part of a secret the stores would redact.
+
+The cut text is also what the stores keep (the conversation, the event, the span), redacted
+on the way in: a key or a password cut through keeps a head that no pattern recognises any
+more. With the redactor's view of where secrets are, each cut falls outside them.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from core_agent.orchestration.observation_cut import truncate_observation
+from core_agent.safety.redaction import MARK, Redactor
+
+HOST_KEY = "hk-9f8e7d6c5b4a39281706f5e4d3c2b1a0"
+"""A host credential (an environment variable's value), a literal secret of the redactor."""
+
+SECRETS = [
+    HOST_KEY,
+    "sk-proj-" + "A1b2C3d4E5f6G7h8" * 3,  # an OpenAI key, by its format
+    "ghp_" + "Zy9Xw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa",  # a GitHub token
+    "password=hunter2hunter2",  # a labelled value
+    '"api_key": "Q29yZUFnZW50U2VjcmV0VmFsdWU"',  # a JSON member named like a secret
+    "密码：天王盖地虎宝塔镇河妖",  # a Chinese label
+]
+LIMIT = 1000
+
+
+def leaks(text: str, secret: str, redactor: Redactor) -> list[str]:
+    """The pieces of ``secret`` (6 characters or more) still in ``text`` once redacted."""
+    stored = redactor.text(text)
+    value = secret.split("=", 1)[-1].split("：", 1)[-1].split(": ", 1)[-1].strip('"')
+    return [value[i : i + 6] for i in range(len(value) - 5) if value[i : i + 6] in stored]
+
+
+def cut_points(length: int) -> tuple[int, int]:
+    """Where a plain cut of a text of ``length`` ends its head and starts its tail."""
+    cut = truncate_observation("x" * length, LIMIT)
+    head = cut.index("\n")
+    tail = len(cut) - (cut.index("]\n") + 2)
+    return head, length - tail
+
+
+@pytest.mark.parametrize("secret", SECRETS)
+@pytest.mark.parametrize("edge", ["head", "tail"])
+def test_no_cut_keeps_part_of_a_secret(secret: str, edge: str) -> None:
+    redactor = Redactor([HOST_KEY])
+    length = 6000
+    head, tail = cut_points(length)
+    at = head if edge == "head" else tail
+    # The secret placed across the cut, from just after it to just before it.
+    for shift in range(-len(secret) - 1, 2):
+        start = at + shift
+        text = ("word " * length)[:start] + secret
+        text += ("word " * length)[: length - len(text)]
+        cut = truncate_observation(text, LIMIT, redactor.secret_spans)
+        assert len(cut) <= LIMIT
+        assert leaks(cut, secret, redactor) == [], (shift, cut)
+
+
+def test_without_the_redactors_view_a_cut_can_split_a_secret() -> None:
+    """What the secret-aware cut is for: the plain cut keeps a head no pattern matches."""
+    redactor = Redactor([HOST_KEY])
+    keep = truncate_observation("x" * 7000, LIMIT).index("\n")
+    text = "w" * (keep - 10) + " " + HOST_KEY + " " + "w" * 6000
+    assert leaks(truncate_observation(text, LIMIT), HOST_KEY, redactor)
+    cut = truncate_observation(text, LIMIT, redactor.secret_spans)
+    assert leaks(cut, HOST_KEY, redactor) == []
+    assert cut.startswith("w" * (keep - 10) + " ")  # the head keeps what precedes it
+
+
+def test_a_secret_kept_whole_is_redacted_whole() -> None:
+    redactor = Redactor([HOST_KEY])
+    text = "start " + HOST_KEY + " " + "w" * 5000
+    cut = truncate_observation(text, LIMIT, redactor.secret_spans)
+    assert redactor.text(cut).startswith(f"start {MARK} ")
+
+
+def test_overlapping_secrets_move_the_cut_past_all_of_them() -> None:
+    spans = [(90, 120), (100, 140), (135, 200)]
+    text = "a" * 1000
+    cut = truncate_observation(text, 300, lambda _: spans)
+    head = cut.index("\n")
+    assert head <= 90 or head >= 200
+    assert head == 90
