@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from core_agent.orchestration.observation_cut import truncate_observation
 from core_agent.safety.redaction import MARK, Redactor
+from core_agent.tooling.observation_cut import truncate_observation
 
 HOST_KEY = "hk-9f8e7d6c5b4a39281706f5e4d3c2b1a0"
 """A host credential (an environment variable's value), a literal secret of the redactor."""

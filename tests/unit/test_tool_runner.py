@@ -1,10 +1,12 @@
 import asyncio
+import time
 
 import anyio
 import pytest
 
 from core_agent import tool
 from core_agent.contracts.tool import ToolContext
+from core_agent.safety.redaction import Redactor
 from core_agent.tooling.registry import ToolRegistry
 from core_agent.tooling.tool_runner import ToolRunner
 from shared.agent_protocol import ToolCall
@@ -186,3 +188,29 @@ async def test_ctrl_c_inside_a_tool_still_stops_the_host() -> None:
     runner = ToolRunner(ToolRegistry([blocks]), default_timeout_s=5)
     with pytest.raises(KeyboardInterrupt):
         await runner.run(ToolCall(id="1", name="blocks", arguments={}), CTX)
+
+
+LATE_KEY = "hk-5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d"
+
+
+@tool(timeout_s=0.05)
+def late_dump() -> str:
+    """Ends a little after its time limit, printing a key across the 500th character."""
+    time.sleep(0.2)
+    return "x" * 490 + LATE_KEY + " and more"
+
+
+async def test_the_head_of_a_late_outcome_in_an_error_never_ends_inside_a_secret() -> None:
+    """The error (stored: event, span, ledger) shows the head of what the tool did late; a
+    head cut through a key keeps a part no redaction recognises."""
+    redactor = Redactor([LATE_KEY])
+    plain = ToolRunner(ToolRegistry([late_dump]), default_timeout_s=5)
+    aware = ToolRunner(
+        ToolRegistry([late_dump]), default_timeout_s=5, secret_spans=redactor.secret_spans
+    )
+    call = ToolCall(id="1", name="late_dump", arguments={})
+    piece = LATE_KEY[:8]
+    assert piece in redactor.text((await plain.run(call, CTX)).content)  # what it is for
+    shown = (await aware.run(call, CTX)).content
+    assert "did not finish within 0.05 s" in shown and "x" * 490 in shown
+    assert piece not in redactor.text(shown)

@@ -78,7 +78,6 @@ from core_agent.orchestration.call_ledger import LedgeredCalls
 from core_agent.orchestration.cut_answer import CutAnswer, was_cut
 from core_agent.orchestration.loop_journal import LoopCheckpoint, LoopJournal
 from core_agent.orchestration.model_call import traced_model_call
-from core_agent.orchestration.observation_cut import SecretSpans, head_of, truncate_observation
 from core_agent.orchestration.structured_output import (
     OutputParseError,
     parse_model_output,
@@ -89,6 +88,7 @@ from core_agent.orchestration.tool_hooks import run_after_hooks, run_before_hook
 from core_agent.orchestration.usage_limits import release_tool_call, reserve_tool_calls
 from core_agent.safety.injection_detector import InjectionDetector
 from core_agent.safety.redaction import refuse_redacted_call
+from core_agent.tooling.observation_cut import SecretSpans, head_of, truncate_observation
 from core_agent.tooling.tool_runner import ToolRunner
 from shared.agent_protocol import (
     ApprovalRequest,
@@ -235,7 +235,9 @@ class ReActLoop:
         self._tools = tools
         self._sandbox = sandbox
         self._gate = gate
-        self._runner = ToolRunner(tools, default_timeout_s=tool_timeout_s)
+        self._runner = ToolRunner(
+            tools, default_timeout_s=tool_timeout_s, secret_spans=secret_spans
+        )
         self._trace_store = trace_store
         self._temperature = temperature
         self._max_tokens = max_tokens

@@ -35,6 +35,7 @@ from core_agent.contracts.errors import (
 from core_agent.contracts.tool import CallPermit, ITool, ToolContext, UninterruptibleWork
 from core_agent.contracts.tool_call_ledger import LedgerEntry, LedgerStatus
 from core_agent.contracts.tool_registry import IToolRegistry
+from core_agent.tooling.observation_cut import SecretSpans, head_of
 from shared.agent_protocol import ToolCall, ToolResult
 
 log = logging.getLogger(__name__)
@@ -100,9 +101,21 @@ class CallLedger(Protocol):
 class ToolRunner:
     """Executes tool calls against a registry with a default time limit."""
 
-    def __init__(self, registry: IToolRegistry, *, default_timeout_s: float) -> None:
+    def __init__(
+        self,
+        registry: IToolRegistry,
+        *,
+        default_timeout_s: float,
+        secret_spans: SecretSpans | None = None,
+    ) -> None:
         self._registry = registry
         self._default_timeout_s = default_timeout_s
+        self._secrets = secret_spans
+        """Where the stores' redaction finds secrets: a head of a text shown in an error (which
+        is stored) never ends inside one (``head_of``)."""
+
+    def _head(self, text: str, limit: int) -> str:
+        return head_of(text, limit, self._secrets)
 
     async def run(
         self,
@@ -162,7 +175,7 @@ class ToolRunner:
             )
         tool = self._registry.get(call.name)
         if call.arguments is None:
-            raw = (call.raw_arguments or "")[:_RAW_ARGUMENTS_SHOWN]
+            raw = self._head(call.raw_arguments or "", _RAW_ARGUMENTS_SHOWN)
             raise ToolArgumentsError(
                 f"arguments for tool {call.name!r} must be a JSON object; received {raw!r}",
                 tool_name=call.name,
@@ -203,7 +216,7 @@ class ToolRunner:
             idempotent = ledger.reruns_safely(tool, arguments, context)
             key = await ledger.begin(call, tool, given, idempotent=idempotent)
             context = dataclasses.replace(context, idempotency_key=key, work=UninterruptibleWork())
-            context.work.report_late = _late_reporter(ledger, key, call)
+            context.work.report_late = _late_reporter(ledger, key, call, self._head)
         if settle is not None:
             await settle()
         try:
@@ -211,11 +224,15 @@ class ToolRunner:
         except anyio.get_cancelled_exc_class():
             if ledger is not None and key is not None:
                 with anyio.CancelScope(shield=True):
-                    await _record_cut(ledger, key, call, context.work, "the task was canceled")
+                    await _record_cut(
+                        ledger, key, call, context.work, "the task was canceled", self._head
+                    )
             raise
         if ledger is not None and key is not None:
             if result.error_type == ToolTimeoutError.__name__:
-                await _record_cut(ledger, key, call, context.work, "its time limit passed", result)
+                await _record_cut(
+                    ledger, key, call, context.work, "its time limit passed", self._head, result
+                )
             else:
                 await ledger.finish(key, result)
         return result
@@ -257,7 +274,9 @@ class ToolRunner:
         message = f"tool {call.name!r} did not finish within {timeout:g} s"
         work = context.work
         if work.outcome is not None:
-            message += f"; it ended {work.grace_s:g} s later at most: {work.outcome[:500]}"
+            message += (
+                f"; it ended {work.grace_s:g} s later at most: {self._head(work.outcome, 500)}"
+            )
         elif work.still_running:
             message += "; it is still running and its effect may come later"
         return _error(call, ToolTimeoutError(message, tool_name=call.name))
@@ -289,6 +308,7 @@ async def _record_cut(
     call: ToolCall,
     work: UninterruptibleWork,
     why: str,
+    head: Callable[[str, int], str],
     result: ToolResult | None = None,
 ) -> None:
     """Record a call the kernel stopped waiting for, with what it did after the cut."""
@@ -296,7 +316,7 @@ async def _record_cut(
         call_id=call.id, name=call.name, content=f"Error: {why}", is_error=True
     )
     if work.outcome is not None:
-        note = f"{why}; it ended shortly after: {work.outcome[:500]}"
+        note = f"{why}; it ended shortly after: {head(work.outcome, 500)}"
     elif work.still_running:
         note = f"{why}; it was still running when the kernel stopped waiting"
     else:
@@ -304,7 +324,9 @@ async def _record_cut(
     await ledger.finish(key, result, status="timed_out", note=note)
 
 
-def _late_reporter(ledger: CallLedger, key: str, call: ToolCall) -> Callable[[str], None]:
+def _late_reporter(
+    ledger: CallLedger, key: str, call: ToolCall, head: Callable[[str, int], str]
+) -> Callable[[str], None]:
     """A callback for the tool's worker thread: record that the work ended after all."""
     token = anyio.lowlevel.current_token()
 
@@ -312,14 +334,14 @@ def _late_reporter(ledger: CallLedger, key: str, call: ToolCall) -> Callable[[st
         result = ToolResult(
             call_id=call.id,
             name=call.name,
-            content=f"Error: it ended after the kernel stopped waiting: {outcome[:500]}",
+            content=f"Error: it ended after the kernel stopped waiting: {head(outcome, 500)}",
             is_error=True,
             error_type=ToolTimeoutError.__name__,
         )
 
         async def record() -> None:
             await ledger.finish(
-                key, result, status="timed_out", note=f"ended late: {outcome[:500]}"
+                key, result, status="timed_out", note=f"ended late: {head(outcome, 500)}"
             )
 
         try:
