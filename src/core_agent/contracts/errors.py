@@ -66,7 +66,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from pydantic import ValidationError
 
@@ -641,3 +641,30 @@ def _cancel_requested() -> bool:
     except RuntimeError:  # another backend (trio): its cancel scopes answered above
         return False
     return task is not None and task.cancelling() > 0
+
+
+def described(exc: BaseException) -> str:
+    """``exc``'s type and message, for a user reading why something failed.
+
+    Just its type when it has no message (``GeneratorExit()``). A group (a task group's
+    failures, an ``ExceptionGroup`` a host's code raised) is described by what it holds,
+    however nested, not as "(2 sub-exceptions)".
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        leaves = list(exception_leaves(exc))
+        shown = "; ".join(described(leaf) for leaf in leaves[:_LEAVES_SHOWN])
+        more = f"; and {len(leaves) - _LEAVES_SHOWN} more" if len(leaves) > _LEAVES_SHOWN else ""
+        return f"{type(exc).__name__}: {exc.message} ({shown}{more})"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+_LEAVES_SHOWN = 5
+
+
+def exception_leaves(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` itself, or the exceptions its group holds, however nested."""
+    if isinstance(exc, BaseExceptionGroup):
+        for one in exc.exceptions:
+            yield from exception_leaves(one)
+    else:
+        yield exc

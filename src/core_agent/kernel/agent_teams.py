@@ -32,6 +32,7 @@ from core_agent.contracts.errors import (
     RunError,
     ToolError,
     UsageError,
+    described,
     is_interruption,
 )
 from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
@@ -195,7 +196,7 @@ class TeamExecutor(IExecutor):
                     # its run broke: that member has no answer, the others still count.
                     if is_interruption(exc):
                         raise
-                    error = str(exc) if isinstance(exc, ToolError) else _described(exc)
+                    error = str(exc) if isinstance(exc, ToolError) else described(exc)
                     results[slot] = MemberResult(member.name, None, TaskStatus.FAILED, error=error)
                     span.error = error
                     return
@@ -244,7 +245,7 @@ class TeamExecutor(IExecutor):
             except BaseException as exc:
                 if is_interruption(exc):
                     raise
-                error = str(exc) if isinstance(exc, ToolError) else _described(exc)
+                error = str(exc) if isinstance(exc, ToolError) else described(exc)
                 raise RunError(
                     f"team {team.name}: the aggregating agent {aggregate.name} could not run: "
                     f"{error}"
@@ -278,7 +279,7 @@ class TeamExecutor(IExecutor):
                 raise
             raised = exc.raised if isinstance(exc, _RaisedInThread) else exc
             raise RunError(
-                f"team {team.name}: the aggregation failed: {_described(raised)}"
+                f"team {team.name}: the aggregation failed: {described(raised)}"
             ) from raised
         if not isinstance(combined, str):
             raise RunError(
@@ -293,10 +294,6 @@ class _RaisedInThread(Exception):
     def __init__(self, raised: BaseException) -> None:
         super().__init__(str(raised))
         self.raised = raised
-
-
-def _described(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _member_result(name: str, child: TaskResult) -> MemberResult:

@@ -64,6 +64,8 @@ from core_agent.contracts.errors import (
     RunError,
     ToolExecutionError,
     UsageError,
+    described,
+    exception_leaves,
     is_interruption,
 )
 from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
@@ -579,7 +581,7 @@ class _WorkflowRun:
         message = (
             str(exc)
             if isinstance(exc, WorkflowNodeError)
-            else f"node {first!r} failed: {_described(exc)}"
+            else f"node {first!r} failed: {described(exc)}"
         )
         async with self._context.unit_of_work():
             for name in nodes:
@@ -590,7 +592,7 @@ class _WorkflowRun:
                     layer=layer,
                     succeeded=False,
                     error=(
-                        _described(failure)
+                        described(failure)
                         if failure is not None
                         else f"not kept: the layer failed ({message})"
                     ),
@@ -714,11 +716,6 @@ class _WorkflowRun:
         return body.output(state, final), result.usage
 
 
-def _described(exc: BaseException) -> str:
-    """``exc``'s type and message (just its type when it has none: ``GeneratorExit()``)."""
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-
-
 @dataclass(frozen=True, slots=True)
 class _NodeDelegate:
     """An agent or sub-workflow node as ``NestedAgents`` runs it: its request, as built."""
@@ -741,7 +738,9 @@ def _own_cancel(exc: BaseException, node: str, layer: int) -> WorkflowNodeError 
         cancels, rest = exc.split(cancelled)
         if cancels is None:
             return None
-        also = f" with {_described_parts(rest)}" if rest is not None else ""
+        also = ""
+        if rest is not None:
+            also = f" with {', '.join(map(described, exception_leaves(rest)))}"
     elif isinstance(exc, cancelled):
         also = ""
     else:
@@ -756,15 +755,3 @@ def _cancel_failure(node: str, layer: int, also: str = "") -> WorkflowNodeError:
         node=node,
         layer=layer,
     )
-
-
-def _described_parts(group: BaseExceptionGroup[BaseException]) -> str:
-    return ", ".join(
-        f"{type(one).__name__}: {one}" if str(one) else type(one).__name__ for one in _leaves(group)
-    )
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for one in exc.exceptions for leaf in _leaves(one)]
-    return [exc]
