@@ -15,7 +15,7 @@ import pytest
 
 from core_agent import Agent, AgentSettings, Team, create_kernel
 from core_agent.contracts.errors import UsageError
-from core_agent.replay import TaskRecords, fork_task, rerun_task
+from core_agent.replay import TaskRecords, build_trajectory, fork_task, rerun_task
 from shared.agent_protocol import AgentHandoff, TaskRequest, TaskStatus
 from support.openai_server import OpenAIServer
 
@@ -119,3 +119,21 @@ async def test_a_fork_before_the_agent_call_runs_the_agent_passed_again(tmp_path
 
     assert fork.result.status is TaskStatus.SUCCEEDED, fork.result.error
     assert fork.result.output == "父任务：还是 1024"
+
+
+async def test_the_replay_of_a_task_shows_which_child_task_carried_out_its_agent_call(
+    tmp_path, server
+) -> None:
+    """The handoff is a step of the parent's trajectory, naming the child task to replay."""
+    settings = settings_for(tmp_path / "data", server)
+    task_id = await record_nested(settings, server)
+    async with TaskRecords(settings) as records:
+        loaded = await records.load(task_id)
+    trajectory = build_trajectory(loaded.task, loaded.events, loaded.spans)
+    kinds = [step.kind for step in trajectory.steps]
+    assert kinds.index("tool_call") < kinds.index("handoff") < kinds.index("tool_result")
+    handoff = next(step for step in trajectory.steps if step.kind == "handoff")
+    child = next(e for e in loaded.events if isinstance(e, AgentHandoff)).child_task_id
+    assert handoff.data["agent"] == "helper" and handoff.data["child_task_id"] == child
+    assert handoff.data["sub_task"] == "算 2**10"
+    assert handoff.key is None  # shown, not compared: a played-back call runs no child

@@ -36,6 +36,7 @@ LABELS = {
     "model": "model",
     "model_failed": "model failed",
     "tool_call": "tool call",
+    "handoff": "handoff",
     "hook": "hook",
     "policy": "policy",
     "approval_request": "asked human",
@@ -56,6 +57,7 @@ STYLES = {
     "model": "blue",
     "model_failed": "red",
     "tool_call": "cyan",
+    "handoff": "cyan",
     "policy": "dim",
     "approval_request": "yellow",
     "approval": "yellow",
@@ -151,6 +153,8 @@ def step_text(step: ReplayStep) -> str:
         marks = [name for name in ("is_error", "untrusted") if data[name]]
         extra = f" ({', '.join(m.removeprefix('is_') for m in marks)})" if marks else ""
         return f"{data['name']}{extra}  {data['latency_ms']:.1f} ms\n{_clipped(data['content'])}"
+    if kind == "handoff":
+        return f"to {data['agent']} (task {data['child_task_id']}): {_clipped(data['sub_task'])}"
     if kind == "injection":
         return f"{data['tool']}: {', '.join(data['signals'])}"
     if kind == "tainted":

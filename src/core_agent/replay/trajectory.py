@@ -7,8 +7,9 @@ trajectory numbers them as steps, in order. No model is called and no tool runs 
 
 Each step has a ``key``: what must be the same for two runs to have done the same thing
 (a call's tool and arguments, a result's text, a decision's verdict), without what always
-differs (ids, times, latency, costs). Steps about how humans were reached (waiting, resumed)
-and what was looked up (retrieval, memory spans) have none: they are shown, not compared.
+differs (ids, times, latency, costs). Steps about how humans were reached (waiting, resumed),
+what was looked up (retrieval, memory spans) and which child task carried out a call of an
+agent (handoff: its own steps are its trajectory) have none: they are shown, not compared.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ StepKind = Literal[
     "model",
     "model_failed",
     "tool_call",
+    "handoff",
     "hook",
     "policy",
     "approval_request",
@@ -232,7 +234,10 @@ def step_key(kind: StepKind, data: dict[str, Any]) -> dict[str, Any] | None:
         return _pick(data, "error_type", "error")
     if kind == "canceled":
         return _pick(data, "reason")
-    return None  # retrieval, memory, waiting, resumed: shown, not compared
+    # retrieval, memory, waiting, resumed, and handoff (how a call of an agent was carried
+    # out: its call and result are compared; a rerun that plays it back runs no child):
+    # shown, not compared
+    return None
 
 
 class TrajectoryBuilder:
@@ -307,6 +312,19 @@ class TrajectoryBuilder:
                         "succeeded": data.succeeded,
                         "output": data.output,
                         "error": data.error,
+                    },
+                )
+            ]
+        if kind == "agent.handoff":
+            # The child's own steps are its trajectory (``replay <child_task_id>``).
+            return [
+                (
+                    "handoff",
+                    {
+                        "agent": data.agent,
+                        "sub_task": data.sub_task,
+                        "child_task_id": data.child_task_id,
+                        "call_id": data.call_id,
                     },
                 )
             ]
