@@ -11,11 +11,12 @@ How a child runs inside its parent (``NestedAgents.run``):
 
 * depth: a call that would go deeper than ``AGENT_MAX_AGENT_DEPTH`` is refused with a tool
   error the model reads;
-* the parent records an ``agent.handoff`` event, which commits with the child's creation
-  (so it is durable and published before the child's first event), then the child runs with
-  its writes apart from the parent's open unit of work (``independent_work``), so its events
-  are published as they happen and a stream of the parent carries them in order
-  (``TaskTree``);
+* the parent records an ``agent.handoff`` event, which commits with the child's creation,
+  its start and its route, before the child's model is called (so it is durable and
+  published before the child's first event), then the child runs with its writes apart from
+  the parent's open unit of work (``independent_work``), so its events are published as they
+  happen and a stream of the parent carries them in order (``TaskTree``), and neither task's
+  records wait on, or fail with, the other's;
 * its id follows from the parent's call (its idempotency key), so a parent resumed after a
   crash finds the child again: finished, its result is reused; left running, it is resumed;
   waiting for a human, the parent waits with it;
@@ -324,9 +325,9 @@ class NestedAgents:
                 with self._task_store.independent_work():
                     result, found = await self._run_or_find(parent, request, child_id)
             else:
-                # A fresh run's keys are new: its children are too. The child's creation
-                # commits with the handoff (``ITaskStore.create_task``), so the handoff is
-                # durable and published before the child's first event; its run commits
+                # A fresh run's keys are new: its children are too. The child's creation and
+                # start commit with the handoff (``AgentKernel._start_held``), so the handoff
+                # is durable and published before the child's first event; its run commits
                 # apart from the parent's step.
                 result = await self._execute(request, child_id)
             if result.status is TaskStatus.WAITING_APPROVAL:
