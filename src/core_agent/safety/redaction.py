@@ -636,10 +636,14 @@ _ESCAPE = re.compile(r'\\(?:u([0-9a-fA-F]{4})|(["\\/]))')
 
 
 def _may_hold_json(value: str) -> bool:
-    """Whether ``value`` may hold JSON whose escapes, lists or objects hide a secret."""
+    """Whether ``value`` may hold JSON whose escapes, lists or objects hide a secret.
+
+    Any name that says a secret follows counts (``password``, ``secrets``, ``credentials``
+    as much as ``api_token``): a list or object under it is redacted only once decoded.
+    """
     if "{" not in value and "[" not in value:
         return False
-    return "\\" in value or _names_member(value.lower())
+    return "\\" in value or _names_a_secret(value)
 
 
 def _unescaped(value: str) -> str:
