@@ -39,6 +39,7 @@ from core_agent.contracts.settings import AgentSettings
 from core_agent.contracts.shell_parser import IShellParser
 from core_agent.contracts.span_exporter import ISpanExporter
 from core_agent.contracts.task_store import ITaskStore
+from core_agent.contracts.text_cuts import SecretSpans
 from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.contracts.tool import ITool
 from core_agent.contracts.tool_call_ledger import IToolCallLedger
@@ -420,6 +421,7 @@ def build_session_conversations(
     counter: Callable[[], ITokenCounter],
     opened: OpenedStores,
     prompts: PromptSet | None = None,
+    secrets: SecretSpans | None = None,
 ) -> SessionConversations | None:
     """Sessions as conversations, on the task store's session store (``None`` without one).
 
@@ -456,6 +458,7 @@ def build_session_conversations(
         summary_tokens=summary_tokens,
         result_chars=settings.session_result_chars,
         prompts=prompts,
+        secrets=secrets,
     )
 
 
@@ -844,6 +847,7 @@ class KernelContainer(containers.DeclarativeContainer):
         token_counter.provider,
         opened,
         prompts,
+        redactor.provided.secret_spans,
     )
     """Sessions as conversations (history, compaction); ``None`` when the task store keeps no
     session history."""

@@ -5,7 +5,7 @@ from pydantic import BaseModel
 
 from core_agent import tool
 from core_agent.contracts.errors import TaskFailedError
-from core_agent.tooling.observation_cut import truncate_observation
+from core_agent.contracts.text_cuts import truncate_observation
 from core_agent.tooling.registry import ToolRegistry
 from fakes.gateways import FakeRecordingGateway, FakeSequentialGateway
 from fakes.stores import FakeCheckpointStore, FakeTaskStore, FakeToolCallLedger, FakeTraceStore

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from core_agent.contracts.text_cuts import SPAN_WINDOW, truncate_observation
+from core_agent.memory.session_history import shorten
 from core_agent.safety.redaction import MARK, Redactor
-from core_agent.tooling.observation_cut import truncate_observation
 
 HOST_KEY = "hk-9f8e7d6c5b4a39281706f5e4d3c2b1a0"
 """A host credential (an environment variable's value), a literal secret of the redactor."""
@@ -83,3 +84,27 @@ def test_overlapping_secrets_move_the_cut_past_all_of_them() -> None:
     head = cut.index("\n")
     assert head <= 90 or head >= 200
     assert head == 90
+
+
+def test_only_the_text_around_each_cut_is_searched() -> None:
+    """A tool result of megabytes costs what a short one does: the redactor's patterns run
+    over a window around each cut point, on the event loop, not over the whole text."""
+    searched: list[int] = []
+
+    def spans(text: str) -> list[tuple[int, int]]:
+        searched.append(len(text))
+        return Redactor([HOST_KEY]).secret_spans(text)
+
+    keep = cut_points(8_000_000)[0]
+    text = "w" * (keep - 10) + HOST_KEY + "w" * 8_000_000
+    cut = truncate_observation(text, LIMIT, spans)
+    assert leaks(cut, HOST_KEY, Redactor([HOST_KEY])) == []
+    assert searched and max(searched) <= 2 * SPAN_WINDOW
+
+
+def test_the_session_history_cuts_outside_secrets_too() -> None:
+    redactor = Redactor([HOST_KEY])
+    keep = shorten("x" * 7000, LIMIT).index("\n")
+    text = "w" * (keep - 10) + " " + HOST_KEY + " " + "w" * 6000
+    assert leaks(shorten(text, LIMIT), HOST_KEY, redactor)  # what it is for
+    assert leaks(shorten(text, LIMIT, redactor.secret_spans), HOST_KEY, redactor) == []

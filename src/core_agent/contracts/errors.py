@@ -411,10 +411,7 @@ class ToolArgumentsError(ToolError):
     @classmethod
     def from_validation_error(cls, tool_name: str, exc: ValidationError) -> ToolArgumentsError:
         """A message that tells the model which argument is wrong and how."""
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in err['loc']) or '(arguments)'}: {err['msg']}"
-            for err in exc.errors(include_url=False)
-        )
+        problems = validation_problems(exc, root="(arguments)")
         return cls(f"invalid arguments for tool {tool_name!r}: {problems}", tool_name=tool_name)
 
 
@@ -668,3 +665,16 @@ def exception_leaves(exc: BaseException) -> Iterator[BaseException]:
             yield from exception_leaves(one)
     else:
         yield exc
+
+
+def validation_problems(exc: ValidationError, *, root: str = "(root)") -> str:
+    """Where a value failed its model and why, without the values themselves.
+
+    ``str(exc)`` shows each input, cut by pydantic to its first and last characters: a
+    secret in one would reach whatever keeps the message in two pieces that no redaction
+    recognises. ``root`` names a failure of the value as a whole.
+    """
+    return "; ".join(
+        f"{'.'.join(str(part) for part in err['loc']) or root}: {err['msg']}"
+        for err in exc.errors(include_url=False, include_input=False, include_context=False)
+    )

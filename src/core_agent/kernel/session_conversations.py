@@ -33,6 +33,7 @@ from core_agent.contracts.errors import CoreAgentError
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import ILLMGateway
 from core_agent.contracts.session_store import ISessionStore
+from core_agent.contracts.text_cuts import SecretSpans
 from core_agent.contracts.token_counter import ITokenCounter
 from core_agent.contracts.tool import ToolSpec
 from core_agent.contracts.trace_store import ITraceStore
@@ -72,6 +73,7 @@ class SessionConversations:
         summary_tokens: int = 512,
         result_chars: int = 2000,
         prompts: PromptSet | None = None,
+        secrets: SecretSpans | None = None,
     ) -> None:
         self.store = store
         self._prompts = prompts
@@ -83,6 +85,8 @@ class SessionConversations:
         self._window_tokens: int | None = None
         self._summary_tokens = summary_tokens
         self._result_chars = result_chars
+        self._secrets = secrets
+        """Where the stores' redaction finds secrets: a result is not shortened through one."""
 
     @property
     def window_tokens(self) -> int:
@@ -275,6 +279,7 @@ class SessionConversations:
             status=result.status.value,
             error=result.error,
             result_chars=self._result_chars,
+            secrets=self._secrets,
         )
         await self._append(state, messages, tainted=context.run.tainted)
 
@@ -298,6 +303,7 @@ class SessionConversations:
             status=status.value,
             error=error,
             result_chars=self._result_chars,
+            secrets=self._secrets,
         )
         await self._append(state, messages, tainted=False)
 

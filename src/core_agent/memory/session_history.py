@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from core_agent.contracts.text_cuts import SecretSpans, cut_middle
 from core_agent.contracts.untrusted import wrap_untrusted
 from core_agent.memory.prompt_window import opening_end
 from shared.agent_protocol import (
@@ -108,14 +109,12 @@ def history_messages(
     return messages
 
 
-def shorten(text: str, limit: int) -> str:
-    """``text`` if short enough, else its head and tail around a marker, within ``limit``."""
-    if len(text) <= limit:
-        return text
-    marker = "\n[... {n} characters left out of the session history ...]\n"
-    keep = max(limit - len(marker.format(n=len(text))), 0)
-    head, tail = keep - keep // 2, keep // 2
-    return text[:head] + marker.format(n=len(text) - head - tail) + (text[-tail:] if tail else "")
+SESSION_MARKER = "\n[... {n} characters left out of the session history ...]\n"
+
+
+def shorten(text: str, limit: int, secrets: SecretSpans | None = None) -> str:
+    """A tool result for a session's history: ``cut_middle`` with the session's marker."""
+    return cut_middle(text, limit, SESSION_MARKER, secrets)
 
 
 def turn_messages(
@@ -126,6 +125,7 @@ def turn_messages(
     status: str,
     error: str | None,
     result_chars: int,
+    secrets: SecretSpans | None = None,
 ) -> list[ChatMessage]:
     """The turn a finished task adds to its session (see the module docstring).
 
@@ -145,7 +145,9 @@ def turn_messages(
         for call in message.tool_calls:
             result = results[call.id]
             messages.append(
-                result.model_copy(update={"content": shorten(result.content, result_chars)})
+                result.model_copy(
+                    update={"content": shorten(result.content, result_chars, secrets)}
+                )
             )
     if output is not None and status == "succeeded":
         messages.append(AssistantMessage(content=output))

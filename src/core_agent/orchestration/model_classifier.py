@@ -68,7 +68,9 @@ class ModelAssistedClassifier:
         except RunStoppedError:
             raise  # the run must end (a replay that parted from its recording): no way round
         except (CoreAgentError, OutputParseError) as exc:
-            return features, {"classifier": "deterministic", "model_error": str(exc)[:300]}
+            # Whole: stored with the route, redacted there; a cut here could split a key the
+            # provider's error quoted.
+            return features, {"classifier": "deterministic", "model_error": str(exc)}
         adjusted = TaskFeatures(
             sub_goals=verdict.sub_goals,
             dependencies=max(features.dependencies, 1) if verdict.dependent else 0,

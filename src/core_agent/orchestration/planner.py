@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
-from core_agent.contracts.errors import PlanningError
+from core_agent.contracts.errors import PlanningError, validation_problems
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import TOKEN_LIMIT_FINISH_REASONS, ILLMGateway, LLMRequest
 from core_agent.contracts.planner import IPlanner, Plan
@@ -116,7 +116,8 @@ class LLMPlanner(IPlanner):
                     plan = parse_model_output(text, Plan)
                     problems = check_plan(plan, max_steps=self._max_steps)
                 except (OutputParseError, ValidationError) as exc:
-                    problems = [f"not a valid plan object: {exc}"]
+                    why = validation_problems(exc) if isinstance(exc, ValidationError) else exc
+                    problems = [f"not a valid plan object: {why}"]
             if not problems:
                 return _without_unknown_hints(plan, tool_names)
             refusal = "; ".join(problems)

@@ -57,6 +57,7 @@ from core_agent.contracts.errors import (
     StructuredOutputError,
     ToolNotFoundError,
     TurnLimitExceededError,
+    validation_problems,
 )
 from core_agent.contracts.executor import ExecutionContext
 from core_agent.contracts.llm_gateway import (
@@ -65,6 +66,7 @@ from core_agent.contracts.llm_gateway import (
     LLMResponse,
     ToolDefinition,
 )
+from core_agent.contracts.text_cuts import SecretSpans, head_of, truncate_observation
 from core_agent.contracts.tool import CallPermit, Capability, ITool, ToolContext
 from core_agent.contracts.tool_call_ledger import LedgerEntry
 from core_agent.contracts.tool_registry import IToolRegistry
@@ -88,7 +90,6 @@ from core_agent.orchestration.tool_hooks import run_after_hooks, run_before_hook
 from core_agent.orchestration.usage_limits import release_tool_call, reserve_tool_calls
 from core_agent.safety.injection_detector import InjectionDetector
 from core_agent.safety.redaction import refuse_redacted_call
-from core_agent.tooling.observation_cut import SecretSpans, head_of, truncate_observation
 from core_agent.tooling.tool_runner import ToolRunner
 from shared.agent_protocol import (
     ApprovalRequest,
@@ -958,11 +959,14 @@ def _streak_notice(streak: int) -> str:
 
 
 def _output_error(raw: str, exc: Exception, secrets: SecretSpans | None) -> StructuredOutputError:
-    shown = head_of(raw, 2000, secrets)  # the error is stored: no key cut in two
+    # The error is stored: no key cut in two, nor spelled again (``repr`` doubles a
+    # backslash), nor shown in pydantic's own cut of each value.
+    shown = head_of(raw, 2000, secrets)
+    problems = validation_problems(exc) if isinstance(exc, ValidationError) else str(exc)
     return StructuredOutputError(
-        f"the answer does not match the requested model: {exc}; raw answer: {shown!r}",
+        f"the answer does not match the requested model: {problems}; raw answer: {shown}",
         raw_text=raw,
-        validation_error=str(exc),
+        validation_error=problems,
     )
 
 

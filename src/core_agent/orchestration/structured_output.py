@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import json_repair
 from pydantic import BaseModel, ValidationError
 
+from core_agent.contracts.errors import validation_problems
 from shared.agent_protocol import ChatMessage, SystemMessage
 
 M = TypeVar("M", bound=BaseModel)
@@ -59,10 +60,7 @@ def parse_model_output(text: str, model: type[M]) -> M:
 
 def _summary(error: Exception) -> str:
     if isinstance(error, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
-            for e in error.errors(include_url=False)
-        )
+        return validation_problems(error)
     return str(error)
 
 

@@ -190,7 +190,8 @@ async def _record(
     else:
         traced.error = reason
         if tracer.content:
-            span.attributes.setdefault("hook_errors", []).append(f"{hook}: {reason}"[:500])
+            # Cut by the trace store after its redaction (``Tracer.text``), not here.
+            span.attributes.setdefault("hook_errors", []).append(tracer.text(f"{hook}: {reason}"))
         else:
             span.attributes["hook_errors"] = span.attributes.get("hook_errors", 0) + 1
     await context.emit(

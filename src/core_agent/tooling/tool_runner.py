@@ -32,10 +32,10 @@ from core_agent.contracts.errors import (
     ToolTimeoutError,
     is_interruption,
 )
+from core_agent.contracts.text_cuts import SecretSpans, head_of
 from core_agent.contracts.tool import CallPermit, ITool, ToolContext, UninterruptibleWork
 from core_agent.contracts.tool_call_ledger import LedgerEntry, LedgerStatus
 from core_agent.contracts.tool_registry import IToolRegistry
-from core_agent.tooling.observation_cut import SecretSpans, head_of
 from shared.agent_protocol import ToolCall, ToolResult
 
 log = logging.getLogger(__name__)
@@ -177,7 +177,9 @@ class ToolRunner:
         if call.arguments is None:
             raw = self._head(call.raw_arguments or "", _RAW_ARGUMENTS_SHOWN)
             raise ToolArgumentsError(
-                f"arguments for tool {call.name!r} must be a JSON object; received {raw!r}",
+                # As received: ``repr`` would spell a secret in them again (doubled
+                # backslashes), past what the stores' redaction recognises.
+                f"arguments for tool {call.name!r} must be a JSON object; received: {raw}",
                 tool_name=call.name,
             )
         preapproved = False

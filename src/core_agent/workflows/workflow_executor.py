@@ -67,6 +67,7 @@ from core_agent.contracts.errors import (
     described,
     exception_leaves,
     is_interruption,
+    validation_problems,
 )
 from core_agent.contracts.executor import ExecutionContext, ExecutionOutcome, IExecutor
 from core_agent.contracts.trace_store import ITraceStore
@@ -301,7 +302,7 @@ class _WorkflowRun:
             raise CorruptStateError(
                 context.task.task_id,
                 f"the workflow state to start from is not a valid "
-                f"{workflow.state_type.__name__}: {exc}",
+                f"{workflow.state_type.__name__}: {validation_problems(exc)}",
             ) from exc
 
     async def run(self) -> ExecutionOutcome:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from core_agent.contracts.errors import CorruptStateError, UsageError
+from core_agent.contracts.errors import CorruptStateError, UsageError, validation_problems
 from core_agent.contracts.executor import IExecutor
 from core_agent.workflows.state_data import (
     StateDataError,
@@ -150,7 +150,8 @@ def _checkpointable(workflow: Workflow[S], state: S) -> str:
         text = state_text(state_data(state))
     except (StateDataError, ValidationError) as exc:
         raise UsageError(
-            f"the state of workflow {workflow.name!r} cannot be checkpointed: {exc}"
+            f"the state of workflow {workflow.name!r} cannot be checkpointed: "
+            f"{validation_problems(exc) if isinstance(exc, ValidationError) else exc}"
         ) from exc
     if changed:
         raise UsageError(
@@ -302,7 +303,8 @@ async def workflow_snapshot(
     except ValidationError as exc:
         raise CorruptStateError(
             task_id,
-            f"the checkpointed state is not a valid {workflow.state_type.__name__}: {exc}",
+            f"the checkpointed state is not a valid {workflow.state_type.__name__}: "
+            f"{validation_problems(exc)}",
         ) from exc
     return WorkflowSnapshot(
         task_id=task_id,
