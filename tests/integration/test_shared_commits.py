@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,36 +67,27 @@ def kernel_on(
     return container.kernel()
 
 
-async def test_a_parents_held_writes_are_not_committed_under_its_childs_fence(
-    tmp_path: Path,
-) -> None:
-    """The parent lost its lease while a child ran: nothing more of the parent may be stored.
+def grab_beside_a_child(tmp_path: Path, meanwhile: Callable[[], None]) -> AgentKernel:
+    """A parent whose one turn calls ``grab`` and the agent ``helper`` at once.
 
-    Parallel calls of one parent turn: ``grab`` (a plain tool) and ``helper`` (an agent). While
-    the child runs, another kernel takes the parent over (``grab`` plays it), then ``grab``
-    returns: its result is held in the parent's step. The child's ending, under the child's
-    fence (the child is still ours), must not carry it into a task another kernel owns.
+    ``grab`` waits for the child to run, does ``meanwhile``, and returns while the child still
+    runs (``hold``), so its records are held in the parent's step as the child goes on.
     """
     child_running = anyio.Event()
-    taken_over = anyio.Event()
-    db_path = tmp_path / "core_agent.db"
+    grabbed = anyio.Event()
 
     async def grab() -> str:
         """Grab something."""
         await child_running.wait()
-        with sqlite3.connect(db_path) as db:  # what the new owner did
-            db.execute(
-                "UPDATE agent_tasks SET owner = 'other-host:1',"
-                " lease_expires_at = '2999-01-01T00:00:00+00:00' WHERE id = 'p'"
-            )
-        taken_over.set()
+        meanwhile()
+        grabbed.set()
         return "grabbed"
 
     async def hold() -> str:
         """Wait a moment."""
         child_running.set()
-        await taken_over.wait()
-        await anyio.sleep(0.05)  # grab's result is held in the parent's unit by now
+        await grabbed.wait()
+        await anyio.sleep(0.05)  # grab's records are held in the parent's step by now
         return "held"
 
     tools = [
@@ -115,6 +107,29 @@ async def test_a_parents_held_writes_are_not_committed_under_its_childs_fence(
         ],
     )
     kernel.agent_as_tool(Agent("helper", "Helps.", tools=("hold",), force_mode="react"))
+    return kernel
+
+
+async def test_a_parents_held_writes_are_not_committed_under_its_childs_fence(
+    tmp_path: Path,
+) -> None:
+    """The parent lost its lease while a child ran: nothing more of the parent may be stored.
+
+    Parallel calls of one parent turn: ``grab`` (a plain tool) and ``helper`` (an agent). While
+    the child runs, another kernel takes the parent over (``grab`` plays it), then ``grab``
+    returns: its result is held in the parent's step. The child's ending, under the child's
+    fence (the child is still ours), must not carry it into a task another kernel owns.
+    """
+    db_path = tmp_path / "core_agent.db"
+
+    def take_over() -> None:
+        with sqlite3.connect(db_path) as db:  # what the new owner did
+            db.execute(
+                "UPDATE agent_tasks SET owner = 'other-host:1',"
+                " lease_expires_at = '2999-01-01T00:00:00+00:00' WHERE id = 'p'"
+            )
+
+    kernel = grab_beside_a_child(tmp_path, take_over)
     async with kernel:
         result = await kernel.execute_task(
             TaskRequest(task="parent", force_mode="react", tools=("grab", "helper")),
@@ -231,39 +246,7 @@ async def test_a_parents_refused_write_does_not_keep_its_child_from_ending(
     refused. The child still ends (here canceled, as the parent's run fails), rather than
     staying ``running``, held by this kernel, for recovery to run after its parent failed.
     """
-    child_running = anyio.Event()
-    grabbed = anyio.Event()
-
-    async def grab() -> str:
-        """Grab something."""
-        await child_running.wait()
-        grabbed.set()
-        return "grabbed"
-
-    async def hold() -> str:
-        """Wait a moment."""
-        child_running.set()
-        await grabbed.wait()
-        await anyio.sleep(0.05)  # grab's completion is held in the parent's unit by now
-        return "held"
-
-    tools = [
-        FunctionTool(grab, idempotent=True, capabilities={"read"}),
-        FunctionTool(hold, idempotent=True, capabilities={"read"}),
-    ]
-    kernel = kernel_on(
-        tmp_path,
-        tools,
-        [
-            conversation("^child$", calls(("hold", {})), ScriptedTurn(content="child done")),
-            conversation(
-                "^parent$",
-                calls(("grab", {}), ("helper", {"task": "child"})),
-                ScriptedTurn(content="parent done"),
-            ),
-        ],
-    )
-    kernel.agent_as_tool(Agent("helper", "Helps.", tools=("hold",), force_mode="react"))
+    kernel = grab_beside_a_child(tmp_path, lambda: None)
     async with kernel:
         await refuse_inserts(
             tmp_path / "core_agent.db",
