@@ -79,9 +79,9 @@ def test_a_secret_kept_whole_is_redacted_whole() -> None:
 
 def test_overlapping_secrets_move_the_cut_past_all_of_them() -> None:
     spans = [(90, 120), (100, 140), (135, 200)]
-    text = "a" * 1000
+    text = "a" * 89 + "\n" + "a" * 910  # the secrets' line starts at 90
     cut = truncate_observation(text, 300, lambda _: spans)
-    head = cut.index("\n")
+    head = cut.index("\n[...")
     assert head <= 90 or head >= 200
     assert head == 90
 
@@ -108,3 +108,48 @@ def test_the_session_history_cuts_outside_secrets_too() -> None:
     text = "w" * (keep - 10) + " " + HOST_KEY + " " + "w" * 6000
     assert leaks(shorten(text, LIMIT), HOST_KEY, redactor)  # what it is for
     assert leaks(shorten(text, LIMIT, redactor.secret_spans), HOST_KEY, redactor) == []
+
+
+@pytest.mark.parametrize("edge", ["head", "tail"])
+def test_a_secret_spelled_in_json_escapes_is_not_cut_through(edge: str) -> None:
+    """A JSON text may spell a key ``\\u0073k-...`` or a path-like secret with ``\\/``: the
+    stores decode it and would redact the whole, but not a piece of it."""
+    redactor = Redactor(["hk/9f8e7d6c5b4a39281706f5e4d3c2b1a0"])
+    for secret, spelled in (
+        ("sk-proj-" + "Ab12Cd34" * 5, "\\u0073k-proj-" + "Ab12Cd34" * 5),
+        ("hk/9f8e7d6c5b4a39281706f5e4d3c2b1a0", "hk\\/9f8e7d6c5b4a39281706f5e4d3c2b1a0"),
+    ):
+        length = 6000
+        head, tail = cut_points(length)
+        at = head if edge == "head" else tail
+        for shift in range(-len(spelled) - 1, 2):
+            text = ('"' + "w" * length)[: at + shift] + spelled
+            text += ("w" * length)[: length - len(text)]
+            cut = truncate_observation(text, LIMIT, redactor.secret_spans)
+            stored = redactor.text(cut)
+            assert secret[4:14] not in stored.replace("\\/", "/"), (shift, cut)
+            assert secret[4:14] not in stored.encode().decode("unicode_escape"), (shift, cut)
+
+
+def test_a_users_pattern_keeps_the_context_it_needs_at_a_cut() -> None:
+    """``(?<=PIN: )QZ\\d{6}``: the secret is the digits; a tail starting between ``PIN: `` and
+    them would keep them without what makes them one."""
+    redactor = Redactor(patterns=[r"(?<=PIN: )QZ\d{6}"])
+    length = 6000
+    _, tail = cut_points(length)
+    for shift in range(-12, 4):
+        start = tail + shift
+        text = ("filler\n" * length)[:start] + "PIN: QZ123456\n"
+        text += ("filler\n" * length)[: length - len(text)]
+        cut = truncate_observation(text, LIMIT, redactor.secret_spans)
+        assert "QZ123456" not in redactor.text(cut), (shift, cut[-60:])
+
+
+def test_secrets_close_together_cost_a_cut_one_secret_at_most() -> None:
+    """A long line (minified JSON) with a key every 150 characters: the head gives up the one
+    key it would split, not the whole run of them."""
+    redactor = Redactor([HOST_KEY])
+    text = ("w" * 110 + HOST_KEY) * 200
+    head, _ = cut_points(len(text))
+    cut = truncate_observation(text, LIMIT, redactor.secret_spans)
+    assert cut.index("\n[...") >= head - len(HOST_KEY)

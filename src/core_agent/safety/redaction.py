@@ -385,19 +385,34 @@ class Redactor:
         )
 
     def secret_spans(self, value: str) -> list[tuple[int, int]]:
-        """Where ``value``, as it is, holds what ``text`` replaces: ``(start, end)``, in order.
+        r"""Where ``value``, as it is, holds what ``text`` replaces: ``(start, end)``, in order.
 
         For a cut (an observation too long for the model): a secret cut through keeps a part
         that redaction no longer recognises (the head of a key, a label with half its value),
         so a cut moves out of these. Found as the patterns and secret-named members match
-        the text itself; a secret spelled in JSON escapes is not located.
+        the text, and the text with JSON's escapes undone (a secret spelled ``\u0073k-...``
+        or with ``\/``), each place mapped back to where it is spelled. With the user's own
+        patterns, each place starts where its line does (``USER_PATTERN_CONTEXT_CHARS`` before
+        it at most): such a pattern may need what precedes the secret (``(?<=PIN: )...``),
+        which a text cut between the two would keep without.
         """
         regex = self._regex
-        if regex is None or not self._may_hold_secret(value):
+        if regex is None:
             return []
-        spans = [match.span() for match in regex.finditer(value)]
-        spans.extend(match.span() for match in self._members.finditer(value))
-        return sorted(spans)
+        spans = self._spans_in(value, regex)
+        unescaped, places = _unescaped_with_places(value)
+        if places is not None:
+            spans.extend((places[a], places[b]) for a, b in self._spans_in(unescaped, regex))
+        if self._user_patterns:
+            spans = [(_line_start(value, start), end) for start, end in spans]
+        return sorted(set(spans))
+
+    def _spans_in(self, text: str, regex: re.Pattern[str]) -> list[tuple[int, int]]:
+        if not self._may_hold_secret(text):
+            return []
+        spans = [match.span() for match in regex.finditer(text)]
+        spans.extend(match.span() for match in self._members.finditer(text))
+        return spans
 
     def names_secret_member(self, text: str) -> bool:
         """Whether ``text`` (a JSON text) may hold a member or key named like a secret.
@@ -644,6 +659,40 @@ def _may_hold_json(value: str) -> bool:
     if "{" not in value and "[" not in value:
         return False
     return "\\" in value or _names_a_secret(value)
+
+
+USER_PATTERN_CONTEXT_CHARS = 256
+"""How far before a secret a user's pattern may look (to the start of its line)."""
+
+
+def _line_start(text: str, at: int) -> int:
+    """Where the line holding ``at`` starts, or ``USER_PATTERN_CONTEXT_CHARS`` before it."""
+    floor = max(at - USER_PATTERN_CONTEXT_CHARS, 0)
+    return text.rfind("\n", floor, at) + 1 or floor
+
+
+def _unescaped_with_places(value: str) -> tuple[str, list[int] | None]:
+    """``_unescaped(value)``, and where each of its characters (and its end) is in ``value``.
+
+    ``None`` for the places when nothing was escaped (the text is ``value`` itself).
+    """
+    if "\\" not in value:
+        return value, None
+    pieces: list[str] = []
+    places: list[int] = []
+    done = 0
+    for match in _ESCAPE.finditer(value):
+        start = match.start()
+        pieces.append(value[done:start])
+        places.extend(range(done, start))
+        pieces.append(chr(int(match[1], 16)) if match[1] else match[2])
+        places.append(start)
+        done = match.end()
+    if done == 0:
+        return value, None
+    pieces.append(value[done:])
+    places.extend(range(done, len(value) + 1))  # the end maps to the end
+    return "".join(pieces), places
 
 
 def _unescaped(value: str) -> str:
