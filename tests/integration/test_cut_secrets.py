@@ -220,3 +220,42 @@ async def test_broken_raw_arguments_in_an_error_are_not_spelled_again(
     stored = stored_bytes(data)
     assert b"must be a JSON object" in stored
     assert b"Tr0ub4dor3" not in stored
+
+
+# --- A list under a secret-named member, in JSON a cut left undecodable ------------------
+
+TOKENS = [f"tok9{i:02d}f8e7d6c5b4a3z" for i in range(5)]
+"""Values that are secrets only by the name of the member holding them (a list of them)."""
+
+
+async def read_tokens(tmp_path: Path, log_lines: int, lead: int = 0) -> bytes:
+    """The data directory after a task read ``{"api_token": [...], "log": ...}``."""
+    container, workspace, data = kernel_container(
+        tmp_path, [call("read_file", path="tokens.json"), ScriptedTurn(content="Read.")]
+    )
+    text = json.dumps({"lead": "x" * lead, "api_token": TOKENS, "log": "log line " * log_lines})
+    (workspace / "tokens.json").write_text(text)
+    async with container.kernel() as kernel:
+        result = await kernel.execute_task(TaskRequest(task="Read it.", force_mode="react"))
+    assert result.status is TaskStatus.SUCCEEDED
+    return stored_bytes(data)
+
+
+@pytest.mark.parametrize(
+    ("log_lines", "lead", "cut"),
+    [
+        (0, 0, False),  # never cut: decoded whole
+        (100, 0, False),  # remembered by its head (the checkpoint's fingerprints)
+        (2000, 400, True),  # cut for the model, the list far from the cut
+    ],
+    ids=["whole", "remembered-head", "cut-for-the-model"],
+)
+async def test_a_list_under_a_secret_name_is_redacted_in_json_cut_short(
+    tmp_path: Path, log_lines: int, lead: int, cut: bool
+) -> None:
+    """A cut leaves JSON that no longer decodes, however far it falls from the list: the
+    list is still redacted by its member's name (to the end of the text if left open)."""
+    stored = await read_tokens(tmp_path, log_lines=log_lines, lead=lead)
+    assert (b"characters truncated" in stored) is cut
+    assert b'"api_token' in stored
+    assert kept_pieces(stored, TOKENS, size=12) == []

@@ -19,7 +19,7 @@ import functools
 import json
 import re
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -378,7 +378,10 @@ class Redactor:
         regex = self._regex
         if regex is None:
             return False
-        if _may_hold_json(value) and self._decoded_json(value, regex) is not None:
+        if _may_hold_json(value) and (
+            self._decoded_json(value, regex) is not None
+            or _secret_containers_marked(value) is not None
+        ):
             return True
         return self._may_hold_secret(value) and (
             regex.search(value) is not None or self._members.search(value) is not None
@@ -408,9 +411,10 @@ class Redactor:
         return sorted(set(spans))
 
     def _spans_in(self, text: str, regex: re.Pattern[str]) -> list[tuple[int, int]]:
+        spans = list(_secret_containers(text)) if _may_hold_json(text) else []
         if not self._may_hold_secret(text):
-            return []
-        spans = [match.span() for match in regex.finditer(text)]
+            return spans
+        spans.extend(match.span() for match in regex.finditer(text))
         spans.extend(match.span() for match in self._members.finditer(text))
         return spans
 
@@ -431,6 +435,11 @@ class Redactor:
             decoded = self._decoded_json(value, regex)
             if decoded is not None:
                 value = decoded
+            # What no decode reached: JSON cut short (an observation's head), whose lists and
+            # objects under secret names the member format cannot take.
+            marked = _secret_containers_marked(value)
+            if marked is not None:
+                value = marked
         if not self._may_hold_secret(value):
             return value
         return self._substituted(value, regex) or value
@@ -659,6 +668,60 @@ def _may_hold_json(value: str) -> bool:
     if "{" not in value and "[" not in value:
         return False
     return "\\" in value or _names_a_secret(value)
+
+
+_CONTAINER_MEMBER = re.compile(r'"((?:[^"\\\n]|\\.){1,64})"\s*:\s*(?=[\[{])')
+"""A JSON member whose value is a list or an object (its name in group 1)."""
+
+
+def _secret_containers(text: str) -> Iterator[tuple[int, int]]:
+    """Each list or object under a secret-named member: from its member's name to its end.
+
+    Found in the text, whether or not it decodes: in JSON cut short, one left open runs to
+    the end of the text.
+    """
+    done = 0
+    for member in _CONTAINER_MEMBER.finditer(text):
+        if member.start() < done or _SECRET_KEY.fullmatch(_unescaped(member[1])) is None:
+            continue
+        done = _container_end(text, member.end())
+        yield member.start(), done
+
+
+def _container_end(text: str, start: int) -> int:
+    """Where the list or object opening at ``start`` ends (the text's end if it never does)."""
+    depth, inside, at = 0, False, start
+    while at < len(text):
+        char = text[at]
+        if inside:
+            if char == "\\":
+                at += 1
+            elif char == '"':
+                inside = False
+        elif char == '"':
+            inside = True
+        elif char in "[{":
+            depth += 1
+        elif char in "]}":
+            depth -= 1
+            if depth == 0:
+                return at + 1
+        at += 1
+    return len(text)
+
+
+def _secret_containers_marked(text: str) -> str | None:
+    """``text`` with each list or object under a secret-named member made the mark (or None)."""
+    pieces: list[str] = []
+    done = 0
+    for start, end in _secret_containers(text):
+        value_at = _CONTAINER_MEMBER.match(text, start)
+        assert value_at is not None
+        pieces += (text[done : value_at.end()], f'"{MARK}"')
+        done = end
+    if not pieces:
+        return None
+    return "".join(pieces) + text[done:]
 
 
 USER_PATTERN_CONTEXT_CHARS = 256
