@@ -173,3 +173,24 @@ def test_a_decision_reports_every_feature_the_router_decides_on() -> None:
     assert reported.features["risk"] == features.risk.value
     assert reported.features["sub_goals"] == features.sub_goals
     json.dumps(reported.features)  # JSON-ready, as the trace stores it
+
+
+HELD_OUT = Path(__file__).parents[1] / "data" / "routing_heldout.jsonl"
+
+
+def test_the_held_out_set_in_both_languages() -> None:
+    # Written before the Chinese rules were tuned and never tuned on. 90% overall is the
+    # router's long-standing target; each language must reach 85% so that losing one
+    # language's rules (Chinese fell to 13 of 23 without them) fails here. Measured when
+    # written: 42 of 43 (English 20/20, Chinese 22/23).
+    rows = [json.loads(line) for line in HELD_OUT.read_text().splitlines() if line.strip()]
+    assert len(rows) >= 40
+    router = AdaptiveStrategyRouter()
+    right = {"en": [0, 0], "zh": [0, 0]}
+    for row in rows:
+        tally = right["zh" if has_cjk(row["task"]) else "en"]
+        tally[0] += router.decide(TaskRequest(task=row["task"]), []).strategy == row["label"]
+        tally[1] += 1
+    assert min(tally[1] for tally in right.values()) >= 20
+    assert sum(t[0] for t in right.values()) / len(rows) >= 0.9, right
+    assert all(hits / n >= 0.85 for hits, n in right.values()), right
