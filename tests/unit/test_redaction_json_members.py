@@ -40,3 +40,9 @@ def test_a_cut_never_starts_inside_a_list_under_a_secret_name() -> None:
 def test_a_list_under_an_ordinary_name_is_left_alone() -> None:
     text = json.dumps({"items": TOKENS, "log": "line " * 20})[:60]
     assert Redactor().text(text) == text
+
+
+def test_an_empty_list_under_a_secret_name_is_left_as_it_is() -> None:
+    """As a decoded one is: nothing to hide, and the shape of the data says something."""
+    for text in ('{"secrets": [], "log": "li', '{"secrets": { }, "log": "li'):
+        assert Redactor().text(text) == text

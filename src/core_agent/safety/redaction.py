@@ -684,7 +684,10 @@ def _secret_containers(text: str) -> Iterator[tuple[int, int]]:
     for member in _CONTAINER_MEMBER.finditer(text):
         if member.start() < done or _SECRET_KEY.fullmatch(_unescaped(member[1])) is None:
             continue
-        done = _container_end(text, member.end())
+        end = _container_end(text, member.end())
+        if end - member.end() >= 2 and not text[member.end() + 1 : end - 1].strip():
+            continue  # empty: left as it is, as a decoded one is (``_names_secret``)
+        done = end
         yield member.start(), done
 
 
