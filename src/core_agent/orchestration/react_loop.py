@@ -358,8 +358,8 @@ class ReActLoop:
                 if answer is not None:
                     await self._checkpoint(context, state, messages, "answered", answer=answer)
                     if ends_run:
-                        # The task ends next: one commit for both. A crash between them
-                        # loses nothing the model had not to be asked again for.
+                        # The task ends next: one commit for both. A crash before it costs
+                        # only the answer, which a resumed run asks the model for again.
                         context.hand_over()
                     return answer
                 if not calls:  # an unusable typed answer: the model was asked to correct it
