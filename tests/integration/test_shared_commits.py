@@ -26,7 +26,7 @@ from providers.scripted_gateway import (
     ScriptedToolCall,
     ScriptedTurn,
 )
-from shared.agent_protocol import TaskRequest, TaskStatus
+from shared.agent_protocol import TaskRequest, TaskResult, TaskState, TaskStatus
 from support.database_faults import refuse_inserts
 
 pytestmark = pytest.mark.anyio
@@ -169,10 +169,10 @@ async def test_a_final_answer_whose_write_fails_fails_its_task_with_a_result(
     assert result.status is stored.status is TaskStatus.FAILED
 
 
-async def test_a_childs_refused_write_does_not_poison_its_parents_step(tmp_path: Path) -> None:
-    """A child's answer that cannot be stored fails the child alone: the parent reads a
-    tool error and answers (the child's records never wait in the parent's step).
-    """
+async def parent_and_child_with_a_refused_write(
+    tmp_path: Path, table: str, when: str
+) -> tuple[TaskResult, list[TaskState]]:
+    """Task ``p`` hands ``child`` to ``helper`` while inserts into ``table`` ``when`` fail."""
     kernel = kernel_on(
         tmp_path,
         [],
@@ -187,16 +187,23 @@ async def test_a_childs_refused_write_does_not_poison_its_parents_step(tmp_path:
     )
     kernel.agent_as_tool(Agent("helper", "Helps.", tools=(), force_mode="react"))
     async with kernel:
-        await refuse_inserts(
-            tmp_path / "core_agent.db",
-            "no_child_answer",
-            "agent_checkpoints",
-            when="NEW.task_id != 'p' AND NEW.state_json LIKE '%\"phase\":\"answered\"%'",
-        )
+        await refuse_inserts(tmp_path / "core_agent.db", "refused", table, when=when)
         result = await kernel.execute_task(
             TaskRequest(task="parent", force_mode="react", tools=("helper",)), task_id="p"
         )
         children = [t for t in await kernel.list_tasks() if t.task_id != "p"]
+    return result, children
+
+
+async def test_a_childs_refused_write_does_not_poison_its_parents_step(tmp_path: Path) -> None:
+    """A child's answer that cannot be stored fails the child alone: the parent reads a
+    tool error and answers (the child's records never wait in the parent's step).
+    """
+    result, children = await parent_and_child_with_a_refused_write(
+        tmp_path,
+        "agent_checkpoints",
+        when="NEW.task_id != 'p' AND NEW.state_json LIKE '%\"phase\":\"answered\"%'",
+    )
     assert [child.status for child in children] == [TaskStatus.FAILED]
     assert result.status is TaskStatus.SUCCEEDED, (result.status, result.error)
     assert result.output == "parent done"
@@ -209,30 +216,11 @@ async def test_a_child_whose_start_fails_is_not_left_queued_for_recovery_to_run(
     transaction fails, the child is stored and failed, not left ``queued``, owned by this
     kernel, for recovery to run after its parent gave up on it.
     """
-    kernel = kernel_on(
+    result, children = await parent_and_child_with_a_refused_write(
         tmp_path,
-        [],
-        [
-            conversation("^child$", ScriptedTurn(content="child done")),
-            conversation(
-                "^parent$",
-                calls(("helper", {"task": "child"})),
-                ScriptedTurn(content="parent done"),
-            ),
-        ],
+        "agent_task_events",
+        when="NEW.task_id != 'p' AND NEW.event_type = 'task.started'",
     )
-    kernel.agent_as_tool(Agent("helper", "Helps.", tools=(), force_mode="react"))
-    async with kernel:
-        await refuse_inserts(
-            tmp_path / "core_agent.db",
-            "no_child_start",
-            "agent_task_events",
-            when="NEW.task_id != 'p' AND NEW.event_type = 'task.started'",
-        )
-        result = await kernel.execute_task(
-            TaskRequest(task="parent", force_mode="react", tools=("helper",)), task_id="p"
-        )
-        children = [t for t in await kernel.list_tasks() if t.task_id != "p"]
     assert result.status is TaskStatus.SUCCEEDED, (result.status, result.error)
     assert [child.status for child in children] == [TaskStatus.FAILED], [
         (child.status, child.owner) for child in children
