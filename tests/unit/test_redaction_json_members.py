@@ -46,3 +46,12 @@ def test_an_empty_list_under_a_secret_name_is_left_as_it_is() -> None:
     """As a decoded one is: nothing to hide, and the shape of the data says something."""
     for text in ('{"secrets": [], "log": "li', '{"secrets": { }, "log": "li'):
         assert Redactor().text(text) == text
+
+
+def test_text_nested_past_pythons_stack_after_a_secret_name_is_not_an_error() -> None:
+    text = "password: " + "[" * 5000  # a page's text: JSON decoding must not raise
+    assert Redactor().text(text).startswith("password: ")
+
+
+def test_a_list_under_a_secret_name_left_open_is_redacted_from_its_first_character() -> None:
+    assert Redactor().text('{"password": [x') == '{"password": "[REDACTED]"'

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from core_agent.contracts.text_cuts import SPAN_WINDOW, truncate_observation
+from core_agent.contracts.text_cuts import SPAN_WINDOW, head_of, truncate_observation
 from core_agent.memory.session_history import shorten
 from core_agent.safety.redaction import MARK, Redactor
 
@@ -153,3 +153,12 @@ def test_secrets_close_together_cost_a_cut_one_secret_at_most() -> None:
     head, _ = cut_points(len(text))
     cut = truncate_observation(text, LIMIT, redactor.secret_spans)
     assert cut.index("\n[...") >= head - len(HOST_KEY)
+
+
+def test_a_users_look_ahead_pattern_keeps_what_follows_the_secret_at_a_cut() -> None:
+    """``\\d{6}(?= is your PIN)``: a head ending between the digits and what makes them a PIN
+    would keep them without it."""
+    redactor = Redactor(patterns=[r"\d{6}(?= is your PIN)"])
+    for limit in range(100, 125):
+        head = head_of("A" * 100 + "123456 is your PIN. " + "B" * 500, limit, redactor.secret_spans)
+        assert "123456" not in redactor.text(head), (limit, head[-30:])

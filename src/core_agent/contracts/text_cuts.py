@@ -19,8 +19,9 @@ SecretSpans = Callable[[str], Sequence[tuple[int, int]]]
 """Where a text holds secrets, ``(start, end)`` each (``Redactor.secret_spans``)."""
 
 SPAN_WINDOW = 16_384
-"""Characters searched on each side of a cut: longer than any secret the redactor knows whole
-(a PEM private key of 4,096 bits is about 3,300)."""
+"""Characters searched on each side of a cut: longer than any key or token the redactor knows
+(a PEM private key of 4,096 bits is about 3,300). A list under a secret-named JSON member
+that opens further back than this is not seen: a tail may start inside it."""
 
 OBSERVATION_MARKER = "\n[... {n} characters truncated ...]\n"
 

@@ -35,7 +35,6 @@ from core_agent.contracts.errors import (
     CorruptStateError,
     LeaseLostError,
     RunError,
-    StorageError,
     UsageLimitExceededError,
     is_interruption,
     keyboard_interrupt_in,
@@ -331,15 +330,16 @@ class TaskDriver:
             return await self._wait_for_human(lifecycle, context, outcome)
         try:
             return await self._end_while_owner(lifecycle, stats, lifecycle.succeed(outcome, stats))
-        except StorageError as exc:
+        except Exception as exc:
             # The answer's step commits with the ending (``ITaskStore.hand_over``): a record
             # of it that cannot be stored refuses the ending, as it refused the step before.
-            # The task fails with why, in a commit that leaves those records out.
-            return await self._end_while_owner(
-                lifecycle,
-                stats,
-                lifecycle.fail(f"its answer could not be stored: {exc}", "StorageError", stats),
+            # The task fails with why, in a commit that leaves those records out (a store's
+            # own error too, rather than leaving the task running with nobody to end it).
+            why = str(exc) or type(exc).__name__
+            failed = lifecycle.fail(
+                f"its answer could not be stored: {why}", type(exc).__name__, stats
             )
+            return await self._end_while_owner(lifecycle, stats, failed)
 
     async def _end_while_owner(
         self, lifecycle: TaskLifecycle, stats: RunStats, ending: Awaitable[TaskResult]

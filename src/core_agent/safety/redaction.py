@@ -159,7 +159,8 @@ MEMBER_FORMAT = (
 """A JSON member named like a secret (``"db_password": "…"``): its string, escapes and all,
 up to its closing quote, or its number of four digits or more (written as the marked string);
 the name kept. A list or an object under such a name is redacted whole where the JSON is read
-as data (``Redactor.data``). Searched after ``KEY_FORMATS`` and the literal secrets, once
+as data (``Redactor.data``), or, cut short, where it stands (``_secret_containers_marked``).
+Searched after ``KEY_FORMATS`` and the literal secrets, once
 they are replaced: found first, it would take the head of a literal secret holding a quote
 (``"password": "pa"ss-w0rd"``) and leave its tail."""
 KEPT_GROUPS = (
@@ -395,9 +396,9 @@ class Redactor:
         so a cut moves out of these. Found as the patterns and secret-named members match
         the text, and the text with JSON's escapes undone (a secret spelled ``\u0073k-...``
         or with ``\/``), each place mapped back to where it is spelled. With the user's own
-        patterns, each place starts where its line does (``USER_PATTERN_CONTEXT_CHARS`` before
-        it at most): such a pattern may need what precedes the secret (``(?<=PIN: )...``),
-        which a text cut between the two would keep without.
+        patterns, each place runs over its whole line (``USER_PATTERN_CONTEXT_CHARS`` either
+        side at most): such a pattern may need what surrounds the secret (``(?<=PIN: )...``,
+        ``...(?= is your PIN)``), which a text cut between the two would keep without.
         """
         regex = self._regex
         if regex is None:
@@ -407,7 +408,7 @@ class Redactor:
         if places is not None:
             spans.extend((places[a], places[b]) for a, b in self._spans_in(unescaped, regex))
         if self._user_patterns:
-            spans = [(_line_start(value, start), end) for start, end in spans]
+            spans = [(_line_start(value, start), _line_end(value, end)) for start, end in spans]
         return sorted(set(spans))
 
     def _spans_in(self, text: str, regex: re.Pattern[str]) -> list[tuple[int, int]]:
@@ -471,7 +472,7 @@ class Redactor:
                 break
             try:
                 data, end = decoder.raw_decode(value, start)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past Python's stack
                 continue
             cleaned = self._clean_value(data, regex)
             if cleaned is not data:
@@ -663,7 +664,8 @@ def _may_hold_json(value: str) -> bool:
     """Whether ``value`` may hold JSON whose escapes, lists or objects hide a secret.
 
     Any name that says a secret follows counts (``password``, ``secrets``, ``credentials``
-    as much as ``api_token``): a list or object under it is redacted only once decoded.
+    as much as ``api_token``): a list or object under it is redacted by its name, decoded
+    or, in JSON cut short, where it stands (``_secret_containers_marked``).
     """
     if "{" not in value and "[" not in value:
         return False
@@ -685,7 +687,8 @@ def _secret_containers(text: str) -> Iterator[tuple[int, int]]:
         if member.start() < done or _SECRET_KEY.fullmatch(_unescaped(member[1])) is None:
             continue
         end = _container_end(text, member.end())
-        if end - member.end() >= 2 and not text[member.end() + 1 : end - 1].strip():
+        closed = text[end - 1] in "]}" and end - member.end() >= 2
+        if closed and not text[member.end() + 1 : end - 1].strip():
             continue  # empty: left as it is, as a decoded one is (``_names_secret``)
         done = end
         yield member.start(), done
@@ -728,13 +731,20 @@ def _secret_containers_marked(text: str) -> str | None:
 
 
 USER_PATTERN_CONTEXT_CHARS = 256
-"""How far before a secret a user's pattern may look (to the start of its line)."""
+"""How far around a secret a user's pattern may look (to the ends of its line)."""
 
 
 def _line_start(text: str, at: int) -> int:
     """Where the line holding ``at`` starts, or ``USER_PATTERN_CONTEXT_CHARS`` before it."""
     floor = max(at - USER_PATTERN_CONTEXT_CHARS, 0)
     return text.rfind("\n", floor, at) + 1 or floor
+
+
+def _line_end(text: str, at: int) -> int:
+    """Where the line holding ``at`` ends, or ``USER_PATTERN_CONTEXT_CHARS`` after it."""
+    ceiling = min(at + USER_PATTERN_CONTEXT_CHARS, len(text))
+    found = text.find("\n", at, ceiling)
+    return ceiling if found < 0 else found
 
 
 def _unescaped_with_places(value: str) -> tuple[str, list[int] | None]:
