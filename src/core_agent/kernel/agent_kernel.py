@@ -1496,18 +1496,17 @@ class AgentKernel:
             if sessions is not None and not nested:
                 await sessions.prepare(state, context, self._specs(state.request))
 
+        async def after_start() -> None:
+            await before_first_step()
+            await self._task_store.flush()
+
         if in_callers_step:
             # One commit with the caller's step (the parent's handoff, the creation), before
             # the task's model speaks; then its run commits apart from that step: the
             # parent's writes and the child's never wait on, or fail with, each other.
             await lifecycle.start(executor.strategy, then=route)
-
-            async def prepare_started() -> None:
-                await before_first_step()
-                await self._task_store.flush()
-
             with self._task_store.independent_work():
-                return await self._drive(lifecycle, executor, context, prepare=prepare_started)
+                return await self._drive(lifecycle, executor, context, prepare=after_start)
 
         async def prepare() -> None:
             # Two commits: the move to running with its route, then (in the driver's unit of
@@ -1515,8 +1514,7 @@ class AgentKernel:
             # after the recall's reads, where many tasks started at once no longer arrive
             # together and their commits are no longer grouped (``SqliteDatabase.transact``).
             await lifecycle.start(executor.strategy, then=route)
-            await before_first_step()
-            await self._task_store.flush()
+            await after_start()
 
         return await self._drive(lifecycle, executor, context, prepare=prepare)
 

@@ -412,7 +412,7 @@ class Redactor:
         return sorted(set(spans))
 
     def _spans_in(self, text: str, regex: re.Pattern[str]) -> list[tuple[int, int]]:
-        spans = list(_secret_containers(text)) if _may_hold_json(text) else []
+        spans = [(a, end) for a, _, end in _secret_containers(text)] if _may_hold_json(text) else []
         if not self._may_hold_secret(text):
             return spans
         spans.extend(match.span() for match in regex.finditer(text))
@@ -676,8 +676,8 @@ _CONTAINER_MEMBER = re.compile(r'"((?:[^"\\\n]|\\.){1,64})"\s*:\s*(?=[\[{])')
 """A JSON member whose value is a list or an object (its name in group 1)."""
 
 
-def _secret_containers(text: str) -> Iterator[tuple[int, int]]:
-    """Each list or object under a secret-named member: from its member's name to its end.
+def _secret_containers(text: str) -> Iterator[tuple[int, int, int]]:
+    """Each list or object under a secret-named member: its member's start, its own, its end.
 
     Found in the text, whether or not it decodes: in JSON cut short, one left open runs to
     the end of the text.
@@ -691,7 +691,7 @@ def _secret_containers(text: str) -> Iterator[tuple[int, int]]:
         if closed and not text[member.end() + 1 : end - 1].strip():
             continue  # empty: left as it is, as a decoded one is (``_names_secret``)
         done = end
-        yield member.start(), done
+        yield member.start(), member.end(), done
 
 
 def _container_end(text: str, start: int) -> int:
@@ -720,10 +720,8 @@ def _secret_containers_marked(text: str) -> str | None:
     """``text`` with each list or object under a secret-named member made the mark (or None)."""
     pieces: list[str] = []
     done = 0
-    for start, end in _secret_containers(text):
-        value_at = _CONTAINER_MEMBER.match(text, start)
-        assert value_at is not None
-        pieces += (text[done : value_at.end()], f'"{MARK}"')
+    for _, value, end in _secret_containers(text):
+        pieces += (text[done:value], f'"{MARK}"')
         done = end
     if not pieces:
         return None
